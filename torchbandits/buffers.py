@@ -1,0 +1,46 @@
+"""Module state helpers: capacity-doubling buffers and shape-tolerant ``load_state_dict``.
+
+All state of models and policies lives in registered buffers so that ``.to(device)``,
+``.double()`` and ``state_dict()`` work. Growing histories use buffers whose capacity doubles
+(amortised O(1) per append instead of a per-step concatenation). Their shapes therefore change
+during a run, so :class:`ResizableModule` resizes its own buffers to the incoming shapes before
+``load_state_dict`` copies the values in.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["ResizableModule", "grow_rows"]
+
+
+def grow_rows(buf: Tensor, needed: int, *, dims: tuple[int, ...] = (0,)) -> Tensor:
+    """Return ``buf`` if every dimension in ``dims`` holds ``needed`` entries, otherwise a new
+    zero buffer with those dimensions at ``max(2·capacity, needed)`` and the old content copied."""
+    shape = list(buf.shape)
+    if all(shape[d] >= needed for d in dims):
+        return buf
+    new_shape = list(shape)
+    for d in dims:
+        new_shape[d] = max(2 * shape[d], needed, 1)
+    out = buf.new_zeros(new_shape)
+    out[tuple(slice(0, s) for s in shape)] = buf
+    return out
+
+
+class ResizableModule(nn.Module):
+    """``nn.Module`` whose own buffers take the shape of the incoming state on load."""
+
+    def _load_from_state_dict(  # type: ignore[override]
+        self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any
+    ) -> None:
+        for name, buf in list(self._buffers.items()):
+            key = prefix + name
+            if buf is not None and key in state_dict and state_dict[key].shape != buf.shape:
+                self._buffers[name] = torch.empty(
+                    state_dict[key].shape, dtype=buf.dtype, device=buf.device
+                )
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)

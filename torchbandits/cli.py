@@ -1,0 +1,170 @@
+"""The ``torchbandits`` command: ``list``, ``run``, ``plot``, ``reproduce``.
+
+Examples::
+
+    torchbandits list
+    torchbandits run --env rkhs --policy kucb,gpucb,random --horizon 300 --seeds 0 1 2 \\
+        --set env.dim=2 --set kucb.lam=0.01 --device cpu --out results/demo
+    torchbandits plot results/demo
+    torchbandits reproduce NAME --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main"]
+
+
+def _parse_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _parse_sets(items: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """``["env.dim=2", "kucb.lam=0.1"]`` → ``{"env": {"dim": 2}, "kucb": {"lam": 0.1}}``."""
+    out: dict[str, dict[str, Any]] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        scope, dot, name = key.partition(".")
+        if not sep or not dot or not name:
+            raise SystemExit(f"--set expects SCOPE.NAME=VALUE (e.g. env.dim=2), got {item!r}")
+        out.setdefault(scope, {})[name] = _parse_value(value)
+    return out
+
+
+def _accepts(fn: Any, name: str) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    from .experiments.registry import ENVIRONMENTS, POLICIES, REPRODUCTIONS
+
+    for title, table in (("environments", ENVIRONMENTS), ("policies", POLICIES),
+                         ("reproductions", REPRODUCTIONS)):
+        print(f"{title}:")
+        if not table:
+            print("  (none yet)")
+        width = max((len(k) for k in table), default=0)
+        for name, entry in table.items():
+            print(f"  {name.ljust(width)}  {entry.description}")
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    import torch
+
+    from .experiments.registry import ENVIRONMENTS, POLICIES, make_env, make_policy, resolve
+    from .experiments.report import write_report
+    from .experiments.runner import run_grid
+
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit("--device cuda requested but CUDA is not available on this machine")
+    torch.set_num_threads(max(1, args.threads)) if args.threads else None
+    sets = _parse_sets(args.set)
+    env_names = [e for e in args.env.split(",") if e]
+    pol_names = [p for p in args.policy.split(",") if p]
+    for e in env_names:
+        if e not in ENVIRONMENTS:
+            raise SystemExit(f"unknown environment {e!r}; see `torchbandits list`")
+    for p in pol_names:
+        if p not in POLICIES:
+            raise SystemExit(f"unknown policy {p!r}; see `torchbandits list`")
+    unknown = set(sets) - {"env", *pol_names}
+    if unknown:
+        raise SystemExit(f"--set scopes {sorted(unknown)} match no policy or 'env'")
+
+    def env_factory(name: str):
+        kwargs = dict(sets.get("env", {}))
+        if _accepts(resolve(ENVIRONMENTS[name]), "device"):
+            kwargs.setdefault("device", args.device)
+        return lambda: make_env(name, **kwargs)
+
+    def policy_factory(name: str):
+        kwargs = dict(sets.get(name, {}))
+        kwargs.setdefault("device", args.device)
+        return lambda env: make_policy(name, env, **kwargs)
+
+    envs = {e: env_factory(e) for e in env_names}
+    policies = {p: policy_factory(p) for p in pol_names}
+    out = Path(args.out)
+    config = {"argv": sys.argv[1:], "sets": sets}
+    results = run_grid(policies, envs, args.seeds, args.horizon, out=out,
+                       progress=not args.no_progress, config=config)
+    table = write_report(results, out, title=f"torchbandits run: {', '.join(env_names)}")
+    print(table)
+    print(f"\nwrote {len(results)} runs (JSON), table.md, regret.png, time.png to {out}/")
+    return 0
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from .experiments.report import write_report
+    from .experiments.results import load_results
+
+    results = load_results(args.directory)
+    if not results:
+        raise SystemExit(f"no run JSON files found under {args.directory}")
+    print(write_report(results, args.directory))
+    print(f"\nwrote table.md, regret.png, time.png to {args.directory}/")
+    return 0
+
+
+def _cmd_reproduce(args: argparse.Namespace, rest: list[str]) -> int:
+    from .experiments.registry import REPRODUCTIONS, resolve
+
+    if args.name not in REPRODUCTIONS:
+        raise SystemExit(f"unknown reproduction {args.name!r}; choose one of {sorted(REPRODUCTIONS)}")
+    return int(resolve(REPRODUCTIONS[args.name])(rest) or 0)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="torchbandits", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="list environments, policies and reproductions")
+    run = sub.add_parser("run", help="run policies × environments × seeds")
+    run.add_argument("--env", default="rkhs", help="comma-separated environment names")
+    run.add_argument("--policy", default="kucb,gpucb,random", help="comma-separated policy names")
+    run.add_argument("--horizon", type=int, default=300)
+    run.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    run.add_argument("--device", default="cpu")
+    run.add_argument("--out", default="results/run")
+    run.add_argument("--set", action="append", default=[], metavar="SCOPE.NAME=VALUE",
+                     help="keyword argument for the env (env.dim=2) or a policy (kucb.lam=0.1)")
+    run.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
+    run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    plot = sub.add_parser("plot", help="re-draw table and plots of a results directory")
+    plot.add_argument("directory")
+    rep = sub.add_parser("reproduce", help="reproduce a paper's experiment (see `list`)")
+    rep.add_argument("name")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if argv and argv[0] == "reproduce":
+        args, rest = parser.parse_known_args(argv)
+        return _cmd_reproduce(args, rest)
+    args = parser.parse_args(argv)
+    if args.command == "list":
+        return _cmd_list(args)
+    if args.command == "run":
+        return _cmd_run(args)
+    return _cmd_plot(args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

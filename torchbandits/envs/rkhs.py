@@ -1,0 +1,120 @@
+"""RKHS test functions of seed 002 (spec §5.1), with fresh or fixed finite arm sets.
+
+``f*(x) = b Σ_{i=1}^{m} w_i k(x, z_i)`` with ``m`` inducing points ``z_i ~ U[0,1]^d``,
+``w ~ N(0, I_m)`` and ``b = B / sqrt(wᵀ K_ZZ w)``, so that ``‖f*‖_H = B`` exactly. Rewards are
+``f*(x) + N(0, σ²)``. Each round offers ``n_arms`` points: a fresh i.i.d. ``U[0,1]^d`` draw
+(the paper's setting) or, with ``fixed_arms=True``, the same set every round.
+
+Three independent generators, all derived from the ``reset`` seed: one for ``f*``, one for the
+arm sets and one for the noise. So two policies run with the same seed face the same function,
+the same arm sets and the same noise sequence (common random numbers).
+"""
+
+from __future__ import annotations
+
+import torch
+from gpytorch.kernels import Kernel
+from torch import Tensor
+
+from ..kernels import kernel_matrix, make_kernel
+from ..validation import check_positive
+
+__all__ = ["RKHSFunctionEnv"]
+
+
+class RKHSFunctionEnv:
+    """Finite-armed bandit on a random RKHS function of known norm (seed 002 §5.1).
+
+    Args:
+        kernel: a kernel name (``"rbf"``, ``"matern52"``, …) or a GPyTorch kernel.
+        dim: input dimension d (domain ``[0, 1]^d``).
+        lengthscale: used when ``kernel`` is a name.
+        n_inducing: m, the number of inducing points (20).
+        norm: B, the RKHS norm of ``f*`` (10).
+        noise_std: σ of the Gaussian noise (0.1).
+        n_arms: arms per round (100).
+        fixed_arms: one arm set for the whole run instead of a fresh set per round.
+    """
+
+    def __init__(
+        self,
+        kernel: str | Kernel = "rbf",
+        dim: int = 3,
+        lengthscale: float = 0.5,
+        *,
+        n_inducing: int = 20,
+        norm: float = 10.0,
+        noise_std: float = 0.1,
+        n_arms: int = 100,
+        fixed_arms: bool = False,
+        dtype: torch.dtype = torch.float64,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        if int(dim) < 1:
+            raise ValueError(f"dim must be >= 1, got {dim}")
+        if int(n_arms) < 1:
+            raise ValueError(f"n_arms must be >= 1, got {n_arms}")
+        if int(n_inducing) < 1:
+            raise ValueError(f"n_inducing must be >= 1, got {n_inducing}")
+        self.kernel = (
+            make_kernel(kernel, lengthscale, dtype=dtype) if isinstance(kernel, str) else kernel
+        ).to(dtype=dtype, device=device)
+        self.dim = int(dim)
+        self.n_inducing = int(n_inducing)
+        self.norm = check_positive("norm", norm)
+        self.noise_std = float(noise_std)
+        if self.noise_std < 0:
+            raise ValueError(f"noise_std must be >= 0, got {noise_std}")
+        self.n_arms = int(n_arms)
+        self.fixed_arms = bool(fixed_arms)
+        self.dtype = dtype
+        self.device = torch.device(device)
+        self.t = 0
+        self.reset(0)
+
+    def _rand(self, gen: torch.Generator, *shape: int) -> Tensor:
+        return torch.rand(*shape, generator=gen, dtype=self.dtype).to(self.device)
+
+    def reset(self, seed: int) -> None:
+        """Draw ``f*`` and (for fixed arms) the arm set from ``seed``; restart time."""
+        self.seed = int(seed)
+        g_f = torch.Generator().manual_seed(self.seed * 3 + 0)
+        self._g_arms = torch.Generator().manual_seed(self.seed * 3 + 1)
+        self._g_noise = torch.Generator().manual_seed(self.seed * 3 + 2)
+        self.inducing = self._rand(g_f, self.n_inducing, self.dim)
+        w = torch.randn(self.n_inducing, generator=g_f, dtype=self.dtype).to(self.device)
+        k_zz = kernel_matrix(self.kernel, self.inducing, self.inducing)
+        self.coefficients = w * (self.norm / torch.sqrt(w @ k_zz @ w))
+        self.t = 0
+        self._arms = self._rand(self._g_arms, self.n_arms, self.dim)
+        self._means = self.f(self._arms)
+
+    def f(self, x: Tensor) -> Tensor:
+        """Noiseless ``f*(x)`` for ``x`` of shape ``[n, d]``."""
+        return kernel_matrix(self.kernel, x.to(self.dtype), self.inducing) @ self.coefficients
+
+    def rkhs_norm(self) -> float:
+        """``‖f*‖_H = sqrt(cᵀ K_ZZ c)`` (equals ``norm`` by construction)."""
+        k_zz = kernel_matrix(self.kernel, self.inducing, self.inducing)
+        return float(torch.sqrt(self.coefficients @ k_zz @ self.coefficients))
+
+    def candidates(self) -> Tensor:
+        return self._arms
+
+    def mean_rewards(self) -> Tensor:
+        return self._means
+
+    def pull(self, index: int) -> float:
+        if not 0 <= int(index) < self.n_arms:
+            raise ValueError(f"index must lie in [0, {self.n_arms}), got {index}")
+        noise = float(torch.randn((), generator=self._g_noise, dtype=self.dtype)) * self.noise_std
+        reward = float(self._means[int(index)]) + noise
+        self.t += 1
+        if not self.fixed_arms:
+            self._arms = self._rand(self._g_arms, self.n_arms, self.dim)
+            self._means = self.f(self._arms)
+        return reward
+
+    def __repr__(self) -> str:
+        return (f"RKHSFunctionEnv(dim={self.dim}, n_arms={self.n_arms}, norm={self.norm}, "
+                f"noise_std={self.noise_std}, fixed_arms={self.fixed_arms})")

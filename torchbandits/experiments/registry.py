@@ -1,0 +1,66 @@
+"""Names of environments, policies and paper reproductions, resolved lazily.
+
+Each entry is ``"module:attribute"`` so that listing names imports nothing heavy and one broken
+module cannot break the others. Environment entries are classes called with keyword arguments;
+policy entries are factories ``f(env, **kwargs) -> Policy`` (they read the environment's kernel,
+noise level and norm bound, as the papers give those to the algorithms); reproduction entries are
+``main(argv) -> int`` functions of the scripts in ``torchbandits/reproduce``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ENVIRONMENTS", "POLICIES", "REPRODUCTIONS", "Entry", "make_env", "make_policy", "resolve"]
+
+
+@dataclass(frozen=True)
+class Entry:
+    target: str
+    description: str
+
+
+ENVIRONMENTS: dict[str, Entry] = {
+    "rkhs": Entry("torchbandits.envs.rkhs:RKHSFunctionEnv",
+                  "random RKHS function of norm B (seed 002 §5.1), fresh U[0,1]^d arms per round"),
+}
+
+POLICIES: dict[str, Entry] = {
+    "kucb": Entry("torchbandits.experiments.factories:kucb",
+                  "K-UCB (seed 000): exact posterior, constant β on the ridge sd"),
+    "kucb-theory": Entry("torchbandits.experiments.factories:kucb_theory",
+                         "K-UCB with the Lemma 3.1 radius (log-det form, ridge sd)"),
+    "gpucb": Entry("torchbandits.experiments.factories:gpucb",
+                   "GP-UCB / CGP-UCB with IGP-UCB's radius (GP sd, λ = 1 + η)"),
+    "gpucb-srinivas": Entry("torchbandits.experiments.factories:gpucb_srinivas",
+                            "GP-UCB with Srinivas et al.'s finite-arm β_t (GP sd)"),
+    "ay-gpucb": Entry("torchbandits.experiments.factories:ay_gpucb",
+                      "AY-GP-UCB (Abbasi-Yadkori radius, GP sd at λ = σ²)"),
+    "random": Entry("torchbandits.experiments.factories:random",
+                    "uniformly random arm"),
+}
+
+REPRODUCTIONS: dict[str, Entry] = {}
+
+
+def resolve(entry: Entry) -> Any:
+    module, _, attr = entry.target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _lookup(table: dict[str, Entry], kind: str, name: str) -> Entry:
+    if name not in table:
+        raise ValueError(f"unknown {kind} {name!r}; choose one of {sorted(table)}")
+    return table[name]
+
+
+def make_env(name: str, **kwargs: Any) -> Any:
+    """Build the environment registered as ``name`` with keyword arguments."""
+    return resolve(_lookup(ENVIRONMENTS, "environment", name))(**kwargs)
+
+
+def make_policy(name: str, env: Any, **kwargs: Any) -> Any:
+    """Build the policy registered as ``name`` for ``env`` with keyword arguments."""
+    return resolve(_lookup(POLICIES, "policy", name))(env, **kwargs)

@@ -1,0 +1,117 @@
+"""``RunResult``: the trace of one policy on one environment with one seed, and summaries."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["RunResult", "load_results", "summarize"]
+
+
+@dataclass
+class RunResult:
+    """Per-step arrays of one run plus its configuration.
+
+    ``regret`` is the instantaneous pseudo-regret ``max_a f(a) − f(a_t)`` over this round's
+    candidates; ``agent_seconds`` is the wall time of ``select`` + ``update`` only (environment
+    excluded). ``diagnostics[k][i]`` is the policy's diagnostic ``k`` after step
+    ``diagnostic_steps[i]``.
+    """
+
+    policy: str
+    env: str
+    seed: int
+    rewards: list[float]
+    regret: list[float]
+    agent_seconds: list[float]
+    actions: list[int] = field(default_factory=list)
+    diagnostic_steps: list[int] = field(default_factory=list)
+    diagnostics: dict[str, list[float]] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def horizon(self) -> int:
+        return len(self.regret)
+
+    @property
+    def cumulative_regret(self) -> np.ndarray:
+        return np.cumsum(np.asarray(self.regret, dtype=float))
+
+    @property
+    def final_regret(self) -> float:
+        return float(np.sum(self.regret))
+
+    @property
+    def total_agent_seconds(self) -> float:
+        return float(np.sum(self.agent_seconds))
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["cumulative_regret"] = self.cumulative_regret.tolist()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunResult:
+        d = dict(d)
+        d.pop("cumulative_regret", None)
+        return cls(**d)
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), allow_nan=True))
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> RunResult:
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+def load_results(directory: str | Path) -> list[RunResult]:
+    """Every ``*.json`` run below ``directory`` (recursively), in name order."""
+    out = []
+    for p in sorted(Path(directory).rglob("*.json")):
+        try:
+            d = json.loads(p.read_text())
+        except json.JSONDecodeError:
+            continue
+        if isinstance(d, dict) and {"policy", "env", "regret"} <= d.keys():
+            out.append(RunResult.from_dict(d))
+    return out
+
+
+def _mean_std(values: Sequence[float]) -> tuple[float, float]:
+    arr = np.asarray(values, dtype=float)
+    return float(arr.mean()), float(arr.std())  # population std (ddof=0), as seed 002's plots
+
+
+def summarize(results: Iterable[RunResult]) -> list[dict[str, Any]]:
+    """One row per (env, policy): final regret mean ± std over seeds (ddof = 0), regret at T/2,
+    total agent seconds (mean) and per-step agent milliseconds at the end (median of the last
+    10% of steps)."""
+    groups: dict[tuple[str, str], list[RunResult]] = {}
+    for r in results:
+        groups.setdefault((r.env, r.policy), []).append(r)
+    rows = []
+    for (env, policy), runs in groups.items():
+        fin_m, fin_s = _mean_std([r.final_regret for r in runs])
+        half = [float(r.cumulative_regret[max(r.horizon // 2 - 1, 0)]) for r in runs]
+        tot_m, _ = _mean_std([r.total_agent_seconds for r in runs])
+        tail = [float(np.median(r.agent_seconds[-max(r.horizon // 10, 1):])) for r in runs]
+        rows.append({
+            "env": env,
+            "policy": policy,
+            "seeds": len(runs),
+            "horizon": runs[0].horizon,
+            "final_regret_mean": fin_m,
+            "final_regret_std": fin_s,
+            "half_regret_mean": float(np.mean(half)),
+            "agent_seconds_mean": tot_m,
+            "last_step_ms": 1e3 * float(np.mean(tail)),
+        })
+    return rows

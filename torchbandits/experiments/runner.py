@@ -1,0 +1,129 @@
+"""``simulate`` one policy on one environment, and ``run_grid`` over policies × envs × seeds."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from ..envs.base import BanditEnv
+from ..policies.base import Policy
+from .results import RunResult
+
+__all__ = ["run_grid", "simulate"]
+
+PolicyFactory = Callable[[BanditEnv], Policy]
+EnvFactory = Callable[[], BanditEnv]
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def simulate(
+    policy: Policy,
+    env: BanditEnv,
+    horizon: int,
+    seed: int = 0,
+    *,
+    policy_name: str | None = None,
+    env_name: str | None = None,
+    diagnostics_every: int = 1,
+    progress: tqdm | bool = False,
+    config: Mapping[str, Any] | None = None,
+) -> RunResult:
+    """Run ``policy`` on ``env`` for ``horizon`` rounds from a fresh ``reset(seed)`` of both.
+
+    Per round: ``candidates()`` → ``select`` → ``pull`` → ``update(candidates[i], reward)``.
+    Agent time is ``select`` + ``update`` only (CUDA synchronised); the pseudo-regret is
+    ``max mean_rewards() − mean_rewards()[i]``.
+    """
+    if int(horizon) < 1:
+        raise ValueError(f"horizon must be >= 1, got {horizon}")
+    env.reset(seed)
+    policy.reset(seed=seed)
+    device = policy.device
+    rewards, regret, seconds, actions = [], [], [], []
+    diag_steps: list[int] = []
+    diags: dict[str, list[float]] = {}
+    bar = progress if isinstance(progress, tqdm) else None
+    own_bar = None
+    if progress is True:
+        own_bar = bar = tqdm(total=horizon, desc=policy_name or type(policy).__name__, leave=False)
+    for t in range(int(horizon)):
+        cand = env.candidates()
+        means = env.mean_rewards()
+        _sync(device)
+        t0 = time.perf_counter()
+        idx = policy.select(cand)
+        t1 = time.perf_counter()
+        reward = env.pull(idx)
+        t2 = time.perf_counter()
+        policy.update(cand[idx], reward)
+        _sync(device)
+        t3 = time.perf_counter()
+        seconds.append((t1 - t0) + (t3 - t2))
+        rewards.append(float(reward))
+        regret.append(float(means.max() - means[idx]))
+        actions.append(int(idx))
+        if diagnostics_every and (t + 1) % diagnostics_every == 0:
+            diag_steps.append(t + 1)
+            for k, v in policy.diagnostics().items():
+                diags.setdefault(k, []).append(float(v))
+        if bar is not None:
+            bar.update(1)
+    if own_bar is not None:
+        own_bar.close()
+    cfg = {"horizon": int(horizon), "device": str(device), "dtype": str(policy.dtype),
+           "policy_repr": repr(policy), "env_repr": repr(env), **(config or {})}
+    return RunResult(
+        policy=policy_name or type(policy).__name__,
+        env=env_name or type(env).__name__,
+        seed=int(seed),
+        rewards=rewards,
+        regret=regret,
+        agent_seconds=seconds,
+        actions=actions,
+        diagnostic_steps=diag_steps,
+        diagnostics=diags,
+        config=cfg,
+    )
+
+
+def run_grid(
+    policies: Mapping[str, PolicyFactory],
+    envs: Mapping[str, EnvFactory],
+    seeds: Sequence[int],
+    horizon: int,
+    *,
+    out: str | Path | None = None,
+    progress: bool = True,
+    diagnostics_every: int = 1,
+    config: Mapping[str, Any] | None = None,
+) -> list[RunResult]:
+    """Every policy × env × seed; each run saved as JSON under ``out/runs/`` if ``out`` is set.
+
+    A fresh environment and a fresh policy are built for every run (``policy_factory(env)``).
+    """
+    results = []
+    total = len(policies) * len(envs) * len(seeds) * int(horizon)
+    bar = tqdm(total=total, desc="runs", disable=not progress)
+    for env_name, make_env in envs.items():
+        for pol_name, make_policy in policies.items():
+            for seed in seeds:
+                env = make_env()
+                policy = make_policy(env)
+                bar.set_postfix_str(f"{env_name} / {pol_name} / seed {seed}")
+                res = simulate(policy, env, horizon, seed, policy_name=pol_name,
+                               env_name=env_name, diagnostics_every=diagnostics_every,
+                               progress=bar, config=config)
+                if out is not None:
+                    res.save(Path(out) / "runs" / f"{env_name}__{pol_name}__seed{seed}.json")
+                results.append(res)
+    bar.close()
+    return results

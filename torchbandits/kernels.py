@@ -1,0 +1,203 @@
+"""GPyTorch kernels with fixed hyper-parameters, and fast dense evaluation.
+
+GPyTorch is the source of kernel *definitions* (classes, parameters, constraints, devices). Its lazy
+operators cost more than they save at bandit sizes, so :func:`kernel_matrix` and
+:func:`kernel_diag` evaluate the common kernels densely with their closed forms
+(seed 002 spec §5.1, with ``r = ‖x − x'‖ / ℓ``):
+
+* RBF: ``exp(−r²/2)``
+* Matérn-1/2: ``exp(−r)``;  Matérn-3/2: ``(1 + √3 r) exp(−√3 r)``;
+  Matérn-5/2: ``(1 + √5 r + 5r²/3) exp(−√5 r)``
+* linear: ``v · xᵀx'``
+* ``ScaleKernel`` multiplies by its output scale, ``ProductKernel``/``AdditiveKernel`` multiply/add
+  their factors, and ``active_dims`` selects columns (products over context / action dimensions).
+
+Any other GPyTorch kernel falls back to its own (lazy) evaluation, densified.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import gpytorch
+import torch
+from gpytorch.kernels import (
+    AdditiveKernel,
+    Kernel,
+    LinearKernel,
+    MaternKernel,
+    ProductKernel,
+    RBFKernel,
+    ScaleKernel,
+)
+from torch import Tensor
+
+from .validation import check_positive
+
+__all__ = [
+    "KERNEL_NAMES",
+    "kernel_diag",
+    "kernel_matrix",
+    "make_kernel",
+    "product_kernel",
+]
+
+KERNEL_NAMES = ("rbf", "matern12", "matern32", "matern52", "linear")
+_MATERN_NU = {"matern12": 0.5, "matern32": 1.5, "matern52": 2.5}
+
+
+def _freeze(kernel: Kernel) -> Kernel:
+    for p in kernel.parameters():
+        p.requires_grad_(False)
+    return kernel
+
+
+def make_kernel(
+    name: str,
+    lengthscale: float | Sequence[float] = 1.0,
+    *,
+    outputscale: float | None = None,
+    variance: float = 1.0,
+    active_dims: Sequence[int] | None = None,
+    dtype: torch.dtype = torch.float64,
+    device: torch.device | str | None = None,
+) -> Kernel:
+    """Build a GPyTorch kernel with fixed hyper-parameters.
+
+    ``name`` is one of :data:`KERNEL_NAMES`. ``lengthscale`` is a positive number or one per
+    input dimension (ARD). ``outputscale`` wraps the kernel in a ``ScaleKernel`` (default: unit
+    variance, no wrapper, as in the papers). ``variance`` is the linear kernel's ``v``.
+    Parameters are converted to ``dtype`` *before* they are set, so float64 values are exact.
+    """
+    key = name.lower().replace("-", "").replace("_", "").replace("/", "")
+    aliases = {"se": "rbf", "gaussian": "rbf", "exponential": "matern12", "laplace": "matern12"}
+    key = aliases.get(key, key)
+    if key not in KERNEL_NAMES:
+        raise ValueError(f"kernel name must be one of {KERNEL_NAMES}, got {name!r}")
+    dims = tuple(int(i) for i in active_dims) if active_dims is not None else None
+    kwargs = {"active_dims": dims} if dims is not None else {}
+    if key == "linear":
+        kernel: Kernel = LinearKernel(**kwargs)
+        kernel = kernel.to(dtype=dtype)
+        kernel.variance = check_positive("variance", variance)
+    else:
+        ls = [lengthscale] if isinstance(lengthscale, (int, float)) else list(lengthscale)
+        ls = [check_positive("lengthscale", v) for v in ls]
+        ard = len(ls) if len(ls) > 1 else None
+        if key == "rbf":
+            kernel = RBFKernel(ard_num_dims=ard, **kwargs)
+        else:
+            kernel = MaternKernel(nu=_MATERN_NU[key], ard_num_dims=ard, **kwargs)
+        kernel = kernel.to(dtype=dtype)
+        kernel.lengthscale = torch.tensor(ls, dtype=dtype).reshape(1, -1)
+    if outputscale is not None:
+        kernel = ScaleKernel(kernel).to(dtype=dtype)
+        kernel.outputscale = check_positive("outputscale", outputscale)
+    if device is not None:
+        kernel = kernel.to(device=device)
+    return _freeze(kernel)
+
+
+def product_kernel(*kernels: Kernel) -> Kernel:
+    """Product ``k(s, s') = Π_j k_j(s, s')`` (e.g. context kernel × action kernel, each with its
+    own ``active_dims``)."""
+    if len(kernels) < 2:
+        raise ValueError("product_kernel needs at least two kernels")
+    return _freeze(ProductKernel(*kernels))
+
+
+def _select(kernel: Kernel, x: Tensor) -> Tensor:
+    dims = kernel.active_dims
+    if dims is None:
+        return x
+    return x.index_select(-1, dims.to(x.device))
+
+
+def _scaled_sqdist(x: Tensor, y: Tensor, lengthscale: Tensor) -> Tensor:
+    """``‖(x − y)/ℓ‖²`` for all pairs, via one matrix product (clamped at 0)."""
+    ls = lengthscale.reshape(-1).to(dtype=x.dtype)
+    xs, ys = x / ls, y / ls
+    sq = (xs * xs).sum(-1, keepdim=True) - 2.0 * xs @ ys.transpose(-1, -2)
+    sq = sq + (ys * ys).sum(-1).unsqueeze(-2)
+    return sq.clamp_min_(0.0)
+
+
+def _matern(r: Tensor, nu: float) -> Tensor:
+    if nu == 0.5:
+        return torch.exp(-r)
+    if nu == 1.5:
+        s = math.sqrt(3.0) * r
+        return (1.0 + s) * torch.exp(-s)
+    if nu == 2.5:
+        s = math.sqrt(5.0) * r
+        return (1.0 + s + s * s / 3.0) * torch.exp(-s)
+    raise ValueError(f"Matérn nu must be 0.5, 1.5 or 2.5, got {nu}")
+
+
+@torch.no_grad()
+def kernel_matrix(kernel: Kernel, x: Tensor, y: Tensor) -> Tensor:
+    """Dense ``[k(x_i, y_j)]`` of shape ``[n, m]`` in the dtype/device of ``x``."""
+    if isinstance(kernel, ScaleKernel):
+        return kernel.outputscale.to(x.dtype) * kernel_matrix(kernel.base_kernel, x, y)
+    if isinstance(kernel, ProductKernel):
+        out = kernel_matrix(kernel.kernels[0], _select(kernel, x), _select(kernel, y))
+        for k in kernel.kernels[1:]:
+            out = out * kernel_matrix(k, _select(kernel, x), _select(kernel, y))
+        return out
+    if isinstance(kernel, AdditiveKernel):
+        out = kernel_matrix(kernel.kernels[0], _select(kernel, x), _select(kernel, y))
+        for k in kernel.kernels[1:]:
+            out = out + kernel_matrix(k, _select(kernel, x), _select(kernel, y))
+        return out
+    xs, ys = _select(kernel, x), _select(kernel, y)
+    if isinstance(kernel, RBFKernel):
+        return torch.exp(-0.5 * _scaled_sqdist(xs, ys, kernel.lengthscale))
+    if isinstance(kernel, MaternKernel):
+        return _matern(torch.sqrt(_scaled_sqdist(xs, ys, kernel.lengthscale)), kernel.nu)
+    if isinstance(kernel, LinearKernel):
+        return kernel.variance.to(x.dtype).reshape(()) * (xs @ ys.transpose(-1, -2))
+    with gpytorch.settings.lazily_evaluate_kernels(False):
+        return kernel(x, y).to_dense()
+
+
+@torch.no_grad()
+def kernel_diag(kernel: Kernel, x: Tensor) -> Tensor:
+    """``[k(x_i, x_i)]`` of shape ``[n]`` without forming the matrix."""
+    if isinstance(kernel, ScaleKernel):
+        return kernel.outputscale.to(x.dtype) * kernel_diag(kernel.base_kernel, x)
+    if isinstance(kernel, ProductKernel):
+        out = kernel_diag(kernel.kernels[0], _select(kernel, x))
+        for k in kernel.kernels[1:]:
+            out = out * kernel_diag(k, _select(kernel, x))
+        return out
+    if isinstance(kernel, AdditiveKernel):
+        out = kernel_diag(kernel.kernels[0], _select(kernel, x))
+        for k in kernel.kernels[1:]:
+            out = out + kernel_diag(k, _select(kernel, x))
+        return out
+    if isinstance(kernel, (RBFKernel, MaternKernel)):
+        return x.new_ones(x.shape[0])
+    xs = _select(kernel, x)
+    if isinstance(kernel, LinearKernel):
+        return kernel.variance.to(x.dtype).reshape(()) * (xs * xs).sum(-1)
+    with gpytorch.settings.lazily_evaluate_kernels(False):
+        return kernel(x, x, diag=True).to_dense()
+
+
+def kernel_bound(kernel: Kernel) -> float | None:
+    """``sup_x k(x, x)`` for stationary kernels (κ² in the papers), ``None`` if unbounded."""
+    if isinstance(kernel, ScaleKernel):
+        inner = kernel_bound(kernel.base_kernel)
+        return None if inner is None else float(kernel.outputscale) * inner
+    if isinstance(kernel, ProductKernel):
+        out = 1.0
+        for k in kernel.kernels:
+            b = kernel_bound(k)
+            if b is None:
+                return None
+            out *= b
+        return out
+    if isinstance(kernel, (RBFKernel, MaternKernel)):
+        return 1.0
+    return None

@@ -1,0 +1,244 @@
+"""Incremental dense linear algebra for kernel models.
+
+Everything here is pure torch, batched where it can be, and follows the dtype and device of its
+inputs. The updates are the ones the papers use:
+
+* bordered (Schur-complement) inverse, seed 000 spec §2.2 / seed 002 spec §2.8;
+* Cholesky append of one point (one triangular solve), seed 002 spec §2.8;
+* Cholesky removal of the *oldest* point, for sliding windows (seed 004): the trailing block of
+  ``K + λI`` is ``L22 L22ᵀ + l21 l21ᵀ``, a rank-one *update* (never a downdate), done with the
+  closed-form Cholesky factor of ``I + p pᵀ`` (Gill, Golub, Murray & Saunders 1974) in O(n²) with
+  no Python loop over n;
+* log-determinants from a factor, and a jittered Cholesky that retries with growing jitter.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .buffers import ResizableModule
+
+__all__ = [
+    "GrowingCholesky",
+    "bordered_inverse",
+    "cholesky_append",
+    "cholesky_rank_one_update",
+    "cholesky_remove_first",
+    "logdet_from_cholesky",
+    "safe_cholesky",
+]
+
+
+def bordered_inverse(a_inv: Tensor, b: Tensor, c: Tensor | float) -> Tensor:
+    """Inverse of ``[[A, b], [bᵀ, c]]`` from ``A⁻¹`` (Schur complement).
+
+    With ``q = A⁻¹ b`` and ``s = c − bᵀq`` the result is
+    ``[[A⁻¹ + q qᵀ/s, −q/s], [−qᵀ/s, 1/s]]``. Costs O(n²). Raises if ``s`` is not positive
+    (the bordered matrix is then not positive definite).
+    """
+    n = a_inv.shape[-1]
+    q = a_inv @ b
+    s = torch.as_tensor(c, dtype=a_inv.dtype, device=a_inv.device) - b @ q
+    if not bool(s > 0):
+        raise ValueError(f"bordered_inverse: Schur complement {float(s):.3e} is not positive")
+    out = a_inv.new_empty(n + 1, n + 1)
+    out[:n, :n] = a_inv + torch.outer(q, q) / s
+    out[:n, n] = -q / s
+    out[n, :n] = -q / s
+    out[n, n] = 1.0 / s
+    return out
+
+
+def cholesky_append(chol: Tensor, b: Tensor, c: Tensor | float) -> tuple[Tensor, Tensor]:
+    """New last row of the lower Cholesky factor when a point is appended.
+
+    ``chol`` is the ``n×n`` lower factor of ``A``; the bordered matrix is ``[[A, b], [bᵀ, c]]``.
+    Returns ``(l, d)`` with ``l = chol⁻¹ b`` and ``d = sqrt(c − lᵀl)`` so that the new factor is
+    ``[[chol, 0], [lᵀ, d]]``. One triangular solve: O(n²).
+    """
+    if chol.shape[-1] == 0:
+        l_row = b.new_zeros(0)
+    else:
+        l_row = torch.linalg.solve_triangular(chol, b.unsqueeze(-1), upper=False).squeeze(-1)
+    d2 = torch.as_tensor(c, dtype=b.dtype, device=b.device) - l_row @ l_row
+    if not bool(d2 > 0):
+        raise ValueError(f"cholesky_append: new pivot {float(d2):.3e} is not positive")
+    return l_row, torch.sqrt(d2)
+
+
+def cholesky_rank_one_update(chol: Tensor, v: Tensor) -> Tensor:
+    """Lower Cholesky factor of ``L Lᵀ + v vᵀ`` in O(n²) without a loop over n.
+
+    Write ``L Lᵀ + v vᵀ = L (I + p pᵀ) Lᵀ`` with ``p = L⁻¹ v``. The factor ``G`` of ``I + p pᵀ``
+    is known in closed form: with ``t_0 = 1``, ``t_j = 1 + Σ_{k≤j} p_k²``,
+    ``G_jj = sqrt(t_j / t_{j−1})`` and ``G_ij = p_i p_j / sqrt(t_{j−1} t_j)`` for ``i > j``.
+    Then ``(L G)_ij = L_ij G_jj + (Σ_{k>j} L_ik p_k) p_j / sqrt(t_{j−1} t_j)``, where the inner sum
+    is a reversed cumulative sum along rows.
+    """
+    n = chol.shape[-1]
+    if n == 0:
+        return chol.clone()
+    p = torch.linalg.solve_triangular(chol, v.unsqueeze(-1), upper=False).squeeze(-1)
+    t = 1.0 + torch.cumsum(p * p, dim=0)
+    t_prev = torch.cat([t.new_ones(1), t[:-1]])
+    g_diag = torch.sqrt(t / t_prev)
+    g_off = p / torch.sqrt(t_prev * t)
+    lp = chol * p  # L_ik p_k
+    tail = torch.flip(torch.cumsum(torch.flip(lp, dims=(-1,)), dim=-1), dims=(-1,))  # Σ_{k≥j}
+    strictly_after = torch.zeros_like(tail)
+    strictly_after[:, :-1] = tail[:, 1:]  # Σ_{k>j}
+    return torch.tril(chol * g_diag + strictly_after * g_off)
+
+
+def cholesky_remove_first(chol: Tensor) -> Tensor:
+    """Factor of ``A[1:, 1:]`` from the lower factor ``L`` of ``A``, in O(n²).
+
+    ``A[1:, 1:] = L[1:, 1:] L[1:, 1:]ᵀ + L[1:, 0] L[1:, 0]ᵀ``: a rank-one update.
+    """
+    return cholesky_rank_one_update(chol[1:, 1:], chol[1:, 0])
+
+
+def logdet_from_cholesky(chol: Tensor) -> Tensor:
+    """``log det(L Lᵀ) = 2 Σ log L_ii``."""
+    return 2.0 * torch.log(torch.diagonal(chol, dim1=-2, dim2=-1)).sum(-1)
+
+
+def safe_cholesky(a: Tensor, jitter: float = 0.0, max_tries: int = 6) -> tuple[Tensor, float]:
+    """Lower Cholesky factor of ``a + jitter·I``, growing the jitter ×10 on failure.
+
+    Starts with ``jitter`` (0 means "try without first, then 1e-10 × mean diagonal").
+    Returns the factor and the jitter actually used; raises ``RuntimeError`` after ``max_tries``.
+    """
+    eye = torch.eye(a.shape[-1], dtype=a.dtype, device=a.device)
+    scale = float(torch.diagonal(a).abs().mean()) if a.shape[-1] else 1.0
+    current = jitter
+    for _ in range(max_tries):
+        chol, info = torch.linalg.cholesky_ex(a + current * eye if current else a)
+        if int(info) == 0:
+            return chol, current
+        current = max(current * 10.0, 1e-10 * max(scale, 1e-300))
+    raise RuntimeError(
+        f"safe_cholesky: matrix not positive definite even with jitter {current:.3e}"
+        f" ({max_tries} tries)"
+    )
+
+
+def log1p_safe(x: Tensor) -> Tensor:
+    """``log(1 + x)`` clamped at ``x ≥ 0`` (round-off can make variances slightly negative)."""
+    return torch.log1p(torch.clamp(x, min=0.0))
+
+
+class GrowingCholesky(ResizableModule):
+    """Lower Cholesky factor ``L`` of a growing SPD matrix, appended one row at a time.
+
+    LAPACK's triangular solves are fast only on a *contiguous* factor: a slice of a capacity
+    buffer makes torch copy the whole ``n×n`` block on every solve. So the factor is stored in
+    two parts: a contiguous ``head`` (``n0×n0``) and a ``tail`` of at most ``block`` recent rows
+    (``[block, n0 + block]``; row ``i`` holds ``[L21_i, L22_i]``). A solve is
+    ``x1 = head⁻¹ b1``, ``x2 = L22⁻¹ (b2 − L21 x1)``. Every ``block`` appends the tail is folded
+    into a new contiguous head (an O(n²) copy, amortised to O(n²/block) per append). Appending is
+    one solve, O(n²); removing the oldest row is :func:`cholesky_remove_first`, O(n²).
+    """
+
+    def __init__(self, block: int = 64, dtype: torch.dtype = torch.float64) -> None:
+        super().__init__()
+        self.block = int(block)
+        self.register_buffer("head", torch.zeros(0, 0, dtype=dtype))
+        self.register_buffer("tail", torch.zeros(self.block, self.block, dtype=dtype))
+        self.m = 0  # rows in the tail
+
+    # -- state ---------------------------------------------------------------------------------
+    @property
+    def n(self) -> int:
+        return self.head.shape[0] + self.m
+
+    def get_extra_state(self) -> dict:
+        return {"m": self.m, "block": self.block}
+
+    def set_extra_state(self, state: dict) -> None:
+        self.m = int(state["m"])
+        self.block = int(state["block"])
+
+    def reset(self) -> None:
+        self.head = self.head.new_zeros(0, 0)
+        self.tail = self.head.new_zeros(self.block, self.block)
+        self.m = 0
+
+    def set_dense(self, chol: Tensor) -> None:
+        """Replace the factor by the dense lower-triangular ``chol``."""
+        self.head = chol.to(dtype=self.head.dtype, device=self.head.device).contiguous()
+        self.tail = self.head.new_zeros(self.block, self.head.shape[0] + self.block)
+        self.m = 0
+
+    def dense(self) -> Tensor:
+        """The full ``n×n`` factor (a copy)."""
+        n0, m = self.head.shape[0], self.m
+        out = self.head.new_zeros(n0 + m, n0 + m)
+        out[:n0, :n0] = self.head
+        out[n0:, :] = self.tail[:m, : n0 + m]
+        return out
+
+    def diagonal(self) -> Tensor:
+        n0, m = self.head.shape[0], self.m
+        tail_diag = self.tail[torch.arange(m), n0 + torch.arange(m)] if m else self.head.new_zeros(0)
+        return torch.cat([torch.diagonal(self.head), tail_diag])
+
+    def rows(self, start: int, stop: int) -> Tensor:
+        """Rows ``start:stop`` of ``L`` restricted to columns ``:stop``, shape ``[stop−start, stop]``."""
+        n0 = self.head.shape[0]
+        if start >= n0:
+            return self.tail[start - n0 : stop - n0, :stop]
+        return self.dense()[start:stop, :stop]
+
+    # -- operations ----------------------------------------------------------------------------
+    def solve(self, rhs: Tensor) -> Tensor:
+        """``L⁻¹ rhs`` for ``rhs`` of shape ``[n]`` or ``[n, k]``."""
+        vec = rhs.ndim == 1
+        b = rhs.unsqueeze(-1) if vec else rhs
+        n0, m = self.head.shape[0], self.m
+        if n0:
+            x1 = torch.linalg.solve_triangular(self.head, b[:n0], upper=False)
+        else:
+            x1 = b[:0]
+        if m:
+            l21 = self.tail[:m, :n0]
+            l22 = self.tail[:m, n0 : n0 + m]
+            r2 = b[n0:] - l21 @ x1 if n0 else b[n0:]
+            x2 = torch.linalg.solve_triangular(l22, r2, upper=False)
+            x = torch.cat([x1, x2], dim=0)
+        else:
+            x = x1
+        return x.squeeze(-1) if vec else x
+
+    def append(self, row: Tensor, pivot: Tensor) -> None:
+        """Append ``[row, pivot]`` as the new last row (``row = L⁻¹ b``, ``pivot = d``)."""
+        n0, m = self.head.shape[0], self.m
+        if m == self.block:
+            self.set_dense(self.dense())
+            n0, m = self.head.shape[0], 0
+        assert self.tail.shape[1] >= n0 + self.block, "tail width out of sync with head"
+        self.tail[m, : n0 + m] = row
+        self.tail[m, n0 + m] = pivot
+        self.m = m + 1
+
+    def append_point(self, b: Tensor, c: Tensor | float) -> tuple[Tensor, Tensor]:
+        """Border the matrix with column ``b`` and diagonal ``c``; returns ``(L⁻¹b, d)``."""
+        n = self.n
+        row = self.solve(b) if n else b.new_zeros(0)
+        d2 = torch.as_tensor(c, dtype=b.dtype, device=b.device) - row @ row
+        if not bool(d2 > 0):
+            raise ValueError(f"GrowingCholesky: new pivot {float(d2):.3e} is not positive")
+        d = torch.sqrt(d2)
+        self.append(row, d)
+        return row, d
+
+    def remove_first(self) -> None:
+        """Drop the first row and column of the factored matrix (oldest point)."""
+        if self.n == 0:
+            raise ValueError("GrowingCholesky.remove_first: the factor is empty")
+        self.set_dense(cholesky_remove_first(self.dense()))
+
+    def logdet(self) -> Tensor:
+        """``log det(L Lᵀ)``."""
+        return 2.0 * torch.log(self.diagonal()).sum()

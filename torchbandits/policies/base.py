@@ -1,0 +1,126 @@
+"""The policy contract (DESIGN.md): ``forward`` → scores, ``select``, ``update``, ``reset``.
+
+Every policy is an ``nn.Module`` whose state lives in registered buffers (and in
+``get_extra_state`` for counters and the generator), so ``.to(device)``, ``.double()`` and
+``state_dict()``/``load_state_dict()`` work, and a policy reloaded mid-run continues with identical
+choices. Randomness comes from the policy's own ``torch.Generator`` (kept on the CPU so seeded runs
+choose the same on every device; only scalars and small vectors are drawn from it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..buffers import ResizableModule
+from ..validation import as_matrix, as_point, as_scalar_reward
+
+__all__ = ["IndexPolicy", "Policy"]
+
+
+class Policy(ResizableModule):
+    """Base class of every bandit policy.
+
+    Subclasses implement :meth:`forward` (scores of candidates ``[A, d] → [A]``),
+    :meth:`_update` (state change after validation) and :meth:`_reset`. ``n_warmup`` rounds are
+    played uniformly at random first (seed 000 E22, seed 002 §7.6: the prior UCB is flat).
+    """
+
+    def __init__(self, *, seed: int = 0, n_warmup: int = 1, dtype: torch.dtype = torch.float64,
+                 device: torch.device | str | None = None) -> None:
+        super().__init__()
+        if n_warmup < 0:
+            raise ValueError(f"n_warmup must be >= 0, got {n_warmup}")
+        self.n_warmup = int(n_warmup)
+        self.seed = int(seed)
+        self.generator = torch.Generator(device="cpu")
+        self.generator.manual_seed(self.seed)
+        self.register_buffer("_probe", torch.zeros((), dtype=dtype, device=device))
+        self.t = 0  # number of updates so far; the next select is round t + 1
+        self.dim: int | None = None
+
+    # ---------------------------------------------------------------- dtype / device / state
+    @property
+    def dtype(self) -> torch.dtype:
+        return self._probe.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self._probe.device
+
+    def get_extra_state(self) -> dict[str, Any]:
+        return {"t": self.t, "dim": self.dim, "rng": self.generator.get_state(),
+                "seed": self.seed, **self._extra_state()}
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        self.t = int(state["t"])
+        self.dim = state["dim"]
+        self.seed = int(state["seed"])
+        self.generator.set_state(state["rng"])
+        self._set_extra_state(state)
+
+    def _extra_state(self) -> dict[str, Any]:
+        """Further picklable state of a subclass (counters, flags)."""
+        return {}
+
+    def _set_extra_state(self, state: dict[str, Any]) -> None:
+        pass
+
+    def manual_seed(self, seed: int) -> None:
+        """Reseed the policy's generator."""
+        self.seed = int(seed)
+        self.generator.manual_seed(self.seed)
+
+    # ---------------------------------------------------------------- contract
+    def check_candidates(self, candidates: Any) -> Tensor:
+        """Candidates as a finite ``[A, d]`` tensor on the policy's device/dtype."""
+        return as_matrix("candidates", candidates, dtype=self.dtype, device=self.device,
+                         dim=self.dim)
+
+    def forward(self, candidates: Tensor) -> Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def select(self, candidates: Any) -> int:
+        """Index of the candidate to play this round (argmax of :meth:`forward`, first on ties;
+        uniform during the warm-up rounds)."""
+        cand = self.check_candidates(candidates)
+        if self.t < self.n_warmup:
+            return int(torch.randint(cand.shape[0], (1,), generator=self.generator))
+        with torch.no_grad():
+            scores = self(cand)
+        return int(torch.argmax(scores))
+
+    def update(self, x: Any, reward: Any) -> None:
+        """Record that ``x`` (the played joint feature vector ``[d]``) returned ``reward``.
+
+        Both are validated before any state changes.
+        """
+        xv = as_point("x", x, dtype=self.dtype, device=self.device, dim=self.dim)
+        r = as_scalar_reward("reward", reward)
+        with torch.no_grad():
+            self._update(xv, r)
+        self.dim = xv.shape[0]
+        self.t += 1
+
+    def _update(self, x: Tensor, reward: float) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def reset(self, seed: int | None = None) -> None:
+        """Forget all observations (and reseed if ``seed`` is given)."""
+        self.t = 0
+        self._reset()
+        if seed is not None:
+            self.manual_seed(seed)
+
+    def _reset(self) -> None:
+        pass
+
+    def diagnostics(self) -> dict[str, float]:
+        """Numbers worth logging each round (dictionary size, β, restarts, …)."""
+        return {}
+
+
+class IndexPolicy(Policy):
+    """A policy that plays the argmax of an index (UCB) computed by :meth:`forward`."""
