@@ -101,4 +101,4 @@ class ConstantBeta(RadiusRule):
         self.variance = variance
 
     def radius(self, model: PosteriorModel, n_candidates: int, t: int) -> Tensor:
-        return torch.tensor(self.beta)
+        return torch.tensor(self.beta, dtype=torch.float64)

@@ -63,7 +63,7 @@ class SrinivasBeta(RadiusRule):
     def radius(self, model: PosteriorModel, n_candidates: int, t: int) -> Tensor:
         if self.mode == "finite":
             beta = 2.0 * math.log(n_candidates * t * t * math.pi**2 / (6.0 * self.delta))
-            return torch.tensor(math.sqrt(max(beta, 0.0)))
+            return torch.tensor(math.sqrt(max(beta, 0.0)), dtype=torch.float64)
         gamma = 0.5 * model.log_det()
         log_term = max(math.log(t / self.delta), 0.0)
         return torch.sqrt(2.0 * self.norm_bound**2 + 300.0 * gamma * log_term**3)
