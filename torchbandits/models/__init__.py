@@ -2,10 +2,13 @@
 
 from .exact import ExactKernelRidge, exact_posterior_reference
 from .nystrom import NystromKernelRidge, nystrom_posterior_reference
+from .rls import RLSResampler, theory_qbar  # seed 001 (BKB)
 
 __all__ = [
     "ExactKernelRidge",
     "NystromKernelRidge",
+    "RLSResampler",
     "exact_posterior_reference",
     "nystrom_posterior_reference",
+    "theory_qbar",
 ]

@@ -1,0 +1,137 @@
+"""Ridge-leverage-score (RLS) dictionary resampling of BKB (seed 001 spec §2.5, A5).
+
+After every pull BKB draws its dictionary **from scratch** out of all pulled points: each of the
+``t`` pulls ``x̃_i`` is kept independently with probability
+
+    p̃_i = min(q̄ · σ̃_t²(x̃_i), 1)
+
+where ``σ̃_t²`` is the **1/λ-scaled** (ridge-leverage) approximate variance of the model that chose
+the newest arm. Pulls of the same arm are deduplicated: arm ``a`` pulled ``n_a`` times receives
+``c_a ~ Binomial(n_a, p̃_a)`` selected copies, it enters the dictionary iff ``c_a > 0`` (probability
+``1 − (1 − p̃_a)^{n_a}``, identical in law to per-pull sampling), and ``m_theory = Σ_a c_a`` is the
+multiset size that Theorem 1 bounds.
+
+Samplers:
+
+* ``"binomial"`` — the paper's law above (default).
+* ``"linearized"`` — the authors' later code: arm ``a`` enters with probability
+  ``min(1, n_a q̄ σ̃²_a)`` (a first-order approximation of the binomial law); ``m_theory`` counts
+  entries.
+* ``"all"`` — every pulled arm (the exactness limit of spec §7.1, for tests and ablations).
+* ``"uniform"`` — ablation: every pulled arm with the same probability ``min(1, q̄ / n_distinct)``
+  (no leverage information; a DTC with uniformly sampled inducing points, spec §6).
+
+All draws use the caller's CPU ``torch.Generator`` so seeded runs are identical on every device.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+__all__ = ["SAMPLERS", "RLSResampler", "Resample", "inclusion_probabilities", "theory_qbar"]
+
+Sampler = Literal["binomial", "linearized", "all", "uniform"]
+SAMPLERS: tuple[str, ...] = ("binomial", "linearized", "all", "uniform")
+
+
+def theory_qbar(eps: float, delta: float, horizon: int) -> float:
+    """Theorem 1's oversampling ``q̄ = 6 α log(4T/δ) / ε²`` with ``α = (1+ε)/(1−ε)``."""
+    if not 0.0 < eps < 1.0:
+        raise ValueError(f"eps must lie in (0, 1), got {eps}")
+    if not 0.0 < delta < 1.0:
+        raise ValueError(f"delta must lie in (0, 1), got {delta}")
+    if int(horizon) < 1:
+        raise ValueError(f"horizon must be >= 1, got {horizon}")
+    alpha = (1.0 + eps) / (1.0 - eps)
+    return 6.0 * alpha * math.log(4.0 * int(horizon) / delta) / eps**2
+
+
+@dataclass
+class Resample:
+    """Outcome of one resampling: ``mask`` [n] over the distinct points (True = in the
+    dictionary), ``copies`` [n] selected copies per point, and ``m_theory = Σ copies``."""
+
+    mask: Tensor
+    copies: Tensor
+    m_theory: int
+
+    @property
+    def size(self) -> int:
+        """Number of distinct dictionary points."""
+        return int(self.mask.sum())
+
+
+def inclusion_probabilities(variances: Tensor, counts: Tensor, qbar: float,
+                            sampler: Sampler = "binomial") -> Tensor:
+    """Probability that each distinct point enters the dictionary (spec §7.5):
+    ``1 − (1 − min(q̄σ̃², 1))^{n}`` for ``"binomial"``, ``min(1, n q̄ σ̃²)`` for ``"linearized"``."""
+    p = torch.clamp(qbar * variances.clamp_min(0.0), max=1.0)
+    if sampler == "binomial":
+        return 1.0 - (1.0 - p) ** counts
+    if sampler == "linearized":
+        return torch.clamp(counts * qbar * variances.clamp_min(0.0), max=1.0)
+    if sampler == "all":
+        return torch.ones_like(variances)
+    if sampler == "uniform":
+        return torch.full_like(variances, min(1.0, qbar / max(variances.shape[0], 1)))
+    raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
+
+
+class RLSResampler:
+    """BKB's sampler: ``resample(variances, counts, generator) -> Resample``.
+
+    Args:
+        qbar: oversampling ``q̄ > 0`` (practical default 5, spec A17; Theorem 1 needs
+            :func:`theory_qbar`).
+        sampler: ``"binomial"`` (paper), ``"linearized"`` (authors' code), ``"all"``,
+            ``"uniform"`` (see the module docstring).
+    """
+
+    def __init__(self, qbar: float = 5.0, sampler: Sampler = "binomial") -> None:
+        qbar = float(qbar)
+        if not qbar > 0 or math.isnan(qbar):
+            raise ValueError(f"qbar must be > 0, got {qbar}")
+        if sampler not in SAMPLERS:
+            raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
+        self.qbar = qbar
+        self.sampler: Sampler = sampler
+
+    def probabilities(self, variances: Tensor, counts: Tensor) -> Tensor:
+        """Per-point inclusion probabilities (see :func:`inclusion_probabilities`)."""
+        return inclusion_probabilities(variances, counts, self.qbar, self.sampler)
+
+    def resample(self, variances: Tensor, counts: Tensor, generator: torch.Generator) -> Resample:
+        """Draw a fresh dictionary over the ``n`` distinct pulled points.
+
+        Args:
+            variances: ``[n]`` 1/λ-scaled approximate variances ``σ̃_t²`` of the distinct points
+                (from the model that selected the newest arm, spec §7.7).
+            counts: ``[n]`` pull counts ``n_a ≥ 1``.
+            generator: CPU generator (all randomness comes from it).
+        """
+        if variances.shape != counts.shape or variances.dim() != 1:
+            raise ValueError(f"variances and counts must be [n] tensors of the same shape, got "
+                             f"{tuple(variances.shape)} and {tuple(counts.shape)}")
+        var = variances.detach().to("cpu", torch.float64)
+        cnt = counts.detach().to("cpu", torch.float64)
+        n = var.shape[0]
+        if self.sampler == "all":
+            copies = cnt.clone()
+        elif self.sampler == "binomial":
+            p = torch.clamp(self.qbar * var.clamp_min(0.0), max=1.0)
+            copies = torch.binomial(cnt, p, generator=generator) if n else cnt.clone()
+        else:
+            p = self.probabilities(var, cnt)
+            u = torch.rand(n, generator=generator, dtype=torch.float64)
+            copies = (u < p).to(torch.float64)
+        mask = copies > 0
+        dev = variances.device
+        return Resample(mask=mask.to(dev), copies=copies.to(dev), m_theory=int(copies.sum()))
+
+    def __repr__(self) -> str:
+        return f"RLSResampler(qbar={self.qbar}, sampler={self.sampler!r})"

@@ -1,0 +1,355 @@
+"""BKB — Budgeted Kernelized Bandit (seed 001: Calandriello et al., COLT 2019).
+
+GP-UCB on a Nyström (DTC) posterior whose dictionary is **resampled from scratch every round** by
+ridge-leverage-score sampling over all pulled points (spec §2.5):
+
+* score  ``ũ_t(x) = μ̃_t(x) + β̃_t · σ̃_t(x)`` (spec §2.4), where ``σ̃_t²`` is the **1/λ-scaled
+  (ridge) DTC variance** ``σ̃_t²(x) = (k(x,x) − ‖z_t(x)‖²)/λ + z_t(x)ᵀ V_t⁻¹ z_t(x)`` (spec §2.2; the
+  main trap, A1). So β̃_t multiplies the **ridge** sd ``sqrt(var_GP/λ)``, as in K-UCB; the
+  GP-scale variance of the model is ``λ σ̃_t²``.
+* β̃_t: :class:`~torchbandits.confidence.bkb.BKBBeta` (``"paper"``: spec §2.3 with the guarded log
+  term of A7; ``"authors_code"``; ``"constant"``), with ``S_t = Σ_a n_a σ̃_t²(a)`` (A21).
+* after the pull: every distinct pulled arm ``a`` gets ``c_a ~ Binomial(n_a, min(q̄ σ̃_t²(a), 1))``
+  copies with the variances of the model **that chose the new arm** (spec §7.7); the dictionary is
+  ``{a : c_a > 0}`` (:class:`~torchbandits.models.rls.RLSResampler`).
+
+Count-based caching (spec §2.6 step 4, §3): the posterior only needs the distinct pulled points,
+their pull counts ``n_a`` and reward sums ``b_a``: ``V = Σ_a n_a z_a z_aᵀ + λI`` and
+``Zᵀy = Σ_a b_a z_a``. One round therefore costs ``O((A + n_distinct) m² + m³)`` with
+``n_distinct ≤ min(t, A)``, not ``O(t m²)`` — the shared
+:class:`~torchbandits.models.nystrom.NystromKernelRidge` is rebuilt from these statistics
+(``rebuild(dictionary, x, sums, counts)``). With a fixed candidate set the variances of the pulled
+arms are read off the candidates' variances (no second evaluation).
+
+``variance="sor"`` replaces the DTC variance by the subset-of-regressors one
+``z_t(x)ᵀ V_t⁻¹ z_t(x)`` (drops the residual term): the variance-starvation ablation of spec §2.2.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Literal
+
+import torch
+from gpytorch.kernels import Kernel
+from torch import Tensor
+
+from ..buffers import grow_rows
+from ..confidence.bkb import BetaRule, BKBBeta
+from ..kernels import kernel_diag
+from ..models.exact import ExactKernelRidge
+from ..models.nystrom import NystromKernelRidge
+from ..models.rls import RLSResampler, Sampler, theory_qbar
+from ..validation import check_positive
+from .base import IndexPolicy
+
+__all__ = ["BKB"]
+
+VarianceKind = Literal["dtc", "sor"]
+
+
+class BKB(IndexPolicy):
+    """BKB for a finite arm set (seed 001, Fig. 1 / spec §2.6).
+
+    β multiplies the **ridge** (1/λ-scaled) sd ``σ̃_t(x) = sqrt(var_GP(x)/λ)``.
+
+    Args:
+        kernel: GPyTorch kernel on the arm features.
+        lam: regulariser λ > 0 (default ``noise_std²``, spec A15).
+        noise_std: ξ, the sub-Gaussian noise scale used in β̃_t.
+        norm_bound: F ≥ ‖f‖_H.
+        eps: ε ∈ (0, 1) (α = (1+ε)/(1−ε)), used by β̃_t (and the theory q̄).
+        delta: δ ∈ (0, 1).
+        qbar: oversampling q̄ (float, practical default 5, spec A17) or ``"theory"``
+            (6α log(4T/δ)/ε², needs ``horizon``).
+        horizon: T, only for ``qbar="theory"``.
+        sampler: ``"binomial"`` (paper), ``"linearized"`` (authors' code), ``"all"`` (every pulled
+            arm: the exact-GP limit), ``"uniform"`` (ablation); see :mod:`torchbandits.models.rls`.
+        beta_rule: ``"paper"`` (β̃_t, spec §2.3 + A7), ``"authors_code"``, or ``"constant"``.
+        beta: the constant for ``beta_rule="constant"`` (ridge sd).
+        beta_scale: multiplies β̃_t.
+        variance: ``"dtc"`` (BKB) or ``"sor"`` (ablation: starves far from the dictionary).
+        track_exact: also keep the exact posterior and report the min / max of σ̃²/σ² over the
+            candidates each round (diagnostics ``var_ratio_min/max``; O(tA) extra per round).
+        jitter: passed to the Nyström model.
+        seed, n_warmup, dtype, device: see :class:`~torchbandits.policies.base.Policy`
+            (the first arm is uniform and ``S_1 = {x̃_1}``, spec §2.5).
+    """
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        lam: float | None = None,
+        *,
+        noise_std: float = 0.1,
+        norm_bound: float = 1.0,
+        eps: float = 0.5,
+        delta: float = 0.1,
+        qbar: float | str = 5.0,
+        horizon: int | None = None,
+        sampler: Sampler = "binomial",
+        beta_rule: BetaRule = "paper",
+        beta: float = 1.0,
+        beta_scale: float = 1.0,
+        variance: VarianceKind = "dtc",
+        track_exact: bool = False,
+        jitter: float = 0.0,
+        seed: int = 0,
+        n_warmup: int = 1,
+        dtype: torch.dtype = torch.float64,
+        device: torch.device | str | None = None,
+    ) -> None:
+        noise_std = check_positive("noise_std", noise_std)
+        lam = noise_std**2 if lam is None else check_positive("lam", lam)
+        self.rule = BKBBeta(beta_rule, beta=beta, norm_bound=norm_bound, noise_std=noise_std,
+                            eps=eps, delta=delta, beta_scale=beta_scale)
+        if isinstance(qbar, str):
+            if qbar != "theory":
+                raise ValueError(f"qbar must be a positive number or 'theory', got {qbar!r}")
+            if horizon is None:
+                raise ValueError("horizon is required with qbar='theory'")
+            qbar = theory_qbar(eps, delta, horizon)
+        self.resampler = RLSResampler(qbar, sampler)
+        if variance not in ("dtc", "sor"):
+            raise ValueError(f"variance must be 'dtc' or 'sor', got {variance!r}")
+        super().__init__(seed=seed, n_warmup=n_warmup, dtype=dtype, device=device)
+        self.variance_kind: VarianceKind = variance
+        self.model = NystromKernelRidge(kernel, lam, jitter=jitter, dtype=dtype, device=device)
+        self.kernel = self.model.kernel
+        self.track_exact = bool(track_exact)
+        self.exact = (ExactKernelRidge(copy.deepcopy(self.kernel), lam, dtype=dtype, device=device)
+                      if self.track_exact else None)
+        # count-based statistics over the distinct pulled points (spec §2.6 "State")
+        self.register_buffer("_px", torch.zeros(0, 0, dtype=dtype, device=device))
+        self.register_buffer("_counts", torch.zeros(16, dtype=dtype, device=device))
+        self.register_buffer("_sums", torch.zeros(16, dtype=dtype, device=device))
+        self.register_buffer("_in_dict", torch.zeros(16, dtype=torch.bool, device=device))
+        self._np = 0
+        self._m_theory = 0
+        self._empty_dictionaries = 0
+        self._last: dict[str, float] = {}
+        self._invalidate()
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def lam(self) -> float:
+        return float(self.model.lam)
+
+    @property
+    def qbar(self) -> float:
+        return self.resampler.qbar
+
+    @property
+    def n_distinct(self) -> int:
+        """Number of distinct pulled points."""
+        return self._np
+
+    @property
+    def pulled(self) -> Tensor:
+        """Distinct pulled points ``[n_distinct, d]``."""
+        return self._px[: self._np]
+
+    @property
+    def counts(self) -> Tensor:
+        """Pull counts ``n_a`` of the distinct pulled points."""
+        return self._counts[: self._np]
+
+    @property
+    def sums(self) -> Tensor:
+        """Reward sums ``b_a`` of the distinct pulled points."""
+        return self._sums[: self._np]
+
+    @property
+    def dictionary_mask(self) -> Tensor:
+        """Which distinct pulled points form the current dictionary."""
+        return self._in_dict[: self._np]
+
+    @property
+    def dictionary(self) -> Tensor:
+        """The dictionary ``S_t`` ``[m, d]``."""
+        return self.pulled[self.dictionary_mask]
+
+    @property
+    def dictionary_size(self) -> int:
+        return int(self.dictionary_mask.sum())
+
+    # ------------------------------------------------------------------ state
+    def _invalidate(self) -> None:
+        self._model_ok = False
+        self._scored: dict[str, Any] | None = None  # variances of the current model, last forward
+        self._map_cand: Tensor | None = None  # candidate set the pulled-point map refers to
+        self._map_idx: Tensor | None = None  # row of each distinct pulled point in _map_cand (-1)
+
+    def _apply(self, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+        self._invalidate()
+        return super()._apply(fn, *args, **kwargs)
+
+    def _extra_state(self) -> dict[str, Any]:
+        return {"np": self._np, "m_theory": self._m_theory, "empty": self._empty_dictionaries,
+                "last": dict(self._last)}
+
+    def _set_extra_state(self, state: dict[str, Any]) -> None:
+        self._np = int(state["np"])
+        self._m_theory = int(state["m_theory"])
+        self._empty_dictionaries = int(state["empty"])
+        self._last = dict(state["last"])
+        self._invalidate()
+
+    def _reset(self) -> None:
+        self._np = 0
+        self._m_theory = 0
+        self._empty_dictionaries = 0
+        self._last = {}
+        self._counts.zero_()
+        self._sums.zero_()
+        self._in_dict.zero_()
+        self.model.reset()
+        if self.exact is not None:
+            self.exact.reset()
+        self._invalidate()
+
+    # ------------------------------------------------------------------ posterior
+    def _ensure_model(self) -> None:
+        """Rebuild the Nyström posterior from the count statistics (O(n m² + m³))."""
+        if self._model_ok:
+            return
+        if self._np == 0:
+            self.model.reset()
+        else:
+            self.model.rebuild(self.dictionary, self.pulled, self.sums, self.counts)
+        self._model_ok = True
+
+    def _residual(self, cand: Tensor) -> Tensor:
+        """GP-scale Nyström residual ``k(x,x) − k_Zᵀ K_ZZ⁻¹ k_Z`` (the DTC − SoR difference),
+        from the model's public features (whitened: ``e = L⁻¹k_Z``; plain: ``k_Z``)."""
+        f = self.model.features(cand)
+        kdiag = kernel_diag(self.kernel, cand)
+        if self.model.parametrisation == "whitened":
+            return torch.clamp(kdiag - (f * f).sum(0), min=0.0)
+        return torch.clamp(kdiag - (f * (self.model.kzz_inverse @ f)).sum(0), min=0.0)
+
+    @torch.no_grad()
+    def posterior(self, candidates: Any) -> tuple[Tensor, Tensor, Tensor]:
+        """``(μ̃_t, σ̃_t² (ridge, 1/λ-scaled), λσ̃_t² (GP scale))`` at ``candidates`` (spec A1);
+        the SoR variance when ``variance="sor"``."""
+        cand = self.check_candidates(candidates)
+        self._ensure_model()
+        mean, var_gp = self.model.mean_var(cand)
+        if self.variance_kind == "sor" and self.dictionary_size > 0:
+            var_gp = torch.clamp(var_gp - self._residual(cand), min=0.0)
+        elif self.variance_kind == "sor":
+            var_gp = torch.zeros_like(var_gp)
+        return mean, var_gp / self.lam, var_gp
+
+    # ------------------------------------------------------------------ pulled-point map
+    @staticmethod
+    def _match_rows(points: Tensor, cand: Tensor) -> Tensor:
+        """Row of ``cand`` equal to each row of ``points`` (−1 if none), in chunks."""
+        out = torch.full((points.shape[0],), -1, dtype=torch.long, device=cand.device)
+        chunk = max(1, 2_000_000 // max(cand.shape[0] * cand.shape[1], 1))
+        for s in range(0, points.shape[0], chunk):
+            eq = (points[s : s + chunk, None, :] == cand[None, :, :]).all(-1)
+            hit = eq.any(1)
+            out[s : s + chunk] = torch.where(hit, eq.to(torch.int8).argmax(1), -1)
+        return out
+
+    def _pulled_map(self, cand: Tensor) -> Tensor:
+        """``[n_distinct]`` rows of the pulled points in ``cand`` (cached for a fixed arm set)."""
+        if (self._map_cand is None or self._map_idx is None
+                or self._map_cand.shape != cand.shape or not torch.equal(self._map_cand, cand)):
+            self._map_cand = cand.clone()
+            self._map_idx = self._match_rows(self.pulled, cand)
+        return self._map_idx
+
+    def _pulled_variances(self, cand: Tensor, var: Tensor) -> Tensor:
+        """Ridge variances of the distinct pulled points, gathered from the candidates' when all
+        are among them, else evaluated."""
+        if self._np == 0:
+            return var.new_zeros(0)
+        idx = self._pulled_map(cand)
+        if bool((idx >= 0).all()):
+            return var[idx]
+        return self.posterior(self.pulled)[1]
+
+    # ------------------------------------------------------------------ contract
+    def forward(self, candidates: Tensor) -> Tensor:
+        """``ũ_t(x) = μ̃_t(x) + β̃_t σ̃_t(x)`` of every candidate (ridge sd, spec §2.4)."""
+        cand = self.check_candidates(candidates)
+        mean, var, var_gp = self.posterior(cand)
+        pvar = self._pulled_variances(cand, var)
+        sum_var = float((self.counts * pvar).sum()) if self._np else 0.0
+        kappa2 = float(kernel_diag(self.kernel, cand).max())
+        beta = self.rule.radius(sum_var, self.t, kappa2, self.lam)
+        self._scored = {"cand": cand, "var": var, "pvar": pvar}
+        self._last.update(beta=beta, sum_var=sum_var, kappa2=kappa2)
+        if self.exact is not None:
+            if self.exact.n:
+                _, ev = self.exact.mean_var(cand)
+                ratio = var_gp / ev.clamp_min(1e-300)
+            else:
+                ratio = torch.ones_like(var_gp)
+            self._last.update(var_ratio_min=float(ratio.min()), var_ratio_max=float(ratio.max()))
+        return mean + beta * torch.sqrt(var.clamp_min(0.0))
+
+    def _update(self, x: Tensor, reward: float) -> None:
+        # 1. σ̃_t² of the model that chose x, at every distinct pulled point and at x (spec §7.7)
+        row = -1
+        sc = self._scored
+        ref = sc["cand"] if sc is not None and self._model_ok else self._map_cand
+        if ref is not None:
+            hit = (ref == x).all(-1).nonzero()
+            row = int(hit[0, 0]) if hit.numel() else -1
+        if row >= 0 and sc is not None and self._model_ok:
+            pvar, xvar = sc["pvar"], sc["var"][row:row + 1]
+        else:
+            pts = torch.cat([self.pulled, x[None]]) if self._np else x[None]
+            allv = self.posterior(pts)[1]
+            pvar, xvar = allv[:-1], allv[-1:]
+        # 2. count statistics
+        n = self._np
+        same = (self.pulled == x).all(-1).nonzero() if n else x.new_zeros(0, 1)
+        if same.numel():
+            j = int(same[0, 0])
+            variances = pvar.clone()
+        else:
+            j = n
+            if self._px.shape[0] == 0:
+                self._px = x.new_zeros(16, x.shape[0])
+            self._px = grow_rows(self._px, n + 1)
+            self._counts = grow_rows(self._counts, n + 1)
+            self._sums = grow_rows(self._sums, n + 1)
+            self._in_dict = grow_rows(self._in_dict, n + 1)
+            self._px[n] = x
+            self._np = n + 1
+            variances = torch.cat([pvar, xvar])
+            if self._map_idx is not None and self._map_cand is not None:
+                self._map_idx = torch.cat([self._map_idx, self._map_idx.new_tensor([row])])
+        self._counts[j] += 1.0
+        self._sums[j] += reward
+        if self.exact is not None:
+            self.exact.append(x, reward)
+        # 3. resample the dictionary from scratch (spec §2.5)
+        res = self.resampler.resample(variances, self.counts, self.generator)
+        self._in_dict[: self._np] = res.mask
+        self._m_theory = res.m_theory
+        if res.size == 0:
+            self._empty_dictionaries += 1
+        self._model_ok = False
+        self._scored = None
+
+    # ------------------------------------------------------------------ reporting
+    def diagnostics(self) -> dict[str, float]:
+        out = {"dictionary_size": float(self.dictionary_size), "m_theory": float(self._m_theory),
+               "n_distinct": float(self._np), "empty_dictionaries": float(self._empty_dictionaries)}
+        rank = getattr(self.model, "rank", None)
+        if isinstance(rank, (int, float)):
+            out["rank"] = float(rank)
+        for k in ("beta", "sum_var", "var_ratio_min", "var_ratio_max"):
+            if k in self._last:
+                out[k] = float(self._last[k])
+        return out
+
+    def extra_repr(self) -> str:
+        return (f"lam={self.lam}, qbar={self.qbar:.4g}, sampler={self.resampler.sampler!r}, "
+                f"rule={self.rule!r}, variance={self.variance_kind!r}")
+
