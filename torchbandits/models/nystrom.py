@@ -102,6 +102,7 @@ class NystromKernelRidge(ResizableModule):
         self._n = 0
         self._m = 0
         self._logdet_a = 0.0  # log det(A), A = EᵀCE + λI (tracked through every update)
+        self._logdet_running = 0.0  # Σ log(1 + σ̃²_{i−1}(x_i)) over appends
         self.refused = 0  # anchors refused by the min_residual guard
         self._version = 0
         self._cache: tuple[int, Tensor, Tensor] | None = None
@@ -157,12 +158,14 @@ class NystromKernelRidge(ResizableModule):
 
     def get_extra_state(self) -> dict:
         return {"n": self._n, "m": self._m, "lam": self.lam, "logdet_a": self._logdet_a,
+                "logdet_running": self._logdet_running,
                 "refused": self.refused, "parametrisation": self.parametrisation}
 
     def set_extra_state(self, state: dict) -> None:
         self._n, self._m = int(state["n"]), int(state["m"])
         self.regularisers = (float(state["lam"]),)
         self._logdet_a = float(state["logdet_a"])
+        self._logdet_running = float(state["logdet_running"])
         self.refused = int(state["refused"])
         self.parametrisation = state["parametrisation"]
         self._touch()
@@ -180,6 +183,7 @@ class NystromKernelRidge(ResizableModule):
         self._n = 0
         self._m = 0
         self._logdet_a = 0.0
+        self._logdet_running = 0.0
         self.refused = 0
         self._touch()
 
@@ -219,22 +223,37 @@ class NystromKernelRidge(ResizableModule):
 
     # ------------------------------------------------------------------ updates
     @torch.no_grad()
-    def append(self, x: Tensor, y: float | Tensor) -> Tensor:
+    def append(self, x: Tensor, y: float | Tensor, *, kz: Tensor | None = None) -> Tensor:
         """Add one observation with the current dictionary (Sherman–Morrison, ``O(m²)``).
 
-        Returns the point's feature column (``k_Z(x)`` or ``e(x)``) for callers that reuse it.
+        ``kz`` may pass a precomputed ``k_Z(x)`` ``[m]``. Also accumulates
+        ``Σ log(1 + σ̃²_{i−1}(x_i))`` (see :attr:`log_det_running`). Returns the point's feature
+        column (``k_Z(x)`` plain, ``e(x)`` whitened).
         """
         x = self._check_point("x", x)
         yv = as_scalar_reward("y", y)
         n, m = self._n, self._m
-        f = self.features(x[None])[:, 0]
+        if kz is not None and kz.shape != (m,):
+            raise ValueError(f"kz must have shape ({m},), got {tuple(kz.shape)}")
+        kxx = kernel_diag(self.kernel, x[None])[0]
         if m:
+            if kz is None:
+                kz = self._k(self._z[:m], x[None])[:, 0]
+            f = self._p[:m, :m] @ kz if self.parametrisation == "whitened" else kz
             q = self._q[:m, :m]
             g = q @ f
-            denom = 1.0 + f @ g
-            q.sub_(torch.outer(g, g) / denom)
+            fg = f @ g
+            if self.parametrisation == "whitened":
+                ridge_var = (kxx - f @ f) / self.lam + fg
+            else:
+                ridge_var = kxx / self.lam + fg - f @ (self._p[:m, :m] @ f) / self.lam
+            q.sub_(torch.outer(g, g) / (1.0 + fg))
             self._g[:m].add_(yv * f)
-            self._logdet_a += float(torch.log(denom))
+            self._logdet_a += float(torch.log1p(fg))
+        else:
+            f = x.new_zeros(0)
+            ridge_var = kxx / self.lam
+        self._logdet_running += float(torch.log1p(torch.clamp(ridge_var, min=0.0)))
         self._ensure_rows(n + 1, x.shape[0])
         self._x[n] = x
         self._c[n] = 1.0
@@ -246,17 +265,21 @@ class NystromKernelRidge(ResizableModule):
         return f
 
     @torch.no_grad()
-    def add_to_dictionary(self, z: Tensor) -> bool:
+    def add_to_dictionary(self, z: Tensor, *, kz: Tensor | None = None) -> bool:
         """Add the anchor ``z`` (spec §2.5 step 7): ``O(nm + m²)`` and ``n`` kernel evaluations.
 
         Returns ``False`` (and changes nothing but the ``refused`` counter) when the residual
         ``ω = k(z,z) + η − k_Zᵀ (K_ZZ + ηI)⁻¹ k_Z`` is below ``min_residual · k(z,z)``.
+        ``kz`` may pass a precomputed ``k_Z(z)`` ``[m]``.
         """
         z = as_point("z", z, dtype=self.dtype, device=self.device, dim=self.dim)
         n, m, lam = self._n, self._m, self.lam
         kzz_raw = kernel_diag(self.kernel, z[None])[0]
         kzz = kzz_raw + self.jitter
-        kz = self._k(self._z[:m], z[None])[:, 0] if m else z.new_zeros(0)
+        if kz is None:
+            kz = self._k(self._z[:m], z[None])[:, 0] if m else z.new_zeros(0)
+        elif kz.shape != (m,):
+            raise ValueError(f"kz must have shape ({m},), got {tuple(kz.shape)}")
         xs, cs, ss = self._x[:n], self._c[:n], self._s[:n]
         gs = self._k(xs, z[None])[:, 0] if n else kz.new_zeros(0)
         if self.parametrisation == "whitened":
@@ -416,6 +439,13 @@ class NystromKernelRidge(ResizableModule):
         if reg is not None and float(reg) != self.lam:
             raise ValueError(f"reg must be None or lam={self.lam} for a Nyström model, got {reg}")
         return torch.tensor(self._logdet_a - self._m * math.log(self.lam), dtype=self.dtype)
+
+    @property
+    def log_det_running(self) -> float:
+        """``Σ_i log(1 + σ̃²_{i−1}(x_i))`` over the appended points (ridge variance before each
+        append). Since ``σ̃² ≥ σ̂²`` it upper-bounds the exact ``log det(I + K/λ)`` when the data
+        were appended one by one (seed 000 eq. 27); :meth:`rebuild` does not change it."""
+        return self._logdet_running
 
     @property
     def Lambda(self) -> Tensor:

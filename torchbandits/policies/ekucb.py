@@ -1,0 +1,170 @@
+"""EK-UCB: Efficient Kernel UCB (seed 000, Algorithms 2 and 4; spec §2.5).
+
+``UCB_t(s) = μ̃_{t−1}(s) + β_t · σ̃_{t−1}(s)`` with the projected (Nyström) posterior of
+:class:`~torchbandits.models.NystromKernelRidge` on a dictionary grown by
+:class:`~torchbandits.models.KORS`. A float ``beta`` multiplies the **ridge** sd
+``σ̃ = ‖φ(s)‖_{Ṽ⁻¹}`` (GP variance divided by λ), as in the paper (spec §1.4, E1); pass
+``variance="gp"`` for the GP sd, or a :class:`~torchbandits.confidence.ConfidenceRule`
+(e.g. :class:`~torchbandits.confidence.ekucb.EKUCBTheoryBeta`).
+
+Per round (spec §2.5): scoring ``O(A m²)``; after the reward, the data update with the current
+dictionary (Sherman–Morrison, ``O(m²)``), then the KORS decision for the played state and, if it
+is accepted, the dictionary growth (``O(nm + m²)``). The first played state is always the first
+anchor (``p̃ = 1``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from gpytorch.kernels import Kernel
+from torch import Tensor
+
+from ..confidence import ConfidenceRule, ConstantBeta, Variance
+from ..kernels import kernel_diag, kernel_matrix
+from ..models.kors import KORS, KorsScore
+from ..models.nystrom import NystromKernelRidge, Parametrisation
+from ..validation import check_positive
+from .base import IndexPolicy
+
+__all__ = ["EKUCB", "NystromUCB"]
+
+
+class NystromUCB(IndexPolicy):
+    """Shared part of the Nyström UCB policies (EK-UCB, CBKB, CBBKB): a
+    :class:`NystromKernelRidge` model and a confidence rule (float ``beta`` → constant radius on
+    the ``variance`` sd, ridge by default)."""
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        lam: float = 1.0,
+        beta: float | ConfidenceRule = 0.1,
+        *,
+        variance: Variance = "ridge",
+        jitter: float = 0.0,
+        min_residual: float = 1e-10,
+        parametrisation: Parametrisation = "whitened",
+        seed: int = 0,
+        n_warmup: int = 1,
+        dtype: torch.dtype = torch.float64,
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__(seed=seed, n_warmup=n_warmup, dtype=dtype, device=device)
+        lam = check_positive("lam", lam)
+        if isinstance(beta, ConfidenceRule):
+            self.rule = beta
+        else:
+            if not float(beta) >= 0:
+                raise ValueError(f"beta must be >= 0, got {beta}")
+            self.rule = ConstantBeta(float(beta), variance=variance)
+        if self.rule.required_regularisers(lam):
+            raise ValueError("a Nyström policy keeps its posterior at λ only; the rule needs "
+                             f"regularisers {self.rule.required_regularisers(lam)}")
+        self.model = NystromKernelRidge(kernel, lam, jitter=jitter, min_residual=min_residual,
+                                        parametrisation=parametrisation, dtype=dtype, device=device)
+
+    @property
+    def lam(self) -> float:
+        return self.model.lam
+
+    @property
+    def kernel(self) -> Kernel:
+        return self.model.kernel
+
+    def forward(self, candidates: Tensor) -> Tensor:
+        """UCB of every candidate ``[A]``."""
+        cand = self.check_candidates(candidates)
+        return self.rule.bounds(self.model, cand, self.t + 1)[0]
+
+    def bounds(self, candidates: Tensor) -> tuple[Tensor, Tensor]:
+        """``(UCB, LCB)`` of every candidate."""
+        cand = self.check_candidates(candidates)
+        return self.rule.bounds(self.model, cand, self.t + 1)
+
+    def mean_var(self, candidates: Tensor) -> tuple[Tensor, Tensor]:
+        """Posterior mean and **ridge** variance ``σ̃²`` (GP variance / λ) of every candidate."""
+        mean, var = self.model.mean_var(self.check_candidates(candidates))
+        return mean, var / self.lam
+
+
+class EKUCB(NystromUCB):
+    """Efficient Kernel UCB (seed 000 Alg. 2/4).
+
+    Args:
+        kernel: GPyTorch kernel on joint ``[context; action]`` features.
+        lam: ridge regulariser λ.
+        beta: constant radius (float; multiplies the ridge sd by default) or a confidence rule.
+        kors_mu: KORS regulariser μ (default λ, spec E8).
+        kors_eps: KORS ε (0.5).
+        kors_gamma: KORS budget γ (default 1; the code uses ``b·λ`` with b ≤ 0.1, spec E10).
+        kors_score: ``"correct"`` (eq. 41) or ``"reference"`` (the authors' code, spec E11).
+        min_residual, jitter, parametrisation: see :class:`NystromKernelRidge`.
+        variance, seed, n_warmup, dtype, device: see :class:`NystromUCB` / ``Policy``.
+    """
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        lam: float = 1.0,
+        beta: float | ConfidenceRule = 0.1,
+        *,
+        kors_mu: float | None = None,
+        kors_eps: float = 0.5,
+        kors_gamma: float = 1.0,
+        kors_score: KorsScore = "correct",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(kernel, lam, beta, **kwargs)
+        mu = self.lam if kors_mu is None else kors_mu
+        self.kors = KORS(mu, kors_eps, kors_gamma, kors_score, dtype=self.dtype, device=self.device)
+        self._last_p = float("nan")
+        self._sum_p = 0.0
+        self._sum_pq = 0.0
+
+    def _update(self, x: Tensor, reward: float) -> None:
+        model, kors = self.model, self.kors
+        m = model.m
+        kz = kernel_matrix(model.kernel, model.dictionary, x[None])[:, 0] if m else x.new_zeros(0)
+        kss = kernel_diag(model.kernel, x[None])[0]
+        model.append(x, reward, kz=kz)  # step 5: data update with the current dictionary
+        if m == 0:  # round 0: s_0 is the first anchor with p̃ = 1
+            p = 1.0
+            accept = True
+        else:  # step 6: KORS decision for the played state
+            p = kors.probability(kz, kss)
+            accept = p >= 1.0 or float(torch.rand((), generator=self.generator, dtype=torch.float64)) < p
+            self._sum_p += p
+            self._sum_pq += p * (1.0 - p)
+        self._last_p = p
+        if accept and model.add_to_dictionary(x, kz=kz):  # step 7 (unless the guard refuses)
+            kors.add(kz, kss, p)
+
+    def _reset(self) -> None:
+        self.model.reset()
+        self.kors.reset()
+        self._last_p = float("nan")
+        self._sum_p = 0.0
+        self._sum_pq = 0.0
+
+    def _extra_state(self) -> dict[str, Any]:
+        return {"last_p": self._last_p, "sum_p": self._sum_p, "sum_pq": self._sum_pq}
+
+    def _set_extra_state(self, state: dict[str, Any]) -> None:
+        self._last_p = float(state["last_p"])
+        self._sum_p = float(state["sum_p"])
+        self._sum_pq = float(state["sum_pq"])
+
+    def diagnostics(self) -> dict[str, float]:
+        """Dictionary size ``m``, the last KORS acceptance probability, ``Σ p̃`` (so that
+        ``m − 1 − Σ p̃`` is the KORS martingale), anchors refused by the guard, and β."""
+        return {"dict_size": float(self.model.m), "n": float(self.model.n),
+                "kors_prob": self._last_p, "kors_prob_sum": self._sum_p,
+                "kors_prob_var_sum": self._sum_pq, "refused": float(self.model.refused),
+                **self.rule.diagnostics()}
+
+    def extra_repr(self) -> str:
+        k = self.kors
+        return (f"lam={self.lam}, mu={k.mu}, eps={k.eps}, gamma={k.gamma}, score={k.score!r}, "
+                f"rule={self.rule!r}")
