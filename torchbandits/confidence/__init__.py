@@ -1,18 +1,26 @@
 """Confidence rules (how wide to be) on top of a posterior model."""
 
 from .base import ConfidenceRule, ConstantBeta, PosteriorModel, RadiusRule, Variance
+from .bkb import BKBBeta  # seed 001
 from .ekucb import EKUCBTheoryBeta  # seed 000
+from .mixture import AMMBound, CMMBound, DMMBound, MixtureBound, default_c  # seed 002
 from .radii import AYBeta, IGPBeta, KernelUCBTheoryBeta, SrinivasBeta
 
 __all__ = [
+    "AMMBound",
     "AYBeta",
+    "BKBBeta",
+    "CMMBound",
     "ConfidenceRule",
     "ConstantBeta",
+    "DMMBound",
     "EKUCBTheoryBeta",
     "IGPBeta",
     "KernelUCBTheoryBeta",
+    "MixtureBound",
     "PosteriorModel",
     "RadiusRule",
     "SrinivasBeta",
     "Variance",
+    "default_c",
 ]

@@ -40,6 +40,16 @@ POLICIES: dict[str, Entry] = {
                       "AY-GP-UCB (Abbasi-Yadkori radius, GP sd at λ = σ²)"),
     "random": Entry("torchbandits.experiments.factories:random",
                     "uniformly random arm"),
+    "cmm-ucb": Entry("torchbandits.policies.confidence_presets:cmm_ucb",
+                     "Kernel CMM-UCB (seed 002): exact martingale-mixture bound, 1-D dual (GP sd)"),
+    "dmm-ucb": Entry("torchbandits.policies.confidence_presets:dmm_ucb",
+                     "Kernel DMM-UCB (seed 002): mixture bound, min over 5 regularisers (GP sd)"),
+    "amm-ucb": Entry("torchbandits.policies.confidence_presets:amm_ucb",
+                     "Kernel AMM-UCB (seed 002): analytic mixture bound at σ²/c (GP sd)"),
+    "aygp-ucb": Entry("torchbandits.policies.confidence_presets:aygp_ucb",
+                      "AY-GP-UCB with λ = σ²/c (seed 002 experiments; GP sd)"),
+    "igp-ucb": Entry("torchbandits.policies.confidence_presets:igp_ucb",
+                     "IGP-UCB, η = 2/T, constant 2 (seed 002 experiments; GP sd at 1 + η)"),
 }
 
 REPRODUCTIONS: dict[str, Entry] = {}

@@ -1,9 +1,12 @@
 """Bandit policies: each an ``nn.Module`` with ``forward``/``select``/``update``/``reset``."""
 
 from .base import IndexPolicy, Policy
+from .bkb import BKB  # seed 001
+from .confidence_presets import AMMUCB, AYGPUCB, CMMUCB, DMMUCB, IGPUCB  # seed 002
 from .ekucb import EKUCB, NystromUCB  # seed 000
 from .kernel_ucb import GPUCB, KernelUCB
 from .random import RandomPolicy
 
-__all__ = ["GPUCB", "IndexPolicy", "KernelUCB", "Policy", "RandomPolicy"]
+__all__ = ["AMMUCB", "AYGPUCB", "BKB", "CMMUCB", "DMMUCB", "GPUCB", "IGPUCB", "IndexPolicy", "KernelUCB", "Policy",
+           "RandomPolicy"]
 __all__ += ["EKUCB", "NystromUCB"]  # seed 000
