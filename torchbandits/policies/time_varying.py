@@ -38,6 +38,7 @@ from ..confidence import ConfidenceRule, ConstantBeta
 from ..confidence.time_varying import GammaProvider, RestartBeta, WindowBeta
 from ..models import ExactKernelRidge
 from ..models.weighted import DiscountedKernelRidge, TimeDecayKernelRidge
+from ..models.window import SlidingWindowKernelRidge
 from ..validation import check_positive
 from .base import IndexPolicy
 
@@ -165,7 +166,10 @@ class SWGPUCB(TimeVaryingUCB):
     """SW-GP-UCB: GP-UCB on the last ``window`` (= w) observations (spec §2.2; β on the **GP** sd).
 
     After each update the model holds ``min(t, w)`` points; the oldest leaves by
-    :meth:`ExactKernelRidge.remove_oldest` (Cholesky rank-one update, O(w²)).
+    :meth:`ExactKernelRidge.remove_oldest` (Cholesky rank-one update, O(w²)). With
+    ``carry_cache=True`` (default) the model is a
+    :class:`~torchbandits.models.window.SlidingWindowKernelRidge`, which also carries the cached
+    ``L⁻¹K_SC`` of a fixed candidate set through the removal (O(wA) instead of an O(w²A) re-solve).
 
     Args:
         kernel, lam: as :class:`RGPUCB`. window: w ≥ 1 (``None``: keep everything).
@@ -179,9 +183,9 @@ class SWGPUCB(TimeVaryingUCB):
                  noise_std: float = 0.1, delta: float = 0.01, gamma: Gamma = "realised",
                  horizon: int | None = None, beta_mode: str = "lemma",
                  gamma_index: str = "algorithm", beta_scale: float = 1.0,
-                 tie_break: str = "random", seed: int = 0, n_warmup: int = 0,
-                 dtype: torch.dtype = torch.float64, device: torch.device | str | None = None
-                 ) -> None:
+                 carry_cache: bool = True, tie_break: str = "random", seed: int = 0,
+                 n_warmup: int = 0, dtype: torch.dtype = torch.float64,
+                 device: torch.device | str | None = None) -> None:
         lam = check_positive("lam", lam)
         if window is not None and int(window) < 1:
             raise ValueError(f"window must be >= 1 or None, got {window!r}")
@@ -196,8 +200,8 @@ class SWGPUCB(TimeVaryingUCB):
                               gamma_index=gamma_index, beta_scale=beta_scale)
 
         rule = _rule(beta, default)
-        model = ExactKernelRidge(kernel, lam, rule.required_regularisers(lam), dtype=dtype,
-                                 device=device)
+        model_cls = SlidingWindowKernelRidge if carry_cache else ExactKernelRidge
+        model = model_cls(kernel, lam, rule.required_regularisers(lam), dtype=dtype, device=device)
         super().__init__(model, rule, tie_break=tie_break, seed=seed, n_warmup=n_warmup,
                          dtype=dtype, device=device)
         self.window = w
