@@ -40,6 +40,14 @@ POLICIES: dict[str, Entry] = {
                       "AY-GP-UCB (Abbasi-Yadkori radius, GP sd at λ = σ²)"),
     "random": Entry("torchbandits.experiments.factories:random",
                     "uniformly random arm"),
+    "bkb": Entry("torchbandits.reproduce.bkb:bkb_policy",
+                 "BKB (seed 001): RLS-resampled Nystrom/DTC posterior, paper β̃_t on the ridge sd"),
+    "bkb-const": Entry("torchbandits.reproduce.bkb:bkb_constant",
+                       "BKB with a constant β = 0.3 on the ridge sd (seed 001 reproduction)"),
+    "bkb-sor": Entry("torchbandits.reproduce.bkb:bkb_sor",
+                     "BKB ablation with the SoR variance (variance starvation; ridge sd)"),
+    "gpucb-ridge": Entry("torchbandits.reproduce.bkb:gpucb_same_beta",
+                         "exact GP-UCB with BKB's convention: constant β = 0.3 on the ridge sd, λ = ξ²"),
     "cmm-ucb": Entry("torchbandits.policies.confidence_presets:cmm_ucb",
                      "Kernel CMM-UCB (seed 002): exact martingale-mixture bound, 1-D dual (GP sd)"),
     "dmm-ucb": Entry("torchbandits.policies.confidence_presets:dmm_ucb",
@@ -52,7 +60,10 @@ POLICIES: dict[str, Entry] = {
                      "IGP-UCB, η = 2/T, constant 2 (seed 002 experiments; GP sd at 1 + η)"),
 }
 
-REPRODUCTIONS: dict[str, Entry] = {}
+REPRODUCTIONS: dict[str, Entry] = {
+    "bkb": Entry("torchbandits.reproduce.bkb:main",
+                 "seed 001: BKB vs exact GP-UCB vs Random on RKHS functions + Fig. 2 (variance starvation)"),
+}
 
 
 def resolve(entry: Entry) -> Any:

@@ -22,7 +22,10 @@ their pull counts ``n_a`` and reward sums ``b_a``: ``V = Σ_a n_a z_a z_aᵀ + �
 arms are read off the candidates' variances (no second evaluation).
 
 ``variance="sor"`` replaces the DTC variance by the subset-of-regressors one
-``z_t(x)ᵀ V_t⁻¹ z_t(x)`` (drops the residual term): the variance-starvation ablation of spec §2.2.
+``z_t(x)ᵀ V_t⁻¹ z_t(x)`` (drops the residual term) in the score, β̃_t and :meth:`BKB.posterior`:
+the variance-starvation ablation of spec §2.2. Its dictionary is still drawn with the DTC
+(leverage) variances — sampling with the SoR ones would never leave the empty dictionary, whose SoR
+variance is 0 — so with the same seed BKB and its SoR ablation share their dictionaries.
 """
 
 from __future__ import annotations
@@ -68,7 +71,8 @@ class BKB(IndexPolicy):
         beta_rule: ``"paper"`` (β̃_t, spec §2.3 + A7), ``"authors_code"``, or ``"constant"``.
         beta: the constant for ``beta_rule="constant"`` (ridge sd).
         beta_scale: multiplies β̃_t.
-        variance: ``"dtc"`` (BKB) or ``"sor"`` (ablation: starves far from the dictionary).
+        variance: ``"dtc"`` (BKB) or ``"sor"`` (ablation: starves far from the dictionary; the
+            sampler keeps the DTC variances).
         track_exact: also keep the exact posterior and report the min / max of σ̃²/σ² over the
             candidates each round (diagnostics ``var_ratio_min/max``; O(tA) extra per round).
         jitter: passed to the Nyström model.
@@ -228,18 +232,26 @@ class BKB(IndexPolicy):
             return torch.clamp(kdiag - (f * f).sum(0), min=0.0)
         return torch.clamp(kdiag - (f * (self.model.kzz_inverse @ f)).sum(0), min=0.0)
 
+    def _dtc(self, cand: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``(μ̃, DTC ridge variance, variance used for the UCB (ridge))`` — the last is the SoR one
+        ``zᵀV⁻¹z`` when ``variance="sor"`` (the dictionary sampler always uses the DTC one)."""
+        self._ensure_model()
+        mean, var_gp = self.model.mean_var(cand)
+        var = var_gp / self.lam
+        if self.variance_kind == "dtc":
+            return mean, var, var
+        if self.dictionary_size == 0:
+            return mean, var, torch.zeros_like(var)
+        used = torch.clamp(var_gp - self._residual(cand), min=0.0) / self.lam
+        return mean, var, used
+
     @torch.no_grad()
     def posterior(self, candidates: Any) -> tuple[Tensor, Tensor, Tensor]:
         """``(μ̃_t, σ̃_t² (ridge, 1/λ-scaled), λσ̃_t² (GP scale))`` at ``candidates`` (spec A1);
         the SoR variance when ``variance="sor"``."""
         cand = self.check_candidates(candidates)
-        self._ensure_model()
-        mean, var_gp = self.model.mean_var(cand)
-        if self.variance_kind == "sor" and self.dictionary_size > 0:
-            var_gp = torch.clamp(var_gp - self._residual(cand), min=0.0)
-        elif self.variance_kind == "sor":
-            var_gp = torch.zeros_like(var_gp)
-        return mean, var_gp / self.lam, var_gp
+        mean, _, used = self._dtc(cand)
+        return mean, used, used * self.lam
 
     # ------------------------------------------------------------------ pulled-point map
     @staticmethod
@@ -261,23 +273,24 @@ class BKB(IndexPolicy):
             self._map_idx = self._match_rows(self.pulled, cand)
         return self._map_idx
 
-    def _pulled_variances(self, cand: Tensor, var: Tensor) -> Tensor:
-        """Ridge variances of the distinct pulled points, gathered from the candidates' when all
-        are among them, else evaluated."""
+    def _pulled_variances(self, cand: Tensor, var: Tensor, used: Tensor) -> tuple[Tensor, Tensor]:
+        """(DTC, used) ridge variances of the distinct pulled points, gathered from the
+        candidates' when all are among them (fixed arm set), else evaluated."""
         if self._np == 0:
-            return var.new_zeros(0)
+            return var.new_zeros(0), var.new_zeros(0)
         idx = self._pulled_map(cand)
         if bool((idx >= 0).all()):
-            return var[idx]
-        return self.posterior(self.pulled)[1]
+            return var[idx], used[idx]
+        _, pv, pu = self._dtc(self.pulled)
+        return pv, pu
 
     # ------------------------------------------------------------------ contract
     def forward(self, candidates: Tensor) -> Tensor:
         """``ũ_t(x) = μ̃_t(x) + β̃_t σ̃_t(x)`` of every candidate (ridge sd, spec §2.4)."""
         cand = self.check_candidates(candidates)
-        mean, var, var_gp = self.posterior(cand)
-        pvar = self._pulled_variances(cand, var)
-        sum_var = float((self.counts * pvar).sum()) if self._np else 0.0
+        mean, var, used = self._dtc(cand)
+        pvar, pused = self._pulled_variances(cand, var, used)
+        sum_var = float((self.counts * pused).sum()) if self._np else 0.0
         kappa2 = float(kernel_diag(self.kernel, cand).max())
         beta = self.rule.radius(sum_var, self.t, kappa2, self.lam)
         self._scored = {"cand": cand, "var": var, "pvar": pvar}
@@ -285,11 +298,11 @@ class BKB(IndexPolicy):
         if self.exact is not None:
             if self.exact.n:
                 _, ev = self.exact.mean_var(cand)
-                ratio = var_gp / ev.clamp_min(1e-300)
+                ratio = used * self.lam / ev.clamp_min(1e-300)
             else:
-                ratio = torch.ones_like(var_gp)
+                ratio = torch.ones_like(used)
             self._last.update(var_ratio_min=float(ratio.min()), var_ratio_max=float(ratio.max()))
-        return mean + beta * torch.sqrt(var.clamp_min(0.0))
+        return mean + beta * torch.sqrt(used.clamp_min(0.0))
 
     def _update(self, x: Tensor, reward: float) -> None:
         # 1. σ̃_t² of the model that chose x, at every distinct pulled point and at x (spec §7.7)
@@ -303,7 +316,7 @@ class BKB(IndexPolicy):
             pvar, xvar = sc["pvar"], sc["var"][row:row + 1]
         else:
             pts = torch.cat([self.pulled, x[None]]) if self._np else x[None]
-            allv = self.posterior(pts)[1]
+            allv = self._dtc(pts)[1]
             pvar, xvar = allv[:-1], allv[-1:]
         # 2. count statistics
         n = self._np

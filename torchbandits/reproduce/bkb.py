@@ -1,0 +1,253 @@
+"""Reproduce seed 001 (BKB, Calandriello et al. COLT 2019): ``torchbandits reproduce bkb``.
+
+The paper has no regret or runtime experiment; its only figure (Fig. 2) illustrates variance
+starvation. This script makes both (spec §5 and §7):
+
+1. **Bandit runs** on RKHS test functions with a fixed finite arm set
+   (:class:`~torchbandits.envs.RKHSFunctionEnv` with ``fixed_arms=True``, ``‖f‖_H = 1``,
+   noise ξ = 0.1): BKB vs exact GP-UCB vs Random, several ``(kernel, d, A)`` settings, T up to
+   2000, 5 seeds. **β convention:** both BKB and GP-UCB use the same constant β on the **ridge**
+   sd ``sqrt(var_GP/λ)`` with λ = ξ² (``--beta``, default 0.3); GP-UCB is the foundation's
+   incremental exact :class:`~torchbandits.policies.KernelUCB` (``variance="ridge"``).
+   ``--theory-beta`` adds BKB with the paper's β̃_t. Writes per-run JSON, ``table.md`` (final
+   regret mean ± std, time), ``bkb_table.md`` (+ regret ratio to GP-UCB and dictionary size),
+   ``regret.png``, ``time.png``, ``dictionary_size.png``.
+2. **Fig. 2** (``fig2_variance_starvation.png``): a GP sample on [0, 1] with
+   ``k(x,x') = exp(−100 (x−x')²)`` (spec A14: ℓ = 1/√200), t ∈ {6, 63, 215} noisy observations
+   uniform in [0, 0.5] fed to BKB (q̄ = 5, λ = ξ² = 0.01), bands ``μ ± 3·sd_GP`` of the exact GP,
+   of BKB's DTC posterior and of the SoR ablation; the dictionary sizes are in the titles.
+
+    python scripts/reproduce_bkb.py            # full (several minutes on one core)
+    python scripts/reproduce_bkb.py --quick    # seconds (used by the tests)
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..envs.rkhs import RKHSFunctionEnv
+from ..experiments.factories import env_kernel
+from ..experiments.report import plot_diagnostic, write_report
+from ..experiments.results import RunResult
+from ..experiments.runner import run_grid
+from ..kernels import kernel_matrix, make_kernel
+from ..models import ExactKernelRidge
+from ..policies import BKB, KernelUCB, Policy, RandomPolicy
+
+__all__ = ["ENV_SETTINGS", "bkb_constant", "bkb_policy", "bkb_sor", "figure2", "gpucb_same_beta", "main"]
+
+NOISE = 0.1
+NORM = 1.0
+LAM = NOISE**2
+
+# (name, kernel, d, lengthscale, A)
+ENV_SETTINGS: list[tuple[str, str, int, float, int]] = [
+    ("rbf-d1-A100", "rbf", 1, 0.1, 100),
+    ("matern52-d1-A1000", "matern52", 1, 0.1, 1000),
+    ("rbf-d2-A1000", "rbf", 2, 0.2, 1000),
+    ("matern52-d2-A1000", "matern52", 2, 0.2, 1000),
+    ("rbf-d2-A4096", "rbf", 2, 0.2, 4096),
+]
+QUICK_SETTINGS = [("rbf-d1-A100", "rbf", 1, 0.1, 100), ("matern52-d2-A100", "matern52", 2, 0.2, 100)]
+
+
+def bkb_policy(env: Any, **kwargs: Any) -> Policy:
+    """Registry factory: BKB with the environment's kernel, ξ, F and λ = ξ² (spec A15)."""
+    noise = float(getattr(env, "noise_std", NOISE)) or NOISE
+    kwargs.setdefault("noise_std", noise)
+    kwargs.setdefault("norm_bound", float(getattr(env, "norm", NORM)))
+    return BKB(env_kernel(env), **kwargs)
+
+
+def bkb_constant(env: Any, beta: float = 0.3, **kwargs: Any) -> Policy:
+    """Registry factory: BKB with a constant β on the ridge sd (the reproduction's convention)."""
+    return bkb_policy(env, beta_rule="constant", beta=beta, **kwargs)
+
+
+def bkb_sor(env: Any, beta: float = 0.3, **kwargs: Any) -> Policy:
+    """Registry factory: the SoR-variance ablation of BKB (constant β on the ridge sd)."""
+    return bkb_policy(env, beta_rule="constant", beta=beta, variance="sor", **kwargs)
+
+
+def gpucb_same_beta(env: Any, beta: float = 0.3, lam: float | None = None, **kwargs: Any) -> Policy:
+    """Exact GP-UCB with BKB's convention: constant β on the ridge sd, λ = ξ²."""
+    noise = float(getattr(env, "noise_std", NOISE)) or NOISE
+    lam = noise**2 if lam is None else lam
+    return KernelUCB(env_kernel(env), lam=lam, beta=beta, variance="ridge", **kwargs)
+
+
+# ------------------------------------------------------------------------------ Fig. 2
+def _band(ax, x: np.ndarray, mean: np.ndarray, sd: np.ndarray, color: str, label: str) -> None:
+    ax.plot(x, mean, color=color, lw=1.2, label=label)
+    ax.fill_between(x, mean - 3 * sd, mean + 3 * sd, color=color, alpha=0.18)
+
+
+def figure2(out: Path, *, n_grid: int = 1000, ts: Sequence[int] = (6, 63, 215), qbar: float = 5.0,
+            seed: int = 0, device: str = "cpu") -> dict[str, Any]:
+    """Fig. 2 of the paper (variance starvation): exact GP vs BKB (DTC) vs SoR bands.
+
+    Returns the dictionary sizes and, for each t, the mean ratio of the approximate to the exact
+    GP variance on [0.7, 1] (far from the data)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    dt = torch.float64
+    kern = make_kernel("rbf", 1.0 / math.sqrt(200.0))  # exp(−100 (x − x')²), spec A14
+    gen = torch.Generator().manual_seed(seed)
+    grid = torch.linspace(0, 1, n_grid, dtype=dt)[:, None]
+    kgg = kernel_matrix(kern, grid, grid)
+    chol = torch.linalg.cholesky(kgg + 1e-8 * torch.eye(n_grid, dtype=dt))
+    f = chol @ torch.randn(n_grid, generator=gen, dtype=dt)
+    t_max = max(ts)
+    xs = 0.5 * torch.rand(t_max, 1, generator=gen, dtype=dt)
+    idx = torch.clamp((xs[:, 0] * (n_grid - 1)).round().long(), 0, n_grid - 1)
+    xs = grid[idx]  # observations on grid points, so f is known there exactly
+    ys = f[idx] + NOISE * torch.randn(t_max, generator=gen, dtype=dt)
+    dtc = BKB(copy.deepcopy(kern), lam=LAM, noise_std=NOISE, qbar=qbar, seed=seed, device=device)
+    sor = BKB(copy.deepcopy(kern), lam=LAM, noise_std=NOISE, qbar=qbar, seed=seed, variance="sor",
+              device=device)
+    exact = ExactKernelRidge(copy.deepcopy(kern), LAM, device=device)
+    fig, axes = plt.subplots(2, len(ts), figsize=(4.6 * len(ts), 6.4), sharex=True, sharey=True)
+    far = grid[:, 0] >= 0.7
+    stats: dict[str, Any] = {"t": list(ts), "dictionary_size": [], "far_var_ratio_dtc": [],
+                             "far_var_ratio_sor": [], "kernel": "exp(-100 (x-x')^2)",
+                             "lam": LAM, "noise_std": NOISE, "qbar": qbar}
+    xg = grid[:, 0].numpy()
+    done = 0
+    for col, t in enumerate(sorted(ts)):
+        for i in range(done, t):
+            dtc.update(xs[i], float(ys[i]))
+            sor.update(xs[i], float(ys[i]))
+            exact.append(xs[i], float(ys[i]))
+        done = t
+        me, ve = exact.mean_var(grid.to(device))
+        md, _, vd = dtc.posterior(grid)
+        ms, _, vs = sor.posterior(grid)
+        stats["dictionary_size"].append(dtc.dictionary_size)
+        stats["far_var_ratio_dtc"].append(float((vd[far] / ve[far]).mean()))
+        stats["far_var_ratio_sor"].append(float((vs[far] / ve[far]).mean()))
+        for row, (name, mean, var, color) in enumerate(
+            [("BKB (DTC)", md, vd, "tab:blue"), ("SoR", ms, vs, "tab:red")]
+        ):
+            ax = axes[row, col]
+            _band(ax, xg, me.cpu().numpy(), ve.sqrt().cpu().numpy(), "0.55", "exact GP")
+            _band(ax, xg, mean.cpu().numpy(), var.sqrt().cpu().numpy(), color, name)
+            ax.plot(xg, f.numpy(), "k--", lw=0.8, label="f")
+            ax.plot(xs[:t, 0].numpy(), ys[:t].numpy(), "k.", ms=3)
+            ax.axvline(0.5, color="0.7", lw=0.6)
+            ax.set_title(f"{name}: t = {t}, |S_t| = {dtc.dictionary_size}", fontsize=9)
+            if col == 0:
+                ax.legend(fontsize=7, loc="lower left")
+    fig.suptitle("Variance starvation (seed 001 Fig. 2): bands μ ± 3 sd, data uniform in [0, 0.5]")
+    fig.tight_layout()
+    out.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out / "fig2_variance_starvation.png", dpi=110)
+    plt.close(fig)
+    (out / "fig2_stats.json").write_text(json.dumps(stats, indent=2))
+    return stats
+
+
+# ------------------------------------------------------------------------------ bandit runs
+def bkb_table(results: Sequence[RunResult]) -> str:
+    """Final regret (mean ± std), ratio to GP-UCB, ms/step at the end, dictionary size at T."""
+    groups: dict[tuple[str, str], list[RunResult]] = {}
+    for r in results:
+        groups.setdefault((r.env, r.policy), []).append(r)
+    lines = ["| env | policy | T | seeds | regret at T | / GP-UCB | ms/step at end | dict. size | m_theory |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for (env, pol), runs in groups.items():
+        reg = np.array([r.final_regret for r in runs])
+        base = groups.get((env, "GP-UCB"))
+        ratio = reg.mean() / np.mean([r.final_regret for r in base]) if base else float("nan")
+        tail = np.mean([np.median(r.agent_seconds[-max(r.horizon // 10, 1):]) for r in runs]) * 1e3
+        dsz = [r.diagnostics["dictionary_size"][-1] for r in runs if "dictionary_size" in r.diagnostics]
+        mth = [r.diagnostics["m_theory"][-1] for r in runs if "m_theory" in r.diagnostics]
+        lines.append(
+            f"| {env} | {pol} | {runs[0].horizon} | {len(runs)} | {reg.mean():.2f} ± {reg.std():.2f} | "
+            f"{ratio:.2f} | {tail:.2f} | {np.mean(dsz) if dsz else float('nan'):.1f} | "
+            f"{np.mean(mth) if mth else float('nan'):.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def _env_factory(kernel: str, dim: int, ls: float, arms: int, device: str):
+    def make() -> RKHSFunctionEnv:
+        return RKHSFunctionEnv(kernel, dim=dim, lengthscale=ls, n_arms=arms, fixed_arms=True,
+                               noise_std=NOISE, norm=NORM, device=device)
+    return make
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="reproduce bkb", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="tiny run (seconds)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--out", default="results/bkb")
+    parser.add_argument("--seeds", type=int, default=None, help="number of seeds (5; quick: 2)")
+    parser.add_argument("--horizon", type=int, default=None, help="T (2000; quick: 60)")
+    parser.add_argument("--envs", default=None,
+                        help="comma-separated subset of " + ",".join(s[0] for s in ENV_SETTINGS))
+    parser.add_argument("--beta", type=float, default=0.3, help="shared constant β (ridge sd)")
+    parser.add_argument("--qbar", type=float, default=5.0)
+    parser.add_argument("--theory-beta", action="store_true", help="also run BKB with β̃_t")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--skip-figure", action="store_true")
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    settings = QUICK_SETTINGS if args.quick else ENV_SETTINGS
+    if args.envs:
+        wanted = set(args.envs.split(","))
+        settings = [s for s in ENV_SETTINGS + QUICK_SETTINGS if s[0] in wanted]
+        if not settings:
+            raise SystemExit(f"--envs matched nothing; choose from {[s[0] for s in ENV_SETTINGS]}")
+    horizon = args.horizon or (60 if args.quick else 2000)
+    seeds = list(range(args.seeds or (2 if args.quick else 5)))
+    beta, qbar, dev = args.beta, args.qbar, args.device
+    policies = {
+        "BKB": lambda env: bkb_policy(env, qbar=qbar, beta_rule="constant", beta=beta, device=dev),
+        "GP-UCB": lambda env: gpucb_same_beta(env, beta=beta, device=dev),
+        "Random": lambda env: RandomPolicy(device=dev),
+    }
+    if args.theory_beta:
+        policies["BKB (β̃ paper)"] = lambda env: bkb_policy(env, qbar=qbar, beta_rule="paper",
+                                                           device=dev)
+    envs = {name: _env_factory(k, d, ls, a, dev) for name, k, d, ls, a in settings}
+    config = {"beta": beta, "beta_variance": "ridge", "lam": LAM, "qbar": qbar, "noise_std": NOISE,
+              "norm": NORM}
+    results = run_grid(policies, envs, seeds, horizon, out=out, progress=not args.no_progress,
+                       config=config)
+    table = write_report(results, out, title="BKB vs exact GP-UCB vs Random (seed 001)")
+    plot_diagnostic(results, "dictionary_size", out / "dictionary_size.png")
+    extra = bkb_table(results)
+    (out / "bkb_table.md").write_text(
+        "# BKB vs exact GP-UCB (same constant β on the ridge sd, λ = ξ²)\n\n" + extra + "\n")
+    print(table)
+    print()
+    print(extra)
+    if not args.skip_figure:
+        stats = figure2(out, n_grid=200 if args.quick else 1000, seed=0, device=dev,
+                        ts=(6, 30) if args.quick else (6, 63, 215))
+        print(f"\nFig. 2: dictionary sizes {stats['dictionary_size']} at t = {stats['t']}; mean "
+              f"approx/exact GP variance on [0.7, 1]: DTC {np.round(stats['far_var_ratio_dtc'], 3)}, "
+              f"SoR {np.round(stats['far_var_ratio_sor'], 4)}")
+    print(f"\nwrote runs, table.md, bkb_table.md, regret.png, time.png, dictionary_size.png"
+          f"{'' if args.skip_figure else ', fig2_variance_starvation.png'} to {out}/")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
