@@ -1,6 +1,8 @@
 """Environments of the papers, all meeting the :class:`BanditEnv` contract."""
 
 from .base import BanditEnv, joint
+from .contextual import BumpEnv, ChessboardEnv, ContextualGridEnv, StepDiagonalEnv  # seed 000
 from .rkhs import RKHSFunctionEnv
 
 __all__ = ["BanditEnv", "RKHSFunctionEnv", "joint"]
+__all__ += ["BumpEnv", "ChessboardEnv", "ContextualGridEnv", "StepDiagonalEnv"]  # seed 000

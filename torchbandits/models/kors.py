@@ -33,8 +33,8 @@ from torch import Tensor
 
 from ..buffers import ResizableModule, grow_rows
 from ..kernels import kernel_matrix
-from ..linalg import bordered_inverse
 from ..validation import check_positive
+from .nystrom import border_apply, border_prepare
 
 __all__ = ["KORS", "kors_leverage_eq41"]
 
@@ -125,10 +125,10 @@ class KORS(ResizableModule):
         m = self._m
         kss_t = torch.as_tensor(kss, dtype=self._p.dtype, device=self._p.device)
         b = kz / torch.sqrt(self._p[:m] * p) if m else kz
-        n_new = bordered_inverse(self._n_inv[:m, :m], b, kss_t / p + self.mu)
+        border = border_prepare(self._n_inv[:m, :m], b, kss_t / p + self.mu)
         self._n_inv = grow_rows(self._n_inv, m + 1, dims=(0, 1))
         self._p = grow_rows(self._p, m + 1)
-        self._n_inv[: m + 1, : m + 1] = n_new
+        border_apply(self._n_inv, m, *border)
         self._p[m] = float(p)
         self._m = m + 1
 

@@ -45,12 +45,34 @@ from torch import Tensor
 
 from ..buffers import ResizableModule, grow_rows
 from ..kernels import kernel_diag, kernel_matrix
-from ..linalg import bordered_inverse, safe_cholesky
+from ..linalg import safe_cholesky
 from ..validation import as_matrix, as_point, as_scalar_reward, check_positive
 
-__all__ = ["NystromKernelRidge", "nystrom_posterior_reference"]
+__all__ = ["NystromKernelRidge", "border_apply", "border_prepare", "nystrom_posterior_reference"]
 
 Parametrisation = Literal["whitened", "plain"]
+
+
+def border_prepare(a_inv: Tensor, b: Tensor, c: Tensor | float) -> tuple[Tensor, Tensor]:
+    """First half of an in-place bordered inverse: ``q = A⁻¹b`` and the Schur complement
+    ``s = c − bᵀq`` (raises ``ValueError`` if ``s ≤ 0``, before anything changes)."""
+    q = a_inv @ b
+    s = torch.as_tensor(c, dtype=a_inv.dtype, device=a_inv.device) - b @ q
+    if not bool(s > 0):
+        raise ValueError(f"bordered inverse: Schur complement {float(s):.3e} is not positive")
+    return q, s
+
+
+def border_apply(buf: Tensor, m: int, q: Tensor, s: Tensor) -> None:
+    """Second half: ``buf[:m+1, :m+1] ← [[A⁻¹ + qqᵀ/s, −q/s], [−qᵀ/s, 1/s]]`` in place (the
+    capacity of ``buf`` must exceed ``m``). Same result as
+    :func:`~torchbandits.linalg.bordered_inverse` without allocating an ``(m+1)²`` matrix."""
+    inv_s = 1.0 / float(s)
+    if m:
+        buf[:m, :m].addr_(q, q, alpha=inv_s)
+        buf[:m, m] = q * -inv_s
+        buf[m, :m] = q * -inv_s
+    buf[m, m] = inv_s
 
 
 class NystromKernelRidge(ResizableModule):
@@ -247,7 +269,7 @@ class NystromKernelRidge(ResizableModule):
                 ridge_var = (kxx - f @ f) / self.lam + fg
             else:
                 ridge_var = kxx / self.lam + fg - f @ (self._p[:m, :m] @ f) / self.lam
-            q.sub_(torch.outer(g, g) / (1.0 + fg))
+            q.addr_(g, g, alpha=-1.0 / float(1.0 + fg))
             self._g[:m].add_(yv * f)
             self._logdet_a += float(torch.log1p(fg))
         else:
@@ -294,32 +316,31 @@ class NystromKernelRidge(ResizableModule):
             e_all = self._f[:n, :m]
             e_new = (gs - e_all @ l_vec) / d if n else gs
             ce = cs * e_new
-            b_a = e_all.mT @ ce
-            c_a = e_new @ ce + lam
-            q_new = bordered_inverse(self._q[:m, :m], b_a, c_a)
-            schur = 1.0 / q_new[m, m]
+            border_q = border_prepare(self._q[:m, :m], e_all.mT @ ce, e_new @ ce + lam)
+            schur = border_q[1]
             self._ensure_anchors(m + 1, z.shape[0])
             self._p[m, : m + 1] = new_row
             self._p[:m, m] = 0.0
-            self._q[: m + 1, : m + 1] = q_new
+            border_apply(self._q, m, *border_q)
             self._g[m] = e_new @ ss
             self._f[:n, m] = e_new
         else:
             kinv = self._p[:m, :m]
-            omega = kzz - kz @ (kinv @ kz)
+            q_p = kinv @ kz
+            omega = kzz - kz @ q_p
+            border_p = (q_p, omega)
             if not bool(omega > self.min_residual * kzz_raw):
                 self.refused += 1
                 return False
-            kinv_new = bordered_inverse(kinv, kz, kzz)
             ksz = self._f[:n, :m]
             b_l = ksz.mT @ (cs * gs) + lam * kz
             c_l = gs @ (cs * gs) + lam * kzz
-            q_new = bordered_inverse(self._q[:m, :m], b_l, c_l)
+            border_q = border_prepare(self._q[:m, :m], b_l, c_l)
             # log det A = log det Λ⁻¹ − log det K_ZZ: the two Schur complements
-            schur = (1.0 / q_new[m, m]) / omega
+            schur = border_q[1] / omega
             self._ensure_anchors(m + 1, z.shape[0])
-            self._p[: m + 1, : m + 1] = kinv_new
-            self._q[: m + 1, : m + 1] = q_new
+            border_apply(self._p, m, *border_p)
+            border_apply(self._q, m, *border_q)
             self._g[m] = gs @ ss
             self._f[:n, m] = gs
         self._z[m] = z

@@ -1,0 +1,229 @@
+"""The contextual environments of seed 000 (spec §4.1–4.4): Bump, Chessboard, Step Diagonal.
+
+Each round a context ``x ~ U[0,1]^{d_x}`` is drawn; the candidates are the joint vectors
+``[x; a]`` for the 10 actions of the authors' grid (spec §4.1, in the code's order)
+``(0.08, 0.7, 0.82, 0.28, 0.63, 0, 0.05, 0.5, 0.81, 0.04)``; the reward is ``f(x, a) + N(0, 0.1²)``.
+The kernel the papers give the agents is the Gaussian RBF with ``σ_k = 0.1`` on ``[x; a]``
+(:attr:`kernel`).
+
+* **Bump** (``d_x = 5``): ``f(x, a) = max(0, 1 − |a − a*| − ⟨w*, x − x*⟩)`` with the code's
+  constants from ``RandomState(123)``: ``a* = 0.81``, ``x*``, ``w*`` below (hard-coded).
+* **Chessboard** (``squares``): 4×4 cells of width 0.25 with value 1 on
+  ``[.25,.5)×[0,.25)``, ``[.25,.5)×[.5,.75)``, ``[.75,1]×[.5,.75)``, value 0.5 on
+  ``[0,.25)×[.25,.5)``, ``[.5,.75)×[.25,.5)``, ``[.5,.75)×[.75,1]`` (context × action), else 0.
+* **Step Diagonal**: 1 if ``|x − (a + 0.15)| < 0.1``, else 0.5 if ``|x − (a − 0.15)| < 0.1``, else 0.
+
+Regret (spec §1.3, E17): :meth:`mean_rewards` gives the noiseless means of this round's
+candidates, so the runner's regret is the pseudo-regret against the **grid** optimum. With
+``regret_mode="reference"`` the environment also records the authors' realised regret
+``best_code(x_t) + ξ'_t − r_t`` (``best_code ≡ 1`` on Chessboard / Step Diagonal, fresh noise
+``ξ'``) in :attr:`reference_regret`.
+
+Generators (all from the ``reset`` seed): one for the contexts, one for the reward noise, so two
+policies run with the same seed see the same contexts and noise (common random numbers).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from ..kernels import make_kernel
+from ..validation import check_positive
+from .base import joint
+
+__all__ = [
+    "ACTION_GRID",
+    "BUMP_A_STAR",
+    "BUMP_W_STAR",
+    "BUMP_X_STAR",
+    "BumpEnv",
+    "ChessboardEnv",
+    "ContextualGridEnv",
+    "StepDiagonalEnv",
+]
+
+#: ``RandomState(123).choice(arange(0, 1, 0.01), 10, replace=False)``, the code's order.
+ACTION_GRID = (0.08, 0.7000000000000001, 0.8200000000000001, 0.28, 0.63, 0.0, 0.05, 0.5, 0.81, 0.04)
+BUMP_A_STAR = 0.81
+BUMP_X_STAR = (0.10854229568516027, 0.5116547174153498, 0.909769397634143, 0.2183760135542644,
+               0.3631040671850181)
+BUMP_W_STAR = (0.7099456316481529, 0.42278360362943346, -0.21411117846382477, -0.5373970373754491,
+               -0.23965057137331858)
+
+RegretMode = Literal["pseudo", "reference"]
+
+
+class ContextualGridEnv:
+    """Contexts ``U[0,1]^{d_x}`` × a finite action grid, joint features ``[x; a]``.
+
+    Subclasses define :meth:`f` (the mean reward) and :meth:`code_best` (the authors' "best").
+
+    Args:
+        noise_std: σ of the Gaussian reward noise (0.1).
+        lengthscale: σ_k of the RBF kernel handed to the agents (0.1).
+        actions: the action grid (default :data:`ACTION_GRID`).
+        regret_mode: ``"pseudo"`` (default) or ``"reference"`` (also record the code's regret).
+    """
+
+    context_dim = 1
+    name = "grid"
+
+    def __init__(
+        self,
+        noise_std: float = 0.1,
+        lengthscale: float = 0.1,
+        *,
+        actions: tuple[float, ...] | list[float] | Tensor | None = None,
+        regret_mode: RegretMode = "pseudo",
+        dtype: torch.dtype = torch.float64,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        if float(noise_std) < 0:
+            raise ValueError(f"noise_std must be >= 0, got {noise_std}")
+        if regret_mode not in ("pseudo", "reference"):
+            raise ValueError(f"regret_mode must be 'pseudo' or 'reference', got {regret_mode!r}")
+        self.noise_std = float(noise_std)
+        self.lengthscale = check_positive("lengthscale", lengthscale)
+        self.dtype = dtype
+        self.device = torch.device(device)
+        grid = ACTION_GRID if actions is None else actions
+        self.actions = torch.as_tensor(grid, dtype=dtype).reshape(-1).to(self.device)
+        if self.actions.numel() == 0 or not bool(torch.isfinite(self.actions).all()):
+            raise ValueError("actions must be a non-empty list of finite numbers")
+        self.regret_mode: RegretMode = regret_mode
+        self.kernel = make_kernel("rbf", self.lengthscale, dtype=dtype, device=self.device)
+        self.norm = 1.0  # nominal ‖f‖ bound for theory radii (unknown for these functions)
+        self.reset(0)
+
+    # ------------------------------------------------------------------ the problem
+    @property
+    def n_actions(self) -> int:
+        return int(self.actions.numel())
+
+    def f(self, contexts: Tensor, actions: Tensor) -> Tensor:  # pragma: no cover - abstract
+        """Mean reward ``[n, A]`` of contexts ``[n, d_x]`` × actions ``[A]``."""
+        raise NotImplementedError
+
+    def code_best(self, contexts: Tensor) -> Tensor:  # pragma: no cover - abstract
+        """The authors' claimed optimum ``best(x)`` ``[n]`` (spec §4.1, E17)."""
+        raise NotImplementedError
+
+    def best_mean(self, contexts: Tensor) -> Tensor:
+        """``max_a f(x, a)`` over the grid ``[n]``."""
+        return self.f(contexts, self.actions).max(dim=1).values
+
+    # ------------------------------------------------------------------ the contract
+    def _draw_context(self) -> None:
+        ctx = torch.rand(self.context_dim, generator=self._g_ctx, dtype=self.dtype).to(self.device)
+        self.context = ctx
+        self._cands = joint(ctx, self.actions)
+        self._means = self.f(ctx[None], self.actions)[0]
+
+    def reset(self, seed: int) -> None:
+        """Restart time with the context and noise streams of ``seed``."""
+        self.seed = int(seed)
+        self._g_ctx = torch.Generator().manual_seed(2 * self.seed + 1000)
+        self._g_noise = torch.Generator().manual_seed(2 * self.seed + 1001)
+        self.t = 0
+        self.reference_regret: list[float] = []
+        self._draw_context()
+
+    def candidates(self) -> Tensor:
+        """This round's joint features ``[A, d_x + 1]``."""
+        return self._cands
+
+    def mean_rewards(self) -> Tensor:
+        """Noiseless means of this round's candidates ``[A]``."""
+        return self._means
+
+    def pull(self, index: int) -> float:
+        """Noisy reward of candidate ``index``; draws the next context."""
+        if not 0 <= int(index) < self.n_actions:
+            raise ValueError(f"index must lie in [0, {self.n_actions}), got {index}")
+        noise = float(torch.randn((), generator=self._g_noise, dtype=torch.float64)) * self.noise_std
+        reward = float(self._means[int(index)]) + noise
+        if self.regret_mode == "reference":
+            xi = float(torch.randn((), generator=self._g_noise, dtype=torch.float64)) * self.noise_std
+            best = float(self.code_best(self.context[None])[0])
+            self.reference_regret.append(best + xi - reward)
+        self.t += 1
+        self._draw_context()
+        return reward
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(d_x={self.context_dim}, actions={self.n_actions}, "
+                f"noise_std={self.noise_std}, lengthscale={self.lengthscale}, "
+                f"regret_mode={self.regret_mode!r})")
+
+
+class BumpEnv(ContextualGridEnv):
+    """Bump (spec §4.2): ``f(x, a) = max(0, 1 − |a − a*| − ⟨w*, x − x*⟩)``, ``d_x = 5``.
+
+    ``d_x`` other than 5 keeps the first ``d_x`` coordinates of ``x*``/``w*`` (at most 5).
+    """
+
+    name = "bump"
+
+    def __init__(self, noise_std: float = 0.1, lengthscale: float = 0.1, *, d_x: int = 5,
+                 **kwargs) -> None:  # type: ignore[no-untyped-def]
+        if not 1 <= int(d_x) <= 5:
+            raise ValueError(f"d_x must lie in [1, 5], got {d_x}")
+        self.context_dim = int(d_x)
+        dtype = kwargs.get("dtype", torch.float64)
+        self.x_star = torch.tensor(BUMP_X_STAR[: self.context_dim], dtype=dtype)
+        self.w_star = torch.tensor(BUMP_W_STAR[: self.context_dim], dtype=dtype)
+        self.a_star = BUMP_A_STAR
+        super().__init__(noise_std, lengthscale, **kwargs)
+        self.x_star = self.x_star.to(self.device)
+        self.w_star = self.w_star.to(self.device)
+
+    def _shift(self, contexts: Tensor) -> Tensor:
+        return (contexts - self.x_star) @ self.w_star
+
+    def f(self, contexts: Tensor, actions: Tensor) -> Tensor:
+        dist = (actions.reshape(1, -1) - self.a_star).abs()
+        return torch.clamp(1.0 - dist - self._shift(contexts)[:, None], min=0.0)
+
+    def code_best(self, contexts: Tensor) -> Tensor:
+        return torch.clamp(1.0 - self._shift(contexts), min=0.0)
+
+
+class ChessboardEnv(ContextualGridEnv):
+    """Chessboard (``squares`` in the code, spec §4.3): 4×4 cells with values 1, 0.5, 0."""
+
+    name = "chessboard"
+    #: cell values, rows = context cell (0..3), columns = action cell (0..3)
+    CELLS = ((0.0, 0.5, 0.0, 0.0),
+             (1.0, 0.0, 1.0, 0.0),
+             (0.0, 0.5, 0.0, 0.5),
+             (0.0, 0.0, 1.0, 0.0))
+
+    def f(self, contexts: Tensor, actions: Tensor) -> Tensor:
+        cells = torch.tensor(self.CELLS, dtype=contexts.dtype, device=contexts.device)
+        ci = torch.clamp((contexts[:, 0] * 4).floor().long(), 0, 3)
+        ai = torch.clamp((actions.reshape(-1) * 4).floor().long(), 0, 3)
+        return cells[ci[:, None], ai[None, :]]
+
+    def code_best(self, contexts: Tensor) -> Tensor:
+        return torch.ones(contexts.shape[0], dtype=contexts.dtype, device=contexts.device)
+
+
+class StepDiagonalEnv(ContextualGridEnv):
+    """Step Diagonal (``step_diag``, spec §4.4): 1 on ``|x − (a + 0.15)| < 0.1``, else 0.5 on
+    ``|x − (a − 0.15)| < 0.1``, else 0."""
+
+    name = "step_diagonal"
+
+    def f(self, contexts: Tensor, actions: Tensor) -> Tensor:
+        x = contexts[:, :1]
+        a = actions.reshape(1, -1)
+        high = (x - (a + 0.15)).abs() < 0.1
+        low = (x - (a - 0.15)).abs() < 0.1
+        one = torch.ones((), dtype=contexts.dtype, device=contexts.device)
+        return torch.where(high, one, torch.where(low, 0.5 * one, 0.0 * one))
+
+    def code_best(self, contexts: Tensor) -> Tensor:
+        return torch.ones(contexts.shape[0], dtype=contexts.dtype, device=contexts.device)
