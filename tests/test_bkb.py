@@ -304,3 +304,22 @@ def test_reproduce_quick_writes_tables_and_figures(tmp_path, capsys) -> None:
     stats = json.loads((out / "fig2_stats.json").read_text())
     assert min(stats["far_var_ratio_dtc"]) > 0.9 and max(stats["far_var_ratio_sor"][1:]) < 0.3
     assert "Fig. 2" in capsys.readouterr().out
+
+
+def test_notebook_runs_quick(monkeypatch) -> None:
+    from pathlib import Path
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.setenv("TORCHBANDITS_QUICK", "1")
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    nb = nbformat.read(root / "notebooks" / "bkb.ipynb", as_version=4)
+    NotebookClient(nb, timeout=120, kernel_name="python3",
+                   resources={"metadata": {"path": str(root / "notebooks")}}).execute()
+    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
+                   for o in c.get("outputs", []))
+    assert "BKB: regret after 80 rounds" in text
+    assert "| rbf d=2 | BKB |" in text and "| rbf d=2 | GP-UCB |" in text
+    assert "mean GP-scale variance on [0.8, 1]" in text
