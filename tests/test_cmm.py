@@ -98,3 +98,23 @@ def test_cmm_policy_dual_and_socp_agree():
     clone.load_state_dict(pols[0].state_dict())
     cand = env.candidates()
     assert torch.allclose(clone(cand), pols[0](cand), rtol=1e-12)
+
+
+def test_reproduce_quick(tmp_path):
+    """``--quick`` of the reproduction writes the table (with the paper's numbers) and the figures."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "reproduce_confidence_bounds.py"
+    out = tmp_path / "cmm"
+    proc = subprocess.run([sys.executable, str(script), "--quick", "--seeds", "0", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    table = (out / "table1.md").read_text()
+    assert "[paper 32.2 ± 20.9]" in table and "| CMM |" in table
+    for name in ("figure1_bands.png", "figure2_regret.png", "figure4_time.png", "figure5_regret_d2.png",
+                 "figure6_regret_d4.png", "figure7_loose.png", "summary.json"):
+        assert (out / name).stat().st_size > 0, name
+    runs = list((out / "table1" / "runs").glob("*.json"))
+    assert len(runs) == 6 * 6  # 6 columns × (CMM, DMM, AMM, AY, IGP, Random) × 1 seed

@@ -61,6 +61,8 @@ POLICIES: dict[str, Entry] = {
 }
 
 REPRODUCTIONS: dict[str, Entry] = {
+    "cmm": Entry("torchbandits.reproduce.cmm:main",
+                 "seed 002: Table 1, Figures 1, 2, 4-7 (CMM/DMM/AMM-UCB, AY-GP-UCB, IGP-UCB)"),
     "bkb": Entry("torchbandits.reproduce.bkb:main",
                  "seed 001: BKB vs exact GP-UCB vs Random on RKHS functions + Fig. 2 (variance starvation)"),
 }
