@@ -6,3 +6,6 @@ from .rkhs import RKHSFunctionEnv
 
 __all__ = ["BanditEnv", "RKHSFunctionEnv", "joint"]
 __all__ += ["BumpEnv", "ChessboardEnv", "ContextualGridEnv", "StepDiagonalEnv"]  # seed 000
+from .nonstationary import CosineBandit, SwitchingKernelEnv  # noqa: E402  seed 003
+
+__all__ += ["CosineBandit", "SwitchingKernelEnv"]  # seed 003

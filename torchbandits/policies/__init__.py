@@ -10,3 +10,6 @@ from .random import RandomPolicy
 __all__ = ["AMMUCB", "AYGPUCB", "BKB", "CMMUCB", "DMMUCB", "GPUCB", "IGPUCB", "IndexPolicy", "KernelUCB", "Policy",
            "RandomPolicy"]
 __all__ += ["EKUCB", "NystromUCB"]  # seed 000
+from .opkb import ADAOPKB, OPKB  # noqa: E402  seed 003
+
+__all__ += ["ADAOPKB", "OPKB"]  # seed 003

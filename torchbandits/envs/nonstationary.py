@@ -1,0 +1,207 @@
+"""Non-stationary environments of seed 003 (spec §5.1, §5.4).
+
+* :class:`SwitchingKernelEnv` — Section 6: ``N`` arms uniform on the unit sphere of ``R^d``, a base
+  reward vector ``r ~ N(0, K)`` (RBF kernel, length scale ℓ) rescaled to ``max|r| = 0.8``; at each
+  switch the reward vector changes: sign flip of the same vector (default, authors' code, A17) or
+  a fresh draw from ``N(0, K)`` (``mode="resample"``). A switch at ``τ`` means the new function is
+  used from round ``τ + 1`` (1-based). Env 1: ``switches=(3000,)``; Env 2: ``(1500, 5000)``.
+* :class:`CosineBandit` — App. J: ``r_t(x) = 0.8·cos(3xᵀθ + φ(t))`` with arms and θ uniform on the
+  sphere; ``phase="stationary"`` (φ ≡ 0, J.2) or ``"slow"`` (J.3: 0 on [0, 1000), linear to π on
+  [1000, 3000), π on [3000, 4000), linear to 2π on [4000, 6000), 2π afterwards; ``t`` = rounds
+  already played).
+
+Noise: normal with s.d. 0.1 truncated so that ``|y| ≤ 1`` (default, A18, the bounded-noise
+theory; drawn by rejection) or plain Gaussian (``noise="gaussian"``). Randomness (spec §7 A22):
+``reset(seed)`` derives separate generators for the instance (arms, θ, reward vectors) and for the
+noise from ``seed`` (the *env seed*: the run index), so every algorithm faces the same instance
+and noise sequence for a given seed, whatever its own (algorithm) seed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from ..kernels import kernel_matrix, make_kernel
+from ..validation import check_positive
+
+__all__ = ["CosineBandit", "SwitchingKernelEnv", "slow_phase"]
+
+_ENV_STREAM = 1_000_003   # offsets keep env streams apart from policy generators seeded alike
+
+
+def _sphere(n: int, d: int, gen: torch.Generator, dtype: torch.dtype) -> Tensor:
+    x = torch.randn(n, d, generator=gen, dtype=dtype)
+    return x / x.norm(dim=1, keepdim=True)
+
+
+class _FixedArmEnv:
+    """Common parts: fixed arm set, time, noise, regret bookkeeping."""
+
+    def __init__(self, n_arms: int, dim: int, noise_std: float, noise: str,
+                 dtype: torch.dtype, device: torch.device | str) -> None:
+        if int(n_arms) < 1:
+            raise ValueError(f"n_arms must be >= 1, got {n_arms}")
+        if int(dim) < 1:
+            raise ValueError(f"dim must be >= 1, got {dim}")
+        if noise not in ("truncated", "gaussian"):
+            raise ValueError(f"noise must be 'truncated' or 'gaussian', got {noise!r}")
+        self.noise_std = float(noise_std)
+        if self.noise_std < 0:
+            raise ValueError(f"noise_std must be >= 0, got {noise_std}")
+        self.n_arms, self.dim, self.noise = int(n_arms), int(dim), noise
+        self.dtype, self.device = dtype, torch.device(device)
+        self.t = 0
+
+    def _generators(self, seed: int) -> torch.Generator:
+        self.seed = int(seed)
+        g_inst = torch.Generator().manual_seed(_ENV_STREAM + 2 * self.seed)
+        self._g_noise = torch.Generator().manual_seed(_ENV_STREAM + 2 * self.seed + 1)
+        self.t = 0
+        return g_inst
+
+    def _noise(self, mean: float) -> float:
+        for _ in range(100):
+            eps = float(torch.randn((), generator=self._g_noise, dtype=torch.float64)) * self.noise_std
+            if self.noise == "gaussian" or abs(mean + eps) <= 1.0:
+                return eps
+        return max(-1.0, min(1.0, mean + eps)) - mean   # pragma: no cover - |mean| ≈ 1
+
+    def candidates(self) -> Tensor:
+        return self.arms
+
+    def mean_rewards(self) -> Tensor:
+        return self.means_at(self.t)
+
+    def means_at(self, t: int) -> Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def pull(self, index: int) -> float:
+        if not 0 <= int(index) < self.n_arms:
+            raise ValueError(f"index must lie in [0, {self.n_arms}), got {index}")
+        mean = float(self.means_at(self.t)[int(index)])
+        self.t += 1
+        return mean + self._noise(mean)
+
+
+class SwitchingKernelEnv(_FixedArmEnv):
+    """Kernel bandit whose reward vector switches at given rounds (spec §5.1).
+
+    Args:
+        n_arms, dim: ``N = 100``, ``d = 10`` (A16).
+        lengthscale: RBF ℓ of nature's kernel (0.2); ``kernel`` is exposed to the policies.
+        switches: rounds after which the function changes ((3000,) = Env 1, (1500, 5000) = Env 2).
+        mode: ``"sign"`` (flip the sign of the same vector) or ``"resample"`` (fresh ``N(0, K)``).
+        max_abs: rescale so that ``max_x |r(x)| = max_abs`` (0.8).
+        noise_std, noise: s.d. 0.1, ``"truncated"`` (|y| ≤ 1) or ``"gaussian"``.
+    """
+
+    def __init__(self, n_arms: int = 100, dim: int = 10, lengthscale: float = 0.2, *,
+                 switches: Sequence[int] = (3000,), mode: str = "sign", max_abs: float = 0.8,
+                 noise_std: float = 0.1, noise: str = "truncated", seed: int = 0,
+                 dtype: torch.dtype = torch.float64, device: torch.device | str = "cpu") -> None:
+        super().__init__(n_arms, dim, noise_std, noise, dtype, device)
+        if mode not in ("sign", "resample"):
+            raise ValueError(f"mode must be 'sign' or 'resample', got {mode!r}")
+        sw = [int(s) for s in switches]
+        if any(s < 1 for s in sw) or sw != sorted(set(sw)):
+            raise ValueError(f"switches must be increasing positive rounds, got {switches}")
+        self.lengthscale = check_positive("lengthscale", lengthscale)
+        self.kernel = make_kernel("rbf", self.lengthscale, dtype=dtype).to(self.device)
+        self.switches, self.mode = tuple(sw), mode
+        self.max_abs = check_positive("max_abs", max_abs)
+        self.norm = self.max_abs
+        self.reset(seed)
+
+    def _draw(self, chol: Tensor, gen: torch.Generator) -> Tensor:
+        r = chol @ torch.randn(self.n_arms, generator=gen, dtype=self.dtype)
+        return r * (self.max_abs / r.abs().max())
+
+    def reset(self, seed: int) -> None:
+        g = self._generators(seed)
+        arms = _sphere(self.n_arms, self.dim, g, self.dtype)
+        k = kernel_matrix(self.kernel.cpu(), arms, arms)
+        self.kernel.to(self.device)
+        chol = torch.linalg.cholesky(k + 1e-10 * torch.eye(self.n_arms, dtype=self.dtype))
+        base = self._draw(chol, g)
+        vecs = [base]
+        for i in range(len(self.switches)):
+            vecs.append(self._draw(chol, g) if self.mode == "resample" else base * (-1) ** (i + 1))
+        self.arms = arms.to(self.device)
+        self.reward_vectors = torch.stack(vecs).to(self.device)
+
+    def segment(self, t: int) -> int:
+        """Index of the function in force at 0-based round ``t`` (round ``t + 1``)."""
+        return sum(1 for s in self.switches if t >= s)
+
+    def means_at(self, t: int) -> Tensor:
+        return self.reward_vectors[self.segment(t)]
+
+    def __repr__(self) -> str:
+        return (f"SwitchingKernelEnv(n_arms={self.n_arms}, dim={self.dim}, ls={self.lengthscale}, "
+                f"switches={self.switches}, mode={self.mode!r}, noise={self.noise!r})")
+
+
+def slow_phase(t: int) -> float:
+    """Phase φ(t) of the slowly varying cosine bandit (App. J.3), ``t`` = rounds played."""
+    if t < 1000:
+        return 0.0
+    if t < 3000:
+        return math.pi * (t - 1000) / 2000.0
+    if t < 4000:
+        return math.pi
+    if t < 6000:
+        return math.pi + math.pi * (t - 4000) / 2000.0
+    return 2.0 * math.pi
+
+
+class CosineBandit(_FixedArmEnv):
+    """``r_t(x) = amplitude·cos(frequency·xᵀθ + φ(t))`` (App. J).
+
+    Args:
+        n_arms, dim: 256 and 8 (J.2) or 100 and 10 (J.3).
+        phase: ``"stationary"`` (φ ≡ 0), ``"slow"`` (:func:`slow_phase`) or a callable ``t → φ``.
+        lengthscale: RBF ℓ of the kernel the kernel policies are given (``kernel`` attribute).
+    """
+
+    def __init__(self, n_arms: int = 256, dim: int = 8, *, phase: str = "stationary",
+                 amplitude: float = 0.8, frequency: float = 3.0, lengthscale: float = 0.2,
+                 noise_std: float = 0.1, noise: str = "truncated", seed: int = 0,
+                 dtype: torch.dtype = torch.float64, device: torch.device | str = "cpu") -> None:
+        super().__init__(n_arms, dim, noise_std, noise, dtype, device)
+        if callable(phase):
+            self._phase = phase
+        elif phase == "stationary":
+            self._phase = lambda t: 0.0
+        elif phase == "slow":
+            self._phase = slow_phase
+        else:
+            raise ValueError(f"phase must be 'stationary', 'slow' or a callable, got {phase!r}")
+        self.phase_name = phase if isinstance(phase, str) else "custom"
+        self.amplitude = check_positive("amplitude", amplitude)
+        self.frequency = float(frequency)
+        self.norm = self.amplitude
+        self.lengthscale = check_positive("lengthscale", lengthscale)
+        self.kernel = make_kernel("rbf", self.lengthscale, dtype=dtype).to(self.device)
+        self._cache: tuple[float, Tensor] | None = None
+        self.reset(seed)
+
+    def reset(self, seed: int) -> None:
+        g = self._generators(seed)
+        self.arms = _sphere(self.n_arms, self.dim, g, self.dtype).to(self.device)
+        self.theta = _sphere(1, self.dim, g, self.dtype).flatten().to(self.device)
+        self._proj = self.frequency * (self.arms @ self.theta)
+        self._cache = None
+
+    def means_at(self, t: int) -> Tensor:
+        phi = float(self._phase(t))
+        if self._cache is None or self._cache[0] != phi:
+            self._cache = (phi, self.amplitude * torch.cos(self._proj + phi))
+        return self._cache[1]
+
+    def __repr__(self) -> str:
+        return (f"CosineBandit(n_arms={self.n_arms}, dim={self.dim}, phase={self.phase_name!r}, "
+                f"noise={self.noise!r})")
