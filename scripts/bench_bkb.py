@@ -52,9 +52,12 @@ def _timed_step(policy, env, cand, means) -> tuple[float, float]:
     return (t1 - t0) + (t3 - t2), float(means.max() - means[i])
 
 
-def _uncached_ms(policy: KernelUCB, cand: torch.Tensor, repeats: int) -> float:
-    """Median ms of one exact round without the candidate cache (select; update adds O(n²))."""
+def _uncached_ms(policy: KernelUCB, cand: torch.Tensor, repeats: int) -> tuple[float, float]:
+    """Median ms of one exact round without the candidate cache (select; update adds O(n²)),
+    and the max difference between the cached and the re-whitened scores (a correctness check)."""
     model = policy.model
+    with torch.no_grad():
+        cached = policy(cand)
     model.cache_candidates = False
     model._caches.clear()
     times = []
@@ -62,8 +65,10 @@ def _uncached_ms(policy: KernelUCB, cand: torch.Tensor, repeats: int) -> float:
         t0 = time.perf_counter()
         policy.select(cand)
         times.append(time.perf_counter() - t0)
+    with torch.no_grad():
+        fresh = policy(cand)
     model.cache_candidates = True
-    return 1e3 * statistics.median(times)
+    return 1e3 * statistics.median(times), float((cached - fresh).abs().max())
 
 
 def run_seed(args: argparse.Namespace, seed: int, checkpoints: list[int]) -> dict:
@@ -80,6 +85,7 @@ def run_seed(args: argparse.Namespace, seed: int, checkpoints: list[int]) -> dic
     means = env_b.mean_rewards()
     sec_b, sec_g, reg_b, reg_g, dsz = [], [], [], [], []
     uncached: dict[int, float] = {}
+    score_diff: dict[int, float] = {}
     for t in tqdm(range(1, args.horizon + 1), desc=f"seed {seed}", leave=False,
                   disable=args.no_progress):
         s, r = _timed_step(bkb, env_b, cand, means)
@@ -90,10 +96,10 @@ def run_seed(args: argparse.Namespace, seed: int, checkpoints: list[int]) -> dic
         reg_g.append(r)
         dsz.append(bkb.dictionary_size)
         if t in checkpoints and seed == 0 and not args.skip_uncached:
-            uncached[t] = _uncached_ms(gp, cand, args.uncached_repeats)
+            uncached[t], score_diff[t] = _uncached_ms(gp, cand, args.uncached_repeats)
     return {"seed": seed, "bkb_seconds": sec_b, "gp_seconds": sec_g, "bkb_regret": reg_b,
             "gp_regret": reg_g, "dictionary_size": dsz, "m_theory": bkb.diagnostics()["m_theory"],
-            "uncached_ms": uncached}
+            "uncached_ms": uncached, "score_diff": score_diff}
 
 
 def _window_ms(seconds: list[float], t: int) -> float:
@@ -101,7 +107,7 @@ def _window_ms(seconds: list[float], t: int) -> float:
     return 1e3 * float(np.median(seconds[t - w: t]))
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--arms", type=int, default=None)
@@ -116,7 +122,7 @@ def main() -> int:
     p.add_argument("--skip-uncached", action="store_true")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--out", default="results/bench_bkb")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     torch.set_num_threads(1)
     args.arms = args.arms or (200 if args.quick else 1000)
     args.horizon = args.horizon or (200 if args.quick else 2000)

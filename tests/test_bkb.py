@@ -323,3 +323,39 @@ def test_notebook_runs_quick(monkeypatch) -> None:
     assert "BKB: regret after 80 rounds" in text
     assert "| rbf d=2 | BKB |" in text and "| rbf d=2 | GP-UCB |" in text
     assert "mean GP-scale variance on [0.8, 1]" in text
+
+
+def test_bench_quick(tmp_path) -> None:
+    """The benchmark runs in --quick mode; its cached and re-whitened exact scores agree and BKB's
+    dictionary never exceeds the distinct pulls (no timing asserted)."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("bench_bkb", root / "scripts" / "bench_bkb.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--quick", "--out", str(tmp_path), "--no-progress", "--horizon", "120"]) == 0
+    data = json.loads((tmp_path / "bench_bkb.json").read_text())
+    assert [r["t"] for r in data["rows"]] == [15, 30, 60, 90, 120]
+    run = data["runs"][0]
+    assert max(run["score_diff"].values()) < 1e-9
+    assert all(m <= t + 1 for t, m in enumerate(run["dictionary_size"]))
+    assert len(run["bkb_regret"]) == len(run["gp_regret"]) == 120
+    assert "| BKB |" in (tmp_path / "bench_bkb.md").read_text()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_matches_cpu() -> None:
+    env = _env(100)
+    cpu = _bkb(env, seed=0)
+    gpu = _bkb(env, seed=0, device="cuda")
+    cand = env.candidates()
+    for _ in range(20):
+        i = cpu.select(cand)
+        assert gpu.select(cand.cuda()) == i
+        r = env.pull(i)
+        cpu.update(cand[i], r)
+        gpu.update(cand[i].cuda(), r)
+    assert torch.allclose(cpu(cand), gpu(cand.cuda()).cpu(), atol=1e-8)
