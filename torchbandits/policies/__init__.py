@@ -11,5 +11,6 @@ __all__ = ["AMMUCB", "AYGPUCB", "BKB", "CMMUCB", "DMMUCB", "GPUCB", "IGPUCB", "I
            "RandomPolicy"]
 __all__ += ["EKUCB", "NystromUCB"]  # seed 000
 from .opkb import ADAOPKB, OPKB  # noqa: E402  seed 003
+from .opnn import ADAOPNN, OPNN, OPNN0  # noqa: E402  seed 003
 
-__all__ += ["ADAOPKB", "OPKB"]  # seed 003
+__all__ += ["ADAOPKB", "ADAOPNN", "OPKB", "OPNN", "OPNN0"]  # seed 003

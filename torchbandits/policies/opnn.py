@@ -1,0 +1,154 @@
+"""OPNN, OPNN0 (Algorithm 5, App. J.2) and ADA-OPNN (Algorithm 7) of seed 003 (spec §3.7–§3.8).
+
+OPKB / ADA-OPKB with a *dynamic* feature map: the empirical NTK of a ReLU network
+(:mod:`torchbandits.models.neural`). At ``W⁽⁰⁾`` (drawn from the policy's generator) the Gram
+``K^{W⁽⁰⁾}`` gives ``Φ₀``, ``π_{Φ₀}(X)`` and ``γ = γ_{Φ₀,T}`` — ``γ, E, α, β_j, μ_j`` are never
+recomputed. At the start of every block ``j ≥ 1``: ``W⁽ʲ⁾ = TrainNN(epoch history, W⁽⁰⁾)``,
+``Φ_j = chol(K^{W⁽ʲ⁾} + εI)``, ``π_{Φ_j}(X)``; with ``feature_map="current"`` (Algorithms 5/7 and
+the authors' code, A11) the IPS matrices of all earlier strategies of the epoch and the cached
+reference gaps ``G[k]`` are recomputed with ``Φ_j``; ``"at_play_time"`` keeps each step's matrix
+of the map current when it was played (the analysis, Lemma G.13). Then OP with ``Φ_j`` and
+``P⁽ʲ⁾ = (1 − μ_j)Q⁽ʲ⁾ + μ_j π_{Φ_j}(X)``. After a restart block 0 plays ``π_{Φ₀}(X)`` of the
+initial map (A12; ``restart_features="last"`` keeps the last trained map, as the authors' code).
+``OPNN0`` freezes the map at ``W⁽⁰⁾`` (= ``train_steps = 0``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..design import optimal_design
+from ..models.features import cholesky_features
+from ..models.neural import ReLUNetwork, ntk_gram, train_nn
+from .opkb import OPPolicyBase
+
+__all__ = ["ADAOPNN", "OPNN", "OPNN0"]
+
+
+class ADAOPNN(OPPolicyBase):
+    """ADA-OPNN (Algorithm 7): ADA-OPKB on the trained network's NTK features.
+
+    Args:
+        horizon: ``T``.
+        width: ``m`` (2048 in the paper's experiments).
+        n_square_layers: number of ``m × m`` layers (authors' code: ``L = 3``; the paper's depth
+            ``L`` corresponds to ``L − 2``, spec §7 A9).
+        nn_lam: TrainNN ridge ``λ`` (10).  eta: step size ``η`` (1e-8).  train_steps: ``J`` (100).
+        feature_map: ``"current"`` or ``"at_play_time"`` (A11).
+        restart_features: ``"initial"`` (A12, default) or ``"last"``.
+        net_dtype: dtype of the network (float32); Grams and all OP algebra stay in float64.
+        jitter: added to ``K^W`` before the Cholesky factorisation.
+        preset, constants, solver, **overrides: as :class:`~.opkb.ADAOPKB` (family ``"opnn"``).
+    """
+
+    adaptive = True
+    family = "opnn"
+    trains = True
+
+    def __init__(self, horizon: int, *, width: int = 2048, n_square_layers: int = 3,
+                 nn_lam: float = 10.0, eta: float = 1e-8, train_steps: int = 100,
+                 feature_map: str = "current", restart_features: str = "initial",
+                 net_dtype: torch.dtype = torch.float32, jitter: float = 1e-10,
+                 stationary_preset: bool = False, **kwargs: Any) -> None:
+        self._stationary_preset = bool(stationary_preset)
+        super().__init__(horizon, **kwargs)
+        if feature_map not in ("current", "at_play_time"):
+            raise ValueError(f"feature_map must be 'current' or 'at_play_time', got {feature_map!r}")
+        if restart_features not in ("initial", "last"):
+            raise ValueError(f"restart_features must be 'initial' or 'last', got {restart_features!r}")
+        if int(width) < 1 or int(n_square_layers) < 0 or int(train_steps) < 0:
+            raise ValueError("width must be >= 1, n_square_layers >= 0 and train_steps >= 0")
+        if not (nn_lam > 0 and eta > 0):
+            raise ValueError(f"nn_lam and eta must be > 0, got {nn_lam}, {eta}")
+        self.width, self.n_square_layers = int(width), int(n_square_layers)
+        self.nn_lam, self.eta, self.train_steps = float(nn_lam), float(eta), int(train_steps)
+        self.feature_map, self.restart_features = feature_map, restart_features
+        self.net_dtype, self.jitter = net_dtype, float(jitter)
+        self.network: ReLUNetwork | None = None
+        self._init_weights: list[Tensor] = []
+        f = {"dtype": self.dtype, "device": self.device}
+        self.register_buffer("phi_cur", torch.zeros(0, **f))
+        self.register_buffer("pi_cur", torch.zeros(0, **f))
+        self.train_seconds = 0.0
+        self.n_trains = 0
+
+    def _preset_kwargs(self) -> dict[str, Any]:
+        return {"stationary": self._stationary_preset}
+
+    # ------------------------------------------------------------------ feature maps
+    def _features(self) -> Tensor:
+        gram = ntk_gram(self.network, self.arms.to(self.net_dtype), dtype=self.dtype)
+        return cholesky_features(gram, self.jitter)
+
+    def _initial_features(self, arms: Tensor) -> Tensor:
+        gen = torch.Generator().manual_seed(int(torch.randint(2**62, (1,), generator=self.generator)))
+        self.network = ReLUNetwork(arms.shape[1], self.width, self.n_square_layers, generator=gen,
+                                   dtype=self.net_dtype, device=self.device)
+        for w in self.network.weights:
+            w.requires_grad_(True)
+        self._init_weights = [w.detach().clone() for w in self.network.weights]
+        phi0 = self._features()
+        self.phi_cur = phi0
+        return phi0
+
+    def _epoch_features(self) -> tuple[Tensor, Tensor]:
+        if self.restart_features == "initial" or self.pi_cur.numel() == 0:
+            self.phi_cur, self.pi_cur = self.phi, self.pi_x
+            if self.network is not None:
+                with torch.no_grad():
+                    for w, w0 in zip(self.network.weights, self._init_weights, strict=True):
+                        w.copy_(w0)
+        return self.phi_cur, self.pi_cur
+
+    def _block_features(self, j: int) -> tuple[Tensor, Tensor]:
+        if not self.trains or self.train_steps == 0:
+            return self.phi, self.pi_x
+        import time
+
+        t0 = time.perf_counter()
+        n = self.arms.shape[0]
+        arm = self.h_arm[: self.h_n]
+        counts = torch.bincount(arm, minlength=n).to(self.dtype)
+        sums = torch.zeros(n, dtype=self.dtype, device=self.device).index_add_(0, arm, self.h_y[: self.h_n])
+        train_nn(self.network, self._init_weights, self.arms, counts, sums, lam=self.nn_lam,
+                 eta=self.eta, steps=self.train_steps)
+        phi = self._features()
+        design = optimal_design(phi, self.lam, solver=self.solver, kkt_tol=self.kkt_tol)
+        self._account(design.seconds, design.certificate.gap)
+        self.phi_cur, self.pi_cur = phi, design.p
+        if self.feature_map == "current":
+            for m in range(j):
+                self._set_strategy(m, self.strategies[m].clone(), phi)
+            for k in range(j - 1):
+                end = self.E * (2 ** (k + 1) - 1)        # C(k) = the first blocks 0..k
+                self.ref_gaps[k] = self.interval_gaps(0, min(end, self.h_n))
+        self.train_seconds += time.perf_counter() - t0
+        self.n_trains += 1
+        return phi, design.p
+
+    def _reset(self) -> None:
+        super()._reset()
+        self.network = None
+        self._init_weights = []
+        self.phi_cur = torch.zeros(0, dtype=self.dtype, device=self.device)
+        self.pi_cur = torch.zeros(0, dtype=self.dtype, device=self.device)
+        self.train_seconds = 0.0
+        self.n_trains = 0
+
+    def diagnostics(self) -> dict[str, float]:
+        return {**super().diagnostics(), "train_seconds": self.train_seconds}
+
+
+class OPNN(ADAOPNN):
+    """OPNN (Algorithm 5): doubling blocks without replays or change tests."""
+
+    adaptive = False
+
+
+class OPNN0(OPNN):
+    """OPNN0 (App. J.2 ablation): OPNN with the feature map frozen at ``W⁽⁰⁾``."""
+
+    trains = False
