@@ -158,6 +158,9 @@ def test_sampler_law_matches_binomial_inclusion() -> None:
     lin = inclusion_probabilities(var, cnt, 2.0, "linearized")
     assert torch.allclose(lin, torch.clamp(cnt * 2.0 * var, max=1.0))
     assert bool(RLSResampler(1.0, "all").resample(var, cnt, gen).mask.all())
+    uni = RLSResampler(2.0, "uniform")
+    freq = torch.stack([uni.resample(var, cnt, gen).mask.double() for _ in range(2000)]).mean(0)
+    assert bool(((freq - 0.4).abs() < 0.05).all())  # q̄ / n = 2 / 5 for every point
 
 
 def test_resampling_uses_previous_model_and_ignores_previous_dictionary() -> None:

@@ -9,9 +9,10 @@ starvation. This script makes both (spec §5 and §7):
    2000, 5 seeds. **β convention:** both BKB and GP-UCB use the same constant β on the **ridge**
    sd ``sqrt(var_GP/λ)`` with λ = ξ² (``--beta``, default 0.3); GP-UCB is the foundation's
    incremental exact :class:`~torchbandits.policies.KernelUCB` (``variance="ridge"``).
-   ``--theory-beta`` adds BKB with the paper's β̃_t. Writes per-run JSON, ``table.md`` (final
-   regret mean ± std, time), ``bkb_table.md`` (+ regret ratio to GP-UCB and dictionary size),
-   ``regret.png``, ``time.png``, ``dictionary_size.png``.
+   ``--theory-beta`` adds BKB with the paper's β̃_t; ``--ablations`` adds the SoR-variance
+   ablation and a uniformly sampled dictionary (``q̄`` points in expectation). Writes per-run
+   JSON, ``table.md`` (final regret mean ± std, time), ``bkb_table.md`` (+ regret ratio to GP-UCB
+   and dictionary size), ``regret.png``, ``time.png``, ``dictionary_size.png``.
 2. **Fig. 2** (``fig2_variance_starvation.png``): a GP sample on [0, 1] with
    ``k(x,x') = exp(−100 (x−x')²)`` (spec A14: ℓ = 1/√200), t ∈ {6, 63, 215} noisy observations
    uniform in [0, 0.5] fed to BKB (q̄ = 5, λ = ξ² = 0.01), bands ``μ ± 3·sd_GP`` of the exact GP,
@@ -201,6 +202,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--beta", type=float, default=0.3, help="shared constant β (ridge sd)")
     parser.add_argument("--qbar", type=float, default=5.0)
     parser.add_argument("--theory-beta", action="store_true", help="also run BKB with β̃_t")
+    parser.add_argument("--ablations", action="store_true",
+                        help="also run the SoR-variance ablation and uniformly sampled dictionaries")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--skip-figure", action="store_true")
@@ -225,6 +228,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.theory_beta:
         policies["BKB (β̃ paper)"] = lambda env: bkb_policy(env, qbar=qbar, beta_rule="paper",
                                                            device=dev)
+    if args.ablations:
+        policies["BKB-SoR"] = lambda env: bkb_sor(env, beta=beta, qbar=qbar, device=dev)
+        policies["BKB-uniform"] = lambda env: bkb_policy(env, qbar=qbar, beta_rule="constant", beta=beta,
+                                                         sampler="uniform", device=dev)
     envs = {name: _env_factory(k, d, ls, a, dev) for name, k, d, ls, a in settings}
     config = {"beta": beta, "beta_variance": "ridge", "lam": LAM, "qbar": qbar, "noise_std": NOISE,
               "norm": NORM}
