@@ -25,6 +25,7 @@ so the decision is split into :meth:`KORS.probability` and :meth:`KORS.add`.
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
@@ -72,6 +73,7 @@ class KORS(ResizableModule):
         self.score: KorsScore = score
         self.register_buffer("_n_inv", torch.zeros(16, 16, dtype=dtype, device=device))
         self.register_buffer("_p", torch.zeros(16, dtype=dtype, device=device))
+        self.register_buffer("_w", torch.zeros(16, dtype=dtype, device=device))  # 1/√p̃
         self._m = 0
 
     @property
@@ -97,25 +99,25 @@ class KORS(ResizableModule):
     def reset(self) -> None:
         self._m = 0
 
-    def leverage(self, kz: Tensor, kss: Tensor | float) -> Tensor:
+    def leverage(self, kz: Tensor, kss: Tensor | float) -> float:
         """Estimated ridge leverage score ``τ̃`` of a point with ``k_Z = kz`` ``[m]`` and
         ``k(s,s) = kss`` (per ``score``). ``O(m²)``."""
         m = self._m
-        kss_t = torch.as_tensor(kss, dtype=self._p.dtype, device=self._p.device)
+        kss_f = float(kss)
         if m:
-            b = kz / torch.sqrt(self._p[:m])
-            u = b @ (self._n_inv[:m, :m] @ b)
+            b = kz * self._w[:m]
+            u = float(b @ (self._n_inv[:m, :m] @ b))
         else:
-            u = kss_t.new_zeros(())
-        rho = torch.clamp(kss_t - u, min=0.0)
+            u = 0.0
+        rho = max(kss_f - u, 0.0)
         tau = (1.0 + self.eps) * rho / (rho + self.mu)
         if self.score == "reference":
-            tau = torch.clamp((1.0 + self.eps) * kss_t / self.mu - tau, min=0.0)
+            tau = max((1.0 + self.eps) * kss_f / self.mu - tau, 0.0)
         return tau
 
     def probability(self, kz: Tensor, kss: Tensor | float) -> float:
         """``p̃ = min(γ τ̃, 1)``."""
-        return min(self.gamma * float(self.leverage(kz, kss)), 1.0)
+        return min(self.gamma * self.leverage(kz, kss), 1.0)
 
     def add(self, kz: Tensor, kss: Tensor | float, p: float) -> None:
         """Record that the point (``k_Z = kz`` over the current anchors) joined with probability
@@ -123,13 +125,14 @@ class KORS(ResizableModule):
         if not 0.0 < float(p) <= 1.0:
             raise ValueError(f"p must lie in (0, 1], got {p}")
         m = self._m
-        kss_t = torch.as_tensor(kss, dtype=self._p.dtype, device=self._p.device)
-        b = kz / torch.sqrt(self._p[:m] * p) if m else kz
-        border = border_prepare(self._n_inv[:m, :m], b, kss_t / p + self.mu)
+        b = kz * self._w[:m] / math.sqrt(p) if m else kz
+        border = border_prepare(self._n_inv[:m, :m], b, float(kss) / p + self.mu)
         self._n_inv = grow_rows(self._n_inv, m + 1, dims=(0, 1))
         self._p = grow_rows(self._p, m + 1)
+        self._w = grow_rows(self._w, m + 1)
         border_apply(self._n_inv, m, *border)
         self._p[m] = float(p)
+        self._w[m] = 1.0 / math.sqrt(p)
         self._m = m + 1
 
     def extra_repr(self) -> str:

@@ -40,11 +40,11 @@ import math
 from typing import Literal
 
 import torch
-from gpytorch.kernels import Kernel
+from gpytorch.kernels import Kernel, MaternKernel, RBFKernel, ScaleKernel
 from torch import Tensor
 
 from ..buffers import ResizableModule, grow_rows
-from ..kernels import kernel_diag, kernel_matrix
+from ..kernels import kernel_bound, kernel_diag, kernel_matrix
 from ..linalg import safe_cholesky
 from ..validation import as_matrix, as_point, as_scalar_reward, check_positive
 
@@ -126,8 +126,20 @@ class NystromKernelRidge(ResizableModule):
         self._logdet_a = 0.0  # log det(A), A = EᵀCE + λI (tracked through every update)
         self._logdet_running = 0.0  # Σ log(1 + σ̃²_{i−1}(x_i)) over appends
         self.refused = 0  # anchors refused by the min_residual guard
+        self.last_residual = float("nan")
         self._version = 0
         self._cache: tuple[int, Tensor, Tensor] | None = None
+        self._setup_fast_kernel()
+
+    def _setup_fast_kernel(self) -> None:
+        """Hot-path kernel evaluation: a plain isotropic RBF is evaluated as
+        ``exp(−‖a − b‖²/(2ℓ²))`` with the lengthscale read once (GPyTorch recomputes it from the
+        raw parameter on every access); ``k(x, x)`` is a constant for stationary kernels."""
+        k = self.kernel
+        self._kconst = kernel_bound(k) if isinstance(k, (RBFKernel, MaternKernel, ScaleKernel)) else None
+        self._rbf_c: float | None = None
+        if type(k) is RBFKernel and k.active_dims is None and k.lengthscale.numel() == 1:
+            self._rbf_c = -0.5 / float(k.lengthscale) ** 2
 
     # ------------------------------------------------------------------ properties / state
     @property
@@ -194,7 +206,9 @@ class NystromKernelRidge(ResizableModule):
 
     def _apply(self, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
         self._touch()
-        return super()._apply(fn, *args, **kwargs)
+        out = super()._apply(fn, *args, **kwargs)
+        self._setup_fast_kernel()
+        return out
 
     def _touch(self) -> None:
         self._version += 1
@@ -211,12 +225,22 @@ class NystromKernelRidge(ResizableModule):
 
     # ------------------------------------------------------------------ helpers
     def _k(self, a: Tensor, b: Tensor) -> Tensor:
+        if self._rbf_c is not None:
+            d = torch.cdist(a, b, compute_mode="donot_use_mm_for_euclid_dist")
+            return d.square_().mul_(self._rbf_c).exp_()
         return kernel_matrix(self.kernel, a, b)
+
+    def _kdiag(self, a: Tensor) -> Tensor:
+        if self._kconst is not None:
+            return a.new_full((a.shape[0],), self._kconst)
+        return kernel_diag(self.kernel, a)
 
     def _check_point(self, name: str, x: Tensor) -> Tensor:
         return as_point(name, x, dtype=self.dtype, device=self.device, dim=self.dim)
 
     def _ensure_rows(self, n: int, d: int) -> None:
+        if n <= self._x.shape[0] and self._x.shape[1] == d and n <= self._f.shape[0]:
+            return
         if self._x.shape[0] == 0 or self._x.shape[1] != d:
             self._x = self._c.new_zeros(16, d)
         self._x = grow_rows(self._x, n)
@@ -254,28 +278,38 @@ class NystromKernelRidge(ResizableModule):
         """
         x = self._check_point("x", x)
         yv = as_scalar_reward("y", y)
-        n, m = self._n, self._m
-        if kz is not None and kz.shape != (m,):
-            raise ValueError(f"kz must have shape ({m},), got {tuple(kz.shape)}")
-        kxx = kernel_diag(self.kernel, x[None])[0]
+        if kz is not None and kz.shape != (self._m,):
+            raise ValueError(f"kz must have shape ({self._m},), got {tuple(kz.shape)}")
+        return self._append(x, yv, kz)
+
+    def _append(self, x: Tensor, yv: float, kz: Tensor | None = None) -> Tensor:
+        """:meth:`append` without validation (hot path of the policies). Leaves the point's
+        unregularised residual ``ω = k(x,x) − k_Zᵀ K_ZZ⁻¹ k_Z`` (before the append) in
+        :attr:`last_residual`, so that a caller can apply the ``min_residual`` guard for free."""
+        n, m, lam = self._n, self._m, self.lam
+        kxx = self._kconst if self._kconst is not None else float(self._kdiag(x[None])[0])
         if m:
             if kz is None:
                 kz = self._k(self._z[:m], x[None])[:, 0]
-            f = self._p[:m, :m] @ kz if self.parametrisation == "whitened" else kz
+            whitened = self.parametrisation == "whitened"
+            f = self._p[:m, :m] @ kz if whitened else kz
             q = self._q[:m, :m]
             g = q @ f
-            fg = f @ g
-            if self.parametrisation == "whitened":
-                ridge_var = (kxx - f @ f) / self.lam + fg
+            fg = float(f @ g)
+            if whitened:
+                omega = kxx + self.jitter - float(f @ f)
             else:
-                ridge_var = kxx / self.lam + fg - f @ (self._p[:m, :m] @ f) / self.lam
-            q.addr_(g, g, alpha=-1.0 / float(1.0 + fg))
-            self._g[:m].add_(yv * f)
-            self._logdet_a += float(torch.log1p(fg))
+                omega = kxx + self.jitter - float(f @ (self._p[:m, :m] @ f))
+            ridge_var = omega / lam + fg
+            q.addr_(g, g, alpha=-1.0 / (1.0 + fg))
+            self._g[:m].add_(f, alpha=yv)
+            self._logdet_a += math.log1p(fg)
         else:
             f = x.new_zeros(0)
-            ridge_var = kxx / self.lam
-        self._logdet_running += float(torch.log1p(torch.clamp(ridge_var, min=0.0)))
+            omega = kxx + self.jitter
+            ridge_var = kxx / lam
+        self.last_residual = omega
+        self._logdet_running += math.log1p(max(ridge_var, 0.0))
         self._ensure_rows(n + 1, x.shape[0])
         self._x[n] = x
         self._c[n] = 1.0
@@ -283,7 +317,7 @@ class NystromKernelRidge(ResizableModule):
         if m:
             self._f[n, :m] = f
         self._n = n + 1
-        self._touch()
+        self._version += 1
         return f
 
     @torch.no_grad()
@@ -296,21 +330,21 @@ class NystromKernelRidge(ResizableModule):
         """
         z = as_point("z", z, dtype=self.dtype, device=self.device, dim=self.dim)
         n, m, lam = self._n, self._m, self.lam
-        kzz_raw = kernel_diag(self.kernel, z[None])[0]
+        kzz_raw = self._kdiag(z[None])[0]
         kzz = kzz_raw + self.jitter
         if kz is None:
             kz = self._k(self._z[:m], z[None])[:, 0] if m else z.new_zeros(0)
         elif kz.shape != (m,):
             raise ValueError(f"kz must have shape ({m},), got {tuple(kz.shape)}")
         xs, cs, ss = self._x[:n], self._c[:n], self._s[:n]
-        gs = self._k(xs, z[None])[:, 0] if n else kz.new_zeros(0)
         if self.parametrisation == "whitened":
             linv = self._p[:m, :m]
             l_vec = linv @ kz
             omega = kzz - l_vec @ l_vec
-            if not bool(omega > self.min_residual * kzz_raw):
+            if not bool(omega > self.min_residual * kzz_raw):  # guard first: a refusal is O(m²)
                 self.refused += 1
                 return False
+            gs = self._k(xs, z[None])[:, 0] if n else kz.new_zeros(0)
             d = torch.sqrt(omega)
             new_row = torch.cat([-(linv.mT @ l_vec) / d, (1.0 / d).reshape(1)])
             e_all = self._f[:n, :m]
@@ -332,6 +366,7 @@ class NystromKernelRidge(ResizableModule):
             if not bool(omega > self.min_residual * kzz_raw):
                 self.refused += 1
                 return False
+            gs = self._k(xs, z[None])[:, 0] if n else kz.new_zeros(0)
             ksz = self._f[:n, :m]
             b_l = ksz.mT @ (cs * gs) + lam * kz
             c_l = gs @ (cs * gs) + lam * kzz
@@ -419,7 +454,8 @@ class NystromKernelRidge(ResizableModule):
     # ------------------------------------------------------------------ queries
     def _round_cache(self) -> tuple[Tensor, Tensor]:
         """Per-state precomputation: mean weights and the variance matrix (plain only)."""
-        if self._cache is None or self._cache[0] != self._version:
+        cache = self._cache
+        if cache is None or cache[0] != self._version:
             m, lam = self._m, self.lam
             q = self._q[:m, :m]
             w = q @ self._g[:m]
@@ -427,8 +463,8 @@ class NystromKernelRidge(ResizableModule):
                 mat = lam * q - self._p[:m, :m]  # λΛ − K_ZZ⁻¹
             else:
                 mat = q
-            self._cache = (self._version, w, mat)
-        return self._cache[1], self._cache[2]
+            cache = self._cache = (self._version, w, mat)
+        return cache[1], cache[2]
 
     @torch.no_grad()
     def mean_var(self, candidates: Tensor, reg: float | None = None) -> tuple[Tensor, Tensor]:
@@ -439,18 +475,27 @@ class NystromKernelRidge(ResizableModule):
         cand = as_matrix("candidates", candidates, dtype=self.dtype, device=self.device, dim=self.dim)
         if reg is not None and float(reg) != self.lam:
             raise ValueError(f"reg must be None or lam={self.lam} for a Nyström model, got {reg}")
-        kdiag = kernel_diag(self.kernel, cand)
-        if self._m == 0:
-            return cand.new_zeros(cand.shape[0]), kdiag
+        return self._mean_var(cand)
+
+    def _mean_var(self, cand: Tensor) -> tuple[Tensor, Tensor]:
+        """:meth:`mean_var` without validation (hot path): one kernel call and two (whitened)
+        or one (plain) ``[m, m] × [m, A]`` products."""
+        m, kc = self._m, self._kconst
+        kdiag: Tensor | float = self._kdiag(cand) if kc is None or m == 0 else kc
+        if m == 0:
+            return cand.new_zeros(cand.shape[0]), kdiag  # type: ignore[return-value]
         w, mat = self._round_cache()
-        f = self.features(cand)
-        mean = w @ f
+        kz = self._k(self._z[:m], cand)
         if self.parametrisation == "whitened":
-            resid = torch.clamp(kdiag - (f * f).sum(0), min=0.0)
-            var = resid + self.lam * (f * (mat @ f)).sum(0)
+            f = self._p[:m, :m] @ kz
+            mean = w @ f
+            var = (kdiag - (f * f).sum(0)).clamp_(min=0.0)
+            var.add_((f * (mat @ f)).sum(0), alpha=self.lam)
         else:
-            var = kdiag + (f * (mat @ f)).sum(0)
-        return mean, torch.minimum(torch.clamp(var, min=0.0), kdiag)
+            mean = w @ kz
+            var = (kz * (mat @ kz)).sum(0).add_(kdiag)
+        var.clamp_(min=0.0)
+        return mean, (var.clamp_(max=kc) if kc is not None else torch.minimum(var, kdiag))
 
     @torch.no_grad()
     def log_det(self, reg: float | None = None) -> Tensor:

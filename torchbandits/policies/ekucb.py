@@ -22,7 +22,6 @@ from gpytorch.kernels import Kernel
 from torch import Tensor
 
 from ..confidence import ConfidenceRule, ConstantBeta, Variance
-from ..kernels import kernel_diag, kernel_matrix
 from ..models.kors import KORS, KorsScore
 from ..models.nystrom import NystromKernelRidge, Parametrisation
 from ..validation import check_positive
@@ -73,10 +72,27 @@ class NystromUCB(IndexPolicy):
     def kernel(self) -> Kernel:
         return self.model.kernel
 
+    def _ucb(self, cand: Tensor) -> Tensor:
+        """UCB of validated candidates; a constant β takes a lean path (no re-validation)."""
+        rule = self.rule
+        if type(rule) is ConstantBeta:
+            mean, var = self.model._mean_var(cand)
+            if rule.variance == "ridge":
+                var = var / self.lam
+            return mean.add_(var.sqrt_(), alpha=rule.beta)
+        return rule.bounds(self.model, cand, self.t + 1)[0]
+
     def forward(self, candidates: Tensor) -> Tensor:
         """UCB of every candidate ``[A]``."""
+        return self._ucb(self.check_candidates(candidates))
+
+    def select(self, candidates: Any) -> int:
+        """Argmax of the UCB (first index on ties; uniform during the warm-up rounds)."""
         cand = self.check_candidates(candidates)
-        return self.rule.bounds(self.model, cand, self.t + 1)[0]
+        if self.t < self.n_warmup:
+            return int(torch.randint(cand.shape[0], (1,), generator=self.generator))
+        with torch.no_grad():
+            return int(torch.argmax(self._ucb(cand)))
 
     def bounds(self, candidates: Tensor) -> tuple[Tensor, Tensor]:
         """``(UCB, LCB)`` of every candidate."""
@@ -126,9 +142,10 @@ class EKUCB(NystromUCB):
     def _update(self, x: Tensor, reward: float) -> None:
         model, kors = self.model, self.kors
         m = model.m
-        kz = kernel_matrix(model.kernel, model.dictionary, x[None])[:, 0] if m else x.new_zeros(0)
-        kss = kernel_diag(model.kernel, x[None])[0]
-        model.append(x, reward, kz=kz)  # step 5: data update with the current dictionary
+        kz = model._k(model.dictionary, x[None])[:, 0] if m else x.new_zeros(0)
+        kc = model._kconst
+        kss = kc if kc is not None else float(model._kdiag(x[None])[0])
+        model._append(x, reward, kz)  # step 5: data update with the current dictionary
         if m == 0:  # round 0: s_0 is the first anchor with p̃ = 1
             p = 1.0
             accept = True
@@ -138,7 +155,12 @@ class EKUCB(NystromUCB):
             self._sum_p += p
             self._sum_pq += p * (1.0 - p)
         self._last_p = p
-        if accept and model.add_to_dictionary(x, kz=kz):  # step 7 (unless the guard refuses)
+        if not accept:
+            return
+        # step 7, unless the min_residual guard refuses (ω is known from the data update)
+        if model.last_residual <= model.min_residual * kss:
+            model.refused += 1
+        elif model.add_to_dictionary(x, kz=kz):
             kors.add(kz, kss, p)
 
     def _reset(self) -> None:
