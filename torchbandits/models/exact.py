@@ -254,14 +254,24 @@ class ExactKernelRidge(ResizableModule):
             self._scratch[key] = (chol, z)
         return self._scratch[key]
 
-    def _whitened(self, idx: int | None, reg: float, cand: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def _kq(self, cand: Tensor, shared: dict[str, Tensor] | None) -> tuple[Tensor, Tensor]:
+        """``(K_SC, k_CC diag)``, computed once per ``shared`` dict (several regularisers)."""
+        if shared is None:
+            return kernel_matrix(self.kernel, self.x, cand), kernel_diag(self.kernel, cand)
+        if "kq" not in shared:
+            shared["kq"] = kernel_matrix(self.kernel, self.x, cand)
+            shared["kdiag"] = kernel_diag(self.kernel, cand)
+        return shared["kq"], shared["kdiag"]
+
+    def _whitened(self, idx: int | None, reg: float, cand: Tensor,
+                  shared: dict[str, Tensor] | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """``(V, kdiag, sumsq)`` with ``V = L⁻¹ K_SC`` for the candidate set ``cand``."""
         n = self._n
         if idx is None:
             chol, _ = self._scratch_factor(reg)
-            kq = kernel_matrix(self.kernel, self.x, cand)
+            kq, kdiag = self._kq(cand, shared)
             v = torch.linalg.solve_triangular(chol, kq, upper=False)
-            return v, kernel_diag(self.kernel, cand), (v * v).sum(0)
+            return v, kdiag, (v * v).sum(0)
         factor: GrowingCholesky = self.factors[idx]  # type: ignore[assignment]
         cache = self._caches.get(idx) if self.cache_candidates else None
         if (
@@ -282,9 +292,8 @@ class ExactKernelRidge(ResizableModule):
                 cache.sumsq = cache.sumsq + (v_new * v_new).sum(0)
                 cache.n_at = n
             return cache.v[:n], cache.kdiag, cache.sumsq
-        kq = kernel_matrix(self.kernel, self.x, cand)
+        kq, kdiag = self._kq(cand, shared)
         v = factor.solve(kq) if n else kq
-        kdiag = kernel_diag(self.kernel, cand)
         sumsq = (v * v).sum(0)
         if self.cache_candidates:
             buf = v.new_zeros(max(2 * n, 16), cand.shape[0])
@@ -310,6 +319,26 @@ class ExactKernelRidge(ResizableModule):
         mean = z @ v
         var = torch.clamp(kdiag - sumsq, min=0.0)
         return mean, var
+
+    @torch.no_grad()
+    def mean_var_many(self, candidates: Tensor, regs: Sequence[float]) -> tuple[Tensor, Tensor]:
+        """:meth:`mean_var` at several regularisers ``[R, A]``, sharing one kernel evaluation of
+        the candidates (seed 002's DMM bound needs five). Same values as ``R`` separate calls."""
+        cand = as_matrix("candidates", candidates, dtype=self.dtype, device=self.device)
+        if self.dim is not None and cand.shape[1] != self.dim:
+            raise ValueError(f"candidates must have {self.dim} columns, got {cand.shape[1]}")
+        slots = [self._factor_for(r) for r in regs]
+        if self._n == 0:
+            kd = kernel_diag(self.kernel, cand)
+            return cand.new_zeros(len(slots), cand.shape[0]), kd.expand(len(slots), -1).clone()
+        shared: dict[str, Tensor] = {}
+        means, variances = [], []
+        for idx, reg_v in slots:
+            v, kdiag, sumsq = self._whitened(idx, reg_v, cand, shared)
+            z = self._z[idx, : self._n] if idx is not None else self._scratch_factor(reg_v)[1]
+            means.append(z @ v)
+            variances.append(torch.clamp(kdiag - sumsq, min=0.0))
+        return torch.stack(means), torch.stack(variances)
 
     @torch.no_grad()
     def log_det(self, reg: float | None = None) -> Tensor:
