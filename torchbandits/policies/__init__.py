@@ -2,14 +2,16 @@
 
 from .base import IndexPolicy, Policy
 from .bkb import BKB  # seed 001
+from .cbbkb import CBBKB, CBKB  # seed 000
 from .confidence_presets import AMMUCB, AYGPUCB, CMMUCB, DMMUCB, IGPUCB  # seed 002
 from .ekucb import EKUCB, NystromUCB  # seed 000
 from .kernel_ucb import GPUCB, KernelUCB
 from .random import RandomPolicy
+from .supkernel import SupKernelUCB  # seed 000
 
 __all__ = ["AMMUCB", "AYGPUCB", "BKB", "CMMUCB", "DMMUCB", "GPUCB", "IGPUCB", "IndexPolicy", "KernelUCB", "Policy",
            "RandomPolicy"]
-__all__ += ["EKUCB", "NystromUCB"]  # seed 000
+__all__ += ["CBBKB", "CBKB", "EKUCB", "NystromUCB", "SupKernelUCB"]  # seed 000
 from .opkb import ADAOPKB, OPKB  # noqa: E402  seed 003
 from .opnn import ADAOPNN, OPNN, OPNN0  # noqa: E402  seed 003
 
