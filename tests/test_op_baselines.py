@@ -147,3 +147,25 @@ def test_baseline_policies_run_and_radius():
     assert beta == pytest.approx(1 + math.sqrt(2 * (gamma + 1 + math.log(20))))
     with pytest.raises(ValueError, match="arms"):
         sw.update(torch.full((3,), 3.0, dtype=D64), 0.0)
+
+
+def test_master_gp_ucb_reconstructed():
+    from torchbandits.policies.master import MasterGPUCB
+
+    env = SwitchingKernelEnv(n_arms=10, dim=3, lengthscale=0.5, switches=(1000,), seed=1)
+    calm = MasterGPUCB(copy.deepcopy(env.kernel), 2000, lam=0.05, ucb_scale=0.05)
+    res = simulate(calm, env, 2000, seed=1)
+    assert calm.restart_times == []                      # C_M = 1: thresholds far above gaps
+    # blocks double: block n starts at round 2^n (diagnostics[i] describes round i + 2)
+    blocks = res.diagnostics["block"]
+    assert blocks[0] == 1.0
+    starts = [i + 3 for i in range(len(blocks) - 1) if blocks[i + 1] != blocks[i]]
+    assert starts[:5] == [4, 8, 16, 32, 64]
+    # probability of scheduling order m in block n is ρ(2^n)/ρ(2^m) = 2^{(m−n)/2}
+    assert calm.rho(2**6) / calm.rho(2**2) == pytest.approx(2 ** ((2 - 6) / 2))
+    eager = MasterGPUCB(copy.deepcopy(env.kernel), 2000, lam=0.05, ucb_scale=0.05, c_master=1e-5)
+    res2 = simulate(eager, env, 2000, seed=1)
+    after = sum(t > 1000 for t in eager.restart_times)
+    assert after > 3 * (len(eager.restart_times) - after)   # the tests fire mostly after the switch
+    rand = simulate(RandomPolicy(seed=1), env, 2000, seed=1)
+    assert res2.final_regret < rand.final_regret

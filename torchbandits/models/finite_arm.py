@@ -44,14 +44,16 @@ class FiniteArmRidge(ResizableModule):
         discount: ``η ∈ (0, 1]`` (1: no discounting).
         width: ``"gp"`` (``λ‖φ‖²_{V⁻¹}``) or ``"sandwich"`` (``λφᵀV⁻¹ṼV⁻¹φ``).
         arms: the fixed arm set ``[N, d]`` (default: the first candidates scored or appended).
+        features: a precomputed factor ``Φ`` of the arms' kernel matrix (with ``arms``).
         jitter: added to ``K`` before its Cholesky factorisation.
     """
 
     regularisers: tuple[float, ...] = ()
 
     def __init__(self, kernel: Kernel, lam: float = 1.0, *, discount: float = 1.0,
-                 width: str = "gp", arms: Tensor | None = None, jitter: float = 1e-10,
-                 dtype: torch.dtype = torch.float64, device: torch.device | str | None = None) -> None:
+                 width: str = "gp", arms: Tensor | None = None, features: Tensor | None = None,
+                 jitter: float = 1e-10, dtype: torch.dtype = torch.float64,
+                 device: torch.device | str | None = None) -> None:
         super().__init__()
         self.kernel = kernel.to(dtype=dtype, device=device)
         self.lam_ = check_positive("lam", lam)
@@ -72,7 +74,7 @@ class FiniteArmRidge(ResizableModule):
         self._version = 0
         self._cache: tuple[int, Tensor, Tensor] | None = None
         if arms is not None:
-            self._set_arms(as_matrix("arms", arms, dtype=dtype, device=self.v.device))
+            self._set_arms(as_matrix("arms", arms, dtype=dtype, device=self.v.device), features)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -100,9 +102,10 @@ class FiniteArmRidge(ResizableModule):
         self._cache = None
 
     # ------------------------------------------------------------------ data
-    def _set_arms(self, arms: Tensor) -> None:
+    def _set_arms(self, arms: Tensor, features: Tensor | None = None) -> None:
         self.arms = arms.clone()
-        self.phi = kernel_features(self.kernel, self.arms, self.jitter)
+        self.phi = (kernel_features(self.kernel, self.arms, self.jitter) if features is None
+                    else features.to(dtype=self.dtype, device=self.device))
         r = self.phi.shape[1]
         eye = torch.eye(r, dtype=self.dtype, device=self.device)
         self.v = self.lam_ * eye
@@ -119,7 +122,7 @@ class FiniteArmRidge(ResizableModule):
 
     def reset(self) -> None:
         if self.arms.numel():
-            self._set_arms(self.arms)
+            self._set_arms(self.arms, self.phi)
         self._n = 0
         self._first = 0
         self._version += 1
