@@ -25,6 +25,16 @@ class Entry:
 ENVIRONMENTS: dict[str, Entry] = {
     "rkhs": Entry("torchbandits.envs.rkhs:RKHSFunctionEnv",
                   "random RKHS function of norm B (seed 002 §5.1), fresh U[0,1]^d arms per round"),
+    "tv-rotation": Entry("torchbandits.envs.time_varying:RotatingRKHSEnv",
+                         "seed 004 §4: rotating RKHS function, exact budget P_T (env.budget, env.horizon)"),
+    "tv-bump": Entry("torchbandits.envs.time_varying:MovingBumpEnv",
+                     "seed 004 §4: moving bump B·k(·, c_t) with exact budget P_T"),
+    "tv-switch": Entry("torchbandits.envs.time_varying:SwitchingRKHSEnv",
+                       "seed 004 §4: abrupt switches between RKHS functions of norm B (env.n_switches)"),
+    "tv-stationary": Entry("torchbandits.envs.time_varying:StationaryRKHSEnv",
+                           "seed 004 §4: stationary control (P_T = 0)"),
+    "tv-linear": Entry("torchbandits.envs.time_varying:LinearRotatingEnv",
+                       "seed 004 §4: linear kernel, θ_t rotating on the sphere of radius B, unit-ball arms"),
 }
 
 POLICIES: dict[str, Entry] = {
@@ -58,6 +68,16 @@ POLICIES: dict[str, Entry] = {
                       "AY-GP-UCB with λ = σ²/c (seed 002 experiments; GP sd)"),
     "igp-ucb": Entry("torchbandits.policies.confidence_presets:igp_ucb",
                      "IGP-UCB, η = 2/T, constant 2 (seed 002 experiments; GP sd at 1 + η)"),
+    "r-gpucb": Entry("torchbandits.experiments.factories_tv:rgpucb",
+                     "R-GP-UCB (seed 004): restart every H (known-P_T rule), Lemma 1 width (GP sd)"),
+    "sw-gpucb": Entry("torchbandits.experiments.factories_tv:swgpucb",
+                      "SW-GP-UCB (seed 004): last w points (known-P_T rule), Lemma 2 width (GP sd)"),
+    "tv-gpucb": Entry("torchbandits.experiments.factories_tv:tvgpucb",
+                      "TV-GP-UCB (Bogunovic et al. 2016): time-decay kernel, forgetting ε (GP sd)"),
+    "w-gpucb": Entry("torchbandits.experiments.factories_tv:wgpucb",
+                     "W-GP-UCB / discounted GP-UCB: weights γ^{t-s}, D-LinUCB sandwich width (GP sd)"),
+    "gpucb-static": Entry("torchbandits.experiments.factories_tv:gpucb_static",
+                          "GP-UCB without forgetting, Lemma 1 width (seed 004 baseline; GP sd)"),
 }
 
 REPRODUCTIONS: dict[str, Entry] = {
@@ -65,6 +85,8 @@ REPRODUCTIONS: dict[str, Entry] = {
                  "seed 002: Table 1, Figures 1, 2, 4-7 (CMM/DMM/AMM-UCB, AY-GP-UCB, IGP-UCB)"),
     "bkb": Entry("torchbandits.reproduce.bkb:main",
                  "seed 001: BKB vs exact GP-UCB vs Random on RKHS functions + Fig. 2 (variance starvation)"),
+    "tvbo": Entry("torchbandits.reproduce.tvbo:main",
+                  "seed 004: dynamic regret vs t and vs P_T of R/SW/TV/W-GP-UCB, GP-UCB, Random"),
 }
 
 
