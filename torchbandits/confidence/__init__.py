@@ -24,3 +24,12 @@ __all__ = [
     "Variance",
     "default_c",
 ]
+from .time_varying import (  # seed 004
+    AnalyticGamma,
+    ConstantGamma,
+    GreedyGamma,
+    RestartBeta,
+    WindowBeta,
+)
+
+__all__ += ["AnalyticGamma", "ConstantGamma", "GreedyGamma", "RestartBeta", "WindowBeta"]  # seed 004

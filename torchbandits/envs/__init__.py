@@ -9,3 +9,13 @@ __all__ += ["BumpEnv", "ChessboardEnv", "ContextualGridEnv", "StepDiagonalEnv"] 
 from .nonstationary import CosineBandit, SwitchingKernelEnv  # noqa: E402  seed 003
 
 __all__ += ["CosineBandit", "SwitchingKernelEnv"]  # seed 003
+from .time_varying import (  # noqa: E402  seed 004
+    LinearRotatingEnv,
+    MovingBumpEnv,
+    RotatingRKHSEnv,
+    StationaryRKHSEnv,
+    SwitchingRKHSEnv,
+)
+
+__all__ += ["LinearRotatingEnv", "MovingBumpEnv", "RotatingRKHSEnv", "StationaryRKHSEnv",
+            "SwitchingRKHSEnv"]  # seed 004

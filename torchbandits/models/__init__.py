@@ -15,3 +15,7 @@ __all__ = [
     "nystrom_posterior_reference",
     "theory_qbar",
 ]
+from .weighted import DiscountedKernelRidge, TimeDecayKernelRidge  # seed 004
+from .window import SlidingWindowKernelRidge  # seed 004
+
+__all__ += ["DiscountedKernelRidge", "SlidingWindowKernelRidge", "TimeDecayKernelRidge"]  # seed 004

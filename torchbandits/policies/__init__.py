@@ -16,3 +16,6 @@ from .opkb import ADAOPKB, OPKB  # noqa: E402  seed 003
 from .opnn import ADAOPNN, OPNN, OPNN0  # noqa: E402  seed 003
 
 __all__ += ["ADAOPKB", "ADAOPNN", "OPKB", "OPNN", "OPNN0"]  # seed 003
+from .time_varying import RGPUCB, SWGPUCB, TVGPUCB, WGPUCB  # noqa: E402  seed 004
+
+__all__ += ["RGPUCB", "SWGPUCB", "TVGPUCB", "WGPUCB"]  # seed 004
