@@ -242,3 +242,21 @@ def test_cvxpy_solver_option_agrees():
     assert a.n_solves >= 3
     assert torch.allclose(a.strategies[: a.j + 1], b.strategies[: b.j + 1], atol=1e-4)
     assert abs(ra.final_regret - rb.final_regret) < 0.2 * ra.final_regret + 5
+
+
+def test_reproduce_opkb_quick(tmp_path):
+    import json
+
+    from torchbandits.reproduce.opkb import main
+
+    assert main(["--quick", "--figures", "fig1a", "fig2a", "--seeds", "1", "--horizon", "300",
+                 "--out", str(tmp_path), "--no-progress"]) == 0
+    for fig, algos in (("fig1a", 4), ("fig2a", 4)):
+        table = (tmp_path / fig / "table.md").read_text()
+        assert "mean ± s.e." in table and table.count("\n| ") == algos + 1
+        assert (tmp_path / fig / "regret.png").stat().st_size > 1000
+        runs = list((tmp_path / fig / "runs").glob("*.json"))
+        assert len(runs) == algos
+    run = json.loads((tmp_path / "fig1a" / "runs" / "ADA-OPKB__seed0.json").read_text())
+    assert "restart_times" in run["config"] and len(run["regret"]) == 300
+    assert (tmp_path / "tables.md").exists()

@@ -35,6 +35,10 @@ ENVIRONMENTS: dict[str, Entry] = {
                            "seed 004 §4: stationary control (P_T = 0)"),
     "tv-linear": Entry("torchbandits.envs.time_varying:LinearRotatingEnv",
                        "seed 004 §4: linear kernel, θ_t rotating on the sphere of radius B, unit-ball arms"),
+    "switching-kernel": Entry("torchbandits.envs.nonstationary:SwitchingKernelEnv",
+                              "seed 003 §5.1: N(0,K) rewards on sphere arms, sign flips (Env 1/2)"),
+    "cosine": Entry("torchbandits.envs.nonstationary:CosineBandit",
+                    "seed 003 App. J: 0.8 cos(3xᵀθ + φ(t)), phase 'stationary' or 'slow'"),
 }
 
 POLICIES: dict[str, Entry] = {
@@ -78,6 +82,24 @@ POLICIES: dict[str, Entry] = {
                      "W-GP-UCB / discounted GP-UCB: weights γ^{t-s}, D-LinUCB sandwich width (GP sd)"),
     "gpucb-static": Entry("torchbandits.experiments.factories_tv:gpucb_static",
                           "GP-UCB without forgetting, Lemma 1 width (seed 004 baseline; GP sd)"),
+    "opkb": Entry("torchbandits.experiments.factories_opkb:opkb",
+                  "OPKB (seed 003 Alg. 2): OP + optimal design, randomised (no β)"),
+    "ada-opkb": Entry("torchbandits.experiments.factories_opkb:ada_opkb",
+                      "ADA-OPKB (seed 003 Alg. 3-4): OPKB with replays and change-test restarts"),
+    "opnn": Entry("torchbandits.experiments.factories_opkb:opnn",
+                  "OPNN (seed 003 Alg. 5): OPKB on trained-NTK features"),
+    "opnn0": Entry("torchbandits.experiments.factories_opkb:opnn0",
+                   "OPNN0 (seed 003 App. J.2): OPNN with features frozen at init"),
+    "ada-opnn": Entry("torchbandits.experiments.factories_opkb:ada_opnn",
+                      "ADA-OPNN (seed 003 Alg. 7): ADA-OPKB on trained-NTK features"),
+    "gpucb-alg8": Entry("torchbandits.experiments.factories_opkb:gp_ucb_alg8",
+                        "GP-UCB, seed 003 Alg. 8 radius × UCB scale, finite-arm primal (GP sd)"),
+    "sw-gpucb-finite": Entry("torchbandits.experiments.factories_opkb:sw_gp_ucb",
+                             "SW-GP-UCB with the Alg. 8 radius on a finite arm set (seed 003; GP sd)"),
+    "wgpucb-finite": Entry("torchbandits.experiments.factories_opkb:wgp_ucb",
+                           "WGP-UCB, stable discount recursion, finite arm set (seed 003; GP sd)"),
+    "master-gpucb": Entry("torchbandits.experiments.factories_opkb:master_gp_ucb",
+                          "MASTER + GP-UCB (seed 003 App. E; reconstructed from Wei & Luo; GP sd)"),
 }
 
 REPRODUCTIONS: dict[str, Entry] = {
@@ -87,6 +109,8 @@ REPRODUCTIONS: dict[str, Entry] = {
                  "seed 001: BKB vs exact GP-UCB vs Random on RKHS functions + Fig. 2 (variance starvation)"),
     "tvbo": Entry("torchbandits.reproduce.tvbo:main",
                   "seed 004: dynamic regret vs t and vs P_T of R/SW/TV/W-GP-UCB, GP-UCB, Random"),
+    "opkb": Entry("torchbandits.reproduce.opkb:main",
+                  "seed 003: Figures 1-2 (ADA-OPKB, ADA-OPNN, OPKB, OPNN(0), SW/W/GP-UCB)"),
 }
 
 

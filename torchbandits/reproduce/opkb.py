@@ -1,0 +1,256 @@
+"""Reproduce seed 003 (Hong, Li & Tewari, AISTATS 2023): Figures 1 (a, b) and 2 (a, b).
+
+``torchbandits reproduce opkb`` / ``python scripts/reproduce_opkb.py``.
+
+* **fig1a** — Env 1 (spec §5.1): N = 100 arms on the unit sphere of R¹⁰, r ~ N(0, K_RBF(ℓ=0.2))
+  scaled to max|r| = 0.8, sign flip after round 3000, truncated N(0, 0.1²) noise;
+  SW-GP-UCB, WGP-UCB, ADA-OPKB, ADA-OPNN with the tuned values.
+* **fig1b** — Env 2: switches after rounds 1500 and 5000; the same (Env-1) tuned values.
+* **fig2a** — stationary cosine bandit (App. J.2: N = 256, d = 8): OPNN, OPNN0, GP-UCB, OPKB.
+* **fig2b** — slowly varying cosine bandit (App. J.3: N = 100, d = 10): SW-GP-UCB (w = 3000 and
+  the re-tuned w = 1000), WGP-UCB, ADA-OPKB, ADA-OPNN.
+
+Tuned values (text values where text and configs differ, spec §5.2 / A20): SW-GP-UCB λ = 0.05
+(the code's reciprocal ridge 20, A19), UCB scale 0.01, window 3000; WGP-UCB λ = 0.01, UCB scale
+0.5, discount 0.9995; GP-UCB as SW-GP-UCB without a window; ADA-OPKB / OPKB: preset
+``"aistats2023_code"`` with nature's kernel (RBF ℓ = 0.2); ADA-OPNN / OPNN / OPNN0: preset
+``"aistats2023_code"`` (family ``opnn``; stationary values for Fig. 2a), width m = 2048 (``--nn-width``),
+L = 3 square layers, η = 1e-8, J = 100, λ = 10. β of the GP baselines multiplies the **GP** sd.
+
+Every algorithm faces the same instance and noise per seed (env seed = run index, A22); the
+policy seed is separate. T = 10 000 (``--horizon``); mean ± standard error over ``--seeds``
+(default 5; the paper used 25 and 50). Outputs under ``--out`` (default ``results/opkb``), one
+folder per figure: ``runs/*.json`` (restart times in each run's config), ``table.md`` (final
+dynamic regret mean ± s.e., restarts, agent seconds), ``regret.png`` (mean ± s.e., restart times
+marked as ticks), ``time.png``, ``summary.json``. ``--quick``: N = 16 arms, T = 600, 2 seeds,
+width 32, switch times scaled with T (seconds; used by the tests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ..envs.nonstationary import CosineBandit, SwitchingKernelEnv, slow_phase
+from ..experiments.report import write_report
+from ..experiments.results import RunResult
+from ..experiments.runner import simulate
+from ..policies.op_baselines import gp_ucb, sw_gp_ucb, wgp_ucb
+from ..policies.opkb import ADAOPKB, OPKB
+from ..policies.opnn import ADAOPNN, OPNN, OPNN0
+
+__all__ = ["FIGURES", "TUNED", "main", "make_env", "make_policy", "summarize_runs"]
+
+TUNED: dict[str, dict[str, Any]] = {
+    "SW-GP-UCB": {"lam": 0.05, "ucb_scale": 0.01, "window": 3000},
+    "SW-GP-UCB (w=1000)": {"lam": 0.05, "ucb_scale": 0.01, "window": 1000},
+    "WGP-UCB": {"lam": 0.01, "ucb_scale": 0.5, "discount": 0.9995},
+    "GP-UCB": {"lam": 0.05, "ucb_scale": 0.01},
+    "NN": {"n_square_layers": 3, "eta": 1e-8, "train_steps": 100, "nn_lam": 10.0},
+}
+
+FIGURES: dict[str, dict[str, Any]] = {
+    "fig1a": {"env": "switch1", "algos": ["SW-GP-UCB", "WGP-UCB", "ADA-OPKB", "ADA-OPNN"],
+              "title": "Figure 1(a): Env 1, switch after round 3000"},
+    "fig1b": {"env": "switch2", "algos": ["SW-GP-UCB", "WGP-UCB", "ADA-OPKB", "ADA-OPNN"],
+              "title": "Figure 1(b): Env 2, switches after rounds 1500 and 5000"},
+    "fig2a": {"env": "cos_stationary", "algos": ["OPNN", "OPNN0", "GP-UCB", "OPKB"],
+              "title": "Figure 2(a): stationary cosine bandit"},
+    "fig2b": {"env": "cos_slow", "algos": ["SW-GP-UCB", "SW-GP-UCB (w=1000)", "WGP-UCB", "ADA-OPKB",
+                                           "ADA-OPNN"],
+              "title": "Figure 2(b): slowly varying cosine bandit"},
+}
+
+
+def make_env(name: str, horizon: int, quick: bool, device: str = "cpu") -> Any:
+    """The environment of a figure; switch times and the phase schedule scale with ``T/10⁴``."""
+    scale = horizon / 10_000
+    n = 16 if quick else None
+    if name == "switch1":
+        return SwitchingKernelEnv(n or 100, 10, 0.2, switches=(round(3000 * scale),), device=device)
+    if name == "switch2":
+        return SwitchingKernelEnv(n or 100, 10, 0.2, switches=(round(1500 * scale), round(5000 * scale)),
+                                  device=device)
+    if name == "cos_stationary":
+        return CosineBandit(n or 256, 8, phase="stationary", device=device)
+    if name == "cos_slow":
+        return CosineBandit(n or 100, 10, phase=lambda t: slow_phase(int(t / scale)), device=device)
+    raise ValueError(f"unknown environment {name!r}")
+
+
+def make_policy(algo: str, env: Any, horizon: int, *, nn_width: int, seed: int,
+                device: str = "cpu") -> Any:
+    """The tuned policy ``algo`` for ``env`` (a private copy of nature's kernel)."""
+    kernel = copy.deepcopy(env.kernel)
+    kw = {"seed": seed, "device": device}
+    if algo.startswith("SW-GP-UCB"):
+        t = TUNED[algo]
+        return sw_gp_ucb(kernel, t["lam"], t["ucb_scale"], window=min(t["window"], horizon), **kw)
+    if algo == "WGP-UCB":
+        t = TUNED[algo]
+        return wgp_ucb(kernel, t["lam"], t["ucb_scale"], t["discount"], **kw)
+    if algo == "GP-UCB":
+        t = TUNED[algo]
+        return gp_ucb(kernel, t["lam"], t["ucb_scale"], **kw)
+    if algo == "ADA-OPKB":
+        return ADAOPKB(kernel, horizon, preset="aistats2023_code", **kw)
+    if algo == "OPKB":
+        return OPKB(kernel, horizon, preset="aistats2023_code", **kw)
+    nn = dict(TUNED["NN"], width=nn_width, **kw)
+    if algo == "ADA-OPNN":
+        return ADAOPNN(horizon, preset="aistats2023_code", **nn)
+    if algo == "OPNN":
+        return OPNN(horizon, preset="aistats2023_code", stationary_preset=True, **nn)
+    if algo == "OPNN0":
+        return OPNN0(horizon, preset="aistats2023_code", stationary_preset=True, **nn)
+    raise ValueError(f"unknown algorithm {algo!r}")
+
+
+def _mean_se(values: Sequence[float]) -> tuple[float, float]:
+    a = np.asarray(values, dtype=float)
+    se = float(a.std(ddof=1) / math.sqrt(len(a))) if len(a) > 1 else 0.0
+    return float(a.mean()), se
+
+
+def summarize_runs(runs: Sequence[RunResult]) -> list[dict[str, Any]]:
+    """Per policy: final dynamic regret mean ± s.e., regret at T/2, restarts, agent seconds."""
+    by: dict[str, list[RunResult]] = {}
+    for r in runs:
+        by.setdefault(r.policy, []).append(r)
+    rows = []
+    for policy, rs in by.items():
+        fin = _mean_se([r.final_regret for r in rs])
+        half = _mean_se([float(r.cumulative_regret[r.horizon // 2 - 1]) for r in rs])
+        restarts = [len(r.config.get("restart_times", [])) for r in rs]
+        rows.append({"policy": policy, "seeds": len(rs), "horizon": rs[0].horizon,
+                     "final_mean": fin[0], "final_se": fin[1], "half_mean": half[0],
+                     "restarts_mean": float(np.mean(restarts)),
+                     "agent_seconds_mean": float(np.mean([r.total_agent_seconds for r in rs]))})
+    return rows
+
+
+def _table(rows: Sequence[dict[str, Any]], title: str) -> str:
+    lines = [f"### {title}", "",
+             "| policy | seeds | T | dynamic regret at T (mean ± s.e.) | at T/2 | restarts | agent s |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in sorted(rows, key=lambda r: r["final_mean"]):
+        lines.append(f"| {r['policy']} | {r['seeds']} | {r['horizon']} | {r['final_mean']:.1f} ± "
+                     f"{r['final_se']:.1f} | {r['half_mean']:.1f} | {r['restarts_mean']:.1f} | "
+                     f"{r['agent_seconds_mean']:.1f} |")
+    return "\n".join(lines)
+
+
+def _plot(runs: Sequence[RunResult], path: Path, title: str, switches: Sequence[int]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by: dict[str, list[RunResult]] = {}
+    for r in runs:
+        by.setdefault(r.policy, []).append(r)
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    ymax = max(float(np.max(r.cumulative_regret)) for r in runs) or 1.0
+    for i, (policy, rs) in enumerate(by.items()):
+        curves = np.stack([r.cumulative_regret for r in rs])
+        t = np.arange(1, curves.shape[1] + 1)
+        mean = curves.mean(0)
+        se = curves.std(0, ddof=1) / math.sqrt(len(rs)) if len(rs) > 1 else np.zeros_like(mean)
+        line, = ax.plot(t, mean, label=policy)
+        ax.fill_between(t, mean - se, mean + se, alpha=0.25, color=line.get_color())
+        times = [s for r in rs for s in r.config.get("restart_times", [])]
+        if times:   # restart times of all seeds as ticks at the bottom, one row per policy
+            y0 = -0.03 * ymax * (i + 1)
+            ax.plot(times, [y0] * len(times), "|", color=line.get_color(), markersize=7)
+    for s in switches:
+        ax.axvline(s, color="grey", lw=0.8, ls="--")
+    ax.set_xlabel("t")
+    ax.set_ylabel("cumulative dynamic regret")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def run_figure(fig: str, *, horizon: int, seeds: Sequence[int], nn_width: int, quick: bool,
+               out: Path, device: str = "cpu", algos: Sequence[str] | None = None,
+               progress: bool = True) -> tuple[list[RunResult], str]:
+    spec = FIGURES[fig]
+    names = list(algos) if algos else spec["algos"]
+    runs: list[RunResult] = []
+    bar = tqdm(total=len(names) * len(seeds), desc=fig, disable=not progress)
+    for algo in names:
+        for seed in seeds:
+            env = make_env(spec["env"], horizon, quick, device)
+            pol = make_policy(algo, env, horizon, nn_width=nn_width, seed=10_000 + seed, device=device)
+            t0 = time.perf_counter()
+            res = simulate(pol, env, horizon, seed, policy_name=algo, env_name=fig,
+                           diagnostics_every=max(1, horizon // 200))
+            res.config["restart_times"] = list(getattr(pol, "restart_times", []))
+            res.config["wall_seconds"] = time.perf_counter() - t0
+            res.config["algorithm_seed"] = 10_000 + seed
+            if hasattr(pol, "gamma_paper"):
+                res.config["gamma_T"] = pol.gamma_paper
+                res.config["E"] = pol.E
+                res.config["solver_seconds"] = pol.solver_seconds
+            res.save(out / fig / "runs" / f"{algo.replace(' ', '_')}__seed{seed}.json")
+            runs.append(res)
+            bar.update(1)
+    bar.close()
+    rows = summarize_runs(runs)
+    table = _table(rows, spec["title"] + f" (T = {horizon})")
+    (out / fig).mkdir(parents=True, exist_ok=True)
+    write_report(runs, out / fig, spec["title"])            # regret/time plots (± std), summary
+    (out / fig / "table.md").write_text(table + "\n")
+    (out / fig / "summary_se.json").write_text(json.dumps(rows, indent=2))
+    env = make_env(spec["env"], horizon, quick, device)
+    _plot(runs, out / fig / "regret.png", spec["title"], getattr(env, "switches", ()))
+    return runs, table
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="reproduce_opkb", description=__doc__.split("\n\n")[0])
+    p.add_argument("--figures", nargs="+", default=list(FIGURES), choices=list(FIGURES))
+    p.add_argument("--algos", nargs="+", default=None, help="restrict to these algorithms")
+    p.add_argument("--seeds", type=int, default=5, help="number of seeds (paper: 25 / 50)")
+    p.add_argument("--horizon", type=int, default=10_000)
+    p.add_argument("--nn-width", type=int, default=2048)
+    p.add_argument("--quick", action="store_true", help="N = 16, T = 600, 2 seeds, width 32")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--out", default="results/opkb")
+    p.add_argument("--no-progress", action="store_true")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(list(argv) if argv is not None else None)
+    torch.set_num_threads(max(1, args.threads))
+    horizon, seeds, width = args.horizon, args.seeds, args.nn_width
+    if args.quick:
+        horizon, seeds, width = min(horizon, 600), min(seeds, 2), min(width, 32)
+    out = Path(args.out)
+    tables = []
+    for fig in args.figures:
+        _, table = run_figure(fig, horizon=horizon, seeds=list(range(seeds)), nn_width=width,
+                              quick=args.quick, out=out, device=args.device, algos=args.algos,
+                              progress=not args.no_progress)
+        print(table + "\n", flush=True)
+        tables.append(table)
+    (out / "tables.md").write_text("\n\n".join(tables) + "\n")
+    return 0
+
+
+
