@@ -273,7 +273,7 @@ class TimeDecayKernelRidge(_HistoryModule):
         weight_floor: when the scaling base is moved, drop points with ``ρ^{τ−τ_i}`` below this.
     """
 
-    _MAX_LOG_SCALE = 300.0  # rebase when ρ^{b−τ} would exceed e^300
+    _MAX_LOG_SCALE = 150.0  # rebase when ρ^{b−τ} would exceed e^150 (its square enters colsum U²)
 
     def __init__(self, kernel: Kernel, lam: float = 1.0, epsilon: float = 0.01, *,
                  weight_floor: float = 1e-12, dtype: torch.dtype = torch.float64,
