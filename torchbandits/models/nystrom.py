@@ -129,6 +129,7 @@ class NystromKernelRidge(ResizableModule):
         self.last_residual = float("nan")
         self._version = 0
         self._cache: tuple[int, Tensor, Tensor] | None = None
+        self._last_scored: tuple[int, Tensor, Tensor, Tensor] | None = None
         self._setup_fast_kernel()
 
     def _setup_fast_kernel(self) -> None:
@@ -213,6 +214,29 @@ class NystromKernelRidge(ResizableModule):
     def _touch(self) -> None:
         self._version += 1
         self._cache = None
+        self._last_scored = None
+
+    def scored_column(self, x: Tensor) -> tuple[Tensor, Tensor] | None:
+        """``(k_Z(x), features(x))`` if ``x`` is a row of the candidates of the last
+        :meth:`mean_var` call and the model has not changed since (else ``None``)."""
+        last = self._last_scored
+        if last is None or last[0] != self._version:
+            return None
+        cand = last[1]
+        if x.ndim != 1 or x.shape[0] != cand.shape[1]:
+            return None
+        # the usual case, ``update(candidates[i])``: a view of the same memory (no tensor op)
+        off = x.data_ptr() - cand.data_ptr()
+        row = cand.stride(0) * cand.element_size()
+        if x.stride(0) == cand.stride(1) and row > 0 and off >= 0 and off % row == 0 \
+                and off // row < cand.shape[0]:
+            i = off // row
+        else:
+            hit = (cand == x).all(dim=1).nonzero()
+            if hit.numel() == 0:
+                return None
+            i = int(hit[0, 0])
+        return last[2][:, i], last[3][:, i]
 
     def reset(self) -> None:
         """Forget the data and the dictionary."""
@@ -282,7 +306,7 @@ class NystromKernelRidge(ResizableModule):
             raise ValueError(f"kz must have shape ({self._m},), got {tuple(kz.shape)}")
         return self._append(x, yv, kz)
 
-    def _append(self, x: Tensor, yv: float, kz: Tensor | None = None) -> Tensor:
+    def _append(self, x: Tensor, yv: float, kz: Tensor | None = None, f: Tensor | None = None) -> Tensor:
         """:meth:`append` without validation (hot path of the policies). Leaves the point's
         unregularised residual ``ω = k(x,x) − k_Zᵀ K_ZZ⁻¹ k_Z`` (before the append) in
         :attr:`last_residual`, so that a caller can apply the ``min_residual`` guard for free."""
@@ -292,7 +316,8 @@ class NystromKernelRidge(ResizableModule):
             if kz is None:
                 kz = self._k(self._z[:m], x[None])[:, 0]
             whitened = self.parametrisation == "whitened"
-            f = self._p[:m, :m] @ kz if whitened else kz
+            if f is None:
+                f = self._p[:m, :m] @ kz if whitened else kz
             q = self._q[:m, :m]
             g = q @ f
             fg = float(f @ g)
@@ -303,21 +328,25 @@ class NystromKernelRidge(ResizableModule):
             ridge_var = omega / lam + fg
             q.addr_(g, g, alpha=-1.0 / (1.0 + fg))
             self._g[:m].add_(f, alpha=yv)
-            self._logdet_a += math.log1p(fg)
+            logdet_a = self._logdet_a + math.log1p(fg)
         else:
             f = x.new_zeros(0)
             omega = kxx + self.jitter
             ridge_var = kxx / lam
-        self.last_residual = omega
-        self._logdet_running += math.log1p(max(ridge_var, 0.0))
+            logdet_a = self._logdet_a
         self._ensure_rows(n + 1, x.shape[0])
         self._x[n] = x
         self._c[n] = 1.0
         self._s[n] = yv
         if m:
             self._f[n, :m] = f
-        self._n = n + 1
-        self._version += 1
+        # plain Python counters: bypass nn.Module.__setattr__ (measurable in the hot path)
+        d = self.__dict__
+        d["_logdet_a"] = logdet_a
+        d["last_residual"] = omega
+        d["_logdet_running"] = self._logdet_running + math.log1p(max(ridge_var, 0.0))
+        d["_n"] = n + 1
+        d["_version"] = self._version + 1
         return f
 
     @torch.no_grad()
@@ -463,7 +492,7 @@ class NystromKernelRidge(ResizableModule):
                 mat = lam * q - self._p[:m, :m]  # λΛ − K_ZZ⁻¹
             else:
                 mat = q
-            cache = self._cache = (self._version, w, mat)
+            cache = self.__dict__["_cache"] = (self._version, w, mat)
         return cache[1], cache[2]
 
     @torch.no_grad()
@@ -486,14 +515,18 @@ class NystromKernelRidge(ResizableModule):
             return cand.new_zeros(cand.shape[0]), kdiag  # type: ignore[return-value]
         w, mat = self._round_cache()
         kz = self._k(self._z[:m], cand)
+        vecdot = torch.linalg.vecdot
         if self.parametrisation == "whitened":
             f = self._p[:m, :m] @ kz
             mean = w @ f
-            var = (kdiag - (f * f).sum(0)).clamp_(min=0.0)
-            var.add_((f * (mat @ f)).sum(0), alpha=self.lam)
+            var = (kdiag - vecdot(f, f, dim=0)).clamp_(min=0.0)
+            var.add_(vecdot(f, mat @ f, dim=0), alpha=self.lam)
         else:
+            f = kz
             mean = w @ kz
-            var = (kz * (mat @ kz)).sum(0).add_(kdiag)
+            var = vecdot(kz, mat @ kz, dim=0).add_(kdiag)
+        # remembered so that the update of a just-scored candidate can reuse its column
+        self.__dict__["_last_scored"] = (self._version, cand, kz, f)
         var.clamp_(min=0.0)
         return mean, (var.clamp_(max=kc) if kc is not None else torch.minimum(var, kdiag))
 

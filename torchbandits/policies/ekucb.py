@@ -142,19 +142,28 @@ class EKUCB(NystromUCB):
     def _update(self, x: Tensor, reward: float) -> None:
         model, kors = self.model, self.kors
         m = model.m
-        kz = model._k(model.dictionary, x[None])[:, 0] if m else x.new_zeros(0)
+        feat = None
+        if m:
+            cached = model.scored_column(x)  # the played candidate was just scored: reuse k_Z
+            if cached is not None:
+                kz, feat = cached
+            else:
+                kz = model._k(model.dictionary, x[None])[:, 0]
+        else:
+            kz = x.new_zeros(0)
         kc = model._kconst
         kss = kc if kc is not None else float(model._kdiag(x[None])[0])
-        model._append(x, reward, kz)  # step 5: data update with the current dictionary
+        model._append(x, reward, kz, feat)  # step 5: data update with the current dictionary
+        d = self.__dict__  # plain counters: bypass nn.Module.__setattr__ in the hot path
         if m == 0:  # round 0: s_0 is the first anchor with p̃ = 1
             p = 1.0
             accept = True
         else:  # step 6: KORS decision for the played state
             p = kors.probability(kz, kss)
             accept = p >= 1.0 or float(torch.rand((), generator=self.generator, dtype=torch.float64)) < p
-            self._sum_p += p
-            self._sum_pq += p * (1.0 - p)
-        self._last_p = p
+            d["_sum_p"] = self._sum_p + p
+            d["_sum_pq"] = self._sum_pq + p * (1.0 - p)
+        d["_last_p"] = p
         if not accept:
             return
         # step 7, unless the min_residual guard refuses (ω is known from the data update)

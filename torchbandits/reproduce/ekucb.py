@@ -1,0 +1,354 @@
+"""Reproduce the experiments of seed 000 (Efficient Kernel UCB, Zenati et al. 2022), Figures 1–12.
+
+Environments (spec §4): Bump, Chessboard, Step Diagonal, 10-action grid, RBF σ_k = 0.1, noise 0.1.
+Policies (spec §4.5): K-UCB, EK-UCB (μ = λ; on Bump at λ = 10 also μ ∈ {1, 100}), CBKB, CBBKB
+(C_b ∈ {3, 10, 30}, q̄ = 10·C_b), SupK-UCB; β = 0.1 on the ridge sd for every UCB agent.
+
+* Fig. 1 — Bump, λ = 10, EK-UCB with μ ∈ {1, 10, 100} against the baselines (C_b = 10).
+* Fig. 2 — Chessboard, λ ∈ {1, 10, 100}, C_b = 10.
+* Figs. 3–5 / 7–9 / 10–12 — Bump / Chessboard / Step Diagonal, λ ∈ {1, 10, 100}, C_b = 3, 10, 30.
+* Fig. 6 — pictures of the Chessboard and Step Diagonal mean functions.
+
+Each figure has one column per λ: cumulative pseudo-regret vs t (top) and cumulative agent seconds
+vs t (bottom), mean ± std over seeds. Also ``dict_size_<env>.png`` (dictionary size vs t) and
+``table.md`` (final regret mean ± std, regret at T/2 — the T = 1000 of Fig. 1's caption, E16 —
+agent seconds, final dictionary size). Runs shared by several figures are run once.
+
+EK-UCB's KORS budget is ``γ = b·λ`` (spec E10); ``--kors-b`` defaults to 0.1 on Bump and 1 on the
+1-D environments (spec §6.2 item 10). CBKB resamples its dictionary from the whole history every
+round, O(n m² + m³) with m ≈ n here, so it is run to ``--cbkb-horizon`` (default 500) only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ..envs.contextual import BumpEnv, ChessboardEnv, ContextualGridEnv, StepDiagonalEnv
+from ..experiments.report import markdown_table
+from ..experiments.results import RunResult, load_results, summarize
+from ..experiments.runner import simulate
+from ..kernels import make_kernel
+from ..policies import CBBKB, CBKB, EKUCB, KernelUCB, Policy, SupKernelUCB
+
+__all__ = ["ENVS", "RunSpec", "build_policy", "cbbkb_policy", "cbkb_policy", "ekucb_policy", "main",
+           "plan_runs", "supkernel_policy"]
+
+ENVS: dict[str, type[ContextualGridEnv]] = {
+    "bump": BumpEnv, "chessboard": ChessboardEnv, "step-diagonal": StepDiagonalEnv,
+}
+DEFAULT_KORS_B = {"bump": 0.1, "chessboard": 1.0, "step-diagonal": 1.0}
+BETA = 0.1
+
+
+# ---------------------------------------------------------------------- policy factories
+def _kernel(env: Any):
+    return make_kernel("rbf", float(getattr(env, "lengthscale", 0.1)))
+
+
+def ekucb_policy(env: Any, lam: float = 10.0, beta: float = BETA, kors_b: float = 0.1,
+                 **kwargs: Any) -> Policy:
+    """EK-UCB with μ = λ (unless ``kors_mu``) and γ = ``kors_b``·λ (registry factory)."""
+    kwargs.setdefault("kors_gamma", kors_b * lam)
+    return EKUCB(_kernel(env), lam=lam, beta=beta, **kwargs)
+
+
+def cbkb_policy(env: Any, lam: float = 10.0, beta: float = BETA, **kwargs: Any) -> Policy:
+    return CBKB(_kernel(env), lam=lam, beta=beta, **kwargs)
+
+
+def cbbkb_policy(env: Any, lam: float = 10.0, beta: float = BETA, batch_threshold: float = 10.0,
+                 **kwargs: Any) -> Policy:
+    return CBBKB(_kernel(env), lam=lam, beta=beta, batch_threshold=batch_threshold, **kwargs)
+
+
+def supkernel_policy(env: Any, lam: float = 10.0, eta: float = 0.1, horizon: int = 2000,
+                     **kwargs: Any) -> Policy:
+    return SupKernelUCB(_kernel(env), lam=lam, eta=eta, horizon=horizon, **kwargs)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One (environment, policy configuration) pair, run for every seed."""
+
+    env: str
+    family: str  # kucb | ekucb | cbkb | cbbkb | supk
+    lam: float
+    mu: float | None = None
+    cb: float | None = None
+    horizon: int = 2000
+
+    @property
+    def label(self) -> str:
+        base = {"kucb": "K-UCB", "ekucb": "EK-UCB", "cbkb": "CBKB", "cbbkb": "CBBKB",
+                "supk": "SupK-UCB"}[self.family]
+        if self.family == "ekucb" and self.mu is not None and self.mu != self.lam:
+            base += f"(mu={self.mu:g})"
+        if self.family == "cbbkb":
+            base += f"(Cb={self.cb:g})"
+        return f"{base} lam={self.lam:g}"
+
+    def filename(self, seed: int) -> str:
+        return re.sub(r"[^A-Za-z0-9_.=-]+", "_", f"{self.env}__{self.label}__T{self.horizon}__seed{seed}")
+
+
+def build_policy(spec: RunSpec, env: Any, *, kors_b: float, kors_score: str = "correct",
+                 eta: float = 0.1, device: str = "cpu") -> Policy:
+    if spec.family == "kucb":
+        pol: Policy = KernelUCB(_kernel(env), lam=spec.lam, beta=BETA)
+    elif spec.family == "ekucb":
+        pol = ekucb_policy(env, lam=spec.lam, kors_b=kors_b, kors_mu=spec.mu, kors_score=kors_score)
+    elif spec.family == "cbkb":
+        pol = cbkb_policy(env, lam=spec.lam)
+    elif spec.family == "cbbkb":
+        pol = cbbkb_policy(env, lam=spec.lam, batch_threshold=float(spec.cb or 10.0))
+    elif spec.family == "supk":
+        pol = supkernel_policy(env, lam=spec.lam, eta=eta, horizon=spec.horizon)
+    else:  # pragma: no cover - guarded by plan_runs
+        raise ValueError(f"unknown policy family {spec.family!r}")
+    return pol.to(device)
+
+
+# ---------------------------------------------------------------------- the plan
+FIGURES: dict[int, tuple[str, Sequence[float] | None, float, bool]] = {
+    # number: (env, lambdas (None = all), C_b, μ sweep on Bump)
+    1: ("bump", (10.0,), 10.0, True),
+    2: ("chessboard", None, 10.0, False),
+    3: ("bump", None, 3.0, False), 4: ("bump", None, 10.0, False), 5: ("bump", None, 30.0, False),
+    7: ("chessboard", None, 3.0, False), 8: ("chessboard", None, 10.0, False),
+    9: ("chessboard", None, 30.0, False),
+    10: ("step-diagonal", None, 3.0, False), 11: ("step-diagonal", None, 10.0, False),
+    12: ("step-diagonal", None, 30.0, False),
+}
+
+
+def figure_specs(fig: int, lams: Sequence[float], horizon: int, cbkb_horizon: int,
+                 mus: Sequence[float]) -> list[RunSpec]:
+    env, fig_lams, cb, mu_sweep = FIGURES[fig]
+    use = [lam for lam in (fig_lams or lams) if lam in lams] or list(lams)[:1]
+    specs: list[RunSpec] = []
+    for lam in use:
+        specs.append(RunSpec(env, "kucb", lam, horizon=horizon))
+        specs.append(RunSpec(env, "ekucb", lam, mu=lam, horizon=horizon))
+        if mu_sweep:
+            specs += [RunSpec(env, "ekucb", lam, mu=mu, horizon=horizon) for mu in mus if mu != lam]
+        specs.append(RunSpec(env, "cbbkb", lam, cb=cb, horizon=horizon))
+        specs.append(RunSpec(env, "cbkb", lam, horizon=min(horizon, cbkb_horizon)))
+        specs.append(RunSpec(env, "supk", lam, horizon=horizon))
+    return specs
+
+
+def plan_runs(figures: Sequence[int], envs: Sequence[str], lams: Sequence[float], horizon: int,
+              cbkb_horizon: int, mus: Sequence[float]) -> dict[int, list[RunSpec]]:
+    plan = {}
+    for fig in figures:
+        if fig == 6 or FIGURES[fig][0] not in envs:
+            continue
+        plan[fig] = figure_specs(fig, lams, horizon, cbkb_horizon, mus)
+    return plan
+
+
+# ---------------------------------------------------------------------- running
+def run_spec(spec: RunSpec, seed: int, args: argparse.Namespace, bar: tqdm | None) -> RunResult:
+    env = ENVS[spec.env](regret_mode=args.regret_mode)
+    kors_b = args.kors_b if args.kors_b is not None else DEFAULT_KORS_B[spec.env]
+    policy = build_policy(spec, env, kors_b=kors_b, kors_score=args.kors_score, eta=args.eta,
+                          device=args.device)
+    res = simulate(policy, env, spec.horizon, seed, policy_name=spec.label, env_name=spec.env,
+                   diagnostics_every=args.diagnostics_every, progress=bar if bar is not None else False,
+                   config={"family": spec.family, "lam": spec.lam, "mu": spec.mu, "cb": spec.cb,
+                           "kors_b": kors_b, "kors_score": args.kors_score, "beta": BETA})
+    if args.regret_mode == "reference":
+        res.config["reference_regret"] = env.reference_regret
+    return res
+
+
+def _curves(runs: list[RunResult], fn) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    h = min(r.horizon for r in runs)
+    arr = np.stack([fn(r)[:h] for r in runs])
+    return np.arange(1, h + 1), arr.mean(0), arr.std(0)
+
+
+def plot_figure(fig: int, specs: list[RunSpec], results: dict[RunSpec, list[RunResult]],
+                path: Path) -> Path:
+    lams = sorted({s.lam for s in specs})
+    fig_, axes = plt.subplots(2, len(lams), figsize=(5.0 * len(lams), 7.0), squeeze=False)
+    for j, lam in enumerate(lams):
+        for spec in (s for s in specs if s.lam == lam):
+            runs = results.get(spec, [])
+            if not runs:
+                continue
+            label = spec.label.rsplit(" lam=", 1)[0]
+            t, m, s = _curves(runs, lambda r: r.cumulative_regret)
+            axes[0, j].plot(t, m, label=label)
+            axes[0, j].fill_between(t, m - s, m + s, alpha=0.2)
+            t, m, s = _curves(runs, lambda r: np.cumsum(r.agent_seconds))
+            axes[1, j].plot(t, m, label=label)
+        env = specs[0].env
+        axes[0, j].set_title(f"Fig. {fig}: {env}, λ = {lam:g}, C_b = {FIGURES[fig][2]:g}")
+        axes[0, j].set_ylabel("cumulative pseudo-regret")
+        axes[1, j].set_ylabel("cumulative agent seconds")
+        axes[1, j].set_yscale("log")
+        for ax in axes[:, j]:
+            ax.set_xlabel("t")
+            ax.legend(fontsize=7)
+    fig_.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig_.savefig(path, dpi=100)
+    plt.close(fig_)
+    return path
+
+
+def plot_dictionaries(env: str, results: dict[RunSpec, list[RunResult]], path: Path) -> Path | None:
+    specs = [s for s in results if s.env == env and s.family in ("ekucb", "cbbkb", "cbkb")]
+    if not specs:
+        return None
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for spec in sorted(specs, key=lambda s: s.label):
+        runs = [r for r in results[spec] if "dict_size" in r.diagnostics]
+        if not runs:
+            continue
+        n = min(len(r.diagnostics["dict_size"]) for r in runs)
+        vals = np.stack([np.asarray(r.diagnostics["dict_size"][:n]) for r in runs]).mean(0)
+        ax.plot(runs[0].diagnostic_steps[:n], vals, label=spec.label)
+    ax.set_title(f"{env}: dictionary size")
+    ax.set_xlabel("t")
+    ax.set_ylabel("m_t")
+    ax.set_yscale("log")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_environments(path: Path) -> Path:
+    """Fig. 6: the Chessboard and Step Diagonal mean functions on [0, 1]² (context × action)."""
+    grid = torch.linspace(0, 1, 201, dtype=torch.float64)
+    fig, axes = plt.subplots(1, 2, figsize=(9, 4))
+    for ax, cls in zip(axes, (ChessboardEnv, StepDiagonalEnv)):
+        env = cls()
+        vals = env.f(grid[:, None], grid).numpy()
+        im = ax.imshow(vals.T, origin="lower", extent=(0, 1, 0, 1), cmap="viridis", vmin=0, vmax=1)
+        acts = env.actions.numpy()
+        ax.hlines(acts, 0, 1, colors="w", linewidth=0.4, alpha=0.6)
+        ax.set_title(cls.__name__.replace("Env", ""))
+        ax.set_xlabel("context x")
+        ax.set_ylabel("action a (grid lines)")
+        fig.colorbar(im, ax=ax, fraction=0.046)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def results_table(results: dict[RunSpec, list[RunResult]], regret_mode: str) -> str:
+    runs = [r for rs in results.values() for r in rs]
+    rows = summarize(runs)
+    table = markdown_table(rows)
+    lines = ["", "| env | policy | T | final dictionary size (mean) |", "|---|---|---:|---:|"]
+    for spec, rs in results.items():
+        if rs and "dict_size" in rs[0].diagnostics:
+            m = float(np.mean([r.diagnostics["dict_size"][-1] for r in rs]))
+            lines.append(f"| {spec.env} | {spec.label} | {spec.horizon} | {m:.0f} |")
+    out = table + "\n" + "\n".join(lines)
+    if regret_mode == "reference":
+        ref = ["", "| env | policy | reference regret (the authors' code, mean) |", "|---|---|---:|"]
+        for spec, rs in results.items():
+            vals = [sum(r.config.get("reference_regret", [])) for r in rs]
+            if rs:
+                ref.append(f"| {spec.env} | {spec.label} | {np.mean(vals):.1f} |")
+        out += "\n" + "\n".join(ref)
+    return out
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="reproduce ekucb", description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="T = 120, one seed, λ = 10 only")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--out", default="results/ekucb")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--horizon", type=int, default=2000)
+    p.add_argument("--cbkb-horizon", type=int, default=500)
+    p.add_argument("--lams", type=float, nargs="+", default=[1.0, 10.0, 100.0])
+    p.add_argument("--mus", type=float, nargs="+", default=[1.0, 10.0, 100.0])
+    p.add_argument("--figures", type=int, nargs="+", default=list(range(1, 13)))
+    p.add_argument("--envs", nargs="+", default=list(ENVS), choices=list(ENVS))
+    p.add_argument("--kors-b", type=float, default=None, help="γ = b·λ (default per env)")
+    p.add_argument("--kors-score", default="correct", choices=["correct", "reference"])
+    p.add_argument("--eta", type=float, default=0.1, help="SupK-UCB width multiplier")
+    p.add_argument("--regret-mode", default="pseudo", choices=["pseudo", "reference"])
+    p.add_argument("--diagnostics-every", type=int, default=10)
+    p.add_argument("--no-progress", action="store_true")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.horizon = min(args.horizon, 120)
+        args.cbkb_horizon = min(args.cbkb_horizon, 60)
+        args.seeds = args.seeds[:1]
+        args.lams = [10.0]
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(1)
+    out = Path(args.out)
+    plan = plan_runs(args.figures, args.envs, args.lams, args.horizon, args.cbkb_horizon, args.mus)
+    unique: list[RunSpec] = list(dict.fromkeys(s for specs in plan.values() for s in specs))
+    total = sum(s.horizon for s in unique) * len(args.seeds)
+    results: dict[RunSpec, list[RunResult]] = {}
+    bar = tqdm(total=total, desc="ekucb", disable=args.no_progress)
+    t0 = time.perf_counter()
+    for spec in unique:
+        for seed in args.seeds:
+            path = out / "runs" / (spec.filename(seed) + ".json")
+            bar.set_postfix_str(f"{spec.env} / {spec.label} / seed {seed}")
+            res = run_spec(spec, seed, args, bar if not args.no_progress else None)
+            res.save(path)
+            results.setdefault(spec, []).append(res)
+    bar.close()
+    figs = []
+    for fig, specs in plan.items():
+        figs.append(plot_figure(fig, specs, results, out / f"fig{fig:02d}.png"))
+    if 6 in args.figures:
+        figs.append(plot_environments(out / "fig06.png"))
+    for env in args.envs:
+        p = plot_dictionaries(env, results, out / f"dict_size_{env}.png")
+        if p is not None:
+            figs.append(p)
+    table = results_table(results, args.regret_mode)
+    header = (f"# EK-UCB reproduction (seed 000): T = {args.horizon}, seeds {args.seeds}, "
+              f"CBKB to T = {min(args.horizon, args.cbkb_horizon)}\n\n")
+    (out / "table.md").write_text(header + table + "\n")
+    (out / "summary.json").write_text(json.dumps(summarize([r for rs in results.values() for r in rs]),
+                                                 indent=2))
+    print(table)
+    print(f"\n{len(unique) * len(args.seeds)} runs in {time.perf_counter() - t0:.1f} s; "
+          f"figures: {', '.join(p.name for p in figs)}; raw runs in {out / 'runs'}")
+    return 0
+
+
+def replot(out: str | Path) -> int:
+    """Redraw the tables from saved runs (``results/ekucb/runs``)."""
+    runs = load_results(Path(out) / "runs")
+    print(markdown_table(summarize(runs)))
+    return 0 if runs else 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
+
