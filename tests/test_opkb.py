@@ -260,3 +260,20 @@ def test_reproduce_opkb_quick(tmp_path):
     run = json.loads((tmp_path / "fig1a" / "runs" / "ADA-OPKB__seed0.json").read_text())
     assert "restart_times" in run["config"] and len(run["regret"]) == 300
     assert (tmp_path / "tables.md").exists()
+
+
+def test_notebook_runs_quick(monkeypatch):
+    from pathlib import Path
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.setenv("TORCHBANDITS_QUICK", "1")
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    nb = nbformat.read(root / "notebooks" / "nonstationary.ipynb", as_version=4)
+    NotebookClient(nb, timeout=120, kernel_name="python3",
+                   resources={"metadata": {"path": str(root / "notebooks")}}).execute()
+    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
+                   for o in c.get("outputs", []))
+    assert "Lemma 4.4 slacks" in text and "restarts at" in text and "ADA-OPKB: regret" in text
