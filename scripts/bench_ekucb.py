@@ -37,7 +37,7 @@ from torchbandits.kernels import make_kernel
 from torchbandits.policies import CBBKB, EKUCB, KernelUCB
 
 ENVS = {"bump": BumpEnv, "chessboard": ChessboardEnv, "step-diagonal": StepDiagonalEnv}
-DEFAULT_GAMMA = {"bump": 0.2, "chessboard": 3.0, "step-diagonal": 1.0}
+DEFAULT_GAMMA = {"bump": 0.2, "chessboard": 10.0, "step-diagonal": 10.0}
 
 
 def run(policy, env, horizon: int, seed: int, name: str, env_name: str, bar=None) -> RunResult:

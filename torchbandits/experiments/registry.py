@@ -25,6 +25,12 @@ class Entry:
 ENVIRONMENTS: dict[str, Entry] = {
     "rkhs": Entry("torchbandits.envs.rkhs:RKHSFunctionEnv",
                   "random RKHS function of norm B (seed 002 §5.1), fresh U[0,1]^d arms per round"),
+    "bump": Entry("torchbandits.envs.contextual:BumpEnv",
+                  "seed 000 §4.2: Bump, d_x = 5 contexts x 10-action grid, joint RBF σ_k = 0.1, noise 0.1"),
+    "chessboard": Entry("torchbandits.envs.contextual:ChessboardEnv",
+                        "seed 000 §4.3: 4x4 chessboard of 1 / 0.5 / 0 cells, 1-D context x 10 actions"),
+    "step-diagonal": Entry("torchbandits.envs.contextual:StepDiagonalEnv",
+                           "seed 000 §4.4: two diagonal bands (1 and 0.5), 1-D context x 10 actions"),
     "tv-rotation": Entry("torchbandits.envs.time_varying:RotatingRKHSEnv",
                          "seed 004 §4: rotating RKHS function, exact budget P_T (env.budget, env.horizon)"),
     "tv-bump": Entry("torchbandits.envs.time_varying:MovingBumpEnv",
@@ -54,6 +60,16 @@ POLICIES: dict[str, Entry] = {
                       "AY-GP-UCB (Abbasi-Yadkori radius, GP sd at λ = σ²)"),
     "random": Entry("torchbandits.experiments.factories:random",
                     "uniformly random arm"),
+    "cgpucb": Entry("torchbandits.experiments.factories:gpucb",
+                    "CGP-UCB (seed 000 baseline) = GP-UCB on joint [context; action] features (GP sd)"),
+    "ekucb": Entry("torchbandits.reproduce.ekucb:ekucb_policy",
+                   "EK-UCB (seed 000): KORS Nystrom dictionary, μ = λ, γ = b·λ, β = 0.1 on the ridge sd"),
+    "cbkb": Entry("torchbandits.reproduce.ekucb:cbkb_policy",
+                  "CBKB (seed 000): dictionary resampled every round, q̄ = 10 (ridge sd)"),
+    "cbbkb": Entry("torchbandits.reproduce.ekucb:cbbkb_policy",
+                   "CBBKB (seed 000): lazy resparsification when 1 + Σσ̃² > C_b, q̄ = 10 C_b (ridge sd)"),
+    "supkernelucb": Entry("torchbandits.reproduce.ekucb:supkernel_policy",
+                          "SupKernelUCB (seed 000 baseline, textbook levels; η on the ridge sd)"),
     "bkb": Entry("torchbandits.reproduce.bkb:bkb_policy",
                  "BKB (seed 001): RLS-resampled Nystrom/DTC posterior, paper β̃_t on the ridge sd"),
     "bkb-const": Entry("torchbandits.reproduce.bkb:bkb_constant",
@@ -103,6 +119,8 @@ POLICIES: dict[str, Entry] = {
 }
 
 REPRODUCTIONS: dict[str, Entry] = {
+    "ekucb": Entry("torchbandits.reproduce.ekucb:main",
+                   "seed 000: Figures 1-12 (EK-UCB, K-UCB, CBKB, CBBKB, SupK-UCB on three envs)"),
     "cmm": Entry("torchbandits.reproduce.cmm:main",
                  "seed 002: Table 1, Figures 1, 2, 4-7 (CMM/DMM/AMM-UCB, AY-GP-UCB, IGP-UCB)"),
     "bkb": Entry("torchbandits.reproduce.bkb:main",

@@ -14,8 +14,10 @@ vs t (bottom), mean ± std over seeds. Also ``dict_size_<env>.png`` (dictionary 
 ``table.md`` (final regret mean ± std, regret at T/2 — the T = 1000 of Fig. 1's caption, E16 —
 agent seconds, final dictionary size). Runs shared by several figures are run once.
 
-EK-UCB's KORS budget is ``γ = b·λ`` (spec E10); ``--kors-b`` defaults to 0.1 on Bump and 1 on the
-1-D environments (spec §6.2 item 10). CBKB resamples its dictionary from the whole history every
+EK-UCB's KORS budget is ``γ = b·λ`` (spec E10); ``--kors-b`` defaults to 1 on the 1-D environments
+(γ = λ, the paper's F.1 advice) and 0.02 on Bump (in the code's b-grid {0.001, 0.02, 0.05, 0.1}:
+Bump states are nearly orthogonal, so p̃ ≈ γ(1+ε)/(1+μ) and larger γ fills the dictionary; spec
+§6.2 items 10–11). CBKB resamples its dictionary from the whole history every
 round, O(n m² + m³) with m ≈ n here, so it is run to ``--cbkb-horizon`` (default 500) only.
 """
 
@@ -51,7 +53,7 @@ __all__ = ["ENVS", "RunSpec", "build_policy", "cbbkb_policy", "cbkb_policy", "ek
 ENVS: dict[str, type[ContextualGridEnv]] = {
     "bump": BumpEnv, "chessboard": ChessboardEnv, "step-diagonal": StepDiagonalEnv,
 }
-DEFAULT_KORS_B = {"bump": 0.1, "chessboard": 1.0, "step-diagonal": 1.0}
+DEFAULT_KORS_B = {"bump": 0.02, "chessboard": 1.0, "step-diagonal": 1.0}
 BETA = 0.1
 
 
@@ -60,9 +62,12 @@ def _kernel(env: Any):
     return make_kernel("rbf", float(getattr(env, "lengthscale", 0.1)))
 
 
-def ekucb_policy(env: Any, lam: float = 10.0, beta: float = BETA, kors_b: float = 0.1,
+def ekucb_policy(env: Any, lam: float = 10.0, beta: float = BETA, kors_b: float | None = None,
                  **kwargs: Any) -> Policy:
-    """EK-UCB with μ = λ (unless ``kors_mu``) and γ = ``kors_b``·λ (registry factory)."""
+    """EK-UCB with μ = λ (unless ``kors_mu``) and γ = ``kors_b``·λ (registry factory; ``kors_b``
+    defaults to :data:`DEFAULT_KORS_B` of the environment, else 0.1)."""
+    if kors_b is None:
+        kors_b = DEFAULT_KORS_B.get(str(getattr(env, "name", "")).replace("_", "-"), 0.1)
     kwargs.setdefault("kors_gamma", kors_b * lam)
     return EKUCB(_kernel(env), lam=lam, beta=beta, **kwargs)
 
