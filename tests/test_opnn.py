@@ -112,3 +112,26 @@ def test_ada_opnn_sign_flip_and_regret():
     assert res.diagnostics["train_seconds"][-1] > 0
     with pytest.raises(ValueError, match="feature_map"):
         ADAOPNN(100, feature_map="x")
+
+
+def test_ada_opnn_state_dict_roundtrip():
+    import copy
+
+    env = SwitchingKernelEnv(n_arms=8, dim=3, lengthscale=0.5, switches=(300,), seed=2)
+    kw = _small_kwargs(j_star=1, e_scale=0.02)
+    pol = ADAOPNN(900, seed=3, **kw)
+    env.reset(2)
+    pol.reset(seed=3)
+    for _ in range(250):
+        i = pol.select(env.candidates())
+        pol.update(env.candidates()[i], env.pull(i))
+    clone = ADAOPNN(900, seed=0, **kw)
+    clone.load_state_dict(pol.state_dict())
+    env2 = copy.deepcopy(env)
+    a, b = [], []
+    for e, pl, out in ((env, pol, a), (env2, clone, b)):
+        for _ in range(300):
+            i = pl.select(e.candidates())
+            out.append(i)
+            pl.update(e.candidates()[i], e.pull(i))
+    assert a == b and pol.n_trains == clone.n_trains

@@ -78,6 +78,21 @@ class ADAOPNN(OPPolicyBase):
     def _preset_kwargs(self) -> dict[str, Any]:
         return {"stationary": self._stationary_preset}
 
+    def _extra_state(self) -> dict[str, Any]:
+        return {**super()._extra_state(), "init_weights": [w.cpu() for w in self._init_weights],
+                "train_seconds": self.train_seconds, "n_trains": self.n_trains}
+
+    def _set_extra_state(self, state: dict[str, Any]) -> None:
+        super()._set_extra_state(state)
+        self.train_seconds, self.n_trains = state["train_seconds"], state["n_trains"]
+        init = state["init_weights"]
+        self._init_weights = [w.to(self.device) for w in init]
+        if init and self.network is None:   # the network's weights load right after this
+            self.network = ReLUNetwork(init[0].shape[1], self.width, self.n_square_layers,
+                                       dtype=self.net_dtype, device=self.device)
+            for w in self.network.weights:
+                w.requires_grad_(True)
+
     # ------------------------------------------------------------------ feature maps
     def _features(self) -> Tensor:
         gram = ntk_gram(self.network, self.arms.to(self.net_dtype), dtype=self.dtype)
