@@ -223,3 +223,13 @@ def test_op_monotone_in_beta_and_small_beta_limit():
     tiny = solve_logdet_program(phi, dh, 2.0 / 1e-6, lam).p
     design = optimal_design(phi, lam).p
     assert torch.allclose(tiny, design, atol=1e-4)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_newton_on_cuda_matches_cpu():
+    _, phi = _rbf_phi(40, 4, 0.5, 9)
+    dh = _gaps(40, 9)
+    cpu = solve_logdet_program(phi, dh, 0.3, 0.01)
+    gpu = solve_logdet_program(phi.cuda(), dh.cuda(), 0.3, 0.01)
+    assert gpu.p.device.type == "cuda" and gpu.certificate.gap <= 1e-9
+    assert abs(cpu.certificate.objective - gpu.certificate.objective) < 1e-9
