@@ -40,8 +40,10 @@ ENVS = {"bump": BumpEnv, "chessboard": ChessboardEnv, "step-diagonal": StepDiago
 DEFAULT_GAMMA = {"bump": 0.2, "chessboard": 10.0, "step-diagonal": 10.0}
 
 
-def run(policy, env, horizon: int, seed: int, name: str, env_name: str, bar=None) -> RunResult:
-    """The runner's loop, timing select + update by wall clock and by thread CPU time."""
+def run(policy, env, horizon: int, seed: int, name: str, env_name: str, bar=None,
+        budget: float | None = None) -> RunResult:
+    """The runner's loop, timing select + update by wall clock and by thread CPU time. With a
+    ``budget`` (CPU seconds) the run stops once the agent has used it (the result is shorter)."""
     env.reset(seed)
     policy.reset(seed=seed)
     regret, wall, cpu, rewards, diags = [], [], [], [], {}
@@ -61,10 +63,14 @@ def run(policy, env, horizon: int, seed: int, name: str, env_name: str, bar=None
         rewards.append(r)
         if bar is not None:
             bar.update(1)
+        if budget is not None and sum(cpu) > budget:
+            if bar is not None:
+                bar.update(horizon - len(cpu))
+            break
     for k, v in policy.diagnostics().items():
         diags[k] = [float(v)]
     return RunResult(policy=name, env=env_name, seed=seed, rewards=rewards, regret=regret,
-                     agent_seconds=wall, diagnostic_steps=[horizon], diagnostics=diags,
+                     agent_seconds=wall, diagnostic_steps=[len(cpu)], diagnostics=diags,
                      config={"cpu_seconds": cpu, "policy_repr": repr(policy)})
 
 
@@ -98,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
                         ", ".join(f"{k}={v}" for k, v in DEFAULT_GAMMA.items()) + ")")
     p.add_argument("--cbs", type=float, nargs="*", default=[3.0, 10.0, 30.0])
     p.add_argument("--checkpoints", type=int, nargs="+", default=[500, 1000, 2000])
+    p.add_argument("--cbbkb-budget", type=float, default=15.0,
+                   help="CPU seconds after which a CBBKB run is stopped (at least 20× EK-UCB's)")
     p.add_argument("--out", default="results/ekucb_bench")
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
@@ -118,12 +126,12 @@ def main(argv: list[str] | None = None) -> int:
                desc="bench ekucb")
     res: dict[tuple[str, str], list[RunResult]] = {}
     overhead: dict[str, list[tuple[int, float, float]]] = {}
+    # phase 1: K-UCB and EK-UCB on every env and seed; phase 2: CBBKB (slow: its dictionary is
+    # the whole history here, rebuilt from scratch at every resparsification), with a CPU budget
     for env_name in args.envs:
         for seed in args.seeds:
             pols = {"K-UCB": KernelUCB(kernel, lam=lam, beta=0.1),
                     "EK-UCB": EKUCB(kernel, lam=lam, beta=0.1, kors_gamma=gammas[env_name])}
-            for cb in args.cbs:
-                pols[f"CBBKB(Cb={cb:g})"] = CBBKB(kernel, lam=lam, beta=0.1, batch_threshold=cb)
             for name, pol in pols.items():
                 env = ENVS[env_name]()
                 bar.set_postfix_str(f"{env_name} / {name} / seed {seed}")
@@ -134,7 +142,28 @@ def main(argv: list[str] | None = None) -> int:
                     step = float(np.median(r.config["cpu_seconds"][-max(horizon // 10, 1):]))
                     prod = dominant_product_seconds(pol, env.candidates())
                     overhead.setdefault(env_name, []).append((pol.model.m, step, prod))
+    write_report(args, gammas, res, overhead, [], out)
+    for env_name in args.envs:
+        ek_cpu = float(np.mean([sum(r.config["cpu_seconds"]) for r in res[(env_name, "EK-UCB")]]))
+        budget = max(args.cbbkb_budget, 20.0 * ek_cpu)
+        for seed in args.seeds:
+            for cb in args.cbs:
+                name = f"CBBKB(Cb={cb:g})"
+                pol = CBBKB(kernel, lam=lam, beta=0.1, batch_threshold=cb)
+                bar.set_postfix_str(f"{env_name} / {name} / seed {seed}")
+                r = run(pol, ENVS[env_name](), horizon, seed, name, env_name, bar, budget=budget)
+                r.save(out / "runs" / f"{env_name}__{name}__seed{seed}.json")
+                res.setdefault((env_name, name), []).append(r)
     bar.close()
+    print(write_report(args, gammas, res, overhead, args.cbs, out))
+    return 0
+
+
+def write_report(args: argparse.Namespace, gammas: dict[str, float],
+                 res: dict[tuple[str, str], list[RunResult]],
+                 overhead: dict[str, list[tuple[int, float, float]]], cbs: list[float], out: Path) -> str:
+    """Markdown tables (``bench.md``) and numbers (``bench.json``) of the runs so far."""
+    lam, horizon = args.lam, args.horizon
 
     def tot(rs: list[RunResult], upto: int | None = None, cpu: bool = True) -> float:
         key = (lambda r: r.config["cpu_seconds"]) if cpu else (lambda r: r.agent_seconds)
@@ -169,20 +198,25 @@ def main(argv: list[str] | None = None) -> int:
                  for c in args.checkpoints]
         summary[e]["scaling_cpu"] = {c: tot(k, c) / tot(ek, c) for c in args.checkpoints}
         lines.append(f"| {e} | " + " | ".join(cells) + " |")
-    if args.cbs:
+    if cbs:
         lines += ["", "## EK-UCB vs CBBKB (q̄ = 10·C_b)", "",
-                  "| env | policy | regret | CPU s | wall s | final m | resparsifications |",
-                  "|---|---|---:|---:|---:|---:|---:|"]
+                  "CBBKB runs stop once they have used a CPU budget (max(--cbbkb-budget, 20 × EK-UCB's "
+                  "time)): *steps* < T means the run was stopped there, and its time is a lower bound. "
+                  "Regret is over the steps run.", "",
+                  "| env | policy | steps | regret | CPU s | wall s | final m | resparsifications |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|"]
         for e in args.envs:
-            for name in ["EK-UCB"] + [f"CBBKB(Cb={cb:g})" for cb in args.cbs]:
+            for name in ["EK-UCB"] + [f"CBBKB(Cb={cb:g})" for cb in cbs]:
                 rs = res[(e, name)]
                 mm, ss = reg(rs)
                 m_t = float(np.mean([r.diagnostics["dict_size"][-1] for r in rs]))
                 rsp = (f"{np.mean([r.diagnostics['resparsifications'][-1] for r in rs]):.0f}"
                        if "resparsifications" in rs[0].diagnostics else "–")
-                lines.append(f"| {e} | {name} | {mm:.1f} ± {ss:.1f} | {tot(rs):.2f} | "
+                steps = min(r.horizon for r in rs)
+                lines.append(f"| {e} | {name} | {steps} | {mm:.1f} ± {ss:.1f} | {tot(rs):.2f} | "
                              f"{tot(rs, cpu=False):.2f} | {m_t:.0f} | {rsp} |")
                 summary[e][f"{name}_cpu"] = tot(rs)
+                summary[e][f"{name}_steps"] = steps
     lines += ["", "## EK-UCB overhead: per-step time at the end vs its dominant product alone", "",
               "| env | m_T | EK-UCB ms / step (CPU, median of last 10%) | "
               "L⁻¹ K_Z,cand alone (ms) | overhead ratio |", "|---|---:|---:|---:|---:|"]
@@ -195,8 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n".join(lines) + "\n"
     (out / "bench.md").write_text(text)
     (out / "bench.json").write_text(json.dumps(summary, indent=2, default=str))
-    print(text)
-    return 0
+    return text
 
 
 if __name__ == "__main__":

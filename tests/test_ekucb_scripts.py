@@ -1,0 +1,56 @@
+"""The seed 000 reproduction, benchmark and notebook run end to end at small size."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+from torchbandits.experiments.registry import REPRODUCTIONS, resolve
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_reproduce_quick(tmp_path, capsys) -> None:
+    main = resolve(REPRODUCTIONS["ekucb"])
+    assert main(["--quick", "--out", str(tmp_path), "--no-progress", "--regret-mode", "reference"]) == 0
+    table = (tmp_path / "table.md").read_text()
+    for label in ("K-UCB lam=10", "EK-UCB lam=10", "EK-UCB(mu=1) lam=10", "CBBKB(Cb=3) lam=10",
+                  "CBKB lam=10", "SupK-UCB lam=10", "reference regret"):
+        assert label in table, label
+    for fig in range(1, 13):
+        assert (tmp_path / f"fig{fig:02d}.png").stat().st_size > 5000
+    assert (tmp_path / "dict_size_bump.png").exists()
+    runs = sorted((tmp_path / "runs").glob("*.json"))
+    # Bump: K, EK (μ = 1, 10, 100), CBBKB × 3 C_b, CBKB, SupK; 1-D envs: the same without the μ sweep
+    assert len(runs) == 9 + 2 * 7
+    d = json.loads(runs[0].read_text())
+    assert len(d["regret"]) in (40, 80) and "reference_regret" in d["config"]
+    assert "runs in" in capsys.readouterr().out
+
+
+def test_bench_quick(tmp_path) -> None:
+    spec = importlib.util.spec_from_file_location("bench_ekucb", ROOT / "scripts" / "bench_ekucb.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--quick", "--out", str(tmp_path), "--no-progress", "--envs", "chessboard"]) == 0
+    text = (tmp_path / "bench.md").read_text()
+    assert "## Scaling" in text and "overhead ratio" in text and "CBBKB(Cb=10)" in text
+    summary = json.loads((tmp_path / "bench.json").read_text())["chessboard"]
+    assert summary["kucb_cpu"] > 0 and summary["ekucb_cpu"] > 0 and summary["overhead_ratio"] > 1
+    assert summary["m"] >= 1
+
+
+def test_notebook_runs(monkeypatch) -> None:
+    monkeypatch.setenv("TORCHBANDITS_QUICK", "1")
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    nb = nbformat.read(ROOT / "notebooks" / "ekucb.ipynb", as_version=4)
+    NotebookClient(nb, timeout=300, kernel_name="python3",
+                   resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()
+    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert "T = 150" in text
+    assert "EK-UCB dictionary:" in text and "| chessboard | EK-UCB |" in text
+    assert "mu=  100 gamma=  10" in text
