@@ -118,3 +118,25 @@ def test_reproduce_quick(tmp_path):
         assert (out / name).stat().st_size > 0, name
     runs = list((out / "table1" / "runs").glob("*.json"))
     assert len(runs) == 6 * 6  # 6 columns × (CMM, DMM, AMM, AY, IGP, Random) × 1 seed
+
+
+def test_border_path_equals_fresh_eigh_along_a_run():
+    """Refreshing the eigenbasis every few rounds (exact Schur border) = eigh every round."""
+    env = RKHSFunctionEnv("matern52", 3, 0.5, n_arms=40)
+    c = default_c("matern52", 3, 200)
+    fresh = CMMBound(0.1, 10.0, 0.01, c, refresh_every=0)
+    border = CMMBound(0.1, 10.0, 0.01, c, refresh_every=5, border_min_n=10)
+    pol = CMMUCB(env.kernel, 0.1, 10.0, 0.01, c, rule_kwargs={"refresh_every": 4, "border_min_n": 8})
+    env.reset(1)
+    queries = torch.rand(30, 3, generator=torch.Generator().manual_seed(0), dtype=F64)
+    borders = set()
+    for t in range(45):
+        cand = env.candidates()
+        i = pol.select(cand)
+        pol.update(cand[i], env.pull(i))
+        fu, fl = fresh.bounds(pol.model, queries, t + 2)
+        bu, bl = border.bounds(pol.model, queries, t + 2)
+        borders.add(border.diagnostics().get("border", 0.0))
+        assert torch.allclose(bu, fu, rtol=1e-8, atol=1e-9) and torch.allclose(bl, fl, rtol=1e-8, atol=1e-9)
+    assert borders >= {0.0, 1.0, 5.0}  # refreshes and borders of every size were exercised
+    assert pol.rule.diagnostics().get("border", 0.0) <= 4

@@ -17,8 +17,10 @@ by α). Then
   ``inf_{α>0} UCB_α(x)`` (Eq. 12). Computed here for all queries at once: one ``eigh`` of ``K_t``
   (``K = QΛQᵀ``) makes every α cost O(t) per query
   (``μ_α = Σ p_i ỹ_i/(λ_i+α)``, ``ρ²_α = k(x,x) − Σ p_i²/(λ_i+α)``, ``yᵀ(K+αI)⁻¹y = Σ ỹ_i²/(λ_i+α)``
-  with ``p = Qᵀk_t(x)``, ``ỹ = Qᵀy``); a log-spaced grid brackets the minimum and golden-section
-  search on ``log α`` refines it. The α → ∞ limit ``B·sqrt(k(x,x))`` is included. The CVXPY SOCP
+  with ``p = Qᵀk_t(x)``, ``ỹ = Qᵀy``); a log-spaced grid brackets the minimum and safeguarded
+  Newton steps on ``log α`` refine it. The α → ∞ limit ``B·sqrt(k(x,x))`` is included. From
+  ``border_min_n`` points on, the ``eigh`` is refreshed only every ``refresh_every`` rounds and the
+  newer points enter exactly through a Schur complement (:mod:`.cmm_border`). The CVXPY SOCP
   is :class:`CMMBound` with ``method="socp"`` (see :mod:`.cmm_socp`).
 
 Ordering on the same data and ``c``: ``CMM ≤ DMM ≤ AMM < AY(λ = α₀)`` for the UCBs, mirrored for
@@ -381,6 +383,10 @@ class CMMBound(MixtureBound):
         noise_std, norm_bound, delta, c: see :class:`MixtureBound`.
         method: ``"dual"`` or ``"socp"``.
         newton_steps, grid_decades, grid_per_decade: dual search (see :func:`dual_bounds`).
+        refresh_every, border_min_n: from ``border_min_n`` observations on, the ``eigh`` is
+            refreshed only every ``refresh_every`` rounds and the newer points are an exact
+            Schur-complement border (:mod:`.cmm_border`; same values, O(t³) work amortised);
+            ``refresh_every=0``: a fresh ``eigh`` every round.
         jitter, factor, solver: SOCP options (``ε = 1e-6`` on the Cholesky input only; ``"chol"``
             or ``"eigh"`` factor of ``K_{t+1}``; CVXPY solver name, default Clarabel).
     """
@@ -389,8 +395,8 @@ class CMMBound(MixtureBound):
 
     def __init__(self, noise_std: float, norm_bound: float, delta: float = 0.01, c: float = 1.0,
                  method: str = "dual", *, newton_steps: int = 3, grid_decades: float = 6.0,
-                 grid_per_decade: int = 4, jitter: float = 1e-6, factor: str = "chol",
-                 solver: str = "CLARABEL") -> None:
+                 grid_per_decade: int = 4, refresh_every: int = 16, border_min_n: int = 256,
+                 jitter: float = 1e-6, factor: str = "chol", solver: str = "CLARABEL") -> None:
         super().__init__(noise_std, norm_bound, delta, c)
         if method not in ("dual", "socp"):
             raise ValueError(f"method must be 'dual' or 'socp', got {method!r}")
@@ -398,6 +404,11 @@ class CMMBound(MixtureBound):
             raise ValueError(f"newton_steps must be >= 0, got {newton_steps}")
         self.method = method
         self.newton_steps = int(newton_steps)
+        if int(refresh_every) < 0:
+            raise ValueError(f"refresh_every must be >= 0, got {refresh_every}")
+        self.refresh_every = int(refresh_every)
+        self.border_min_n = int(border_min_n)
+        self._stale = None
         self.grid_decades = check_positive("grid_decades", grid_decades)
         self.grid_per_decade = int(check_positive("grid_per_decade", grid_per_decade))
         self.jitter = float(jitter)
@@ -432,12 +443,24 @@ class CMMBound(MixtureBound):
         r2 = self.radius_sq(model)
         if self.method == "socp":
             return self._socp_bounds(model, candidates, r2, which)
-        self._spectrum = spectrum(model, self._spectrum)
+        grid = dict(grid_decades=self.grid_decades, grid_per_decade=self.grid_per_decade)
+        if self.refresh_every > 0 and model.n >= self.border_min_n:
+            from .cmm_border import border_dual_bounds, stale_spectrum
+
+            self._stale = stale_spectrum(model.kernel, model.x, model.y, self._stale, self.refresh_every)
+            spec = self._stale
+            if spec.s < model.n:  # eigenbasis of the older points + exact Schur border
+                ucb, lcb, s = border_dual_bounds(spec, model.kernel, model.x, model.y, candidates, kdiag, r2,
+                                                 self.norm_bound, self.alpha0, which=which, **grid)
+                self._diag = {"r2": float(r2), "border": float(model.n - spec.s),
+                              "log_alpha_ratio": float((s - math.log(self.alpha0)).mean())}
+                return ucb, lcb
+        else:
+            self._spectrum = spectrum(model, self._spectrum)
+            spec = self._spectrum
         kq = kernel_matrix(model.kernel, model.x, candidates)
-        ucb, lcb, s = dual_bounds(self._spectrum, kq, kdiag, r2, self.norm_bound, self.alpha0,
-                                  which=which, grid_decades=self.grid_decades,
-                                  grid_per_decade=self.grid_per_decade,
-                                  newton_steps=self.newton_steps)
+        ucb, lcb, s = dual_bounds(spec, kq, kdiag, r2, self.norm_bound, self.alpha0,  # type: ignore[arg-type]
+                                  which=which, newton_steps=self.newton_steps, **grid)
         self._diag = {"r2": float(r2), "log_alpha_ratio": float((s - math.log(self.alpha0)).mean())}
         return ucb, lcb
 

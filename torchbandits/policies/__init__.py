@@ -9,8 +9,8 @@ from .kernel_ucb import GPUCB, KernelUCB
 from .random import RandomPolicy
 from .supkernel import SupKernelUCB  # seed 000
 
-__all__ = ["AMMUCB", "AYGPUCB", "BKB", "CMMUCB", "DMMUCB", "GPUCB", "IGPUCB", "IndexPolicy", "KernelUCB", "Policy",
-           "RandomPolicy"]
+__all__ = ["AMMUCB", "AYGPUCB", "BKB", "CMMUCB", "DMMUCB", "GPUCB", "IGPUCB", "IndexPolicy", "KernelUCB",
+           "Policy", "RandomPolicy"]
 __all__ += ["CBBKB", "CBKB", "EKUCB", "NystromUCB", "SupKernelUCB"]  # seed 000
 from .opkb import ADAOPKB, OPKB  # noqa: E402  seed 003
 from .opnn import ADAOPNN, OPNN, OPNN0  # noqa: E402  seed 003
