@@ -118,7 +118,7 @@ def _grid(args: argparse.Namespace, out: Path, d: int, title: str) -> tuple[list
     for ls in LENGTHSCALES:
         for kname, label in KERNELS:
             env = RKHSFunctionEnv(kname, d, ls, n_arms=args.arms, device=args.device)
-            pols = make_policies(kname, ls, d, args.horizon, device=args.device)
+            pols = make_policies(kname, ls, d, args.horizon, device=args.device, methods=args.methods)
             horizons = {m: (args.cmm_horizon if m == "CMM" else args.horizon) for m in pols}
             env_name = f"d{d}_{kname}_l{ls}"
             columns.append(env_name)
@@ -276,6 +276,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--cmm-horizon", type=int, default=1000,
                    help="rounds of CMM-UCB (the paper: 200; the dual makes 1000 affordable)")
     p.add_argument("--socp-horizon", type=int, default=100, help="rounds of CMM by CVXPY in fig4")
+    p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS),
+                   help="methods of the table1/fig56 grids")
     p.add_argument("--arms", type=int, default=100)
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=1)
