@@ -240,8 +240,8 @@ class DMMBound(MixtureBound):
             u, lcb = torch.stack(ucbs), torch.stack(lcbs)
         ucb, arg = u.min(0)
         lcb_v = lcb.max(0).values
-        self._diag = {"r2": float(r2),
-                      "log_alpha_ratio": float(torch.log(torch.tensor(self.grid))[arg].mean())}
+        log_grid = torch.log(torch.tensor(self.grid, dtype=ucb.dtype, device=arg.device))
+        self._diag = {"r2": float(r2), "log_alpha_ratio": float(log_grid[arg].mean())}
         return ucb, lcb_v
 
 
