@@ -280,3 +280,16 @@ def test_mean_var_many_matches_separate_calls(gen):
         assert torch.allclose(var[i], m.mean_var(cand, reg=r)[1], rtol=1e-10, atol=1e-12)
     with pytest.raises(ValueError, match="columns"):
         m.mean_var_many(torch.rand(3, 5, dtype=F64), regs)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_bounds_match_cpu():
+    dev = "cuda"
+    cpu = _golden_model()
+    extra = [g * 0.01 for g in DMM_GRID if g != 1.0]
+    gpu = ExactKernelRidge(make_kernel("rbf", 0.5), 0.01, extra, device=dev)
+    gpu.extend(X.to(dev), Y.to(dev))
+    for rule in (AMMBound(SIGMA, B, DELTA, C), DMMBound(SIGMA, B, DELTA, C), CMMBound(SIGMA, B, DELTA, C)):
+        u0, l0 = rule.bounds(cpu, Q, 6)
+        u1, l1 = rule.bounds(gpu, Q.to(dev), 6)
+        assert torch.allclose(u1.cpu(), u0, atol=1e-8) and torch.allclose(l1.cpu(), l0, atol=1e-8)
