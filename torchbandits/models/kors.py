@@ -3,7 +3,8 @@
 Once per round, only for the newly played state ``s_t``, KORS decides whether ``s_t`` joins the
 dictionary; rejected points are never reconsidered and anchors are never removed
 (``Z_1 ⊆ Z_2 ⊆ …``). State: the acceptance probabilities ``p̃_i`` of the anchors, the weights
-``S = diag(1/√p̃_i)`` and ``N = (S K_ZZ S + μ I)⁻¹``.
+``S = diag(1/√p̃_i)`` and ``N = (S K_ZZ S + μ I)⁻¹``, stored as ``(K_ZZ + μ diag(p̃))⁻¹``
+(``= S N S``), which needs no weighting of ``k_Z``.
 
 Leverage score (paper eq. 41, closed form of spec §2.4): with ``b = S k_Z(s_t)``, ``u = bᵀ N b``
 and ``ρ = k(s_t, s_t) − u``,
@@ -25,7 +26,6 @@ so the decision is split into :meth:`KORS.probability` and :meth:`KORS.add`.
 
 from __future__ import annotations
 
-import math
 from typing import Literal
 
 import torch
@@ -71,9 +71,10 @@ class KORS(ResizableModule):
         if score not in ("correct", "reference"):
             raise ValueError(f"score must be 'correct' or 'reference', got {score!r}")
         self.score: KorsScore = score
-        self.register_buffer("_n_inv", torch.zeros(16, 16, dtype=dtype, device=device))
+        # N = (S K_ZZ S + μI)⁻¹ = S⁻¹ (K_ZZ + μ diag(p̃))⁻¹ S⁻¹ is kept as _nz = (K_ZZ + μ diag(p̃))⁻¹,
+        # so that u = bᵀNb = k_Zᵀ _nz k_Z needs no weighting of k_Z
+        self.register_buffer("_nz", torch.zeros(16, 16, dtype=dtype, device=device))
         self.register_buffer("_p", torch.zeros(16, dtype=dtype, device=device))
-        self.register_buffer("_w", torch.zeros(16, dtype=dtype, device=device))  # 1/√p̃
         self._m = 0
 
     @property
@@ -87,8 +88,9 @@ class KORS(ResizableModule):
 
     @property
     def n_matrix(self) -> Tensor:
-        """``N = (S K_ZZ S + μI)⁻¹`` (a view)."""
-        return self._n_inv[: self._m, : self._m]
+        """``N = (S K_ZZ S + μI)⁻¹ = diag(√p̃) (K_ZZ + μ diag(p̃))⁻¹ diag(√p̃)`` (a new tensor)."""
+        sq = torch.sqrt(self._p[: self._m])
+        return sq[:, None] * self._nz[: self._m, : self._m] * sq[None, :]
 
     def get_extra_state(self) -> dict:
         return {"m": self._m}
@@ -101,12 +103,12 @@ class KORS(ResizableModule):
 
     def leverage(self, kz: Tensor, kss: Tensor | float) -> float:
         """Estimated ridge leverage score ``τ̃`` of a point with ``k_Z = kz`` ``[m]`` and
-        ``k(s,s) = kss`` (per ``score``). ``O(m²)``."""
+        ``k(s,s) = kss`` (per ``score``). ``O(m²)``: ``u = bᵀNb = k_Zᵀ (K_ZZ + μ diag(p̃))⁻¹ k_Z``."""
         m = self._m
         kss_f = float(kss)
         if m:
-            b = kz * self._w[:m]
-            u = float(b @ (self._n_inv[:m, :m] @ b))
+            nz = self._nz[:m, :m]
+            u = float(kz @ (nz @ kz))
         else:
             u = 0.0
         rho = max(kss_f - u, 0.0)
@@ -121,18 +123,15 @@ class KORS(ResizableModule):
 
     def add(self, kz: Tensor, kss: Tensor | float, p: float) -> None:
         """Record that the point (``k_Z = kz`` over the current anchors) joined with probability
-        ``p``: border ``N`` with ``b/√p`` and ``k(s,s)/p + μ``. ``O(m²)``."""
+        ``p``: border ``(K_ZZ + μ diag(p̃))⁻¹`` with ``k_Z`` and ``k(s,s) + μ p``. ``O(m²)``."""
         if not 0.0 < float(p) <= 1.0:
             raise ValueError(f"p must lie in (0, 1], got {p}")
         m = self._m
-        b = kz * self._w[:m] / math.sqrt(p) if m else kz
-        border = border_prepare(self._n_inv[:m, :m], b, float(kss) / p + self.mu)
-        self._n_inv = grow_rows(self._n_inv, m + 1, dims=(0, 1))
+        border = border_prepare(self._nz[:m, :m], kz, float(kss) + self.mu * float(p))
+        self._nz = grow_rows(self._nz, m + 1, dims=(0, 1))
         self._p = grow_rows(self._p, m + 1)
-        self._w = grow_rows(self._w, m + 1)
-        border_apply(self._n_inv, m, *border)
+        border_apply(self._nz, m, *border)
         self._p[m] = float(p)
-        self._w[m] = 1.0 / math.sqrt(p)
         self._m = m + 1
 
     def extra_repr(self) -> str:

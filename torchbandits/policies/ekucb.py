@@ -15,6 +15,7 @@ anchor (``p̃ = 1``).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -43,7 +44,7 @@ class NystromUCB(IndexPolicy):
         *,
         variance: Variance = "ridge",
         jitter: float = 0.0,
-        min_residual: float = 1e-10,
+        min_residual: float = 1e-8,
         parametrisation: Parametrisation = "whitened",
         seed: int = 0,
         n_warmup: int = 1,
@@ -77,9 +78,8 @@ class NystromUCB(IndexPolicy):
         rule = self.rule
         if type(rule) is ConstantBeta:
             mean, var = self.model._mean_var(cand)
-            if rule.variance == "ridge":
-                var = var / self.lam
-            return mean.add_(var.sqrt_(), alpha=rule.beta)
+            scale = rule.beta / math.sqrt(self.lam) if rule.variance == "ridge" else rule.beta
+            return mean.add_(var.sqrt_(), alpha=scale)  # ridge sd = GP sd / √λ
         return rule.bounds(self.model, cand, self.t + 1)[0]
 
     def forward(self, candidates: Tensor) -> Tensor:
@@ -168,7 +168,7 @@ class EKUCB(NystromUCB):
             return
         # step 7, unless the min_residual guard refuses (ω is known from the data update)
         if model.last_residual <= model.min_residual * kss:
-            model.refused += 1
+            model.__dict__["refused"] = model.refused + 1
         elif model.add_to_dictionary(x, kz=kz):
             kors.add(kz, kss, p)
 
