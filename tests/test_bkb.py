@@ -97,6 +97,29 @@ def test_count_caching_matches_per_pull_formula() -> None:
     assert torch.allclose(scores, ref, atol=1e-8, rtol=0)
 
 
+def test_fresh_candidates_match_per_pull_formula() -> None:
+    """With a new candidate set every round (contextual use) the pulled points are evaluated
+    directly; scores still equal the per-pull reference."""
+    env = RKHSFunctionEnv("rbf", dim=2, lengthscale=0.3, n_arms=50, noise_std=0.1, norm=1.0)
+    env.reset(0)
+    bkb = _bkb(env, qbar=3.0, beta_rule="paper", seed=2)
+    xs, ys = [], []
+    for _ in range(40):
+        cand = env.candidates()
+        i = bkb.select(cand)
+        r = env.pull(i)
+        bkb.update(cand[i], r)
+        xs.append(cand[i])
+        ys.append(r)
+    xs_t, ys_t = torch.stack(xs), torch.tensor(ys, dtype=torch.float64)
+    cand = env.candidates()
+    scores = bkb(cand)
+    mean, var = _spec_reference(bkb.kernel, bkb.dictionary, xs_t, ys_t, cand, 0.01)
+    _, pvar = _spec_reference(bkb.kernel, bkb.dictionary, xs_t, ys_t, xs_t, 0.01)
+    beta = bkb.rule.radius(float(pvar.sum()), 40, 1.0, 0.01)
+    assert torch.allclose(scores, mean + beta * torch.sqrt(var.clamp_min(0)), atol=1e-8, rtol=0)
+
+
 # ---------------------------------------------------------------------------- accuracy (Thm 1)
 def test_variance_within_eps_band_and_small_dictionary() -> None:
     """Spec §7.3/§7.4 with the practical q̄ = 5 and ε = 0.5: σ̃²/σ² stays inside the (1 ± ε) band

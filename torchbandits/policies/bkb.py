@@ -183,6 +183,7 @@ class BKB(IndexPolicy):
         self._scored: dict[str, Any] | None = None  # variances of the current model, last forward
         self._map_cand: Tensor | None = None  # candidate set the pulled-point map refers to
         self._map_idx: Tensor | None = None  # row of each distinct pulled point in _map_cand (-1)
+        self._cand_changes = 0
 
     def _apply(self, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
         self._invalidate()
@@ -265,12 +266,19 @@ class BKB(IndexPolicy):
             out[s : s + chunk] = torch.where(hit, eq.to(torch.int8).argmax(1), -1)
         return out
 
-    def _pulled_map(self, cand: Tensor) -> Tensor:
-        """``[n_distinct]`` rows of the pulled points in ``cand`` (cached for a fixed arm set)."""
-        if (self._map_cand is None or self._map_idx is None
-                or self._map_cand.shape != cand.shape or not torch.equal(self._map_cand, cand)):
-            self._map_cand = cand.clone()
-            self._map_idx = self._match_rows(self.pulled, cand)
+    def _pulled_map(self, cand: Tensor) -> Tensor | None:
+        """``[n_distinct]`` rows of the pulled points in ``cand`` (cached for a fixed arm set);
+        ``None`` once the candidate set has changed more than twice (contextual use: the pulled
+        points are then evaluated directly instead of matched every round)."""
+        if (self._map_cand is not None and self._map_idx is not None
+                and self._map_cand.shape == cand.shape and torch.equal(self._map_cand, cand)):
+            return self._map_idx
+        self._cand_changes += 1
+        if self._cand_changes > 2:
+            self._map_cand = self._map_idx = None
+            return None
+        self._map_cand = cand.clone()
+        self._map_idx = self._match_rows(self.pulled, cand)
         return self._map_idx
 
     def _pulled_variances(self, cand: Tensor, var: Tensor, used: Tensor) -> tuple[Tensor, Tensor]:
@@ -279,7 +287,7 @@ class BKB(IndexPolicy):
         if self._np == 0:
             return var.new_zeros(0), var.new_zeros(0)
         idx = self._pulled_map(cand)
-        if bool((idx >= 0).all()):
+        if idx is not None and bool((idx >= 0).all()):
             return var[idx], used[idx]
         _, pv, pu = self._dtc(self.pulled)
         return pv, pu
