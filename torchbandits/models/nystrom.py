@@ -116,7 +116,7 @@ class NystromKernelRidge(ResizableModule):
         z = dict(dtype=dtype, device=device)
         self.register_buffer("_z", torch.zeros(0, 0, **z))  # dictionary [cap_m, d]
         self.register_buffer("_x", torch.zeros(0, 0, **z))  # data points [cap_n, d]
-        self.register_buffer("_c", torch.zeros(16, **z))  # counts
+        self.register_buffer("_c", torch.ones(16, **z))  # counts (1 beyond n: an append is one pull)
         self.register_buffer("_s", torch.zeros(16, **z))  # reward sums
         # whitened: _p = L⁻¹, _q = A⁻¹, _g = Eᵀ s, _f = E (n × m)
         # plain:    _p = K_ZZ⁻¹, _q = Λ, _g = Γ, _f = K_SZ (n × m)
@@ -248,6 +248,7 @@ class NystromKernelRidge(ResizableModule):
         self._logdet_a = 0.0
         self._logdet_running = 0.0
         self.refused = 0
+        self._c.fill_(1.0)
         self._touch()
 
     # ------------------------------------------------------------------ helpers
@@ -271,7 +272,9 @@ class NystromKernelRidge(ResizableModule):
         if self._x.shape[0] == 0 or self._x.shape[1] != d:
             self._x = self._c.new_zeros(16, d)
         self._x = grow_rows(self._x, n)
+        old = self._c.shape[0]
         self._c = grow_rows(self._c, n)
+        self._c[old:] = 1.0
         self._s = grow_rows(self._s, n)
         self._f = grow_rows(self._f, n)
 
@@ -338,8 +341,7 @@ class NystromKernelRidge(ResizableModule):
             ridge_var = kxx / lam
             logdet_a = self._logdet_a
         self._ensure_rows(n + 1, x.shape[0])
-        self._x[n] = x
-        self._c[n] = 1.0
+        self._x[n] = x  # (_c[n] is already 1)
         self._s[n] = yv
         if m:
             self._f[n, :m] = f
@@ -459,6 +461,7 @@ class NystromKernelRidge(ResizableModule):
         self._ensure_anchors(max(m, 1), d)
         self._x[:n] = x
         self._c[:n] = c
+        self._c[n:] = 1.0
         self._s[:n] = s
         self._z[:m] = zs
         self._n, self._m = n, m

@@ -25,7 +25,7 @@ from torch import Tensor
 from ..confidence import ConfidenceRule, ConstantBeta, Variance
 from ..models.kors import KORS, KorsScore
 from ..models.nystrom import NystromKernelRidge, Parametrisation
-from ..validation import check_positive
+from ..validation import as_point, as_scalar_reward, check_positive
 from .base import IndexPolicy
 
 __all__ = ["EKUCB", "NystromUCB"]
@@ -98,6 +98,17 @@ class NystromUCB(IndexPolicy):
         """``(UCB, LCB)`` of every candidate."""
         cand = self.check_candidates(candidates)
         return self.rule.bounds(self.model, cand, self.t + 1)
+
+    def update(self, x: Any, reward: Any) -> None:
+        """As :meth:`Policy.update` (validate, then update), with the counters written without
+        ``nn.Module.__setattr__`` (it is measurable in EK-UCB's ~0.2 ms step)."""
+        xv = as_point("x", x, dtype=self.dtype, device=self.device, dim=self.dim)
+        r = as_scalar_reward("reward", reward)
+        with torch.no_grad():
+            self._update(xv, r)
+        d = self.__dict__
+        d["dim"] = xv.shape[0]
+        d["t"] = self.t + 1
 
     def mean_var(self, candidates: Tensor) -> tuple[Tensor, Tensor]:
         """Posterior mean and **ridge** variance ``σ̃²`` (GP variance / λ) of every candidate."""
