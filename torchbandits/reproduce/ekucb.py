@@ -283,7 +283,7 @@ def results_table(results: dict[RunSpec, list[RunResult]], regret_mode: str) -> 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="reproduce ekucb", description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="T = 80, one seed, λ = 10 only")
+    p.add_argument("--quick", action="store_true", help="T = 60, one seed, λ = 10 only")
     p.add_argument("--device", default="cpu")
     p.add_argument("--out", default="results/ekucb")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -301,8 +301,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
     if args.quick:
-        args.horizon = min(args.horizon, 80)
-        args.cbkb_horizon = min(args.cbkb_horizon, 40)
+        args.horizon = min(args.horizon, 60)
+        args.cbkb_horizon = min(args.cbkb_horizon, 30)
         args.seeds = args.seeds[:1]
         args.lams = [10.0]
     return args
