@@ -16,7 +16,7 @@ random RKHS function at the action SW-GP-UCB chose — timing only, not regret):
 Reports the median ms/step over blocks of rounds (so the curve vs t is visible), the ratios to
 ``SW carry`` in the same run, and writes ``bench.json``, ``bench.md`` and ``time_vs_t.png``.
 
-    python scripts/bench_tvbo.py            # T = 1500, w ∈ {100, 400}, A = 200
+    python scripts/bench_tvbo.py            # T = 1500, w ∈ {100, 400, 1000}, A = 200
     python scripts/bench_tvbo.py --quick    # T = 120, w = 30, A = 50 (used by the tests)
 """
 
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     malloc_tuned = False if args.default_malloc else tune_malloc()
     T = args.horizon or (120 if args.quick else 1500)
-    windows = args.windows or ([30] if args.quick else [100, 400])
+    windows = args.windows or ([30] if args.quick else [100, 400, 1000])
     arms = args.arms or (50 if args.quick else 200)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
