@@ -345,3 +345,23 @@ def test_window_cache_carried_through_removals_matches_resolve():
     mu, var = fast.model.mean_var(cand)
     mu_ref, var_ref = exact_posterior_reference(kern, fast.model.x, fast.model.y, cand, 0.01)
     assert torch.allclose(mu, mu_ref, atol=1e-8) and torch.allclose(var, var_ref, atol=1e-10)
+
+
+def test_theory_width_warns_on_kernel_above_one():
+    big = make_kernel("rbf", 0.3, outputscale=2.0)
+    with pytest.warns(UserWarning, match="A12"):
+        RGPUCB(big, LAM, period=5)
+    with pytest.warns(UserWarning, match="A12"):
+        SWGPUCB(big, LAM, window=5, horizon=50)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_policies_run_on_cuda():
+    kern, cand, f, _g = _problem()
+    for pol in (RGPUCB(kern, LAM, 5, 1.0, device="cuda"), SWGPUCB(kern, LAM, 5, 1.0, device="cuda"),
+                TVGPUCB(kern, LAM, 0.1, 1.0, device="cuda"), WGPUCB(kern, LAM, 0.9, 1.0, device="cuda")):
+        c = cand.cuda()
+        for _ in range(12):
+            i = pol.select(c)
+            pol.update(c[i], float(f[i]))
+        assert pol(c).device.type == "cuda"

@@ -28,6 +28,7 @@ the lowest index (``"first"``, like :class:`~torchbandits.policies.GPUCB`).
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import torch
@@ -36,6 +37,7 @@ from torch import nn
 
 from ..confidence import ConfidenceRule, ConstantBeta
 from ..confidence.time_varying import GammaProvider, RestartBeta, WindowBeta
+from ..kernels import kernel_bound
 from ..models import ExactKernelRidge
 from ..models.weighted import DiscountedKernelRidge, TimeDecayKernelRidge
 from ..models.window import SlidingWindowKernelRidge
@@ -45,6 +47,14 @@ from .base import IndexPolicy
 __all__ = ["RGPUCB", "SWGPUCB", "TVGPUCB", "WGPUCB", "TimeVaryingUCB"]
 
 Gamma = GammaProvider | float | str
+
+
+def _check_kernel_scale(kernel: Kernel) -> None:
+    """Spec A12: the theory widths assume ``k(x, x) ≤ 1``; warn when a stationary kernel exceeds it."""
+    bound = kernel_bound(kernel)
+    if bound is not None and bound > 1.0 + 1e-12:
+        warnings.warn(f"the theory width assumes k(x, x) <= 1 but this kernel has sup k(x, x) = {bound:g} "
+                      "(spec A12); use outputscale <= 1 or pass beta explicitly", stacklevel=3)
 
 
 def _rule(beta: float | ConfidenceRule | None, default: Any) -> ConfidenceRule:
@@ -137,6 +147,8 @@ class RGPUCB(TimeVaryingUCB):
         if period is not None and int(period) < 1:
             raise ValueError(f"period must be >= 1 or None, got {period!r}")
         self_period = None if period is None else int(period)
+        if beta is None:
+            _check_kernel_scale(kernel)
         rule = _rule(beta, lambda: RestartBeta(
             norm_bound, noise_std, lam, gamma, delta=delta, period=self_period, horizon=horizon,
             mode=beta_mode, gamma_index=gamma_index, delta_split=delta_split,
@@ -199,6 +211,8 @@ class SWGPUCB(TimeVaryingUCB):
                               horizon=int(horizon), delta=delta, mode=beta_mode,  # type: ignore[arg-type]
                               gamma_index=gamma_index, beta_scale=beta_scale)
 
+        if beta is None:
+            _check_kernel_scale(kernel)
         rule = _rule(beta, default)
         model_cls = SlidingWindowKernelRidge if carry_cache else ExactKernelRidge
         model = model_cls(kernel, lam, rule.required_regularisers(lam), dtype=dtype, device=device)
