@@ -11,13 +11,15 @@ def test_reproduce_tvbo_quick(tmp_path, capsys):
     out = tmp_path / "tvbo"
     assert main(["--quick", "--out", str(out), "--horizon", "60", "--budgets", "8"]) == 0
     for name in ("table.md", "tvbo_table.md", "regret.png", "time.png", "regret_vs_budget.png",
-                 "sweep.png", "tvbo_summary.json"):
+                 "sweep.png", "rate.png", "tvbo_summary.json"):
         assert (out / name).exists(), name
     summary = json.loads((out / "tvbo_summary.json").read_text())
     for env, info in summary["env_info"].items():
         assert info["P_T_max_abs_diff"] < 1e-8 * max(1.0, info["P_T_declared"]), env
     text = (out / "tvbo_table.md").read_text()
-    for policy in ("R-GP-UCB", "SW-GP-UCB", "TV-GP-UCB", "W-GP-UCB", "GP-UCB", "Random"):
+    for policy in ("R-GP-UCB", "R-GP-UCB (P_T unknown)", "SW-GP-UCB", "TV-GP-UCB", "W-GP-UCB",
+                   "GP-UCB", "Random"):
         assert policy in text
-    assert len(list((out / "runs").glob("*.json"))) == 4 * 6  # rotation, bump, switch, stationary
+    assert len(list((out / "runs").glob("*.json"))) == 4 * 7  # rotation, bump, switch, stationary
+    assert set(summary["rate"]["slopes"]) == {"R-GP-UCB", "SW-GP-UCB"}
     assert "tvbo_table.md" in capsys.readouterr().out

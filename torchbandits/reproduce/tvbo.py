@@ -61,7 +61,8 @@ from ..experiments.runner import run_grid
 
 __all__ = ["build_envs", "build_policies", "main"]
 
-POLICY_ORDER = ["R-GP-UCB", "SW-GP-UCB", "TV-GP-UCB", "W-GP-UCB", "GP-UCB", "Random"]
+POLICY_ORDER = ["R-GP-UCB", "R-GP-UCB (P_T unknown)", "SW-GP-UCB", "TV-GP-UCB", "W-GP-UCB", "GP-UCB",
+                "Random"]
 
 
 def build_envs(horizon: int, budgets: Sequence[float], *, n_arms: int = 200, lengthscale: float = 0.1,
@@ -83,11 +84,13 @@ def build_envs(horizon: int, budgets: Sequence[float], *, n_arms: int = 200, len
 def build_policies(*, lam: float = 1.0, c: float = 4.0, beta: float | None = None,
                    device: str = "cpu", w_max_points: int | None = 300
                    ) -> dict[str, Callable[[Any], Any]]:
-    """Policy factories ``f(env)`` of the six methods (W-GP-UCB keeps at most ``w_max_points``
+    """Policy factories ``f(env)`` of the six methods, plus R-GP-UCB with the unknown-``P_T`` rule
+    ``H = c·γ_T^{1/4}T^{1/2}`` (W-GP-UCB keeps at most ``w_max_points``
     points of weight ≥ 0.01: its per-round cost is a refactorisation, O(n³ + n²A))."""
     kw = dict(device=device)
     return {
         "R-GP-UCB": lambda env: F.rgpucb(env, "known", lam, beta, c=c, **kw),
+        "R-GP-UCB (P_T unknown)": lambda env: F.rgpucb(env, "unknown", lam, beta, c=c, **kw),
         "SW-GP-UCB": lambda env: F.swgpucb(env, "known", lam, beta, c=c, **kw),
         "TV-GP-UCB": lambda env: F.tvgpucb(env, None, lam, beta, c=c, **kw),
         "W-GP-UCB": lambda env: F.wgpucb(env, None, lam, beta, c=c, max_points=w_max_points, **kw),
@@ -128,9 +131,10 @@ def _tvbo_table(results: Sequence[RunResult], info: dict[str, dict[str, Any]]) -
             fin = np.array([r.final_regret for r in runs])
             T = runs[0].horizon
             secs = np.mean([r.total_agent_seconds for r in runs])
+            length = i["H_unknown_c"] if "unknown" in pol else i["H_known_c"]
             lines.append(
                 f"| {env} | {i['P_T_declared']:.4g} / {i['P_T_realised']:.4g} | {i['gamma_T']:.1f} | "
-                f"{i['H_known_c']} | {pol} | {fin.mean():.1f} ± {fin.std():.1f} | "
+                f"{length} | {pol} | {fin.mean():.1f} ± {fin.std():.1f} | "
                 f"{fin.mean() / T:.3f} | {secs:.2f} |")
     return "\n".join(lines)
 
@@ -191,6 +195,32 @@ def _sweep(make_env: Callable[[], TimeVaryingRKHSEnv], seeds: Sequence[int], hor
     return {"lengths": lengths, "marks": marks, "final_regret": table}
 
 
+def _rate(horizons: Sequence[int], budget: float, seeds: Sequence[int], lam: float, c: float,
+          beta: float | None, out: Path, device: str, n_arms: int = 200) -> dict[str, Any]:
+    """Spec §6.8: R(T) vs T at a fixed P_T under the tuned H / w; log–log slope (≲ 0.75 expected)."""
+    finals: dict[str, list[float]] = {"R-GP-UCB": [], "SW-GP-UCB": []}
+    for T in horizons:
+        pols = {"R-GP-UCB": lambda e: F.rgpucb(e, "known", lam, beta, c=c, device=device),
+                "SW-GP-UCB": lambda e: F.swgpucb(e, "known", lam, beta, c=c, device=device)}
+        env = {f"rate-T{T}": lambda T=T: RotatingRKHSEnv(horizon=T, budget=budget, n_arms=n_arms,
+                                                          device=device)}
+        res = run_grid(pols, env, seeds, T, out=out / "rate_runs", diagnostics_every=0, progress=False)
+        for name in finals:
+            finals[name].append(float(np.mean([r.final_regret for r in res if r.policy == name])))
+    logt = np.log(np.asarray(horizons, dtype=float))
+    slopes = {k: float(np.polyfit(logt, np.log(v), 1)[0]) for k, v in finals.items()}
+    fig, ax = plt.subplots(figsize=(5, 3.8))
+    for k, v in finals.items():
+        ax.loglog(horizons, v, marker="o", label=f"{k} (slope {slopes[k]:.2f})")
+    ax.set_xlabel("T")
+    ax.set_ylabel(f"dynamic regret R(T), P_T = {budget:g}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "rate.png", dpi=110)
+    plt.close(fig)
+    return {"horizons": list(horizons), "budget": budget, "final_regret": finals, "slopes": slopes}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="torchbandits reproduce tvbo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -204,6 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--beta", type=float, default=None,
                         help="constant width for every policy (default: the theory widths)")
     parser.add_argument("--no-sweep", action="store_true", help="skip the H/w sweep")
+    parser.add_argument("--no-rate", action="store_true", help="skip the R(T)-vs-T rate check")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--out", default="results/tvbo")
@@ -238,7 +269,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         sweep = _sweep(lambda: RotatingRKHSEnv(horizon=T, budget=big, n_arms=60 if args.quick else 200,
                                                device=args.device),
                        seeds[:3], T, args.lam, args.c, args.beta, out, args.device)
-    (out / "tvbo_summary.json").write_text(json.dumps({"env_info": info, "sweep": sweep,
+    rate = None
+    if not args.no_rate:
+        horizons = [40, 80] if args.quick else [250, 500, 1000, 2000]
+        rate = _rate(horizons, 5.0, seeds[:3], args.lam, args.c, args.beta, out, args.device,
+                     n_arms=60 if args.quick else 200)
+    (out / "tvbo_summary.json").write_text(json.dumps({"env_info": info, "sweep": sweep, "rate": rate,
                                                        "config": config}, indent=2))
     print(table)
     print()
@@ -248,6 +284,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for k, (m, s) in sweep["final_regret"].items():
             print(f"  {k:>22}: {m:8.1f} ± {s:.1f}")
         print(f"  tuned lengths: {sweep['marks']}")
+    if rate is not None:
+        print(f"\nrate check (rotation, P_T = 5, tuned H/w): R(T) at T = {rate['horizons']}: "
+              + "; ".join(f"{k}: {[round(x, 1) for x in v]} (log-log slope {rate['slopes'][k]:.2f})"
+                          for k, v in rate["final_regret"].items()))
     print(f"\nwrote runs, table.md, tvbo_table.md, regret.png, time.png, regret_vs_budget.png"
           f"{', sweep.png' if sweep else ''} to {out}/")
     if not all(math.isfinite(r.final_regret) for r in results):
