@@ -102,3 +102,10 @@ class SlidingWindowKernelRidge(ExactKernelRidge):
     def reset(self) -> None:
         super().reset()
         self._carried = 0
+
+    def get_extra_state(self) -> dict:
+        return {**super().get_extra_state(), "carried": self._carried}
+
+    def set_extra_state(self, state: dict) -> None:
+        super().set_extra_state(state)
+        self._carried = int(state.get("carried", 0))
