@@ -193,3 +193,22 @@ def test_bad_input_raises_and_changes_nothing() -> None:
         EKUCB(make_kernel("rbf", 0.5), beta=-0.1)
     with pytest.raises(ValueError, match="score"):
         EKUCB(make_kernel("rbf", 0.5), kors_score="bad")  # type: ignore[arg-type]
+
+
+def test_dictionary_tracks_effective_dimension_on_bump() -> None:
+    """Spec §6.2 item 13 (b): with γ(1+ε) ≤ 1, m_t / (γ(1+ε) d_eff(μ, t)) stays in [0.25, 8]
+    (Bump: nearly orthogonal states, so the guard never interferes)."""
+    from torchbandits.envs.contextual import BumpEnv
+    from torchbandits.experiments import simulate
+
+    gamma, eps, mu = 0.5, 0.5, 10.0
+    pol = EKUCB(make_kernel("rbf", 0.1), lam=mu, beta=0.1, kors_gamma=gamma, kors_eps=eps)
+    res = simulate(pol, BumpEnv(), 1000, seed=0, diagnostics_every=500)
+    x = pol.model.x
+    for t, m_t in zip(res.diagnostic_steps, res.diagnostics["dict_size"]):
+        ev = torch.linalg.eigvalsh(kernel_matrix(pol.model.kernel, x[:t], x[:t]))
+        d_eff = float((ev / (ev + mu)).sum())
+        ratio = m_t / (gamma * (1 + eps) * d_eff)
+        assert 0.25 <= ratio <= 8.0, (t, m_t, d_eff)
+        assert m_t <= 9 * d_eff * math.log(2 * t / 0.01) ** 2  # Prop. 4.1 (loose)
+    assert pol.model.refused == 0
