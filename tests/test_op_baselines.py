@@ -169,3 +169,13 @@ def test_master_gp_ucb_reconstructed():
     assert after > 3 * (len(eager.restart_times) - after)   # the tests fire mostly after the switch
     rand = simulate(RandomPolicy(seed=1), env, 2000, seed=1)
     assert res2.final_regret < rand.final_regret
+
+
+def test_code_convention_scales_the_radius_by_one_over_lambda():
+    kernel = make_kernel("rbf", 0.5)
+    std = sw_gp_ucb(kernel, 0.05, 0.01, window=10)
+    code = sw_gp_ucb(kernel, 0.05, 0.01, window=10, convention="aistats2023_code")
+    assert code.rule.scale == pytest.approx(std.rule.scale / 0.05)
+    assert gp_ucb(kernel, 0.2, 0.5, convention="aistats2023_code").rule.scale == pytest.approx(2.5)
+    with pytest.raises(ValueError, match="convention"):
+        gp_ucb(kernel, 0.2, 0.5, convention="x")

@@ -15,8 +15,11 @@ the window or history length — the kernel-form models cost O(w²) to O(n³) pe
   with ``B = 0.8``, ``R = 0.1`` (authors' code), width ``"gp"`` or the D-LinUCB ``"sandwich"``.
 
 ``γ`` is the realised information gain ``½ log det(V/λ)`` of the data the model holds.
-``v`` is the tuned "UCB scale" (``v = 1``: theory). λ is the standard ridge (the authors' code
-uses its reciprocal, spec §7 A19).
+``v`` is the tuned "UCB scale" (``v = 1``: theory). λ is the standard ridge. The authors' GP-UCB /
+SW-GP-UCB code (spec §7 A19) takes the reciprocal ``λ_code = 1/λ`` and scores
+``μ + v·β·sqrt(λ_code·φᵀV⁻¹φ) = μ + v·β·σ/λ``: with ``convention="aistats2023_code"`` the presets
+below keep our λ (pass ``1/λ_code``) and multiply the radius by ``1/λ``, so the paper's tuned
+``v`` means what it meant there.
 """
 
 from __future__ import annotations
@@ -68,20 +71,28 @@ def _model(kernel: Kernel, lam: float, dtype: torch.dtype, device, **kw) -> Fini
     return FiniteArmRidge(kernel, lam, dtype=dtype, device=device, **kw)
 
 
+def _scale(ucb_scale: float, lam: float, convention: str) -> float:
+    if convention == "standard":
+        return ucb_scale
+    if convention == "aistats2023_code":
+        return ucb_scale / lam
+    raise ValueError(f"convention must be 'standard' or 'aistats2023_code', got {convention!r}")
+
+
 def gp_ucb(kernel: Kernel, lam: float = 1.0, ucb_scale: float = 1.0, *, delta: float = 0.01,
-           seed: int = 0, dtype: torch.dtype = torch.float64,
+           convention: str = "standard", seed: int = 0, dtype: torch.dtype = torch.float64,
            device: torch.device | str | None = None) -> TimeVaryingUCB:
     """GP-UCB of Algorithm 8 on a fixed finite arm set (first index on ties)."""
-    rule = GainBeta(ucb_scale, delta=delta)
+    rule = GainBeta(_scale(ucb_scale, lam, convention), delta=delta)
     return TimeVaryingUCB(_model(kernel, lam, dtype, device), rule, tie_break="first", seed=seed,
                           dtype=dtype, device=device)
 
 
 def sw_gp_ucb(kernel: Kernel, lam: float = 1.0, ucb_scale: float = 1.0, window: int = 3000, *,
-              delta: float = 0.01, seed: int = 0, dtype: torch.dtype = torch.float64,
-              device: torch.device | str | None = None) -> SWGPUCB:
+              delta: float = 0.01, convention: str = "standard", seed: int = 0,
+              dtype: torch.dtype = torch.float64, device: torch.device | str | None = None) -> SWGPUCB:
     """SW-GP-UCB (Zhou & Shroff) with the Algorithm-8 radius on the window's data."""
-    rule = GainBeta(ucb_scale, delta=delta)
+    rule = GainBeta(_scale(ucb_scale, lam, convention), delta=delta)
     pol = SWGPUCB(kernel, lam, window, beta=rule, tie_break="first", seed=seed, dtype=dtype,
                   device=device)
     pol.model = _model(kernel, lam, dtype, device)

@@ -11,11 +11,13 @@
   the re-tuned w = 1000), WGP-UCB, ADA-OPKB, ADA-OPNN.
 
 Tuned values (text values where text and configs differ, spec §5.2 / A20): SW-GP-UCB λ = 0.05
-(the code's reciprocal ridge 20, A19), UCB scale 0.01, window 3000; WGP-UCB λ = 0.01, UCB scale
-0.5, discount 0.9995; GP-UCB as SW-GP-UCB without a window; ADA-OPKB / OPKB: preset
-``"aistats2023_code"`` with nature's kernel (RBF ℓ = 0.2); ADA-OPNN / OPNN / OPNN0: preset
-``"aistats2023_code"`` (family ``opnn``; stationary values for Fig. 2a), width m = 2048 (``--nn-width``),
-L = 3 square layers, η = 1e-8, J = 100, λ = 10. β of the GP baselines multiplies the **GP** sd.
+(the code's reciprocal ridge 20, A19), UCB scale 0.01 in the code's convention (radius × 1/λ,
+``convention="aistats2023_code"``: the code's width is the GP sd divided by the ridge), window
+3000; WGP-UCB λ = 0.01, UCB scale 0.5, discount 0.9995; GP-UCB as SW-GP-UCB without a window;
+ADA-OPKB / OPKB: preset ``"aistats2023_code"`` with nature's kernel (RBF ℓ = 0.2);
+ADA-OPNN / OPNN / OPNN0: preset ``"aistats2023_code"`` (family ``opnn``; stationary values for
+Fig. 2a), width m = 2048 (``--nn-width``), L = 3 square layers, η = 1e-8, J = 100, λ = 10.
+β of the GP baselines multiplies the **GP** sd.
 
 Every algorithm faces the same instance and noise per seed (env seed = run index, A22); the
 policy seed is separate. T = 10 000 (``--horizon``); mean ± standard error over ``--seeds``
@@ -95,13 +97,14 @@ def make_policy(algo: str, env: Any, horizon: int, *, nn_width: int, seed: int,
     kw = {"seed": seed, "device": device}
     if algo.startswith("SW-GP-UCB"):
         t = TUNED[algo]
-        return sw_gp_ucb(kernel, t["lam"], t["ucb_scale"], window=min(t["window"], horizon), **kw)
+        return sw_gp_ucb(kernel, t["lam"], t["ucb_scale"], window=min(t["window"], horizon),
+                         convention="aistats2023_code", **kw)
     if algo == "WGP-UCB":
         t = TUNED[algo]
         return wgp_ucb(kernel, t["lam"], t["ucb_scale"], t["discount"], **kw)
     if algo == "GP-UCB":
         t = TUNED[algo]
-        return gp_ucb(kernel, t["lam"], t["ucb_scale"], **kw)
+        return gp_ucb(kernel, t["lam"], t["ucb_scale"], convention="aistats2023_code", **kw)
     if algo == "ADA-OPKB":
         return ADAOPKB(kernel, horizon, preset="aistats2023_code", **kw)
     if algo == "OPKB":
@@ -209,6 +212,14 @@ def run_figure(fig: str, *, horizon: int, seeds: Sequence[int], nn_width: int, q
             runs.append(res)
             bar.update(1)
     bar.close()
+    # the table and plots cover every run of this figure and horizon in the folder, so a figure
+    # can be completed algorithm by algorithm (--algos)
+    done = {(r.policy, r.seed) for r in runs}
+    for path in sorted((out / fig / "runs").glob("*.json")):
+        old = RunResult.load(path)
+        if old.horizon == horizon and (old.policy, old.seed) not in done and old.seed in seeds:
+            runs.append(old)
+            done.add((old.policy, old.seed))
     rows = summarize_runs(runs)
     table = _table(rows, spec["title"] + f" (T = {horizon})")
     (out / fig).mkdir(parents=True, exist_ok=True)
