@@ -191,7 +191,7 @@ def run_figure(fig: str, *, horizon: int, seeds: Sequence[int], nn_width: int, q
                out: Path, device: str = "cpu", algos: Sequence[str] | None = None,
                progress: bool = True) -> tuple[list[RunResult], str]:
     spec = FIGURES[fig]
-    names = list(algos) if algos else spec["algos"]
+    names = [a for a in spec["algos"] if not algos or a in algos]
     runs: list[RunResult] = []
     bar = tqdm(total=len(names) * len(seeds), desc=fig, disable=not progress)
     for algo in names:
