@@ -107,7 +107,9 @@ class KORS(ResizableModule):
         m = self._m
         kss_f = float(kss)
         if m:
-            nz = self._nz[:m, :m]
+            nz = self.__dict__.get("_nz_view")
+            if nz is None or nz.shape[0] != m or nz.data_ptr() != self._nz.data_ptr():
+                nz = self.__dict__["_nz_view"] = self._nz[:m, :m]
             u = float(kz @ (nz @ kz))
         else:
             u = 0.0

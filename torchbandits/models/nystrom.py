@@ -133,6 +133,7 @@ class NystromKernelRidge(ResizableModule):
         self._version = 0
         self._cache: tuple[int, Tensor, Tensor] | None = None
         self._last_scored: tuple[int, Tensor, Tensor, Tensor] | None = None
+        self._view_cache: tuple[Tensor, Tensor, Tensor, Tensor] | None = None
         self._setup_fast_kernel()
 
     def _setup_fast_kernel(self) -> None:
@@ -179,7 +180,7 @@ class NystromKernelRidge(ResizableModule):
     @property
     def dictionary(self) -> Tensor:
         """Anchor points ``[m, d]`` (a view)."""
-        return self._z[: self._m]
+        return self._views()[0]
 
     @property
     def x(self) -> Tensor:
@@ -218,6 +219,17 @@ class NystromKernelRidge(ResizableModule):
         self._version += 1
         self._cache = None
         self._last_scored = None
+        self._view_cache = None
+
+    def _views(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """``(Z, P, Q, G)`` = the live ``[:m]`` views of the dictionary and the three matrices,
+        cached until the dictionary or the buffers change (saves ~10 slicing ops per round)."""
+        v = self.__dict__.get("_view_cache")
+        if v is None:
+            m = self._m
+            v = (self._z[:m], self._p[:m, :m], self._q[:m, :m], self._g[:m])
+            self.__dict__["_view_cache"] = v
+        return v
 
     def scored_column(self, x: Tensor) -> tuple[Tensor, Tensor] | None:
         """``(k_Z(x), features(x))`` if ``x`` is a row of the candidates of the last
@@ -239,7 +251,7 @@ class NystromKernelRidge(ResizableModule):
             if hit.numel() == 0:
                 return None
             i = int(hit[0, 0])
-        return last[2][:, i], last[3][:, i]
+        return last[2].select(1, i), last[3].select(1, i)
 
     def reset(self) -> None:
         """Forget the data and the dictionary."""
@@ -292,9 +304,10 @@ class NystromKernelRidge(ResizableModule):
         m = self._m
         if m == 0:
             return points.new_zeros(0, points.shape[0])
-        kz = self._k(self._z[:m], points)
+        zv, pv, _, _ = self._views()
+        kz = self._k(zv, points)
         if self.parametrisation == "whitened":
-            return self._p[:m, :m] @ kz
+            return pv @ kz
         return kz
 
     # ------------------------------------------------------------------ updates
@@ -319,21 +332,22 @@ class NystromKernelRidge(ResizableModule):
         n, m, lam = self._n, self._m, self.lam
         kxx = self._kconst if self._kconst is not None else float(self._kdiag(x[None])[0])
         if m:
+            zv, pv, q, gv = self._views()
             if kz is None:
-                kz = self._k(self._z[:m], x[None])[:, 0]
+                kz = self._k(zv, x[None])[:, 0]
             whitened = self.parametrisation == "whitened"
             if f is None:
-                f = self._p[:m, :m] @ kz if whitened else kz
-            q = self._q[:m, :m]
+                f = pv @ kz if whitened else kz
             g = q @ f
-            fg = float(f @ g)
             if whitened:
-                omega = kxx + self.jitter - float(f @ f)
+                fg, ff = torch.mv(torch.stack((g, f)), f).tolist()  # one sync for fᵀg and fᵀf
+                omega = kxx + self.jitter - ff
             else:
-                omega = kxx + self.jitter - float(f @ (self._p[:m, :m] @ f))
+                fg = float(f @ g)
+                omega = kxx + self.jitter - float(f @ (pv @ f))
             ridge_var = omega / lam + fg
             q.addr_(g, g, alpha=-1.0 / (1.0 + fg))
-            self._g[:m].add_(f, alpha=yv)
+            gv.add_(f, alpha=yv)
             logdet_a = self._logdet_a + math.log1p(fg)
         else:
             f = x.new_zeros(0)
@@ -342,7 +356,7 @@ class NystromKernelRidge(ResizableModule):
             logdet_a = self._logdet_a
         self._ensure_rows(n + 1, x.shape[0])
         self._x[n] = x  # (_c[n] is already 1)
-        self._s[n] = yv
+        self._s.narrow(0, n, 1).fill_(yv)
         if m:
             self._f[n, :m] = f
         # plain Python counters: bypass nn.Module.__setattr__ (measurable in the hot path)
@@ -496,11 +510,11 @@ class NystromKernelRidge(ResizableModule):
         """Per-state precomputation: mean weights and the variance matrix (plain only)."""
         cache = self._cache
         if cache is None or cache[0] != self._version:
-            m, lam = self._m, self.lam
-            q = self._q[:m, :m]
-            w = q @ self._g[:m]
+            lam = self.lam
+            _, pv, q, gv = self._views()
+            w = q @ gv
             if self.parametrisation == "plain":
-                mat = lam * q - self._p[:m, :m]  # λΛ − K_ZZ⁻¹
+                mat = lam * q - pv  # λΛ − K_ZZ⁻¹
             else:
                 mat = q
             cache = self.__dict__["_cache"] = (self._version, w, mat)
@@ -525,10 +539,11 @@ class NystromKernelRidge(ResizableModule):
         if m == 0:
             return cand.new_zeros(cand.shape[0]), kdiag  # type: ignore[return-value]
         w, mat = self._round_cache()
-        kz = self._k(self._z[:m], cand)
+        zv, pv, _, _ = self._views()
+        kz = self._k(zv, cand)
         vecdot = torch.linalg.vecdot
         if self.parametrisation == "whitened":
-            f = self._p[:m, :m] @ kz
+            f = pv @ kz
             mean = w @ f
             var = (kdiag - vecdot(f, f, dim=0)).clamp_(min=0.0)
             var.add_(vecdot(f, mat @ f, dim=0), alpha=self.lam)
