@@ -44,7 +44,10 @@ from ..kernels import kernel_matrix, make_kernel
 from ..models import ExactKernelRidge
 from ..policies import BKB, KernelUCB, Policy, RandomPolicy
 
-__all__ = ["ENV_SETTINGS", "bkb_constant", "bkb_policy", "bkb_sor", "figure2", "gpucb_same_beta", "main"]
+__all__ = [
+    "ENV_SETTINGS", "FULL_SETTINGS", "bkb_constant", "bkb_policy", "bkb_sor", "figure2", "gpucb_same_beta",
+    "main",
+]
 
 NOISE = 0.1
 NORM = 1.0
@@ -57,6 +60,11 @@ ENV_SETTINGS: list[tuple[str, str, int, float, int]] = [
     ("rbf-d2-A1000", "rbf", 2, 0.2, 1000),
     ("matern52-d2-A1000", "matern52", 2, 0.2, 1000),
     ("rbf-d2-A4096", "rbf", 2, 0.2, 4096),
+]
+# the issue's whole grid: A ∈ {100, 1000, 4096} × d ∈ {1, 2} × {RBF, Matérn-5/2} (``--grid full``)
+FULL_SETTINGS: list[tuple[str, str, int, float, int]] = [
+    (f"{k}-d{d}-A{a}", k, d, 0.1 if d == 1 else 0.2, a)
+    for k in ("rbf", "matern52") for d in (1, 2) for a in (100, 1000, 4096)
 ]
 QUICK_SETTINGS = [("rbf-d1-A100", "rbf", 1, 0.1, 100), ("matern52-d2-A100", "matern52", 2, 0.2, 100)]
 
@@ -204,6 +212,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--theory-beta", action="store_true", help="also run BKB with β̃_t")
     parser.add_argument("--ablations", action="store_true",
                         help="also run the SoR-variance ablation and uniformly sampled dictionaries")
+    parser.add_argument("--grid", choices=("default", "full"), default="default",
+                        help="full: all 12 (kernel, d, A) combinations of the issue")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--skip-figure", action="store_true")
@@ -211,12 +221,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     out = Path(args.out)
-    settings = QUICK_SETTINGS if args.quick else ENV_SETTINGS
+    full = args.grid == "full"
+    settings = QUICK_SETTINGS if args.quick else (FULL_SETTINGS if full else ENV_SETTINGS)
     if args.envs:
         wanted = set(args.envs.split(","))
-        settings = [s for s in ENV_SETTINGS + QUICK_SETTINGS if s[0] in wanted]
+        known = {s[0]: s for s in FULL_SETTINGS + ENV_SETTINGS + QUICK_SETTINGS}
+        settings = [known[name] for name in known if name in wanted]
         if not settings:
-            raise SystemExit(f"--envs matched nothing; choose from {[s[0] for s in ENV_SETTINGS]}")
+            raise SystemExit(f"--envs matched nothing; choose from {sorted(known)}")
     horizon = args.horizon or (60 if args.quick else 2000)
     seeds = list(range(args.seeds or (2 if args.quick else 5)))
     beta, qbar, dev = args.beta, args.qbar, args.device
