@@ -183,3 +183,18 @@ def test_small_lambda_no_nans():
         _, var = pol.model.mean_var(env.candidates())
         assert torch.isfinite(scores).all() and (var >= 0).all()
         assert all(math.isfinite(r) for r in res.regret)
+
+
+def test_factories_tuned_lengths_and_missing_budget():
+    from torchbandits.envs import RKHSFunctionEnv
+    from torchbandits.experiments import factories_tv as F
+
+    env = RotatingRKHSEnv(horizon=400, budget=5.0, n_arms=50)
+    g = F.env_gamma(env, 1.0)
+    assert F.forgetting_length(env, "known", 1.0) == round(g(400) ** 0.25 * math.sqrt(400 / 5.0))
+    assert F.forgetting_length(env, "unknown", 1.0, c=2.0) == round(2 * g(400) ** 0.25 * 20)
+    assert F.swgpucb(env).window == F.forgetting_length(env, "known", 1.0)
+    assert F.rgpucb(env, "unknown").period == F.forgetting_length(env, "unknown", 1.0)
+    assert F.wgpucb(env).discount == pytest.approx(1 - 1 / F.forgetting_length(env, "known", 1.0))
+    with pytest.raises(ValueError, match="budget"):
+        F.rgpucb(RKHSFunctionEnv(dim=1), "known", horizon=100)

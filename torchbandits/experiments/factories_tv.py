@@ -75,6 +75,8 @@ def forgetting_length(env: Any, rule: int | str | None, lam: float, *, c: float 
         return rule
     T = _horizon(env, horizon)
     gamma = env_gamma(env, lam)
+    if rule in ("known", "bound") and getattr(env, "budget", None) is None:
+        raise ValueError(f"environment {env!r} declares no variation budget P_T; use 'unknown' or an int")
     if rule == "known":
         return theoretical_length(T, gamma(T), float(env.budget), c)
     if rule == "unknown":
