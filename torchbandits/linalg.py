@@ -67,28 +67,36 @@ def cholesky_append(chol: Tensor, b: Tensor, c: Tensor | float) -> tuple[Tensor,
     return l_row, torch.sqrt(d2)
 
 
-def cholesky_rank_one_update(chol: Tensor, v: Tensor) -> Tensor:
+def cholesky_rank_one_update(chol: Tensor, v: Tensor, *, out: Tensor | None = None) -> Tensor:
     """Lower Cholesky factor of ``L Lᵀ + v vᵀ`` in O(n²) without a loop over n.
 
     Write ``L Lᵀ + v vᵀ = L (I + p pᵀ) Lᵀ`` with ``p = L⁻¹ v``. The factor ``G`` of ``I + p pᵀ``
     is known in closed form: with ``t_0 = 1``, ``t_j = 1 + Σ_{k≤j} p_k²``,
     ``G_jj = sqrt(t_j / t_{j−1})`` and ``G_ij = p_i p_j / sqrt(t_{j−1} t_j)`` for ``i > j``.
-    Then ``(L G)_ij = L_ij G_jj + (Σ_{k>j} L_ik p_k) p_j / sqrt(t_{j−1} t_j)``, where the inner sum
-    is a reversed cumulative sum along rows.
+    Then ``(L G)_ij = L_ij G_jj + (Σ_{k>j} L_ik p_k) p_j / sqrt(t_{j−1} t_j)``.
+    ``out`` (``n×n``, may not alias ``chol``) receives the result without further n×n temporaries.
     """
-    n = chol.shape[-1]
-    if n == 0:
+    if chol.shape[-1] == 0:
         return chol.clone()
     p = torch.linalg.solve_triangular(chol, v.unsqueeze(-1), upper=False).squeeze(-1)
+    return _rank_one_factor_into(chol, p, chol.new_empty(chol.shape) if out is None else out)
+
+
+def _rank_one_factor_into(chol: Tensor, p: Tensor, out: Tensor) -> Tensor:
+    """``out ← L G`` for ``G Gᵀ = I + p pᵀ`` (see :func:`cholesky_rank_one_update`); one n×n buffer.
+
+    The tail sums ``Σ_{k>j} L_ik p_k`` are the row totals minus the inclusive prefix sums.
+    """
     t = 1.0 + torch.cumsum(p * p, dim=0)
     t_prev = torch.cat([t.new_ones(1), t[:-1]])
     g_diag = torch.sqrt(t / t_prev)
     g_off = p / torch.sqrt(t_prev * t)
-    lp = chol * p  # L_ik p_k
-    tail = torch.flip(torch.cumsum(torch.flip(lp, dims=(-1,)), dim=-1), dims=(-1,))  # Σ_{k≥j}
-    strictly_after = torch.zeros_like(tail)
-    strictly_after[:, :-1] = tail[:, 1:]  # Σ_{k>j}
-    return torch.tril(chol * g_diag + strictly_after * g_off)
+    torch.mul(chol, p, out=out)  # L_ik p_k
+    out.cumsum_(dim=-1)  # Σ_{k≤j}
+    totals = out[:, -1:].clone()
+    out.neg_().add_(totals)  # Σ_{k>j}
+    out.mul_(g_off).addcmul_(chol, g_diag.expand_as(chol))
+    return out.tril_()
 
 
 def cholesky_remove_first(chol: Tensor) -> Tensor:
@@ -147,6 +155,7 @@ class GrowingCholesky(ResizableModule):
         self.register_buffer("head", torch.zeros(0, 0, dtype=dtype))
         self.register_buffer("tail", torch.zeros(self.block, self.block, dtype=dtype))
         self.m = 0  # rows in the tail
+        self._spare: Tensor | None = None  # storage of a retired head, reused for the next one
 
     # -- state ---------------------------------------------------------------------------------
     @property
@@ -164,19 +173,58 @@ class GrowingCholesky(ResizableModule):
         self.head = self.head.new_zeros(0, 0)
         self.tail = self.head.new_zeros(self.block, self.block)
         self.m = 0
+        self._spare = None
+
+    def _apply(self, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+        self._spare = None
+        return super()._apply(fn, *args, **kwargs)
 
     def set_dense(self, chol: Tensor) -> None:
         """Replace the factor by the dense lower-triangular ``chol``."""
-        self.head = chol.to(dtype=self.head.dtype, device=self.head.device).contiguous()
-        self.tail = self.head.new_zeros(self.block, self.head.shape[0] + self.block)
+        self._install(chol.to(dtype=self.head.dtype, device=self.head.device).contiguous())
+
+    def _carve(self, k: int) -> Tensor:
+        """A contiguous ``k×k`` matrix on the spare storage (allocated only when it is too small).
+
+        Repeated fold / remove cycles then reuse two storages instead of page-faulting fresh
+        n×n temporaries every round (sliding windows).
+        """
+        spare, need = self._spare, k * k
+        self._spare = None
+        if spare is None or spare.numel() < need or spare.dtype != self.head.dtype \
+                or spare.device != self.head.device:
+            spare = self.head.new_empty(need + need // 4 + 1)
+        return spare[:need].view(k, k)
+
+    def _install(self, new_head: Tensor) -> None:
+        """Make ``new_head`` the factor (empty tail); keep the old head's storage as the spare."""
+        old = self.head
+        base = old._base if old._base is not None else old
+        self.head = new_head
+        width = new_head.shape[0] + self.block
+        if self.tail.shape[1] >= width and self.tail.shape[1] <= width + 4 * self.block:
+            self.tail.zero_()
+        else:
+            self.tail = new_head.new_zeros(self.block, width)
         self.m = 0
+        if base.numel() and base.is_contiguous() and base.data_ptr() != new_head.data_ptr():
+            self._spare = base.reshape(-1)
+
+    def _fold(self) -> None:
+        """Fold the tail rows into a new contiguous head."""
+        n0, m = self.head.shape[0], self.m
+        out = self._carve(n0 + m)
+        out[:n0, :n0] = self.head
+        out[:n0, n0:] = 0.0
+        out[n0:, :] = self.tail[:m, : n0 + m]
+        self._install(out)
 
     def dense(self) -> Tensor:
         """The full ``n×n`` factor (a copy)."""
         n0, m = self.head.shape[0], self.m
         out = self.head.new_zeros(n0 + m, n0 + m)
         out[:n0, :n0] = self.head
-        out[n0:, :] = self.tail[:m, : n0 + m]
+        out[n0:, :] = torch.tril(self.tail[:m, : n0 + m], diagonal=n0)
         return out
 
     def diagonal(self) -> Tensor:
@@ -215,7 +263,7 @@ class GrowingCholesky(ResizableModule):
         """Append ``[row, pivot]`` as the new last row (``row = L⁻¹ b``, ``pivot = d``)."""
         n0, m = self.head.shape[0], self.m
         if m == self.block:
-            self.set_dense(self.dense())
+            self._fold()
             n0, m = self.head.shape[0], 0
         assert self.tail.shape[1] >= n0 + self.block, "tail width out of sync with head"
         self.tail[m, : n0 + m] = row
@@ -233,11 +281,27 @@ class GrowingCholesky(ResizableModule):
         self.append(row, d)
         return row, d
 
-    def remove_first(self) -> None:
-        """Drop the first row and column of the factored matrix (oldest point)."""
+    def remove_first(self) -> Tensor:
+        """Drop the first row and column of the factored matrix (oldest point), O(n²).
+
+        Returns ``p = L22⁻¹ l21``: the new factor is ``L22 G`` with ``G Gᵀ = I + p pᵀ``, which
+        is what a caller needs to carry its own solves ``L⁻¹ B`` through the removal.
+        """
         if self.n == 0:
             raise ValueError("GrowingCholesky.remove_first: the factor is empty")
-        self.set_dense(cholesky_remove_first(self.dense()))
+        if self.m:
+            self._fold()
+        chol = self.head
+        n = chol.shape[0]
+        # p = L22⁻¹ l21 from the contiguous full factor: L [0; p] = [0; l21]
+        rhs = chol.new_zeros(n, 1)
+        rhs[1:, 0] = chol[1:, 0]
+        p = torch.linalg.solve_triangular(chol, rhs, upper=False)[1:, 0]
+        out = self._carve(n - 1)
+        if n > 1:
+            _rank_one_factor_into(chol[1:, 1:], p, out)
+        self._install(out)
+        return p
 
     def logdet(self) -> Tensor:
         """``log det(L Lᵀ)``."""

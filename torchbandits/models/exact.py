@@ -34,7 +34,7 @@ from torch import Tensor
 
 from ..buffers import ResizableModule, grow_rows
 from ..kernels import kernel_diag, kernel_matrix
-from ..linalg import GrowingCholesky, cholesky_remove_first, logdet_from_cholesky, safe_cholesky
+from ..linalg import GrowingCholesky, logdet_from_cholesky, safe_cholesky
 from ..validation import as_matrix, as_point, as_scalar_reward, check_positive
 
 __all__ = ["ExactKernelRidge"]
@@ -90,6 +90,7 @@ class ExactKernelRidge(ResizableModule):
         self._appends_since_refresh = 0
         self._caches: dict[int, _CandidateCache] = {}
         self._scratch: dict[tuple[float, int, int], tuple[Tensor, Tensor]] = {}
+        self._removal_p: list[Tensor] = []  # per factor, p of the last removal (see remove_first)
         if device is not None:
             self.to(device)
 
@@ -208,12 +209,11 @@ class ExactKernelRidge(ResizableModule):
             raise ValueError(f"count must lie in [0, {self._n}], got {count}")
         for _ in range(count):
             n = self._n
+            self._removal_p = []
             for r, f in enumerate(self.factors):
-                chol = cholesky_remove_first(f.dense())
-                f.set_dense(chol)
-                self._z[r, : n - 1] = torch.linalg.solve_triangular(
-                    chol, self._y[1:n, None], upper=False
-                )[:, 0] if n > 1 else self._z[r, :0]
+                self._removal_p.append(f.remove_first())  # rank-one update, recycled storage
+                if n > 1:
+                    self._z[r, : n - 1] = f.solve(self._y[1:n])
             self._x[: n - 1] = self._x[1:n].clone()
             self._y[: n - 1] = self._y[1:n].clone()
             self._n = n - 1

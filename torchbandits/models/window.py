@@ -28,7 +28,7 @@ from torch import Tensor
 
 from .exact import ExactKernelRidge
 
-__all__ = ["SlidingWindowKernelRidge", "carry_cache_through_removal"]
+__all__ = ["SlidingWindowKernelRidge", "carry_cache_through_removal", "carry_with_p"]
 
 
 def _strict_reverse_cumsum(a: Tensor) -> Tensor:
@@ -45,6 +45,11 @@ def carry_cache_through_removal(chol: Tensor, v: Tensor) -> Tensor:
     """
     l21, l22 = chol[1:, 0], chol[1:, 1:]
     p = torch.linalg.solve_triangular(l22, l21[:, None], upper=False)[:, 0]
+    return carry_with_p(p, v)
+
+
+def carry_with_p(p: Tensor, v: Tensor) -> Tensor:
+    """``V' = G⁻¹ (V₂ + p V₁)`` given the removal vector ``p = L22⁻¹ l21`` (O(nA))."""
     t = 1.0 + torch.cumsum(p * p, dim=0)
     t_prev = torch.cat([t.new_ones(1), t[:-1]])
     g = torch.sqrt(t / t_prev)
@@ -84,13 +89,14 @@ class SlidingWindowKernelRidge(ExactKernelRidge):
                         continue
                     # bring the cache up to date with points appended since it was last used
                     self._whitened(idx, self.regularisers[idx], cache.candidates)
-                    chol = self.factors[idx].dense()
-                    carried[idx] = (cache, carry_cache_through_removal(chol, cache.v[: self._n]))
+                    carried[idx] = cache
             if rebuild:
                 self._carried = 0
+            n_old = self._n
             super().remove_oldest(1)  # factor rank-one update, z re-solved, caches dropped
-            for idx, (cache, v_new) in carried.items():
+            for idx, cache in carried.items():
                 n = self._n
+                v_new = carry_with_p(self._removal_p[idx], cache.v[:n_old])
                 cache.v[:n] = v_new
                 cache.sumsq = (v_new * v_new).sum(0)
                 cache.n_at = n
