@@ -40,7 +40,6 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 from torchbandits.envs.time_varying import StationaryRKHSEnv  # noqa: E402
-from torchbandits.experiments.malloc import tune_malloc  # noqa: E402
 from torchbandits.models import ExactKernelRidge  # noqa: E402
 from torchbandits.policies.time_varying import RGPUCB, SWGPUCB  # noqa: E402
 
@@ -116,19 +115,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arms", type=int, default=None)
     parser.add_argument("--lam", type=float, default=0.1)
     parser.add_argument("--out", default="results/bench_tvbo")
-    parser.add_argument("--default-malloc", action="store_true",
-                        help="keep glibc's default mmap threshold (see torchbandits.experiments.malloc)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    malloc_tuned = False if args.default_malloc else tune_malloc()
     T = args.horizon or (120 if args.quick else 1500)
     windows = args.windows or ([30] if args.quick else [100, 400, 1000])
     arms = args.arms or (50 if args.quick else 200)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results = [run(T, w, arms, args.lam) for w in windows]
-    lines = [f"# SW-GP-UCB per-step agent time (ms, median), T = {T}, A = {arms}, λ = {args.lam}, "
-             f"malloc tuned: {malloc_tuned}", "",
+    lines = [f"# SW-GP-UCB per-step agent time (ms, median), T = {T}, A = {arms}, λ = {args.lam}", "",
              "| w | policy | first block | last block | median once the window is full | × SW carry |",
              "|---:|---|---:|---:|---:|---:|"]
     for r in results:

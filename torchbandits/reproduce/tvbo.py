@@ -54,7 +54,6 @@ from ..envs.time_varying import (
 )
 from ..experiments import factories_tv as F
 from ..experiments.factories import random as random_policy
-from ..experiments.malloc import tune_malloc
 from ..experiments.report import write_report
 from ..experiments.results import RunResult
 from ..experiments.runner import run_grid
@@ -243,7 +242,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit("--device cuda requested but CUDA is not available on this machine")
     if args.threads:
         torch.set_num_threads(args.threads)
-    tune_malloc()  # reuse freed n×n temporaries instead of page-faulting them in every round
     T = args.horizon or (120 if args.quick else 2000)
     seeds = args.seeds if args.seeds is not None else ([0] if args.quick else [0, 1, 2, 3, 4])
     budgets = args.budgets or ([2.0, 10.0] if args.quick else [1.0, 5.0, 20.0])
