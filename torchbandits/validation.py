@@ -40,6 +40,13 @@ def check_probability(name: str, value: Any, *, open_right: bool = True) -> floa
     return v
 
 
+def _require_finite(name: str, x: Tensor) -> None:
+    """Raise unless every entry is finite. One reduction: a NaN or ±inf makes the sum non-finite;
+    only when the sum is non-finite (or overflows) are the entries checked one by one."""
+    if not math.isfinite(float(x.sum())) and not bool(torch.isfinite(x).all()):
+        raise ValueError(f"{name} must be finite (found NaN or inf)")
+
+
 def as_matrix(
     name: str,
     value: Any,
@@ -56,8 +63,7 @@ def as_matrix(
         raise ValueError(f"{name} is empty: at least one row is needed")
     if dim is not None and x.shape[1] != dim:
         raise ValueError(f"{name} must have {dim} columns (feature dimension), got {x.shape[1]}")
-    if not bool(torch.isfinite(x).all()):
-        raise ValueError(f"{name} must be finite (found NaN or inf)")
+    _require_finite(name, x)
     return x
 
 
@@ -77,8 +83,7 @@ def as_point(
         raise ValueError(f"{name} must be a 1-D feature vector [d], got shape {tuple(x.shape)}")
     if dim is not None and x.shape[0] != dim:
         raise ValueError(f"{name} must have {dim} entries (feature dimension), got {x.shape[0]}")
-    if not bool(torch.isfinite(x).all()):
-        raise ValueError(f"{name} must be finite (found NaN or inf)")
+    _require_finite(name, x)
     return x
 
 
