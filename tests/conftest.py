@@ -15,3 +15,26 @@ def gen() -> torch.Generator:
 
 def rand(gen: torch.Generator, *shape: int) -> torch.Tensor:
     return torch.rand(*shape, generator=gen, dtype=torch.float64)
+
+
+@pytest.fixture
+def run_notebook(monkeypatch):
+    """Execute ``notebooks/<name>`` at its quick size (``TORCHBANDITS_QUICK=1``, Agg backend) and
+    return the text of every code cell's outputs."""
+    from pathlib import Path
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    root = Path(__file__).resolve().parents[1] / "notebooks"
+
+    def run(name: str, timeout: int = 300) -> str:
+        monkeypatch.setenv("TORCHBANDITS_QUICK", "1")
+        monkeypatch.setenv("MPLBACKEND", "Agg")
+        nb = nbformat.read(root / name, as_version=4)
+        NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                       resources={"metadata": {"path": str(root)}}).execute()
+        return "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
+                       for o in c.get("outputs", []))
+
+    return run

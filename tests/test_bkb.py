@@ -354,20 +354,8 @@ def test_reproduce_quick_writes_tables_and_figures(tmp_path, capsys) -> None:
     assert "Fig. 2" in capsys.readouterr().out
 
 
-def test_notebook_runs_quick(monkeypatch) -> None:
-    from pathlib import Path
-
-    import nbformat
-    from nbclient import NotebookClient
-
-    root = Path(__file__).resolve().parents[1]
-    monkeypatch.setenv("TORCHBANDITS_QUICK", "1")
-    monkeypatch.setenv("MPLBACKEND", "Agg")
-    nb = nbformat.read(root / "notebooks" / "bkb.ipynb", as_version=4)
-    NotebookClient(nb, timeout=120, kernel_name="python3",
-                   resources={"metadata": {"path": str(root / "notebooks")}}).execute()
-    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
-                   for o in c.get("outputs", []))
+def test_notebook_runs_quick(run_notebook) -> None:
+    text = run_notebook("bkb.ipynb", timeout=120)
     assert "BKB: regret after 80 rounds" in text
     assert "| rbf d=2 | BKB |" in text and "| rbf d=2 | GP-UCB |" in text
     assert "mean GP-scale variance on [0.8, 1]" in text

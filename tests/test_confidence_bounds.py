@@ -243,20 +243,9 @@ def test_policies_beat_random_on_short_run():
     assert pols["igp"].lam == pytest.approx(1.01)
 
 
-def test_notebook_runs(monkeypatch):
+def test_notebook_runs(run_notebook):
     """notebooks/confidence_bounds.ipynb (Figure 1) executes at small size."""
-    from pathlib import Path
-
-    import nbformat
-    from nbclient import NotebookClient
-
-    root = Path(__file__).resolve().parents[1]
-    monkeypatch.setenv("TORCHBANDITS_QUICK", "1")
-    monkeypatch.setenv("MPLBACKEND", "Agg")
-    nb = nbformat.read(root / "notebooks" / "confidence_bounds.ipynb", as_version=4)
-    NotebookClient(nb, timeout=120, kernel_name="python3",
-                   resources={"metadata": {"path": str(root / "notebooks")}}).execute()
-    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    text = run_notebook("confidence_bounds.ipynb", timeout=120)
     for pair in ("CMM inside DMM", "DMM inside AMM", "AMM inside AY"):
         assert f"{pair} everywhere: True" in text
 

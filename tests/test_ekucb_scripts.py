@@ -6,9 +6,6 @@ import importlib.util
 import json
 from pathlib import Path
 
-import nbformat
-from nbclient import NotebookClient
-
 from torchbandits.experiments.registry import REPRODUCTIONS, resolve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,13 +41,8 @@ def test_bench_quick(tmp_path) -> None:
     assert summary["m"] >= 1
 
 
-def test_notebook_runs(monkeypatch) -> None:
-    monkeypatch.setenv("TORCHBANDITS_QUICK", "1")
-    monkeypatch.setenv("MPLBACKEND", "Agg")
-    nb = nbformat.read(ROOT / "notebooks" / "ekucb.ipynb", as_version=4)
-    NotebookClient(nb, timeout=300, kernel_name="python3",
-                   resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()
-    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+def test_notebook_runs(run_notebook) -> None:
+    text = run_notebook("ekucb.ipynb")
     assert "T = 150" in text
     assert "EK-UCB dictionary:" in text and "| chessboard | EK-UCB |" in text
     assert "mu=  100 gamma=  10" in text
