@@ -1,6 +1,6 @@
 """Confidence rules (how wide to be) on top of a posterior model."""
 
-from .base import ConfidenceRule, ConstantBeta, PosteriorModel, RadiusRule, Variance
+from .base import ConfidenceRule, ConstantBeta, PosteriorModel, RadiusRule, Variance, as_rule
 from .bkb import BKBBeta  # seed 001
 from .ekucb import EKUCBTheoryBeta  # seed 000
 from .mixture import AMMBound, CMMBound, DMMBound, MixtureBound, default_c  # seed 002
@@ -22,6 +22,7 @@ __all__ = [
     "RadiusRule",
     "SrinivasBeta",
     "Variance",
+    "as_rule",
     "default_c",
 ]
 from .time_varying import (  # seed 004

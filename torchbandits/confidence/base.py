@@ -19,7 +19,7 @@ from typing import Literal, Protocol
 import torch
 from torch import Tensor
 
-__all__ = ["ConfidenceRule", "ConstantBeta", "PosteriorModel", "RadiusRule", "Variance"]
+__all__ = ["ConfidenceRule", "ConstantBeta", "PosteriorModel", "RadiusRule", "Variance", "as_rule"]
 
 Variance = Literal["gp", "ridge"]
 
@@ -102,3 +102,11 @@ class ConstantBeta(RadiusRule):
 
     def radius(self, model: PosteriorModel, n_candidates: int, t: int) -> Tensor:
         return torch.tensor(self.beta, dtype=torch.float64)
+
+
+def as_rule(beta: float | ConfidenceRule, variance: Variance) -> ConfidenceRule:
+    """``beta`` itself if it is a rule, else a constant radius on the ``variance`` sd
+    (:class:`ConstantBeta` rejects a negative or non-finite value, naming ``beta``)."""
+    if isinstance(beta, ConfidenceRule):
+        return beta
+    return ConstantBeta(float(beta), variance=variance)

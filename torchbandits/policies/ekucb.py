@@ -22,7 +22,7 @@ import torch
 from gpytorch.kernels import Kernel
 from torch import Tensor
 
-from ..confidence import ConfidenceRule, ConstantBeta, Variance
+from ..confidence import ConfidenceRule, ConstantBeta, Variance, as_rule
 from ..models.kors import KORS, KorsScore
 from ..models.nystrom import NystromKernelRidge, Parametrisation
 from ..validation import as_point, as_scalar_reward, check_positive
@@ -53,12 +53,7 @@ class NystromUCB(IndexPolicy):
     ) -> None:
         super().__init__(seed=seed, n_warmup=n_warmup, dtype=dtype, device=device)
         lam = check_positive("lam", lam)
-        if isinstance(beta, ConfidenceRule):
-            self.rule = beta
-        else:
-            if not float(beta) >= 0:
-                raise ValueError(f"beta must be >= 0, got {beta}")
-            self.rule = ConstantBeta(float(beta), variance=variance)
+        self.rule = as_rule(beta, variance)
         if self.rule.required_regularisers(lam):
             raise ValueError("a Nyström policy keeps its posterior at λ only; the rule needs "
                              f"regularisers {self.rule.required_regularisers(lam)}")

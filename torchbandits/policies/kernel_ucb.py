@@ -21,7 +21,7 @@ import torch
 from gpytorch.kernels import Kernel
 from torch import Tensor
 
-from ..confidence import ConfidenceRule, ConstantBeta, IGPBeta, Variance
+from ..confidence import ConfidenceRule, IGPBeta, Variance, as_rule
 from ..models import ExactKernelRidge
 from ..validation import check_positive
 from .base import IndexPolicy
@@ -59,13 +59,7 @@ class KernelUCB(IndexPolicy):
     ) -> None:
         super().__init__(seed=seed, n_warmup=n_warmup, dtype=dtype, device=device)
         lam = check_positive("lam", lam)
-        if isinstance(beta, ConfidenceRule):
-            self.rule = beta
-        else:
-            var = variance or self.default_variance
-            if float(beta) < 0:
-                raise ValueError(f"beta must be >= 0, got {beta}")
-            self.rule = ConstantBeta(float(beta), variance=var)
+        self.rule = as_rule(beta, variance or self.default_variance)
         self.model = ExactKernelRidge(
             kernel, lam, self.rule.required_regularisers(lam), dtype=dtype, device=device,
             refresh_every=refresh_every,

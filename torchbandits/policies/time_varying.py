@@ -27,7 +27,6 @@ the lowest index (``"first"``, like :class:`~torchbandits.policies.GPUCB`).
 
 from __future__ import annotations
 
-import math
 import warnings
 from typing import Any
 
@@ -35,7 +34,7 @@ import torch
 from gpytorch.kernels import Kernel
 from torch import nn
 
-from ..confidence import ConfidenceRule, ConstantBeta
+from ..confidence import ConfidenceRule, ConstantBeta, as_rule
 from ..confidence.time_varying import GammaProvider, RestartBeta, WindowBeta
 from ..kernels import kernel_bound
 from ..models import ExactKernelRidge
@@ -58,13 +57,7 @@ def _check_kernel_scale(kernel: Kernel) -> None:
 
 
 def _rule(beta: float | ConfidenceRule | None, default: Any) -> ConfidenceRule:
-    if isinstance(beta, ConfidenceRule):
-        return beta
-    if beta is None:
-        return default()
-    if float(beta) < 0 or not math.isfinite(float(beta)):
-        raise ValueError(f"beta must be a finite number >= 0, a ConfidenceRule or None, got {beta!r}")
-    return ConstantBeta(float(beta), variance="gp")
+    return default() if beta is None else as_rule(beta, "gp")
 
 
 class TimeVaryingUCB(IndexPolicy):
