@@ -7,7 +7,7 @@ from typing import Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
-__all__ = ["BanditEnv", "joint"]
+__all__ = ["BanditEnv", "gaussian_reward", "joint"]
 
 
 @runtime_checkable
@@ -38,3 +38,13 @@ def joint(context: Tensor, actions: Tensor) -> Tensor:
     if ctx.shape[0] != acts.shape[0]:
         raise ValueError(f"context has {ctx.shape[0]} rows but there are {acts.shape[0]} actions")
     return torch.cat([ctx.to(acts.dtype), acts], dim=-1)
+
+
+def gaussian_reward(means: Tensor, index: int, generator: torch.Generator, noise_std: float,
+                    dtype: torch.dtype = torch.float64) -> float:
+    """``means[index] + N(0, noise_std²)`` with the noise drawn from ``generator``; raises if
+    ``index`` is not a valid candidate index (before drawing, so a bad call changes nothing)."""
+    if not 0 <= int(index) < means.shape[0]:
+        raise ValueError(f"index must lie in [0, {means.shape[0]}), got {index}")
+    noise = float(torch.randn((), generator=generator, dtype=dtype)) * noise_std
+    return float(means[int(index)]) + noise

@@ -32,7 +32,7 @@ from torch import Tensor
 
 from ..kernels import make_kernel
 from ..validation import check_positive
-from .base import joint
+from .base import gaussian_reward, joint
 
 __all__ = [
     "ACTION_GRID",
@@ -141,10 +141,7 @@ class ContextualGridEnv:
 
     def pull(self, index: int) -> float:
         """Noisy reward of candidate ``index``; draws the next context."""
-        if not 0 <= int(index) < self.n_actions:
-            raise ValueError(f"index must lie in [0, {self.n_actions}), got {index}")
-        noise = float(torch.randn((), generator=self._g_noise, dtype=torch.float64)) * self.noise_std
-        reward = float(self._means[int(index)]) + noise
+        reward = gaussian_reward(self._means, index, self._g_noise, self.noise_std)
         if self.regret_mode == "reference":
             xi = float(torch.randn((), generator=self._g_noise, dtype=torch.float64)) * self.noise_std
             best = float(self.code_best(self.context[None])[0])

@@ -18,6 +18,7 @@ from torch import Tensor
 
 from ..kernels import kernel_matrix, make_kernel
 from ..validation import check_positive
+from .base import gaussian_reward
 
 __all__ = ["RKHSFunctionEnv"]
 
@@ -105,10 +106,7 @@ class RKHSFunctionEnv:
         return self._means
 
     def pull(self, index: int) -> float:
-        if not 0 <= int(index) < self.n_arms:
-            raise ValueError(f"index must lie in [0, {self.n_arms}), got {index}")
-        noise = float(torch.randn((), generator=self._g_noise, dtype=self.dtype)) * self.noise_std
-        reward = float(self._means[int(index)]) + noise
+        reward = gaussian_reward(self._means, index, self._g_noise, self.noise_std, self.dtype)
         self.t += 1
         if not self.fixed_arms:
             self._arms = self._rand(self._g_arms, self.n_arms, self.dim)
