@@ -26,15 +26,15 @@ def test_fresh_vs_fixed_arms_and_noise():
     fixed = RKHSFunctionEnv("rbf", dim=2, n_arms=10, noise_std=0.1, fixed_arms=True)
     for env in (fresh, fixed):
         env.reset(3)
-    c0 = fresh.candidates().clone()
-    noise = [fresh.pull(0) - float(fresh.mean_rewards()[0]) for _ in range(1)]
+    c0, m0 = fresh.candidates().clone(), float(fresh.mean_rewards()[0])
+    noise = fresh.pull(0) - m0
     assert not torch.equal(fresh.candidates(), c0)  # fresh set after each pull
+    assert 0 < abs(noise) < 0.5  # one N(0, 0.1²) draw from the env's own noise generator
     f0 = fixed.candidates().clone()
     rewards = torch.tensor([fixed.pull(2) for _ in range(2000)], dtype=torch.float64)
     assert torch.equal(fixed.candidates(), f0)
     assert float(rewards.mean()) == pytest.approx(float(fixed.mean_rewards()[2]), abs=0.01)
     assert float(rewards.std()) == pytest.approx(0.1, rel=0.1)
-    assert noise  # drawn from the env's own generator
 
 
 def test_same_seed_same_function_and_arms():
