@@ -131,7 +131,7 @@ class NystromKernelRidge(ResizableModule):
         self.refused = 0  # anchors refused by the min_residual guard
         self.last_residual = float("nan")
         self._version = 0
-        self._cache: tuple[int, Tensor, Tensor] | None = None
+        self._cache: tuple[int, Tensor] | None = None
         self._last_scored: tuple[int, Tensor, Tensor, Tensor] | None = None
         self._view_cache: tuple[Tensor, Tensor, Tensor, Tensor] | None = None
         self._setup_fast_kernel()
@@ -216,10 +216,9 @@ class NystromKernelRidge(ResizableModule):
         return out
 
     def _touch(self) -> None:
-        self._version += 1
-        self._cache = None
-        self._last_scored = None
-        self._view_cache = None
+        d = self.__dict__  # plain attributes: bypass nn.Module.__setattr__ (hot path)
+        d["_version"] = self._version + 1
+        d["_cache"] = d["_last_scored"] = d["_view_cache"] = None
 
     def _views(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """``(Z, P, Q, G)`` = the live ``[:m]`` views of the dictionary and the three matrices,
@@ -291,6 +290,9 @@ class NystromKernelRidge(ResizableModule):
         self._f = grow_rows(self._f, n)
 
     def _ensure_anchors(self, m: int, d: int) -> None:
+        if m <= self._z.shape[0] and self._z.shape[1] == d and m <= self._p.shape[0] \
+                and m <= self._f.shape[1]:
+            return
         if self._z.shape[0] == 0 or self._z.shape[1] != d:
             self._z = self._c.new_zeros(16, d)
         self._z = grow_rows(self._z, m)
@@ -444,6 +446,9 @@ class NystromKernelRidge(ResizableModule):
         x: Tensor,
         target_sums: Tensor,
         counts: Tensor | None = None,
+        *,
+        kzz: Tensor | None = None,
+        kxz: Tensor | None = None,
     ) -> None:
         """Recompute everything from scratch (``O(nm² + m³)``).
 
@@ -451,7 +456,9 @@ class NystromKernelRidge(ResizableModule):
         with pull counts ``counts`` (default 1) and reward sums ``target_sums``:
         ``Λ = (Σ_j c_j k_Z(x_j) k_Z(x_j)ᵀ + λ K_ZZ)⁻¹``, ``Γ = Σ_j s_j k_Z(x_j)``. An empty
         dictionary (``[0, d]``) is allowed. Duplicated anchors are the caller's business (they make
-        ``K_ZZ`` singular; deduplicate first, or set ``jitter``).
+        ``K_ZZ`` singular; deduplicate first, or set ``jitter``). ``kzz`` ``[m, m]`` and ``kxz``
+        ``[n, m]`` may pass precomputed kernel blocks (e.g. gathered from a cache of kernel columns,
+        as BKB does on a fixed arm set).
         """
         x = as_matrix("x", x, dtype=self.dtype, device=self.device)
         d = x.shape[1]
@@ -460,7 +467,7 @@ class NystromKernelRidge(ResizableModule):
             raise ValueError(f"dictionary must be [m, {d}], got shape {tuple(zs.shape)}")
         if not bool(torch.isfinite(zs).all()):
             raise ValueError("dictionary must be finite (found NaN or inf)")
-        n = x.shape[0]
+        n, m = x.shape[0], zs.shape[0]
         s = torch.as_tensor(target_sums, dtype=self.dtype, device=self.device).reshape(-1)
         if s.shape[0] != n or not bool(torch.isfinite(s).all()):
             raise ValueError(f"target_sums must be {n} finite numbers (one per row of x)")
@@ -470,6 +477,15 @@ class NystromKernelRidge(ResizableModule):
             c = torch.as_tensor(counts, dtype=self.dtype, device=self.device).reshape(-1)
             if c.shape[0] != n or not bool(torch.isfinite(c).all()) or bool((c < 0).any()):
                 raise ValueError(f"counts must be {n} finite non-negative numbers")
+        for name, block, shape in (("kzz", kzz, (m, m)), ("kxz", kxz, (n, m))):
+            if block is not None and tuple(block.shape) != shape:
+                raise ValueError(f"{name} must have shape {shape}, got {tuple(block.shape)}")
+        self._rebuild(zs, x, s, c, kzz, kxz)
+
+    def _rebuild(self, zs: Tensor, x: Tensor, s: Tensor, c: Tensor,
+                 kzz: Tensor | None = None, kxz: Tensor | None = None) -> None:
+        """:meth:`rebuild` without validation (BKB's hot path)."""
+        n, d = x.shape
         m, lam = zs.shape[0], self.lam
         self._ensure_rows(n, d)
         self._ensure_anchors(max(m, 1), d)
@@ -478,20 +494,22 @@ class NystromKernelRidge(ResizableModule):
         self._c[n:] = 1.0
         self._s[:n] = s
         self._z[:m] = zs
-        self._n, self._m = n, m
+        dct = self.__dict__  # plain attributes: bypass nn.Module.__setattr__ (hot path)
+        dct["_n"], dct["_m"] = n, m
         if m:
-            kzz = self._k(zs, zs)
+            kzz = self._k(zs, zs) if kzz is None else kzz
             eye = torch.eye(m, dtype=self.dtype, device=self.device)
-            chol, _ = safe_cholesky(kzz + self.jitter * eye)
+            kzz_j = kzz + self.jitter * eye if self.jitter else kzz
+            chol, _ = safe_cholesky(kzz_j)
             linv = torch.linalg.solve_triangular(chol, eye, upper=False)
-            kxz = self._k(x, zs)
+            kxz = self._k(x, zs) if kxz is None else kxz
             if self.parametrisation == "whitened":
                 feat = kxz @ linv.mT  # E = K_SZ L⁻ᵀ
                 a = feat.mT @ (c[:, None] * feat) + lam * eye
                 self._p[:m, :m] = linv
             else:
                 feat = kxz
-                a = feat.mT @ (c[:, None] * feat) + lam * (kzz + self.jitter * eye)
+                a = feat.mT @ (c[:, None] * feat) + lam * kzz_j
                 self._p[:m, :m] = linv.mT @ linv
             chol_a, _ = safe_cholesky(a)
             self._q[:m, :m] = torch.cholesky_inverse(chol_a)
@@ -500,25 +518,30 @@ class NystromKernelRidge(ResizableModule):
             logdet_a = 2.0 * torch.log(torch.diagonal(chol_a)).sum()
             if self.parametrisation == "plain":
                 logdet_a = logdet_a - 2.0 * torch.log(torch.diagonal(chol)).sum()
-            self._logdet_a = float(logdet_a)
+            dct["_logdet_a"] = float(logdet_a)
         else:
-            self._logdet_a = 0.0
+            dct["_logdet_a"] = 0.0
         self._touch()
 
     # ------------------------------------------------------------------ queries
-    def _round_cache(self) -> tuple[Tensor, Tensor]:
-        """Per-state precomputation: mean weights and the variance matrix (plain only)."""
+    def _round_cache(self) -> Tensor:
+        """Per-state scoring matrix ``W`` so that one product ``W k_Z`` gives mean and variance.
+
+        whitened (``P = L⁻¹``, ``Q = A⁻¹``, ``w = Q Eᵀs``): ``W = [P; (λQ − I)P; wᵀP]``, so with
+        ``f = P k_Z`` and ``h = (λQ − I) f``: ``μ̃ = wᵀf``, ``λσ̃² = k + fᵀh = k − ‖f‖² + λ fᵀQf``.
+        plain (``P = K_ZZ⁻¹``, ``Q = Λ``): ``W = [λQ − P; (QΓ)ᵀ]``, ``λσ̃² = k + k_Zᵀ(λΛ − K_ZZ⁻¹)k_Z``.
+        """
         cache = self._cache
         if cache is None or cache[0] != self._version:
             lam = self.lam
             _, pv, q, gv = self._views()
             w = q @ gv
             if self.parametrisation == "plain":
-                mat = lam * q - pv  # λΛ − K_ZZ⁻¹
+                mat = torch.cat([lam * q - pv, w[None]])
             else:
-                mat = q
-            cache = self.__dict__["_cache"] = (self._version, w, mat)
-        return cache[1], cache[2]
+                mat = torch.cat([pv, torch.addmm(pv, q, pv, beta=-1.0, alpha=lam), (w @ pv)[None]])
+            cache = self.__dict__["_cache"] = (self._version, mat)
+        return cache[1]
 
     @torch.no_grad()
     def mean_var(self, candidates: Tensor, reg: float | None = None) -> tuple[Tensor, Tensor]:
@@ -531,26 +554,27 @@ class NystromKernelRidge(ResizableModule):
             raise ValueError(f"reg must be None or lam={self.lam} for a Nyström model, got {reg}")
         return self._mean_var(cand)
 
-    def _mean_var(self, cand: Tensor) -> tuple[Tensor, Tensor]:
-        """:meth:`mean_var` without validation (hot path): one kernel call and two (whitened)
-        or one (plain) ``[m, m] × [m, A]`` products."""
+    def _mean_var(self, cand: Tensor, kz: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """:meth:`mean_var` without validation (hot path): one kernel call (skipped when ``kz`` =
+        ``k_Z(cand)`` ``[m, A]`` is given) and one ``[2m+1, m] × [m, A]`` (whitened) or
+        ``[m+1, m] × [m, A]`` (plain) product with :meth:`_round_cache`'s matrix."""
         m, kc = self._m, self._kconst
         kdiag: Tensor | float = self._kdiag(cand) if kc is None or m == 0 else kc
         if m == 0:
             return cand.new_zeros(cand.shape[0]), kdiag  # type: ignore[return-value]
-        w, mat = self._round_cache()
-        zv, pv, _, _ = self._views()
-        kz = self._k(zv, cand)
-        vecdot = torch.linalg.vecdot
+        mat = self._round_cache()
+        if kz is None:
+            kz = self._k(self._views()[0], cand)
+        out = mat @ kz
         if self.parametrisation == "whitened":
-            f = pv @ kz
-            mean = w @ f
-            var = (kdiag - vecdot(f, f, dim=0)).clamp_(min=0.0)
-            var.add_(vecdot(f, mat @ f, dim=0), alpha=self.lam)
+            f = out[:m]
+            var = torch.linalg.vecdot(f, out[m:2 * m], dim=0)
+            mean = out[2 * m]
         else:
             f = kz
-            mean = w @ kz
-            var = vecdot(kz, mat @ kz, dim=0).add_(kdiag)
+            var = torch.linalg.vecdot(kz, out[:m], dim=0)
+            mean = out[m]
+        var.add_(kdiag)
         # remembered so that the update of a just-scored candidate can reuse its column
         self.__dict__["_last_scored"] = (self._version, cand, kz, f)
         if kc is not None:

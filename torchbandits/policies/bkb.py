@@ -184,6 +184,9 @@ class BKB(IndexPolicy):
         self._map_cand: Tensor | None = None  # candidate set the pulled-point map refers to
         self._map_idx: Tensor | None = None  # row of each distinct pulled point in _map_cand (-1)
         self._cand_changes = 0
+        # kernel rows k(pulled_j, ·) over _map_cand of the first _kpa_n distinct pulled points
+        self._kpa: Tensor | None = None
+        self._kpa_n = 0
 
     def _apply(self, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
         self._invalidate()
@@ -214,15 +217,22 @@ class BKB(IndexPolicy):
         self._invalidate()
 
     # ------------------------------------------------------------------ posterior
-    def _ensure_model(self) -> None:
-        """Rebuild the Nyström posterior from the count statistics (O(n m² + m³))."""
+    def _ensure_model(self, kza: Tensor | None = None, idx: Tensor | None = None) -> None:
+        """Rebuild the Nyström posterior from the count statistics (O(n m² + m³)); with the
+        dictionary's cached kernel rows ``kza`` ``[m, A]`` and the candidate rows ``idx`` of the
+        pulled points, ``K_ZZ`` and ``K_PZ`` are gathered instead of evaluated."""
         if self._model_ok:
             return
         if self._np == 0:
             self.model.reset()
-        else:
+        elif kza is None or idx is None:
             self.model.rebuild(self.dictionary, self.pulled, self.sums, self.counts)
-        self._model_ok = True
+        else:
+            mask = self.dictionary_mask
+            kpz = kza.index_select(1, idx).mT
+            self.model._rebuild(self.pulled[mask], self.pulled, self.sums, self.counts,
+                                kzz=kpz[mask], kxz=kpz)
+        self.__dict__["_model_ok"] = True
 
     def _residual(self, cand: Tensor) -> Tensor:
         """GP-scale Nyström residual ``k(x,x) − k_Zᵀ K_ZZ⁻¹ k_Z`` (the DTC − SoR difference),
@@ -233,11 +243,16 @@ class BKB(IndexPolicy):
             return torch.clamp(kdiag - (f * f).sum(0), min=0.0)
         return torch.clamp(kdiag - (f * (self.model.kzz_inverse @ f)).sum(0), min=0.0)
 
-    def _dtc(self, cand: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def _dtc(self, cand: Tensor, idx: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """``(μ̃, DTC ridge variance, variance used for the UCB (ridge))`` — the last is the SoR one
-        ``zᵀV⁻¹z`` when ``variance="sor"`` (the dictionary sampler always uses the DTC one)."""
-        self._ensure_model()
-        mean, var_gp = self.model.mean_var(cand)
+        ``zᵀV⁻¹z`` when ``variance="sor"`` (the dictionary sampler always uses the DTC one).
+        ``idx``: rows of the pulled points in ``cand`` when ``cand`` is the fixed arm set (kernel
+        rows are then read from the cache, spec §2.7 item 8)."""
+        kza = self._dictionary_rows(cand, idx) if idx is not None and not self._model_ok else None
+        self._ensure_model(kza, idx)
+        if kza is None and idx is not None and self.model.m:
+            kza = self._dictionary_rows(cand, idx)
+        mean, var_gp = self.model._mean_var(cand, kza) if kza is not None else self.model.mean_var(cand)
         var = var_gp / self.lam
         if self.variance_kind == "dtc":
             return mean, var, var
@@ -274,6 +289,7 @@ class BKB(IndexPolicy):
                 and self._map_cand.shape == cand.shape and torch.equal(self._map_cand, cand)):
             return self._map_idx
         self._cand_changes += 1
+        self._kpa, self._kpa_n = None, 0
         if self._cand_changes > 2:
             self._map_cand = self._map_idx = None
             return None
@@ -281,13 +297,44 @@ class BKB(IndexPolicy):
         self._map_idx = self._match_rows(self.pulled, cand)
         return self._map_idx
 
+    #: largest kernel-row cache (entries = distinct pulled arms × arms) before falling back to
+    #: evaluating ``k_Z(arms)`` every round (2²⁵ float64 = 256 MiB)
+    KERNEL_CACHE_ENTRIES = 2**25
+
+    def _dictionary_rows(self, cand: Tensor, idx: Tensor) -> Tensor | None:
+        """``K_Z,A`` ``[m, A]`` from the cache of kernel rows ``k(x_a, ·)`` of the distinct pulled
+        arms over the fixed arm set (spec §2.7 item 8: each pulled arm's row is computed once, so a
+        round gathers ``K_Z,A`` instead of evaluating ``m·A`` kernels); ``None`` past the budget."""
+        n, a = self._np, cand.shape[0]
+        if n * a > self.KERNEL_CACHE_ENTRIES:
+            return None
+        kpa = self._kpa
+        if kpa is None or kpa.shape[1] != a:
+            kpa = self._kpa = cand.new_zeros(max(16, n), a)
+            self._kpa_n = 0
+        if self._kpa_n < n:
+            kpa = self._kpa = grow_rows(kpa, n)
+            kpa[self._kpa_n : n] = self.model._k(cand.index_select(0, idx[self._kpa_n : n]), cand)
+            self._kpa_n = n
+        return kpa[:n][self.dictionary_mask]
+
+    def _fixed_rows(self, cand: Tensor) -> Tensor | None:
+        """Rows of the distinct pulled points in ``cand`` when all are among them, else ``None``."""
+        idx = self._pulled_map(cand)
+        if idx is None:
+            return None
+        ok = self.__dict__.get("_map_ok")
+        if ok is None or ok[0] is not idx:
+            ok = self.__dict__["_map_ok"] = (idx, bool((idx >= 0).all()))
+        return idx if ok[1] else None
+
     def _pulled_variances(self, cand: Tensor, var: Tensor, used: Tensor) -> tuple[Tensor, Tensor]:
         """(DTC, used) ridge variances of the distinct pulled points, gathered from the
         candidates' when all are among them (fixed arm set), else evaluated."""
         if self._np == 0:
             return var.new_zeros(0), var.new_zeros(0)
-        idx = self._pulled_map(cand)
-        if idx is not None and bool((idx >= 0).all()):
+        idx = self._fixed_rows(cand)
+        if idx is not None:
             return var[idx], used[idx]
         _, pv, pu = self._dtc(self.pulled)
         return pv, pu
@@ -296,12 +343,12 @@ class BKB(IndexPolicy):
     def forward(self, candidates: Tensor) -> Tensor:
         """``ũ_t(x) = μ̃_t(x) + β̃_t σ̃_t(x)`` of every candidate (ridge sd, spec §2.4)."""
         cand = self.check_candidates(candidates)
-        mean, var, used = self._dtc(cand)
+        mean, var, used = self._dtc(cand, self._fixed_rows(cand) if self._np else None)
         pvar, pused = self._pulled_variances(cand, var, used)
         sum_var = float((self.counts * pused).sum()) if self._np else 0.0
         kappa2 = float(kernel_diag(self.kernel, cand).max())
         beta = self.rule.radius(sum_var, self.t, kappa2, self.lam)
-        self._scored = {"cand": cand, "var": var, "pvar": pvar}
+        self.__dict__["_scored"] = {"cand": cand, "var": var, "pvar": pvar}
         self._last.update(beta=beta, sum_var=sum_var, kappa2=kappa2)
         if self.exact is not None:
             if self.exact.n:
@@ -352,11 +399,12 @@ class BKB(IndexPolicy):
         # 3. resample the dictionary from scratch (spec §2.5)
         res = self.resampler.resample(variances, self.counts, self.generator)
         self._in_dict[: self._np] = res.mask
-        self._m_theory = res.m_theory
+        d = self.__dict__  # plain attributes: bypass nn.Module.__setattr__ (hot path)
+        d["_m_theory"] = res.m_theory
         if res.size == 0:
-            self._empty_dictionaries += 1
-        self._model_ok = False
-        self._scored = None
+            d["_empty_dictionaries"] = self._empty_dictionaries + 1
+        d["_model_ok"] = False
+        d["_scored"] = None
 
     # ------------------------------------------------------------------ reporting
     def diagnostics(self) -> dict[str, float]:
