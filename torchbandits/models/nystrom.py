@@ -87,6 +87,10 @@ class NystromKernelRidge(ResizableModule):
             ``1e-10`` let ``cond(K_ZZ)`` reach 1e16 and the incremental variance drift by 0.3 from a
             from-scratch rebuild, ``1e-8`` kept them within 3e-7 with the same decisions.
         parametrisation: ``"whitened"`` (stable, default) or ``"plain"`` (the paper's Λ, K_ZZ⁻¹).
+        track_data_variances: keep the variances at the stored data points up to date through
+            :meth:`append` (``O(nm)`` extra) and :meth:`add_to_dictionary` (whitened only), so that
+            :meth:`data_variances` costs nothing instead of ``O(nm²)`` (CBKB/CBBKB resample from
+            them every round).
         dtype, device: of all state (float64 by default).
     """
 
@@ -98,10 +102,14 @@ class NystromKernelRidge(ResizableModule):
         jitter: float = 0.0,
         min_residual: float = 1e-8,
         parametrisation: Parametrisation = "whitened",
+        track_data_variances: bool = False,
         dtype: torch.dtype = torch.float64,
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
+        self.track_data_variances = bool(track_data_variances)
+        self._hv: Tensor | None = None  # GP-scale variances at the data points (a cache)
+        self._hv_version = -1  # model version at which _hv is valid
         self.regularisers: tuple[float, ...] = (check_positive("lam", lam),)
         if float(jitter) < 0:
             raise ValueError(f"jitter must be >= 0, got {jitter}")
@@ -348,6 +356,11 @@ class NystromKernelRidge(ResizableModule):
                 fg = float(f @ g)
                 omega = kxx + self.jitter - float(f @ (pv @ f))
             ridge_var = omega / lam + fg
+            track = self._hv_version == self._version and whitened
+            if track:  # Q' = Q − ggᵀ/(1+fg): var_i −= λ (f_iᵀg)²/(1+fg), O(nm)
+                hv = self._data_var_buffer(n + 1)
+                hv[:n].sub_((self._f[:n, :m] @ g).square_(), alpha=lam / (1.0 + fg))
+                hv[n] = kxx - ff + lam * fg / (1.0 + fg)
             q.addr_(g, g, alpha=-1.0 / (1.0 + fg))
             gv.add_(f, alpha=yv)
             logdet_a = self._logdet_a + math.log1p(fg)
@@ -356,6 +369,9 @@ class NystromKernelRidge(ResizableModule):
             omega = kxx + self.jitter
             ridge_var = kxx / lam
             logdet_a = self._logdet_a
+            track = self._hv_version == self._version
+            if track:
+                self._data_var_buffer(n + 1)[n] = kxx
         self._ensure_rows(n + 1, x.shape[0])
         self._x[n] = x  # (_c[n] is already 1)
         self._s.narrow(0, n, 1).fill_(yv)
@@ -368,6 +384,8 @@ class NystromKernelRidge(ResizableModule):
         d["_logdet_running"] = self._logdet_running + math.log1p(max(ridge_var, 0.0))
         d["_n"] = n + 1
         d["_version"] = self._version + 1
+        if track:
+            d["_hv_version"] = self._version
         return f
 
     @torch.no_grad()
@@ -402,6 +420,11 @@ class NystromKernelRidge(ResizableModule):
             ce = cs * e_new
             border_q = border_prepare(self._q[:m, :m], e_all.mT @ ce, e_new @ ce + lam)
             schur = border_q[1]
+            track = self._hv_version == self._version and n > 0
+            if track:  # f' = [f, e], Q' bordered: var_i += −e_i² + λ (f_iᵀq − e_i)²/s, O(nm)
+                hv = self._data_var_buffer(n)
+                hv[:n].add_((e_all @ border_q[0] - e_new).square_(), alpha=lam / float(schur))
+                hv[:n].sub_(e_new.square())
             self._ensure_anchors(m + 1, z.shape[0])
             self._p[m, : m + 1] = new_row
             self._p[:m, m] = 0.0
@@ -437,6 +460,8 @@ class NystromKernelRidge(ResizableModule):
         self._logdet_a += float(torch.log(schur))
         self._m = m + 1
         self._touch()
+        if self.parametrisation == "whitened" and track:
+            self.__dict__["_hv_version"] = self._version
         return True
 
     @torch.no_grad()
@@ -580,6 +605,31 @@ class NystromKernelRidge(ResizableModule):
         if kc is not None:
             return mean, var.clamp_(0.0, kc)
         return mean, torch.minimum(var.clamp_(min=0.0), kdiag)
+
+    def _data_var_buffer(self, n: int) -> Tensor:
+        hv = self._hv
+        if hv is None or hv.shape[0] < n or hv.device != self._c.device or hv.dtype != self.dtype:
+            new = self._c.new_zeros(max(16, 2 * n))
+            if hv is not None and hv.device == new.device:
+                new[: hv.shape[0]] = hv[: new.shape[0]].to(new.dtype)
+            hv = self.__dict__["_hv"] = new
+        return hv
+
+    @torch.no_grad()
+    def data_variances(self) -> Tensor:
+        """GP-scale variances ``λσ̃²`` at the stored data points ``[n]`` (clamped to ``[0, k]``).
+        With ``track_data_variances`` they are kept current by the incremental updates (``O(nm)``
+        each, whitened); otherwise, and after :meth:`rebuild`, they cost one ``O(nm²)`` pass."""
+        n = self._n
+        if self._hv_version != self._version or self._hv is None:
+            var = self._mean_var(self.x)[1] if n else self._c.new_zeros(0)
+            if not self.track_data_variances:
+                return var
+            self._data_var_buffer(n)[:n] = var
+            self.__dict__["_hv_version"] = self._version
+        var = self._hv[:n].clamp(min=0.0)  # type: ignore[index]
+        kc = self._kconst
+        return var.clamp_(max=kc) if kc is not None else torch.minimum(var, self._kdiag(self.x))
 
     @torch.no_grad()
     def log_det(self, reg: float | None = None) -> Tensor:
