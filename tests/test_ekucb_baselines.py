@@ -12,7 +12,7 @@ from torchbandits.envs.contextual import BumpEnv, ChessboardEnv, StepDiagonalEnv
 from torchbandits.experiments import simulate
 from torchbandits.kernels import make_kernel
 from torchbandits.models.nystrom import NystromKernelRidge
-from torchbandits.policies import KernelUCB, RandomPolicy
+from torchbandits.policies import EKUCB, KernelUCB, RandomPolicy
 from torchbandits.policies.cbbkb import CBBKB, CBKB
 from torchbandits.policies.supkernel import SupKernelUCB
 
@@ -136,13 +136,56 @@ def test_baselines_beat_random(cls, lam: float) -> None:
     horizon = 400 if cls is BumpEnv else 300
     rnd = simulate(RandomPolicy(), cls(), horizon, seed=0).final_regret
     kernel = make_kernel("rbf", 0.1)
-    pols = {"cbbkb": CBBKB(kernel, lam=lam, beta=0.1, batch_threshold=3.0)}
-    if cls is not BumpEnv:  # CBKB is O(n³) per round on Bump (dictionary ≈ history)
-        pols["cbkb"] = CBKB(kernel, lam=lam, beta=0.1)
+    pols = {"cbbkb": CBBKB(kernel, lam=lam, beta=0.1, batch_threshold=3.0),
+            "cbkb": CBKB(kernel, lam=lam, beta=0.1)}
+    if cls is not BumpEnv:  # on Bump SupKernelUCB is uniform exploration: see the next test
         pols["supkernel"] = SupKernelUCB(kernel, lam=lam, eta=0.1, horizon=horizon)
     for name, pol in pols.items():
         reg = simulate(pol, cls(), horizon, seed=0).final_regret
         assert reg < 0.75 * rnd, (name, reg, rnd)
+
+
+@pytest.mark.parametrize(("lam", "eta"), [(1.0, 0.1), (1.0, 1.0), (10.0, 1.0)])
+def test_supkernel_on_bump_explores_uniformly(lam: float, eta: float) -> None:
+    """Why textbook SupKernelUCB cannot beat Random on Bump (README, issue 3): states are nearly
+    orthogonal under the σ_k = 0.1 kernel in 6-D, so some candidate's width η σ̂ stays above the
+    first level threshold 2^{-s} < η/√λ, and every round is case (c): a uniform draw among the wide
+    candidates (all of them). It then plays exactly RandomPolicy's actions (same generator draws)."""
+    horizon = 200
+    rnd = simulate(RandomPolicy(), BumpEnv(), horizon, seed=0)
+    pol = SupKernelUCB(make_kernel("rbf", 0.1), lam=lam, eta=eta, horizon=horizon)
+    res = simulate(pol, BumpEnv(), horizon, seed=0)
+    d = pol.diagnostics()
+    assert d["exploit_rounds"] == 0.0 and d["stored"] == horizon
+    assert max(v for k, v in d.items() if k.startswith("psi_")) >= horizon - 1  # one level
+    assert res.final_regret == pytest.approx(rnd.final_regret, abs=1e-9)
+
+
+def test_reference_warmup_index() -> None:
+    """``warmup_index`` plays a fixed candidate in the warm-up round (the reference code's index 2
+    on Bump for every seed), is validated, and survives ``state_dict``."""
+    env = BumpEnv()
+    env.reset(1)
+    pol = KernelUCB(make_kernel("rbf", 0.1), lam=10.0, beta=0.1)
+    with pytest.raises(ValueError, match="warmup_index"):
+        pol.warmup_index = -1
+    pol.warmup_index = 2
+    cand = env.candidates()
+    assert pol.select(cand) == 2
+    other = KernelUCB(make_kernel("rbf", 0.1), lam=10.0, beta=0.1)
+    other.load_state_dict(pol.state_dict())
+    assert other.warmup_index == 2
+    pol.warmup_index = 99
+    with pytest.raises(ValueError, match="out of range"):
+        pol.select(cand)
+    # the warm-up action decides where the β = 0.1 greedy locks on Bump: 0.82 (index 2) is 0.01
+    # from the best, index 0 (0.08) is 0.73 away
+    regrets = {}
+    for idx in (0, 2):
+        p = EKUCB(make_kernel("rbf", 0.1), lam=10.0, beta=0.1, kors_gamma=0.2)
+        p.warmup_index = idx
+        regrets[idx] = simulate(p, BumpEnv(), 300, seed=1).final_regret
+    assert regrets[2] < 0.5 * regrets[0], regrets
 
 
 @pytest.mark.parametrize(("cls", "policy_cls", "horizon"),

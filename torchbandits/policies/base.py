@@ -40,6 +40,29 @@ class Policy(ResizableModule):
         self.register_buffer("_probe", torch.zeros((), dtype=dtype, device=device))
         self.t = 0  # number of updates so far; the next select is round t + 1
         self.dim: int | None = None
+        self._warmup_index: int | None = None
+
+    @property
+    def warmup_index(self) -> int | None:
+        """Candidate index played in the warm-up rounds (``None``: uniform at random, the default).
+        Seed 000's reference code plays ``RandomState(123).choice(10) = 2`` first for every seed
+        (on Bump that is action 0.82, 0.01 from the best; see the README)."""
+        return self._warmup_index
+
+    @warmup_index.setter
+    def warmup_index(self, index: int | None) -> None:
+        if index is not None and (isinstance(index, bool) or not isinstance(index, int) or index < 0):
+            raise ValueError(f"warmup_index must be None or an int >= 0, got {index!r}")
+        self._warmup_index = index
+
+    def warmup_choice(self, cand: Tensor) -> int:
+        """The warm-up round's choice among ``cand`` (``warmup_index`` or uniform)."""
+        if self._warmup_index is not None:
+            if self._warmup_index >= cand.shape[0]:
+                raise ValueError(f"warmup_index {self._warmup_index} is out of range for "
+                                 f"{cand.shape[0]} candidates")
+            return self._warmup_index
+        return int(torch.randint(cand.shape[0], (1,), generator=self.generator))
 
     # ---------------------------------------------------------------- dtype / device / state
     @property
@@ -52,13 +75,14 @@ class Policy(ResizableModule):
 
     def get_extra_state(self) -> dict[str, Any]:
         return {"t": self.t, "dim": self.dim, "rng": self.generator.get_state(),
-                "seed": self.seed, **self._extra_state()}
+                "seed": self.seed, "warmup_index": self._warmup_index, **self._extra_state()}
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
         self.t = int(state["t"])
         self.dim = state["dim"]
         self.seed = int(state["seed"])
         self.generator.set_state(state["rng"])
+        self._warmup_index = state.get("warmup_index")
         self._set_extra_state(state)
 
     def _extra_state(self) -> dict[str, Any]:
@@ -87,7 +111,7 @@ class Policy(ResizableModule):
         uniform during the warm-up rounds)."""
         cand = self.check_candidates(candidates)
         if self.t < self.n_warmup:
-            return int(torch.randint(cand.shape[0], (1,), generator=self.generator))
+            return self.warmup_choice(cand)
         with torch.no_grad():
             scores = self(cand)
         return int(torch.argmax(scores))

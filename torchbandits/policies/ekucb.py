@@ -85,7 +85,7 @@ class NystromUCB(IndexPolicy):
         """Argmax of the UCB (first index on ties; uniform during the warm-up rounds)."""
         cand = self.check_candidates(candidates)
         if self.t < self.n_warmup:
-            return int(torch.randint(cand.shape[0], (1,), generator=self.generator))
+            return self.warmup_choice(cand)
         with torch.no_grad():
             return int(torch.argmax(self._ucb(cand)))
 

@@ -119,7 +119,7 @@ class SupKernelUCB(Policy):
     def select(self, candidates: Any) -> int:
         cand = self.check_candidates(candidates)
         if self.t < self.n_warmup:
-            i = int(torch.randint(cand.shape[0], (1,), generator=self.generator))
+            i = self.warmup_choice(cand)
             self._pending = (cand[i].clone(), 0)  # the warm-start round seeds level 1
             return i
         with torch.no_grad():

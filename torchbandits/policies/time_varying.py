@@ -90,7 +90,7 @@ class TimeVaryingUCB(IndexPolicy):
     def select(self, candidates: Any) -> int:
         cand = self.check_candidates(candidates)
         if self.t < self.n_warmup:
-            return int(torch.randint(cand.shape[0], (1,), generator=self.generator))
+            return self.warmup_choice(cand)
         with torch.no_grad():
             scores = self(cand)
         best = int(torch.argmax(scores))
