@@ -139,7 +139,7 @@ class NystromKernelRidge(ResizableModule):
         self.refused = 0  # anchors refused by the min_residual guard
         self.last_residual = float("nan")
         self._version = 0
-        self._cache: tuple[int, Tensor] | None = None
+        self._cache: tuple[int, Tensor, Tensor, Tensor | None] | None = None
         self._last_scored: tuple[int, Tensor, Tensor, Tensor] | None = None
         self._view_cache: tuple[Tensor, Tensor, Tensor, Tensor] | None = None
         self._setup_fast_kernel()
@@ -549,24 +549,34 @@ class NystromKernelRidge(ResizableModule):
         self._touch()
 
     # ------------------------------------------------------------------ queries
-    def _round_cache(self) -> Tensor:
-        """Per-state scoring matrix ``W`` so that one product ``W k_Z`` gives mean and variance.
-
-        whitened (``P = L⁻¹``, ``Q = A⁻¹``, ``w = Q Eᵀs``): ``W = [P; (λQ − I)P; wᵀP]``, so with
-        ``f = P k_Z`` and ``h = (λQ − I) f``: ``μ̃ = wᵀf``, ``λσ̃² = k + fᵀh = k − ‖f‖² + λ fᵀQf``.
-        plain (``P = K_ZZ⁻¹``, ``Q = Λ``): ``W = [λQ − P; (QΓ)ᵀ]``, ``λσ̃² = k + k_Zᵀ(λΛ − K_ZZ⁻¹)k_Z``.
-        """
+    def _round_cache(self) -> tuple[Tensor, Tensor]:
+        """Per-state mean weights ``w`` (``μ̃ = wᵀf``) and variance matrix (whitened: ``A⁻¹``;
+        plain: ``λΛ − K_ZZ⁻¹``)."""
         cache = self._cache
         if cache is None or cache[0] != self._version:
-            lam = self.lam
             _, pv, q, gv = self._views()
-            w = q @ gv
+            mat = self.lam * q - pv if self.parametrisation == "plain" else q
+            cache = self.__dict__["_cache"] = (self._version, q @ gv, mat, None)
+        return cache[1], cache[2]
+
+    def _scoring_matrix(self) -> Tensor:
+        """``W`` such that one product ``W k_Z`` gives mean and variance (built once per state,
+        ``O(m³)``, so it pays when many candidates are scored per state, e.g. BKB's fixed arms).
+
+        whitened (``P = L⁻¹``, ``Q = A⁻¹``): ``W = [P; (λQ − I)P; wᵀP]``, so with ``f = P k_Z``
+        and ``h = (λQ − I) f``: ``μ̃ = wᵀf``, ``λσ̃² = k + fᵀh = k − ‖f‖² + λ fᵀQf``.
+        plain (``P = K_ZZ⁻¹``): ``W = [λΛ − P; wᵀ]``, ``λσ̃² = k + k_Zᵀ(λΛ − K_ZZ⁻¹)k_Z``."""
+        w, mat = self._round_cache()
+        cache = self._cache
+        assert cache is not None
+        if cache[3] is None:
+            _, pv, q, _ = self._views()
             if self.parametrisation == "plain":
-                mat = torch.cat([lam * q - pv, w[None]])
+                big = torch.cat([mat, w[None]])
             else:
-                mat = torch.cat([pv, torch.addmm(pv, q, pv, beta=-1.0, alpha=lam), (w @ pv)[None]])
-            cache = self.__dict__["_cache"] = (self._version, mat)
-        return cache[1]
+                big = torch.cat([pv, torch.addmm(pv, q, pv, beta=-1.0, alpha=self.lam), (w @ pv)[None]])
+            cache = self.__dict__["_cache"] = (cache[0], w, mat, big)
+        return cache[3]
 
     @torch.no_grad()
     def mean_var(self, candidates: Tensor, reg: float | None = None) -> tuple[Tensor, Tensor]:
@@ -581,25 +591,38 @@ class NystromKernelRidge(ResizableModule):
 
     def _mean_var(self, cand: Tensor, kz: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """:meth:`mean_var` without validation (hot path): one kernel call (skipped when ``kz`` =
-        ``k_Z(cand)`` ``[m, A]`` is given) and one ``[2m+1, m] × [m, A]`` (whitened) or
-        ``[m+1, m] × [m, A]`` (plain) product with :meth:`_round_cache`'s matrix."""
+        ``k_Z(cand)`` ``[m, A]`` is given), then with ``A ≥ m`` candidates the single product
+        :meth:`_scoring_matrix` ``× k_Z``, else (EK-UCB's ten actions, a new state every round)
+        ``f = L⁻¹k_Z`` and ``A⁻¹f`` (whitened) or ``(λΛ − K_ZZ⁻¹)k_Z`` (plain)."""
         m, kc = self._m, self._kconst
         kdiag: Tensor | float = self._kdiag(cand) if kc is None or m == 0 else kc
         if m == 0:
             return cand.new_zeros(cand.shape[0]), kdiag  # type: ignore[return-value]
-        mat = self._round_cache()
         if kz is None:
             kz = self._k(self._views()[0], cand)
-        out = mat @ kz
-        if self.parametrisation == "whitened":
-            f = out[:m]
-            var = torch.linalg.vecdot(f, out[m:2 * m], dim=0)
-            mean = out[2 * m]
+        vecdot = torch.linalg.vecdot
+        whitened = self.parametrisation == "whitened"
+        if cand.shape[0] >= m:
+            out = self._scoring_matrix() @ kz
+            if whitened:
+                f = out[:m]
+                var = vecdot(f, out[m:2 * m], dim=0).add_(kdiag)
+                mean = out[2 * m]
+            else:
+                f = kz
+                var = vecdot(kz, out[:m], dim=0).add_(kdiag)
+                mean = out[m]
         else:
-            f = kz
-            var = torch.linalg.vecdot(kz, out[:m], dim=0)
-            mean = out[m]
-        var.add_(kdiag)
+            w, mat = self._round_cache()
+            if whitened:
+                f = self._views()[1] @ kz
+                mean = w @ f
+                var = (kdiag - vecdot(f, f, dim=0)).clamp_(min=0.0)
+                var.add_(vecdot(f, mat @ f, dim=0), alpha=self.lam)
+            else:
+                f = kz
+                mean = w @ kz
+                var = vecdot(kz, mat @ kz, dim=0).add_(kdiag)
         # remembered so that the update of a just-scored candidate can reuse its column
         self.__dict__["_last_scored"] = (self._version, cand, kz, f)
         if kc is not None:
