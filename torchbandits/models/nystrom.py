@@ -226,7 +226,7 @@ class NystromKernelRidge(ResizableModule):
     def _touch(self) -> None:
         d = self.__dict__  # plain attributes: bypass nn.Module.__setattr__ (hot path)
         d["_version"] = self._version + 1
-        d["_cache"] = d["_last_scored"] = d["_view_cache"] = None
+        d["_cache"] = d["_last_scored"] = d["_view_cache"] = d["_row_cap"] = None
 
     def _views(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """``(Z, P, Q, G)`` = the live ``[:m]`` views of the dictionary and the three matrices,
@@ -286,7 +286,11 @@ class NystromKernelRidge(ResizableModule):
         return as_point(name, x, dtype=self.dtype, device=self.device, dim=self.dim)
 
     def _ensure_rows(self, n: int, d: int) -> None:
+        cap = self.__dict__.get("_row_cap")  # (rows, d) of the current buffers: no Module lookups
+        if cap is not None and n <= cap[0] and d == cap[1]:
+            return
         if n <= self._x.shape[0] and self._x.shape[1] == d and n <= self._f.shape[0]:
+            self.__dict__["_row_cap"] = (min(self._x.shape[0], self._f.shape[0], self._c.shape[0]), d)
             return
         if self._x.shape[0] == 0 or self._x.shape[1] != d:
             self._x = self._c.new_zeros(16, d)
@@ -296,6 +300,7 @@ class NystromKernelRidge(ResizableModule):
         self._c[old:] = 1.0
         self._s = grow_rows(self._s, n)
         self._f = grow_rows(self._f, n)
+        self.__dict__["_row_cap"] = None
 
     def _ensure_anchors(self, m: int, d: int) -> None:
         if m <= self._z.shape[0] and self._z.shape[1] == d and m <= self._p.shape[0] \
@@ -374,7 +379,7 @@ class NystromKernelRidge(ResizableModule):
                 self._data_var_buffer(n + 1)[n] = kxx
         self._ensure_rows(n + 1, x.shape[0])
         self._x[n] = x  # (_c[n] is already 1)
-        self._s.narrow(0, n, 1).fill_(yv)
+        self._s[n] = yv
         if m:
             self._f[n, :m] = f
         # plain Python counters: bypass nn.Module.__setattr__ (measurable in the hot path)
