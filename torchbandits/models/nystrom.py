@@ -549,9 +549,19 @@ class NystromKernelRidge(ResizableModule):
             if self.parametrisation == "plain":
                 logdet_a = logdet_a - 2.0 * torch.log(torch.diagonal(chol)).sum()
             dct["_logdet_a"] = float(logdet_a)
+            hv = None
+            if self.track_data_variances and self.parametrisation == "whitened":
+                # λσ̃²(x_j) = k − ‖e_j‖² + λ e_jᵀA⁻¹e_j from the embeddings at hand (one n×m×m product)
+                qa = self._q[:m, :m]
+                hv = torch.linalg.vecdot(feat, torch.addmm(feat, feat, qa, beta=-1.0, alpha=lam))
+                hv = hv.add_(self._kdiag(x) if self._kconst is None else self._kconst)
         else:
             dct["_logdet_a"] = 0.0
+            hv = self._kdiag(x) if self.track_data_variances else None
         self._touch()
+        if hv is not None:
+            self._data_var_buffer(n)[:n] = hv
+            dct["_hv_version"] = self._version
 
     # ------------------------------------------------------------------ queries
     def _round_cache(self) -> tuple[Tensor, Tensor]:
