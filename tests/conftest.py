@@ -38,3 +38,26 @@ def run_notebook(monkeypatch):
                        for o in c.get("outputs", []))
 
     return run
+
+
+@pytest.fixture
+def lockstep():
+    """``run(policy_a, policy_b, env_a, env_b, steps, check=None) -> worst score difference``:
+    two policies on twin environments (same seed), asserting the same candidates and the same
+    action every round; ``check()`` runs after each pair of updates."""
+
+    def run(pol_a, pol_b, env_a, env_b, steps: int, check=None) -> float:
+        worst = 0.0
+        for _ in range(steps):
+            cand = env_a.candidates()
+            assert torch.equal(cand, env_b.candidates())
+            worst = max(worst, float((pol_a(cand) - pol_b(cand)).abs().max()))
+            i, j = pol_a.select(cand), pol_b.select(cand)
+            assert i == j
+            pol_a.update(cand[i], env_a.pull(i))
+            pol_b.update(cand[j], env_b.pull(j))
+            if check is not None:
+                check()
+        return worst
+
+    return run

@@ -97,7 +97,7 @@ def test_count_caching_matches_per_pull_formula() -> None:
     assert torch.allclose(scores, ref, atol=1e-8, rtol=0)
 
 
-def test_kernel_row_cache_matches_evaluated_kernels() -> None:
+def test_kernel_row_cache_matches_evaluated_kernels(lockstep) -> None:
     """On a fixed arm set the dictionary's kernel rows are gathered from the cache of pulled arms'
     rows (spec §2.7 item 8); with the cache disabled every block is evaluated: same scores (1e-10),
     same actions, same dictionaries over a seeded run."""
@@ -106,17 +106,11 @@ def test_kernel_row_cache_matches_evaluated_kernels() -> None:
     env_b.reset(3)
     cached, plain = _bkb(env_a, seed=3), _bkb(env_b, seed=3)
     plain.KERNEL_CACHE_ENTRIES = 0
-    cand = env_a.candidates()
-    worst = 0.0
-    for _ in range(120):
-        sa, sb = cached(cand), plain(cand)
-        worst = max(worst, float((sa - sb).abs().max()))
-        i, j = cached.select(cand), plain.select(cand)
-        assert i == j
-        cached.update(cand[i], env_a.pull(i))
-        plain.update(cand[j], env_b.pull(j))
+
+    def same_dictionary() -> None:
         assert torch.equal(cached.dictionary_mask, plain.dictionary_mask)
-    assert worst < 1e-10
+
+    assert lockstep(cached, plain, env_a, env_b, 120, same_dictionary) < 1e-10
     assert cached._kpa is not None and cached._kpa_n == cached.n_distinct
     assert plain._kpa is None
 

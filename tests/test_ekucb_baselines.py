@@ -190,7 +190,7 @@ def test_reference_warmup_index() -> None:
 
 @pytest.mark.parametrize(("cls", "policy_cls", "horizon"),
                          [(BumpEnv, CBKB, 120), (ChessboardEnv, CBKB, 150), (BumpEnv, CBBKB, 150)])
-def test_incremental_resampling_equals_rebuilds(cls, policy_cls, horizon: int) -> None:
+def test_incremental_resampling_equals_rebuilds(cls, policy_cls, horizon: int, lockstep) -> None:
     """Growing the dictionary in place (tracked data variances, bordered anchors) = rebuilding
     after every resampling: the same draws, actions, dictionaries and scores."""
     kernel = make_kernel("rbf", 0.1)
@@ -202,17 +202,7 @@ def test_incremental_resampling_equals_rebuilds(cls, policy_cls, horizon: int) -
     env_r.reset(0)
     fast.reset(seed=0)
     ref.reset(seed=0)
-    worst = 0.0
-    for _ in range(horizon):
-        cand = env_f.candidates()
-        assert torch.equal(cand, env_r.candidates())
-        sf, sr = fast(cand), ref(cand)
-        worst = max(worst, float((sf - sr).abs().max()))
-        i, j = fast.select(cand), ref.select(cand)
-        assert i == j
-        fast.update(cand[i], env_f.pull(i))
-        ref.update(cand[j], env_r.pull(j))
-    assert worst < 1e-8
+    assert lockstep(fast, ref, env_f, env_r, horizon) < 1e-8
     assert fast.model.m == ref.model.m
     assert torch.equal(torch.unique(fast.model.dictionary, dim=0), torch.unique(ref.model.dictionary, dim=0))
     # the tracked variances at every stored state equal a from-scratch pass
