@@ -17,7 +17,7 @@ from torch import Tensor
 from ..buffers import ResizableModule
 from ..validation import as_matrix, as_point, as_scalar_reward
 
-__all__ = ["IndexPolicy", "Policy"]
+__all__ = ["IndexPolicy", "Policy", "RuleUCB"]
 
 
 class Policy(ResizableModule):
@@ -148,3 +148,38 @@ class Policy(ResizableModule):
 
 class IndexPolicy(Policy):
     """A policy that plays the argmax of an index (UCB) computed by :meth:`forward`."""
+
+
+class RuleUCB(IndexPolicy):
+    """An index policy on a posterior ``model`` with a confidence ``rule``: the UCB is
+    ``rule.bounds(model, candidates, t + 1)[0]``; an update appends to the model. Subclasses set
+    ``self.model`` and ``self.rule`` (KernelUCB, the time-varying UCBs, the Nyström UCBs)."""
+
+    model: Any
+    rule: Any
+
+    @property
+    def lam(self) -> float:
+        return float(self.model.lam)
+
+    def forward(self, candidates: Tensor) -> Tensor:
+        """UCB of every candidate ``[A]`` for the next round ``t + 1``."""
+        cand = self.check_candidates(candidates)
+        return self.rule.bounds(self.model, cand, self.t + 1)[0]
+
+    def bounds(self, candidates: Tensor) -> tuple[Tensor, Tensor]:
+        """``(UCB, LCB)`` of every candidate."""
+        cand = self.check_candidates(candidates)
+        return self.rule.bounds(self.model, cand, self.t + 1)
+
+    def _update(self, x: Tensor, reward: float) -> None:
+        self.model.append(x, reward)
+
+    def _reset(self) -> None:
+        self.model.reset()
+
+    def diagnostics(self) -> dict[str, float]:
+        return {"n": float(self.model.n), **self.rule.diagnostics()}
+
+    def extra_repr(self) -> str:
+        return f"lam={self.lam}, rule={self.rule!r}"

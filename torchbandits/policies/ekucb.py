@@ -26,12 +26,12 @@ from ..confidence import ConfidenceRule, ConstantBeta, Variance, as_rule
 from ..models.kors import KORS, KorsScore
 from ..models.nystrom import NystromKernelRidge, Parametrisation
 from ..validation import as_point, as_scalar_reward, check_positive
-from .base import IndexPolicy
+from .base import RuleUCB
 
 __all__ = ["EKUCB", "NystromUCB"]
 
 
-class NystromUCB(IndexPolicy):
+class NystromUCB(RuleUCB):
     """Shared part of the Nyström UCB policies (EK-UCB, CBKB, CBBKB): a
     :class:`NystromKernelRidge` model and a confidence rule (float ``beta`` → constant radius on
     the ``variance`` sd, ridge by default)."""
@@ -61,10 +61,6 @@ class NystromUCB(IndexPolicy):
                                         parametrisation=parametrisation, dtype=dtype, device=device)
 
     @property
-    def lam(self) -> float:
-        return self.model.lam
-
-    @property
     def kernel(self) -> Kernel:
         return self.model.kernel
 
@@ -88,11 +84,6 @@ class NystromUCB(IndexPolicy):
             return self.warmup_choice(cand)
         with torch.no_grad():
             return int(torch.argmax(self._ucb(cand)))
-
-    def bounds(self, candidates: Tensor) -> tuple[Tensor, Tensor]:
-        """``(UCB, LCB)`` of every candidate."""
-        cand = self.check_candidates(candidates)
-        return self.rule.bounds(self.model, cand, self.t + 1)
 
     def update(self, x: Any, reward: Any) -> None:
         """As :meth:`Policy.update` (validate, then update), with the counters written without

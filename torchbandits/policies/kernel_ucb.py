@@ -19,17 +19,16 @@ from typing import Any
 
 import torch
 from gpytorch.kernels import Kernel
-from torch import Tensor
 
 from ..confidence import ConfidenceRule, IGPBeta, Variance, as_rule
 from ..models import ExactKernelRidge
 from ..validation import check_positive
-from .base import IndexPolicy
+from .base import RuleUCB
 
 __all__ = ["GPUCB", "KernelUCB"]
 
 
-class KernelUCB(IndexPolicy):
+class KernelUCB(RuleUCB):
     """Kernel UCB with the exact posterior (K-UCB of seed 000, Alg. 3; Algorithm 1 of seed 002).
 
     Args:
@@ -64,32 +63,6 @@ class KernelUCB(IndexPolicy):
             kernel, lam, self.rule.required_regularisers(lam), dtype=dtype, device=device,
             refresh_every=refresh_every,
         )
-
-    @property
-    def lam(self) -> float:
-        return self.model.lam
-
-    def forward(self, candidates: Tensor) -> Tensor:
-        """UCB of every candidate ``[A]``."""
-        cand = self.check_candidates(candidates)
-        return self.rule.bounds(self.model, cand, self.t + 1)[0]
-
-    def bounds(self, candidates: Tensor) -> tuple[Tensor, Tensor]:
-        """``(UCB, LCB)`` of every candidate."""
-        cand = self.check_candidates(candidates)
-        return self.rule.bounds(self.model, cand, self.t + 1)
-
-    def _update(self, x: Tensor, reward: float) -> None:
-        self.model.append(x, reward)
-
-    def _reset(self) -> None:
-        self.model.reset()
-
-    def diagnostics(self) -> dict[str, float]:
-        return {"n": float(self.model.n), **self.rule.diagnostics()}
-
-    def extra_repr(self) -> str:
-        return f"lam={self.lam}, rule={self.rule!r}"
 
 
 class GPUCB(KernelUCB):

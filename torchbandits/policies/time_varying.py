@@ -41,7 +41,7 @@ from ..models import ExactKernelRidge
 from ..models.weighted import DiscountedKernelRidge, TimeDecayKernelRidge
 from ..models.window import SlidingWindowKernelRidge
 from ..validation import check_positive
-from .base import IndexPolicy
+from .base import RuleUCB
 
 __all__ = ["RGPUCB", "SWGPUCB", "TVGPUCB", "WGPUCB", "TimeVaryingUCB"]
 
@@ -60,7 +60,7 @@ def _rule(beta: float | ConfidenceRule | None, default: Any) -> ConfidenceRule:
     return default() if beta is None else as_rule(beta, "gp")
 
 
-class TimeVaryingUCB(IndexPolicy):
+class TimeVaryingUCB(RuleUCB):
     """UCB on a posterior model with a confidence rule and a tie-break rule (shared base)."""
 
     def __init__(self, model: nn.Module, rule: ConfidenceRule, *, tie_break: str = "random",
@@ -72,20 +72,6 @@ class TimeVaryingUCB(IndexPolicy):
         self.tie_break = tie_break
         self.rule = rule
         self.model = model
-
-    @property
-    def lam(self) -> float:
-        return self.model.lam
-
-    def forward(self, candidates: torch.Tensor) -> torch.Tensor:
-        """UCB of every candidate ``[A]`` for the next round ``t + 1``."""
-        cand = self.check_candidates(candidates)
-        return self.rule.bounds(self.model, cand, self.t + 1)[0]
-
-    def bounds(self, candidates: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(UCB, LCB)`` of every candidate."""
-        cand = self.check_candidates(candidates)
-        return self.rule.bounds(self.model, cand, self.t + 1)
 
     def select(self, candidates: Any) -> int:
         cand = self.check_candidates(candidates)
@@ -102,17 +88,8 @@ class TimeVaryingUCB(IndexPolicy):
             return best
         return int(ties[int(torch.randint(ties.numel(), (1,), generator=self.generator))])
 
-    def _update(self, x: torch.Tensor, reward: float) -> None:
-        self.model.append(x, reward)
-
-    def _reset(self) -> None:
-        self.model.reset()
-
-    def diagnostics(self) -> dict[str, float]:
-        return {"n": float(self.model.n), **self.rule.diagnostics()}
-
     def extra_repr(self) -> str:
-        return f"lam={self.lam}, rule={self.rule!r}, tie_break={self.tie_break!r}"
+        return f"{super().extra_repr()}, tie_break={self.tie_break!r}"
 
 
 class RGPUCB(TimeVaryingUCB):
