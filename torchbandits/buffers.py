@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-__all__ = ["ResizableModule", "grow_rows"]
+__all__ = ["ResizableModule", "StoredData", "grow_rows"]
 
 
 def grow_rows(buf: Tensor, needed: int, *, dims: tuple[int, ...] = (0,)) -> Tensor:
@@ -44,3 +44,39 @@ class ResizableModule(nn.Module):
                     state_dict[key].shape, dtype=buf.dtype, device=buf.device
                 )
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+
+class StoredData(ResizableModule):
+    """A resizable module that stores observations in capacity buffers ``_x`` ``[cap, d]`` and
+    ``_y`` ``[cap]`` with ``_n`` of them in use; the shared read-only views and properties of the
+    exact and the weighted kernel ridge models."""
+
+    _n: int
+
+    @property
+    def n(self) -> int:
+        """Number of stored observations."""
+        return self._n
+
+    @property
+    def dim(self) -> int | None:
+        """Feature dimension (``None`` before the first observation)."""
+        return self._x.shape[1] if self._x.shape[0] > 0 else None
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self._y.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self._y.device
+
+    @property
+    def x(self) -> Tensor:
+        """Stored inputs ``[n, d]`` (a view)."""
+        return self._x[: self._n]
+
+    @property
+    def y(self) -> Tensor:
+        """Stored targets ``[n]`` (a view)."""
+        return self._y[: self._n]

@@ -32,7 +32,7 @@ import torch
 from gpytorch.kernels import Kernel
 from torch import Tensor
 
-from ..buffers import ResizableModule, grow_rows
+from ..buffers import StoredData, grow_rows
 from ..kernels import kernel_diag, kernel_matrix
 from ..linalg import GrowingCholesky, logdet_from_cholesky, safe_cholesky
 from ..validation import as_matrix, as_point, as_scalar_reward, check_positive
@@ -52,7 +52,7 @@ class _CandidateCache:
     version: int
 
 
-class ExactKernelRidge(ResizableModule):
+class ExactKernelRidge(StoredData):
     """Exact posterior of kernel ridge regression at one or more regularisers.
 
     Args:
@@ -96,36 +96,8 @@ class ExactKernelRidge(ResizableModule):
 
     # ------------------------------------------------------------------ properties / state
     @property
-    def n(self) -> int:
-        """Number of stored observations."""
-        return self._n
-
-    @property
-    def dim(self) -> int | None:
-        """Feature dimension (``None`` before the first observation)."""
-        return self._x.shape[1] if self._x.shape[0] > 0 else None
-
-    @property
     def lam(self) -> float:
         return self.regularisers[0]
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self._y.dtype
-
-    @property
-    def device(self) -> torch.device:
-        return self._y.device
-
-    @property
-    def x(self) -> Tensor:
-        """Stored inputs ``[n, d]`` (a view)."""
-        return self._x[: self._n]
-
-    @property
-    def y(self) -> Tensor:
-        """Stored targets ``[n]`` (a view)."""
-        return self._y[: self._n]
 
     def get_extra_state(self) -> dict:
         return {"n": self._n, "regularisers": self.regularisers,

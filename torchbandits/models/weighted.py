@@ -40,7 +40,7 @@ import torch
 from gpytorch.kernels import Kernel
 from torch import Tensor
 
-from ..buffers import ResizableModule, grow_rows
+from ..buffers import StoredData, grow_rows
 from ..kernels import kernel_diag, kernel_matrix
 from ..linalg import GrowingCholesky, logdet_from_cholesky
 from ..validation import as_matrix, as_point, as_scalar_reward, check_positive
@@ -48,7 +48,7 @@ from ..validation import as_matrix, as_point, as_scalar_reward, check_positive
 __all__ = ["DiscountedKernelRidge", "TimeDecayKernelRidge"]
 
 
-class _HistoryModule(ResizableModule):
+class _HistoryModule(StoredData):
     """Inputs/targets in capacity-doubling buffers, with removal of the oldest points."""
 
     def __init__(self, kernel: Kernel, lam: float, dtype: torch.dtype,
@@ -64,36 +64,12 @@ class _HistoryModule(ResizableModule):
         self._version = 0
 
     @property
-    def n(self) -> int:
-        return self._n
-
-    @property
     def lam(self) -> float:
         return self.lam_
 
     @property
     def seen(self) -> int:
         return self._seen
-
-    @property
-    def dim(self) -> int | None:
-        return self._x.shape[1] if self._x.shape[0] > 0 else None
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self._y.dtype
-
-    @property
-    def device(self) -> torch.device:
-        return self._y.device
-
-    @property
-    def x(self) -> Tensor:
-        return self._x[: self._n]
-
-    @property
-    def y(self) -> Tensor:
-        return self._y[: self._n]
 
     def _apply(self, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
         self._version += 1
