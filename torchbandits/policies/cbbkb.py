@@ -151,10 +151,9 @@ class CBBKB(NystromUCB):
             return False
         if not self.include_current:
             model._append(x, reward)
-        added = torch.nonzero(new[: old.shape[0]] & ~old)[:, 0].tolist()
-        added += list(range(old.shape[0], n_old))  # rows stored since (include_current)
-        added = [r for r in added if bool(new[r])]
-        for r in added:
+        fresh = new.clone()  # drawn rows that are not anchors yet (rows stored since included)
+        fresh[: old.shape[0]] &= ~old
+        for r in torch.nonzero(fresh)[:, 0].tolist():
             if not model.add_to_dictionary(model.x[r]):
                 self._anchor_rows = None  # refused: rebuild below from the stored data
                 return self._rebuild_now(new)
