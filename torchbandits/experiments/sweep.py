@@ -192,7 +192,7 @@ def _run_on_ray(trials: list[TrialSpec], out: Path, phase: str, *, spec: SweepSp
         def __init__(self) -> None:
             self.done = 0
 
-        def on_trial_result(self, iteration, trials, trial, result, **info):  # noqa: ARG002
+        def on_trial_result(self, iteration, trials, trial, result, **info):
             self.done += 1
             if verbose:
                 tid = trial.config["trial"]["trial_id"]

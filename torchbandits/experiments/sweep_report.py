@@ -41,7 +41,7 @@ def trial_metrics(results: Sequence[RunResult]) -> dict[str, float]:
     T = min(len(c) for c in cum)
 
     def at(frac: float) -> float:
-        i = max(int(math.ceil(frac * T)) - 1, 0)
+        i = max(math.ceil(frac * T) - 1, 0)
         return float(np.mean([c[i] for c in cum]))
 
     finals = np.asarray([c[-1] for c in cum], dtype=float)

@@ -291,7 +291,8 @@ def parse_spec(raw: Mapping[str, Any], *, quick: bool = False) -> SweepSpec:
         for k, v in {**kwargs, **(p.get("grid") or {})}.items():
             w = f"{where} ({p['name']!r}).{'grid' if k in (p.get('grid') or {}) else 'kwargs'}.{k}"
             if k not in named and not var:
-                errors.append(f"{w}: unknown parameter {k!r}; {p['name']} accepts {sorted(set(named) - {'env'})}")
+                accepted = sorted(set(named) - {"env"})
+                errors.append(f"{w}: unknown parameter {k!r}; {p['name']} accepts {accepted}")
                 continue
             if k in kwargs and k in (p.get("grid") or {}):
                 errors.append(f"{w}: {k!r} is both fixed (kwargs) and swept (grid)")
@@ -354,8 +355,9 @@ def _parse_tuning(errors: list[str], raw: Any) -> TuningSpec | None:
         errors.append(f"tuning.metric: {t.metric!r} is not one of {list(METRICS)}")
     if t.mode not in ("min", "max"):
         errors.append(f"tuning.mode: expected 'min' or 'max', got {t.mode!r}")
-    if set(t.tune_seeds) & set(t.eval_seeds):
-        errors.append(f"tuning: held-out eval_seeds overlap tune_seeds: {sorted(set(t.tune_seeds) & set(t.eval_seeds))}")
+    overlap = sorted(set(t.tune_seeds) & set(t.eval_seeds))
+    if overlap:
+        errors.append(f"tuning: held-out eval_seeds overlap tune_seeds: {overlap}")
     return t
 
 
@@ -368,8 +370,9 @@ def _dry_build(spec: SweepSpec) -> None:
     for i, e in enumerate(spec.environments):
         try:
             built.append(make_env(e["name"], **e["kwargs"]))
-        except Exception as err:  # noqa: BLE001 - reported with the entry's name
-            errors.append(f"environments[{i}] ({e['name']!r}): building it failed: {type(err).__name__}: {err}")
+        except Exception as err:
+            errors.append(f"environments[{i}] ({e['name']!r}): building it failed: "
+                          f"{type(err).__name__}: {err}")
     if not errors:
         for i, p in enumerate(spec.policies):
             base = {k: (v[0] if isinstance(v, list) else _probe(v)) for k, v in p["grid"].items()}
@@ -378,7 +381,7 @@ def _dry_build(spec: SweepSpec) -> None:
             for params in trials:
                 try:
                     make_policy(p["name"], built[0], **p["kwargs"], **params)
-                except Exception as err:  # noqa: BLE001 - reported with the entry's name
+                except Exception as err:
                     errors.append(f"policies[{i}] ({p['name']!r}) with {params}: building it failed: "
                                   f"{type(err).__name__}: {err}")
                     break
