@@ -19,8 +19,8 @@ pytest.importorskip("yaml")
 from torchbandits import cli  # noqa: E402
 from torchbandits.experiments import make_env, make_policy, simulate  # noqa: E402
 from torchbandits.experiments.results import RunResult  # noqa: E402
-from torchbandits.experiments.sweep import sweep  # noqa: E402
 from torchbandits.experiments.sweep_report import DETERMINISTIC  # noqa: E402
+from torchbandits.experiments.sweeps import sweep  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = {
@@ -129,7 +129,8 @@ def test_quick_yaml_via_cli_and_resume(ray_cluster, tmp_path, capsys):
     assert "0 trial(s) run, 4 already finished" in capsys.readouterr().out
     assert (out / "table.md").read_text() == table  # rebuilt from the same markers
     changed = tmp_path / "changed.yaml"
-    changed.write_text((ROOT / "examples/sweeps/quick.yaml").read_text().replace("horizon: 40", "horizon: 41"))
+    text = (ROOT / "examples/sweeps/quick.yaml").read_text()
+    changed.write_text(text.replace("horizon: 40", "horizon: 41"))
     with pytest.raises(SystemExit, match="differs"):
         cli.main(["sweep", str(changed), "--out", str(out), "--resume"])
 
@@ -147,3 +148,15 @@ def test_tuning_example_quick(ray_cluster, tmp_path):
     assert {r["env"] for r in eval_rows} == {"env1", "env2"}
     assert all(r["seeds"] == 1 for r in res.rows)
     assert (out / "selection.md").is_file() and (out / "regret_eval.png").is_file()
+
+
+def test_bench_sweep_quick(ray_cluster, tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_sweep", ROOT / "benchmarks" / "bench_sweep.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--quick", "--trials", "2", "--horizon", "10", "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "bench.json").read_text())
+    assert [r["workers"] for r in data["runs"]] == [1, 2] and all(r["trials"] == 2 for r in data["runs"])
+    assert data["speedup_2_vs_1"] > 0 and "overhead / trial" in (tmp_path / "bench.md").read_text()

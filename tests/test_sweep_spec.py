@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from torchbandits.experiments.sweep_spec import SpecError, expand_trials, load_spec, parse_spec
+from torchbandits.experiments.sweep_spec import SpecError, load_spec, parse_spec
+from torchbandits.experiments.sweep_trials import expand_trials
 
 GOOD = {
     "name": "t", "horizon": 20, "seeds": [0, 1],
@@ -46,7 +47,7 @@ def test_malformed_spec_names_the_entry(path, value, expected):
 
 
 def test_all_errors_in_one_message_and_nothing_written(tmp_path):
-    from torchbandits.experiments.sweep import sweep
+    from torchbandits.experiments.sweeps import sweep
 
     bad = _with("policies/0/grid", {"lam": []})
     bad["environments"][0]["kwargs"] = {"dimm": 2}

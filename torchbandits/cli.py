@@ -131,8 +131,8 @@ def _cmd_reproduce(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from .experiments.sweep import INSTALL_HINT, sweep
     from .experiments.sweep_spec import SpecError
+    from .experiments.sweeps import INSTALL_HINT, sweep
 
     try:
         import ray  # noqa: F401

@@ -42,7 +42,8 @@ from typing import Any
 
 from .results import RunResult
 from .sweep_report import params_text, plot_vs_param, select_best, trial_metrics, write_tables
-from .sweep_spec import SpecError, SweepSpec, TrialSpec, expand_trials, load_spec, make_trial, parse_spec
+from .sweep_spec import SpecError, SweepSpec, load_spec, parse_spec
+from .sweep_trials import TrialSpec, expand_trials, make_trial
 
 __all__ = ["INSTALL_HINT", "SweepOutcome", "run_trial", "sweep"]
 
@@ -81,11 +82,11 @@ def _marker(out: str | Path, trial_id: str) -> Path:
 def _build(trial: TrialSpec) -> tuple[Any, Any]:
     """A fresh environment and policy of the trial (on ``trial.device`` when not the CPU)."""
     from .registry import ENVIRONMENTS, make_env, make_policy, resolve
-    from .sweep_spec import _signature
+    from .sweep_spec import factory_signature
 
     env_kwargs, pol_kwargs = dict(trial.env_kwargs), {**trial.policy_kwargs, **trial.params}
     if trial.device != "cpu":
-        named, var = _signature(resolve(ENVIRONMENTS[trial.env]))
+        named, var = factory_signature(resolve(ENVIRONMENTS[trial.env]))
         if "device" in named or var:
             env_kwargs.setdefault("device", trial.device)
         pol_kwargs.setdefault("device", trial.device)
