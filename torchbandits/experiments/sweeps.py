@@ -145,11 +145,12 @@ def run_trial(trial: TrialSpec | Mapping[str, Any], out: str | Path) -> dict[str
     runs_dir = tdir / "runs"
     if runs_dir.exists():
         shutil.rmtree(runs_dir)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     results = run_seeds(trial, lambda r: _atomic_write(runs_dir / f"seed{r.seed}.json",
                                                        json.dumps(r.to_dict(), allow_nan=True)))
     record = {"trial": trial.to_dict(), "metrics": trial_metrics(results), "started": started,
-              "finished": time.time(), "seconds": time.perf_counter() - t0, "pid": os.getpid(),
+              "finished": time.time(), "seconds": time.perf_counter() - t0,
+              "cpu_seconds": time.process_time() - c0, "pid": os.getpid(),
               "host": socket.gethostname(), "batched": bool(results[0].config.get("batched", False))}
     _atomic_write(marker, json.dumps(record, indent=1))
     return record
