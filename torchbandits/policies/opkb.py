@@ -33,6 +33,7 @@ from torch import Tensor
 from ..buffers import grow_rows
 from ..design import information_gain_at, ips_matrix, optimal_design, solve_op
 from ..models.features import kernel_features
+from ..validation import match_rows, same_rows
 from .base import Policy
 from .op_presets import OPConstants, op_preset
 from .schedule import Schedule, sample_schedule
@@ -233,7 +234,7 @@ class OPPolicyBase(Policy):
     def _check_arms(self, cand: Tensor) -> None:
         if not self.ready:
             self._setup(cand)
-        elif cand.shape != self.arms.shape or not torch.equal(cand, self.arms):
+        elif not same_rows(self.arms, cand):
             raise ValueError("candidates must be the same fixed arm set on every round "
                              f"({tuple(self.arms.shape)}); call reset() for a new arm set")
 
@@ -267,10 +268,7 @@ class OPPolicyBase(Policy):
             raise ValueError("update() before the first select(): the arm set is unknown")
         if self._pending is not None and torch.equal(self.arms[self._pending], x):
             return self._pending
-        hit = torch.nonzero((self.arms == x).all(dim=1)).flatten()
-        if hit.numel() == 0:
-            raise ValueError("x must be one of the arms (a row of the candidates)")
-        return int(hit[0])
+        return int(match_rows("x", self.arms, x)[0])
 
     def _update(self, x: Tensor, reward: float) -> None:
         arm = self._arm_index(x)     # validates before any state change
