@@ -32,6 +32,7 @@ from gpytorch.kernels import Kernel
 from torch import Tensor, nn
 
 from ..design import information_gain
+from ..kernels import check_kernel
 from ..models.features import kernel_features
 from ..models.finite_arm import FiniteArmRidge
 from ..validation import check_positive, check_probability, match_rows, same_rows
@@ -53,6 +54,7 @@ class MasterGPUCB(Policy):
     def __init__(self, kernel: Kernel, horizon: int, lam: float = 1.0, ucb_scale: float = 1.0, *,
                  delta: float = 0.01, c_master: float = 1.0, seed: int = 0,
                  dtype: torch.dtype = torch.float64, device: torch.device | str | None = None) -> None:
+        check_kernel(kernel)
         super().__init__(seed=seed, n_warmup=0, dtype=dtype, device=device)
         if int(horizon) < 2:
             raise ValueError(f"horizon must be >= 2, got {horizon}")

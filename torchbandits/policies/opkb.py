@@ -32,6 +32,7 @@ from torch import Tensor
 
 from ..buffers import grow_rows
 from ..design import information_gain_at, ips_matrix, optimal_design, solve_op
+from ..kernels import check_kernel
 from ..models.features import kernel_features
 from ..validation import match_rows, same_rows
 from .base import Policy
@@ -341,6 +342,7 @@ class ADAOPKB(OPPolicyBase):
     adaptive = True
 
     def __init__(self, kernel: Kernel, horizon: int, *, jitter: float = 1e-10, **kwargs: Any) -> None:
+        check_kernel(kernel)
         super().__init__(horizon, **kwargs)
         self.kernel = kernel.to(dtype=self.dtype, device=self.device)
         self.jitter = float(jitter)
