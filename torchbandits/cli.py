@@ -64,6 +64,16 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bad_set(name: str, scope: str, given: dict[str, Any], err: Exception) -> int:
+    """Print one line naming the offending ``--set`` key(s) and the reason; return 2."""
+    text = str(err).splitlines()[0] if str(err) else type(err).__name__
+    named = [k for k in given if k in text]
+    keys = named or list(given)
+    where = ", ".join(f"{scope}.{k}={json.dumps(given[k])}" for k in keys) or f"{name} defaults"
+    print(f"torchbandits run: error: --set {where}: {text}", file=sys.stderr)
+    return 2
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     import torch
 
@@ -100,6 +110,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     envs = {e: env_factory(e) for e in env_names}
     policies = {p: policy_factory(p) for p in pol_names}
+    # build every environment and policy once before the grid: a bad --set value fails here
+    # with one line naming the key (exit status 2, as argparse's usage errors), not a traceback
+    for e in env_names:
+        try:
+            env = envs[e]()
+        except (TypeError, ValueError) as err:
+            return _bad_set(e, "env", sets.get("env", {}), err)
+        for p in pol_names:
+            try:
+                policies[p](env)
+            except (TypeError, ValueError) as err:
+                return _bad_set(p, p, sets.get(p, {}), err)
     out = Path(args.out)
     config = {"argv": sys.argv[1:], "sets": sets}
     results = run_grid(policies, envs, args.seeds, args.horizon, out=out,
@@ -185,8 +207,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     plot = sub.add_parser("plot", help="re-draw table and plots of a results directory")
     plot.add_argument("directory")
-    rep = sub.add_parser("reproduce", help="reproduce a paper's experiment (see `list`)")
-    rep.add_argument("name")
+    rep = sub.add_parser("reproduce", help="reproduce a paper's experiment (see `list`)",
+                         description="Run a paper reproduction; `torchbandits reproduce NAME "
+                                     "--help` lists that reproduction's own options (--quick, "
+                                     "--seeds, ...).")
+    rep.add_argument("name", help="reproduction name (see `torchbandits list`)")
     _add_sweep_parser(sub)
     return parser
 
@@ -194,9 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    if argv and argv[0] == "reproduce":
-        args, rest = parser.parse_known_args(argv)
-        return _cmd_reproduce(args, rest)
+    if len(argv) >= 2 and argv[0] == "reproduce" and not argv[1].startswith("-"):
+        # everything after NAME (``--help`` included) goes to that reproduction's own parser
+        return _cmd_reproduce(argparse.Namespace(name=argv[1]), argv[2:])
     args = parser.parse_args(argv)
     if args.command == "list":
         return _cmd_list(args)
