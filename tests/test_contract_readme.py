@@ -47,7 +47,7 @@ def test_readme_run_command_produces_the_readme_table(tmp_path, capsys):
         assert token in " ".join(argv) and token in demo
     out = tmp_path / "demo"
     argv = [a if a != "results/demo" else str(out) for a in argv]
-    assert main(argv + ["--no-progress"]) == 0
+    assert main([*argv, "--no-progress"]) == 0
     printed = capsys.readouterr().out
     got = [[c.strip() for c in line.strip().strip("|").split("|")] for line in printed.splitlines()
            if line.startswith("| rkhs")]
