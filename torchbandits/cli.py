@@ -168,7 +168,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                         workers=args.workers, address=args.address, num_cpus=args.num_cpus,
                         cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
                         ray_tmp_dir=args.ray_tmp_dir)
-    except (SpecError, FileExistsError) as err:
+    except (SpecError, FileExistsError, RuntimeError) as err:  # RuntimeError: trials that failed
         raise SystemExit(str(err)) from None
     print(outcome.table)
     print(f"\n{len(outcome.ran)} trial(s) run, {len(outcome.skipped)} already finished; "

@@ -103,7 +103,7 @@ def plot_vs_param(rows: Sequence[dict[str, Any]], out: Path, phase: str) -> list
     parameter, one line per environment. Where other parameters are swept too, each point is the
     best configuration at that value (the profile); the band is ± one population std over seeds of
     that configuration."""
-    import matplotlib.pyplot as plt
+    from .report import figure_grid
 
     paths = []
     rows = [r for r in rows if r["phase"] == phase]
@@ -114,7 +114,7 @@ def plot_vs_param(rows: Sequence[dict[str, Any]], out: Path, phase: str) -> list
                             key=lambda v: (isinstance(v, str), v))
             if len(values) < 2 or not all(isinstance(v, (int, float)) for v in values):
                 continue
-            fig, ax = plt.subplots(figsize=(5.6, 3.9))
+            fig, ax = figure_grid(figsize=(5.6, 3.9))
             for env in dict.fromkeys(r["env"] for r in prs):
                 best = []
                 for v in values:
@@ -138,7 +138,6 @@ def plot_vs_param(rows: Sequence[dict[str, Any]], out: Path, phase: str) -> list
             fig.tight_layout()
             path = out / f"regret_vs_{phase}_{_safe(policy)}_{_safe(name)}.png"
             fig.savefig(path, dpi=110)
-            plt.close(fig)
             paths.append(path)
     return paths
 

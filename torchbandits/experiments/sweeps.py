@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .results import RunResult
+from .results import RunResult, atomic_write_text
 from .sweep_report import params_text, plot_vs_param, select_best, trial_metrics, write_tables
 from .sweep_spec import SpecError, SweepSpec, load_spec, parse_spec
 from .sweep_trials import TrialSpec, expand_trials, make_trial
@@ -62,13 +62,6 @@ class SweepOutcome:
     selection: dict[str, dict[str, Any]] | None = None
     ran: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def trial_dir(out: str | Path, trial_id: str) -> Path:
@@ -145,13 +138,14 @@ def run_trial(trial: TrialSpec | Mapping[str, Any], out: str | Path) -> dict[str
     runs_dir = tdir / "runs"
     if runs_dir.exists():
         shutil.rmtree(runs_dir)
-    t0 = time.perf_counter()
-    results = run_seeds(trial, lambda r: _atomic_write(runs_dir / f"seed{r.seed}.json",
+    t0, c0 = time.perf_counter(), time.process_time()
+    results = run_seeds(trial, lambda r: atomic_write_text(runs_dir / f"seed{r.seed}.json",
                                                        json.dumps(r.to_dict(), allow_nan=True)))
     record = {"trial": trial.to_dict(), "metrics": trial_metrics(results), "started": started,
-              "finished": time.time(), "seconds": time.perf_counter() - t0, "pid": os.getpid(),
+              "finished": time.time(), "seconds": time.perf_counter() - t0,
+              "cpu_seconds": time.process_time() - c0, "pid": os.getpid(),
               "host": socket.gethostname(), "batched": bool(results[0].config.get("batched", False))}
-    _atomic_write(marker, json.dumps(record, indent=1))
+    atomic_write_text(marker, json.dumps(record, indent=1))
     return record
 
 
@@ -293,7 +287,7 @@ def sweep(spec: str | Path | Mapping[str, Any] | SweepSpec, out: str | Path, *, 
             raise SpecError(f"the SPEC differs from the one {out} was started with; resume needs the "
                             "same SPEC (and the same --quick)")
     else:
-        _atomic_write(manifest, json.dumps({"name": parsed.name, "hash": digest, "quick": quick,
+        atomic_write_text(manifest, json.dumps({"name": parsed.name, "hash": digest, "quick": quick,
                                             "spec": identity}, indent=1, default=str))
     ray_kw = {"spec": parsed, "workers": workers, "address": address, "num_cpus": num_cpus,
               "ray_tmp_dir": ray_tmp_dir, "verbose": verbose}
@@ -309,7 +303,7 @@ def sweep(spec: str | Path | Mapping[str, Any] | SweepSpec, out: str | Path, *, 
         evals = [make_trial(parsed, "eval", e, p, outcome.selection[p["label"]]["params"], tuning.eval_seeds)
                  for e in envs for p in parsed.policies]
         outcome.rows = tune_rows + _phase(evals, out, "eval", outcome, **ray_kw)
-        _atomic_write(out / "selection.json", json.dumps(outcome.selection, indent=1, default=str))
+        atomic_write_text(out / "selection.json", json.dumps(outcome.selection, indent=1, default=str))
     _write_outputs(parsed, out, outcome)
     return outcome
 
