@@ -171,6 +171,12 @@ def _gauss_logpdf(resid: Tensor, cov: Tensor) -> Tensor:
     return -0.5 * (a @ a) - torch.log(torch.diagonal(chol)).sum() - 0.5 * n * _LOG_2PI
 
 
+def _lognormal_logpdf(v: Tensor, loc: float, scale: float) -> Tensor:
+    """``log p(v)`` of ``LogNormal(loc, scale)`` (as ``torch.distributions.LogNormal``)."""
+    lv = torch.log(v)
+    return -lv - math.log(scale) - 0.5 * _LOG_2PI - 0.5 * ((lv - loc) / scale) ** 2
+
+
 def exact_mll(kernel: Kernel, x: Tensor, y: Tensor, noise: float, mean: float = 0.0) -> float:
     """``log N(y | mean·1, K + noise·I) / n`` for a fixed kernel (no priors), in ``y``'s units."""
     vals = {id(m): getattr(m, kind).detach().to(x.dtype) for m, kind in _leaves(kernel)}
@@ -283,8 +289,7 @@ def fit_kernel(
         trainable.append(params[-2])
     if fit_mean:
         trainable.append(params[-1])
-    ls_prior = torch.distributions.LogNormal(math.sqrt(2.0) + 0.5 * math.log(d), math.sqrt(3.0))
-    noise_prior = torch.distributions.LogNormal(-4.0, 1.0)
+    ls_loc, ls_scale = math.sqrt(2.0) + 0.5 * math.log(d), math.sqrt(3.0)
 
     def objective() -> Tensor:
         vals = {id(m): b.value(p) for (m, _), b, p in zip(leaves, boxes, params)}
@@ -294,8 +299,8 @@ def fit_kernel(
         if prior == "botorch":
             for (_, kind), p, b in zip(leaves, params, boxes):
                 if kind == "lengthscale":
-                    obj = obj + ls_prior.log_prob(b.value(p)).sum()
-            obj = obj + noise_prior.log_prob(sigma2)
+                    obj = obj + _lognormal_logpdf(b.value(p), ls_loc, ls_scale).sum()
+            obj = obj + _lognormal_logpdf(sigma2, -4.0, 1.0)
         return obj / n
 
     with torch.no_grad():
@@ -305,8 +310,8 @@ def fit_kernel(
     if trainable:
         if optimizer == "lbfgs":
             opt = torch.optim.LBFGS(trainable, lr=1.0, max_iter=int(max_iter), history_size=10,
-                                    line_search_fn="strong_wolfe", tolerance_grad=1e-6,
-                                    tolerance_change=1e-10)
+                                    line_search_fn="strong_wolfe", tolerance_grad=1e-5,
+                                    tolerance_change=1e-9)
 
             def closure() -> Tensor:
                 opt.zero_grad()

@@ -113,7 +113,7 @@ class RefitMixin:
         regs = (lam, *self.rule.required_regularisers(lam))
         offset = res.mean if self.refit_center else 0.0
         targets = self.model.y + (self.refit_offset - offset)
-        self.model.set_kernel(copy.deepcopy(res.kernel), regs, targets)
+        self.model.set_kernel(res.kernel, regs, targets)  # a fresh kernel per fit
         self.refit_offset = float(offset)
         self.last_fit = res
         self.n_refits += 1
