@@ -3,7 +3,7 @@
 :func:`fit_kernel` maximises the exact GP marginal log-likelihood of the data ``(X, y)``
 (Rasmussen & Williams 2006, Eq. 5.8), per point and plus the log-priors, exactly the objective of
 GPyTorch's ``ExactMarginalLogLikelihood`` on an ``ExactGP`` with a constant mean and a Gaussian
-likelihood (the tests check the value against GPyTorch's to 1e-10):
+likelihood (the tests check the value against GPyTorch's to 1e-8):
 
     L(θ) = [ log N(ỹ | c·1, s·K_θ + σ²I) + Σ log p(θ_j) ] / n,      ỹ = (y − ȳ) / sd(y),
 
