@@ -22,7 +22,7 @@ $(STAMP): setup.cfg pyproject.toml
 	@$(PYTHON) -c "import torch" 2>/dev/null \
 		&& echo "torch already installed: keeping $$($(PYTHON) -c 'import torch; print(torch.__version__)')" \
 		|| $(PYTHON) -m pip install --quiet "$(TORCH_SPEC)"
-	$(PYTHON) -m pip install --quiet -e ".[dev]"
+	$(PYTHON) -m pip install --quiet -e ".[dev,bo]"
 	@touch $@
 
 install: $(STAMP)
@@ -35,7 +35,7 @@ test: install
 	$(PYTHON) -m pytest -q
 
 lint: install
-	$(PYTHON) -m ruff check torchbandits tests scripts
+	$(PYTHON) -m ruff check torchbandits tests scripts benchmarks
 
 bench: install
 	$(PYTHON) scripts/bench_exact.py
