@@ -22,7 +22,7 @@ $(STAMP): setup.cfg pyproject.toml
 	@$(PYTHON) -c "import torch" 2>/dev/null \
 		&& echo "torch already installed: keeping $$($(PYTHON) -c 'import torch; print(torch.__version__)')" \
 		|| $(PYTHON) -m pip install --quiet "$(TORCH_SPEC)"
-	$(PYTHON) -m pip install --quiet -e ".[dev,docs,sweep]"
+	$(PYTHON) -m pip install --quiet -e ".[dev,bo,docs,sweep]"
 	@touch $@
 
 install: $(STAMP)
