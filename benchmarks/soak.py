@@ -23,6 +23,7 @@ Usage::
 
     python benchmarks/soak.py --horizon 100000 --out results/soak
     python benchmarks/soak.py --quick --out /tmp/soak
+    python benchmarks/soak.py --merge a/soak.json b/soak.json --out results/soak
 """
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ import statistics  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any, Callable  # noqa: E402
+from typing import Any  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -172,7 +174,7 @@ def plot(results: list[dict], path: Path) -> None:
         ax.legend()
         ax.grid(alpha=0.3)
     horizon = max(r["horizon"] for r in results)
-    fig.suptitle(f"Soak run to T = {horizon} (1 thread)")
+    fig.suptitle(f"Soak runs to T = {horizon} (1 thread per run)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -192,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--samples", type=int, default=100, help="memory/time samples per run")
     ap.add_argument("--window", type=int, default=500, help="SW-GP-UCB window w")
     ap.add_argument("--out", type=Path, default=Path("results/soak"))
+    ap.add_argument("--merge", type=Path, nargs="+", default=None, metavar="SOAK_JSON",
+                    help="combine the results of earlier runs (e.g. one process per policy) into "
+                         "--out/soak.json and soak.png instead of running")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     horizon = 300 if args.quick else int(args.horizon)
@@ -199,6 +204,13 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--horizon must be >= 1")
     args.out.mkdir(parents=True, exist_ok=True)
     results: list[dict] = []
+    if args.merge:
+        for path in args.merge:
+            results += json.loads(path.read_text())["results"]
+        write_json({"horizon": max(r["horizon"] for r in results), "threads": 1,
+                    "results": results}, args.out / "soak.json")
+        plot(results, args.out / "soak.png")
+        return 0
     for name in args.policies:
         res = soak(name, horizon, args.samples, args.window)
         results.append(res)

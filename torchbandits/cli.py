@@ -4,9 +4,11 @@ Examples::
 
     torchbandits list
     torchbandits run --env rkhs --policy kucb,gpucb,random --horizon 300 --seeds 0 1 2 \\
-        --set env.dim=2 --set kucb.lam=0.01 --device cpu --out results/demo
+        --set env.dim=2 --out results/demo
+    torchbandits run --env rkhs --policy kucb --set kucb.beta=0.5 --out results/beta
     torchbandits plot results/demo
     torchbandits reproduce NAME --quick
+    torchbandits reproduce NAME --help
     torchbandits sweep examples/sweeps/quick.yaml --out results/sweep [--resume]
 """
 
