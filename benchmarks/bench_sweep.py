@@ -16,7 +16,7 @@ trial costs about the same) runs on the local Ray cluster with 1 and with 2 conc
 
 Writes ``bench.json`` and ``bench.md`` to ``--out``. Threads are pinned to 1 per trial.
 
-    python benchmarks/bench_sweep.py                 # 16 trials of T = 6000 (≈ 10 s each here)
+    python benchmarks/bench_sweep.py                 # 16 trials of T = 3000 (≈ 10 s each here)
     python benchmarks/bench_sweep.py --quick         # 4 trials of T = 30 (used by the tests)
 """
 
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="results/bench_sweep")
     args = p.parse_args(argv)
     trials = args.trials or (4 if args.quick else 16)
-    horizon = args.horizon or (30 if args.quick else 6000)
+    horizon = args.horizon or (30 if args.quick else 3000)
     import ray
 
     t0 = time.perf_counter()
