@@ -120,8 +120,10 @@ def _make(name: str, horizon: int, window: int) -> tuple[Any, Any, Callable[[Any
     raise ValueError(f"unknown policy {name!r}; choose from {POLICIES}")
 
 
-def soak(name: str, horizon: int, samples: int, window: int, seed: int = 0) -> dict:
-    """Run one policy for ``horizon`` rounds; return its samples and final check."""
+def soak(name: str, horizon: int, samples: int, window: int, seed: int = 0,
+         progress: Callable[[dict], None] | None = None) -> dict:
+    """Run one policy for ``horizon`` rounds; return its samples and final check.
+    ``progress(partial)`` is called at every sample with the samples so far (``final`` absent)."""
     pol, env, check = _make(name, horizon, window)
     env.reset(seed)
     pol.reset(seed=seed)
@@ -149,6 +151,10 @@ def soak(name: str, horizon: int, samples: int, window: int, seed: int = 0) -> d
             wall_ms.append(1e3 * statistics.median(block_wall))
             cpu_ms.append(1e3 * (cpu - block_cpu0) / len(block_wall))  # includes the env's share
             block_wall, block_cpu0 = [], cpu
+            if progress is not None:
+                progress({"policy": name, "horizon": horizon, "rounds": rounds, "rss_mib": rss,
+                          "step_ms_median": wall_ms, "step_cpu_ms_mean": cpu_ms,
+                          "rss_start_mib": rss0, "seconds": time.perf_counter() - start})
     total = time.perf_counter() - start
     final = check(pol, env)
     return {"policy": name, "horizon": horizon, "rounds": rounds, "rss_mib": rss,
@@ -212,7 +218,12 @@ def main(argv: list[str] | None = None) -> int:
         plot(results, args.out / "soak.png")
         return 0
     for name in args.policies:
-        res = soak(name, horizon, args.samples, args.window)
+        def partial(res: dict) -> None:
+            # an interrupted soak still leaves its samples (soak_partial.json, atomic writes)
+            write_json({"horizon": horizon, "threads": 1, "results": [*results, res]},
+                       args.out / "soak_partial.json")
+
+        res = soak(name, horizon, args.samples, args.window, progress=partial)
         results.append(res)
         fin = res["final"]
         print(f"{name:8s} T={horizon} {res['seconds']:.1f}s  rss {res['rss_mib'][0]:.0f}→"
