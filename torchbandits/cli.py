@@ -1,4 +1,4 @@
-"""The ``torchbandits`` command: ``list``, ``run``, ``plot``, ``reproduce``.
+"""The ``torchbandits`` command: ``list``, ``run``, ``plot``, ``reproduce``, ``sweep``.
 
 Examples::
 
@@ -9,6 +9,7 @@ Examples::
     torchbandits plot results/demo
     torchbandits reproduce NAME --quick
     torchbandits reproduce NAME --help
+    torchbandits sweep examples/sweeps/quick.yaml --out results/sweep [--resume]
 """
 
 from __future__ import annotations
@@ -153,6 +154,43 @@ def _cmd_reproduce(args: argparse.Namespace, rest: list[str]) -> int:
     return int(resolve(REPRODUCTIONS[args.name])(rest) or 0)
 
 
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from .experiments.sweep_spec import SpecError
+    from .experiments.sweeps import INSTALL_HINT, sweep
+
+    try:
+        import ray  # noqa: F401
+        import yaml  # noqa: F401
+    except ImportError:
+        raise SystemExit(INSTALL_HINT) from None
+    try:
+        outcome = sweep(args.spec, args.out, resume=args.resume, quick=args.quick,
+                        workers=args.workers, address=args.address, num_cpus=args.num_cpus,
+                        cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
+                        ray_tmp_dir=args.ray_tmp_dir)
+    except (SpecError, FileExistsError, RuntimeError) as err:  # RuntimeError: trials that failed
+        raise SystemExit(str(err)) from None
+    print(outcome.table)
+    print(f"\n{len(outcome.ran)} trial(s) run, {len(outcome.skipped)} already finished; "
+          f"table.md, trials.csv, trials.json, plots and Tune logs (tune/) in {outcome.out}/")
+    return 0
+
+
+def _add_sweep_parser(sub: Any) -> None:
+    sw = sub.add_parser("sweep", help="configurations × seeds on Ray Tune from a YAML/JSON SPEC "
+                                      "(docs/sweeps.md)")
+    sw.add_argument("spec", help="SPEC file (.yaml, .yml or .json)")
+    sw.add_argument("--out", default="results/sweep", help="output folder (trials, tables, plots)")
+    sw.add_argument("--resume", action="store_true", help="run only the unfinished trials of --out")
+    sw.add_argument("--quick", action="store_true", help="apply the SPEC's `quick` overrides")
+    sw.add_argument("--workers", type=int, default=None, help="at most this many trials at once")
+    sw.add_argument("--address", default=None, help="join this Ray cluster ('auto', 'host:port')")
+    sw.add_argument("--num-cpus", type=int, default=None, help="CPUs of the local Ray cluster")
+    sw.add_argument("--cpus-per-trial", type=float, default=None)
+    sw.add_argument("--gpus-per-trial", type=float, default=None, help="fractions share a GPU")
+    sw.add_argument("--ray-tmp-dir", default=None, help="Ray's session folder (local cluster)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="torchbandits", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -176,6 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "--help` lists that reproduction's own options (--quick, "
                                      "--seeds, ...).")
     rep.add_argument("name", help="reproduction name (see `torchbandits list`)")
+    _add_sweep_parser(sub)
     return parser
 
 
@@ -190,6 +229,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _cmd_list(args)
     if args.command == "run":
         return _cmd_run(args)
+    if args.command == "sweep":
+        return _cmd_sweep(args)
     return _cmd_plot(args)
 
 

@@ -19,3 +19,7 @@ from .time_varying import (  # noqa: E402  seed 004
 
 __all__ += ["LinearRotatingEnv", "MovingBumpEnv", "RotatingRKHSEnv", "StationaryRKHSEnv",
             "SwitchingRKHSEnv"]  # seed 004
+from .digits import DigitsEnv  # noqa: E402  real data (scikit-learn, imported lazily)
+from .test_functions import TestFunctionEnv  # noqa: E402  BoTorch functions (imported lazily)
+
+__all__ += ["DigitsEnv", "TestFunctionEnv"]

@@ -46,7 +46,8 @@ def simulate(
 
     Per round: ``candidates()`` → ``select`` → ``pull`` → ``update(candidates[i], reward)``.
     Agent time is ``select`` + ``update`` only (CUDA synchronised); the pseudo-regret is
-    ``max mean_rewards() − mean_rewards()[i]``.
+    ``max mean_rewards() − mean_rewards()[i]``. An environment with ``round_metrics()`` has
+    its per-round values stored in ``config["env_metrics"]``.
     """
     if int(horizon) < 1:
         raise ValueError(f"horizon must be >= 1, got {horizon}")
@@ -56,6 +57,8 @@ def simulate(
     rewards, regret, seconds, actions = [], [], [], []
     diag_steps: list[int] = []
     diags: dict[str, list[float]] = {}
+    round_metrics = getattr(env, "round_metrics", None)
+    env_metrics: dict[str, list[float]] = {}
     bar = progress if isinstance(progress, tqdm) else None
     own_bar = None
     if progress is True:
@@ -76,6 +79,9 @@ def simulate(
         rewards.append(float(reward))
         regret.append(float(means.max() - means[idx]))
         actions.append(int(idx))
+        if round_metrics is not None:  # e.g. the test functions' regret against the optimum
+            for k, v in round_metrics().items():
+                env_metrics.setdefault(k, []).append(float(v))
         if diagnostics_every and (t + 1) % diagnostics_every == 0:
             diag_steps.append(t + 1)
             for k, v in policy.diagnostics().items():
@@ -86,6 +92,8 @@ def simulate(
         own_bar.close()
     cfg = {"horizon": int(horizon), "device": str(device), "dtype": str(policy.dtype),
            "policy_repr": repr(policy), "env_repr": repr(env), **(config or {})}
+    if env_metrics:
+        cfg["env_metrics"] = env_metrics
     return RunResult(
         policy=policy_name or type(policy).__name__,
         env=env_name or type(env).__name__,

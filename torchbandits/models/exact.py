@@ -205,6 +205,34 @@ class ExactKernelRidge(StoredData):
             self._z[r, :n] = torch.linalg.solve_triangular(chol, self.y[:, None], upper=False)[:, 0]
         self._invalidate()
 
+    def set_kernel(self, kernel: Kernel, regularisers: Sequence[float] | None = None,
+                   targets: Tensor | None = None) -> None:
+        """Replace the kernel (and optionally the regularisers ``(λ, …)`` and the stored targets
+        ``[n]``), then refactorise ``K + λI`` from scratch with the stored inputs (O(n³)).
+
+        Used after a hyper-parameter refit (:mod:`torchbandits.policies.refit`); the candidate
+        caches are dropped, later appends are incremental again. Validates before changing state.
+        """
+        regs = self.regularisers if regularisers is None else tuple(
+            check_positive("regularisers", r) for r in regularisers)
+        if not regs:
+            raise ValueError("regularisers must hold at least the primary λ")
+        if targets is not None:
+            targets = torch.as_tensor(targets, dtype=self.dtype, device=self.device).reshape(-1)
+            if targets.shape[0] != self._n or not bool(torch.isfinite(targets).all()):
+                raise ValueError(f"targets must be {self._n} finite values (one per stored point)")
+        self.kernel = kernel.to(dtype=self.dtype, device=self.device)
+        if len(regs) != len(self.regularisers):
+            self.factors = torch.nn.ModuleList(
+                GrowingCholesky(dtype=self.dtype) for _ in regs).to(self.device)
+            z = self._y.new_zeros(len(regs), self._y.shape[0])
+            self._z = z
+        self.regularisers = regs
+        if targets is not None:
+            self._y[: self._n] = targets
+        self.refresh()
+        self._invalidate()
+
     # ------------------------------------------------------------------ queries
     def _factor_for(self, reg: float | None) -> tuple[int | None, float]:
         if reg is None:

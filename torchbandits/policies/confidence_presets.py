@@ -54,8 +54,8 @@ class _MixtureUCB(KernelUCB):
         cand = self.check_candidates(candidates)
         ucb = getattr(self.rule, "ucb", None)
         if ucb is not None:  # CMM: skip the LCB search
-            return ucb(self.model, cand, self.t + 1)
-        return self.rule.bounds(self.model, cand, self.t + 1)[0]
+            return ucb(self.model, cand, self.t + 1) + self.refit_offset
+        return self.rule.bounds(self.model, cand, self.t + 1)[0] + self.refit_offset
 
 
 class CMMUCB(_MixtureUCB):

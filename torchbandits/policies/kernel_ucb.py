@@ -25,11 +25,12 @@ from ..kernels import check_kernel
 from ..models import ExactKernelRidge
 from ..validation import check_positive
 from .base import RuleUCB
+from .refit import RefitMixin
 
 __all__ = ["GPUCB", "KernelUCB"]
 
 
-class KernelUCB(RuleUCB):
+class KernelUCB(RefitMixin, RuleUCB):
     """Kernel UCB with the exact posterior (K-UCB of seed 000, Alg. 3; Algorithm 1 of seed 002).
 
     Args:
@@ -39,6 +40,8 @@ class KernelUCB(RuleUCB):
         variance: which sd a float ``beta`` multiplies, ``"ridge"`` (default, seed 000) or
             ``"gp"``. Ignored when ``beta`` is a rule (the rule states its own).
         refresh_every: refactorise the model from scratch every that many updates (0: never).
+        refit_every, refit_warmup, refit_options: marginal-likelihood refits of the kernel and
+            noise (:mod:`torchbandits.policies.refit`; 0: never, the default).
         seed, n_warmup, dtype, device: see :class:`~torchbandits.policies.base.Policy`.
     """
 
@@ -52,6 +55,9 @@ class KernelUCB(RuleUCB):
         *,
         variance: Variance | None = None,
         refresh_every: int = 0,
+        refit_every: int = 0,
+        refit_warmup: int = 5,
+        refit_options: dict[str, Any] | None = None,
         seed: int = 0,
         n_warmup: int = 1,
         dtype: torch.dtype = torch.float64,
@@ -65,6 +71,7 @@ class KernelUCB(RuleUCB):
             kernel, lam, self.rule.required_regularisers(lam), dtype=dtype, device=device,
             refresh_every=refresh_every,
         )
+        self.init_refit(kernel, refit_every, refit_warmup, refit_options)
 
 
 class GPUCB(KernelUCB):

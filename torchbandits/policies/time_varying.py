@@ -42,6 +42,7 @@ from ..models.weighted import DiscountedKernelRidge, TimeDecayKernelRidge
 from ..models.window import SlidingWindowKernelRidge
 from ..validation import check_positive
 from .base import RuleUCB
+from .refit import RefitMixin
 
 __all__ = ["RGPUCB", "SWGPUCB", "TVGPUCB", "WGPUCB", "TimeVaryingUCB"]
 
@@ -93,7 +94,7 @@ class TimeVaryingUCB(RuleUCB):
         return f"{super().extra_repr()}, tie_break={self.tie_break!r}"
 
 
-class RGPUCB(TimeVaryingUCB):
+class RGPUCB(RefitMixin, TimeVaryingUCB):
     """R-GP-UCB: IGP-UCB restarted every ``period`` (= H) rounds (spec §2.1; β on the **GP** sd).
 
     Args:
@@ -113,7 +114,8 @@ class RGPUCB(TimeVaryingUCB):
                  gamma_index: str = "algorithm", delta_split: str = "none",
                  beta_scale: float = 1.0, tie_break: str = "random", seed: int = 0,
                  n_warmup: int = 0, dtype: torch.dtype = torch.float64,
-                 device: torch.device | str | None = None) -> None:
+                 device: torch.device | str | None = None, refit_every: int = 0,
+                 refit_warmup: int = 5, refit_options: dict[str, Any] | None = None) -> None:
         lam = check_positive("lam", lam)
         if period is not None and int(period) < 1:
             raise ValueError(f"period must be >= 1 or None, got {period!r}")
@@ -129,6 +131,7 @@ class RGPUCB(TimeVaryingUCB):
         super().__init__(model, rule, tie_break=tie_break, seed=seed, n_warmup=n_warmup,
                          dtype=dtype, device=device)
         self.period = self_period
+        self.init_refit(kernel, refit_every, refit_warmup, refit_options)  # policies/refit.py
 
     def _update(self, x: torch.Tensor, reward: float) -> None:
         self.model.append(x, reward)
@@ -145,7 +148,7 @@ class RGPUCB(TimeVaryingUCB):
         return {**super().diagnostics(), "restarts": float(self.restarts)}
 
 
-class SWGPUCB(TimeVaryingUCB):
+class SWGPUCB(RefitMixin, TimeVaryingUCB):
     """SW-GP-UCB: GP-UCB on the last ``window`` (= w) observations (spec §2.2; β on the **GP** sd).
 
     After each update the model holds ``min(t, w)`` points; the oldest leaves by
@@ -168,7 +171,8 @@ class SWGPUCB(TimeVaryingUCB):
                  gamma_index: str = "algorithm", beta_scale: float = 1.0,
                  carry_cache: bool = True, tie_break: str = "random", seed: int = 0,
                  n_warmup: int = 0, dtype: torch.dtype = torch.float64,
-                 device: torch.device | str | None = None) -> None:
+                 device: torch.device | str | None = None, refit_every: int = 0,
+                 refit_warmup: int = 5, refit_options: dict[str, Any] | None = None) -> None:
         lam = check_positive("lam", lam)
         if window is not None and int(window) < 1:
             raise ValueError(f"window must be >= 1 or None, got {window!r}")
@@ -190,6 +194,7 @@ class SWGPUCB(TimeVaryingUCB):
         super().__init__(model, rule, tie_break=tie_break, seed=seed, n_warmup=n_warmup,
                          dtype=dtype, device=device)
         self.window = w
+        self.init_refit(kernel, refit_every, refit_warmup, refit_options)  # policies/refit.py
 
     def _update(self, x: torch.Tensor, reward: float) -> None:
         self.model.append(x, reward)
