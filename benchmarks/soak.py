@@ -177,6 +177,7 @@ def plot(results: list[dict], path: Path) -> None:
         ax_mem.plot(res["rounds"], res["rss_mib"], label=res["policy"])
         ax_time.plot(res["rounds"], res["step_cpu_ms_mean"], label=res["policy"])
     ax_mem.set(xlabel="round t", ylabel="resident memory (MiB)", title="Resident memory")
+    ax_mem.ticklabel_format(axis="y", useOffset=False, style="plain")
     ax_time.set(xlabel="round t", ylabel="process CPU time per step (ms)",
                 title="Per-step CPU time (policy + environment)", yscale="log")
     for ax in (ax_mem, ax_time):
