@@ -120,13 +120,15 @@ def _make(name: str, horizon: int, window: int) -> tuple[Any, Any, Callable[[Any
     raise ValueError(f"unknown policy {name!r}; choose from {POLICIES}")
 
 
-def soak(name: str, horizon: int, samples: int, window: int, seed: int = 0) -> dict:
-    """Run one policy for ``horizon`` rounds; return its samples and final check."""
+def soak(name: str, horizon: int, samples: int, window: int, seed: int = 0,
+         progress: Callable[[dict], None] | None = None) -> dict:
+    """Run one policy for ``horizon`` rounds; return its samples and final check.
+    ``progress(partial)`` is called at every sample with the samples so far (``final`` absent)."""
     pol, env, check = _make(name, horizon, window)
     env.reset(seed)
     pol.reset(seed=seed)
     every = max(horizon // samples, 1)
-    rounds, rss, wall_ms, cpu_ms = [], [], [], []
+    rounds, rss, wall_ms, cpu_ms, size = [], [], [], [], []
     block_wall: list[float] = []
     block_cpu0 = time.process_time()
     start = time.perf_counter()
@@ -148,11 +150,18 @@ def soak(name: str, horizon: int, samples: int, window: int, seed: int = 0) -> d
             rss.append(rss_mib())
             wall_ms.append(1e3 * statistics.median(block_wall))
             cpu_ms.append(1e3 * (cpu - block_cpu0) / len(block_wall))  # includes the env's share
+            model = pol.model
+            size.append(int(model.m if hasattr(model, "m") else model.n))  # dictionary / window
             block_wall, block_cpu0 = [], cpu
+            if progress is not None:
+                progress({"policy": name, "horizon": horizon, "rounds": rounds, "rss_mib": rss,
+                          "step_ms_median": wall_ms, "step_cpu_ms_mean": cpu_ms, "model_size": size,
+                          "rss_start_mib": rss0, "seconds": time.perf_counter() - start})
     total = time.perf_counter() - start
     final = check(pol, env)
     return {"policy": name, "horizon": horizon, "rounds": rounds, "rss_mib": rss,
-            "step_ms_median": wall_ms, "step_cpu_ms_mean": cpu_ms, "rss_start_mib": rss0,
+            "step_ms_median": wall_ms, "step_cpu_ms_mean": cpu_ms, "model_size": size,
+            "rss_start_mib": rss0,
             "seconds": total, "final": final, "diagnostics": pol.diagnostics()}
 
 
@@ -166,10 +175,11 @@ def plot(results: list[dict], path: Path) -> None:
     ax_mem, ax_time = fig.subplots(1, 2)
     for res in results:
         ax_mem.plot(res["rounds"], res["rss_mib"], label=res["policy"])
-        ax_time.plot(res["rounds"], res["step_ms_median"], label=res["policy"])
+        ax_time.plot(res["rounds"], res["step_cpu_ms_mean"], label=res["policy"])
     ax_mem.set(xlabel="round t", ylabel="resident memory (MiB)", title="Resident memory")
-    ax_time.set(xlabel="round t", ylabel="median agent time per step (ms)",
-                title="Per-step time (select + update)", yscale="log")
+    ax_mem.ticklabel_format(axis="y", useOffset=False, style="plain")
+    ax_time.set(xlabel="round t", ylabel="process CPU time per step (ms)",
+                title="Per-step CPU time (policy + environment)", yscale="log")
     for ax in (ax_mem, ax_time):
         ax.legend()
         ax.grid(alpha=0.3)
@@ -212,7 +222,12 @@ def main(argv: list[str] | None = None) -> int:
         plot(results, args.out / "soak.png")
         return 0
     for name in args.policies:
-        res = soak(name, horizon, args.samples, args.window)
+        def partial(res: dict) -> None:
+            # an interrupted soak still leaves its samples (soak_partial.json, atomic writes)
+            write_json({"horizon": horizon, "threads": 1, "results": [*results, res]},
+                       args.out / "soak_partial.json")
+
+        res = soak(name, horizon, args.samples, args.window, progress=partial)
         results.append(res)
         fin = res["final"]
         print(f"{name:8s} T={horizon} {res['seconds']:.1f}s  rss {res['rss_mib'][0]:.0f}→"

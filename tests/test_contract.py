@@ -37,6 +37,7 @@ FAST: dict[str, dict[str, Any]] = {
     "ada-opnn": {"horizon": HORIZON, "width": 16, "train_steps": 2},
     "master-gpucb": {"horizon": HORIZON},
     "supkernelucb": {"horizon": HORIZON},
+    "gpucb-fit": {"refit_every": 5},
 }
 NAMES = sorted(POLICIES)
 

@@ -156,5 +156,5 @@ def match_rows(name: str, points: Tensor, query: Tensor) -> Tensor:
     eq = _rows_equal(points, q)
     found = eq.any(1)
     if not bool(found.all()):
-        raise ValueError(f"{name} must be one of the {points.shape[0]} arms of the fixed arm set")
+        raise ValueError(f"{name} must be one of the arms of the fixed arm set ({points.shape[0]} arms)")
     return eq.to(torch.int8).argmax(1)
