@@ -254,7 +254,11 @@ def fit_kernel(
         *_bounds: boxes of the parameters; output scale and noise relative to ``var(y)``.
         optimizer: ``"lbfgs"`` (torch L-BFGS, strong-Wolfe line search, ``max_iter`` iterations)
             or ``"adam"`` (``max_iter`` steps of size ``lr``).
-        init: a previous :class:`FitResult` of the same kernel structure to warm-start from.
+        init: a previous :class:`FitResult` of the same kernel structure: the fit starts from
+            the better (higher objective) of its optimum and the template's values, and from
+            the template alone when every lengthscale of the previous optimum sits at its lower
+            bound — the all-noise plateau (``K ≈ I``, large noise) that a fit on few points can
+            fall into and where the gradient vanishes, so a warm start would never leave it.
     """
     if optimizer not in ("lbfgs", "adam"):
         raise ValueError(f"optimizer must be 'lbfgs' or 'adam', got {optimizer!r}")
@@ -278,12 +282,16 @@ def fit_kernel(
     params = [b.inverse(_current(m, kind).to(dtype)) for b, (m, kind) in zip(boxes, leaves)]
     params.append(noise_box.inverse(torch.tensor([init_noise], dtype=dtype)))
     params.append(torch.zeros(1, dtype=dtype))
+    params = [p.to(x.device).requires_grad_(True) for p in params]
+    warm = None
     if init is not None and len(init.state) == len(params) and all(
             a.shape == b.shape for a, b in zip(init.state, params)):
-        params = [p.detach().clone().to(dtype) for p in init.state]
+        warm = [p.detach().clone().to(dtype=dtype, device=x.device) for p in init.state]
         if noise is not None:
-            params[-2] = noise_box.inverse(torch.tensor([init_noise], dtype=dtype))
-    params = [p.to(x.device).requires_grad_(True) for p in params]
+            warm[-2] = params[-2].detach().clone()
+        ls_u = [w for w, (_, kind) in zip(warm, leaves) if kind == "lengthscale"]
+        if ls_u and all(bool((torch.sigmoid(w) < 1e-3).all()) for w in ls_u):
+            warm = None  # the all-noise plateau: every lengthscale at its lower bound
     trainable = list(params[:-2])
     if fit_noise:
         trainable.append(params[-2])
@@ -304,9 +312,20 @@ def fit_kernel(
         return obj / n
 
     with torch.no_grad():
-        start = [p.detach().clone() for p in params]
         obj0 = float(objective())
-    evals = [1]
+        evals = [1]
+        if warm is not None:  # start from the better of the previous optimum and the template
+            cold = [p.detach().clone() for p in params]
+            for p, w in zip(params, warm):
+                p.copy_(w)
+            obj_warm = float(objective())
+            evals[0] += 1
+            if math.isfinite(obj_warm) and obj_warm >= obj0:
+                obj0 = obj_warm
+            else:
+                for p, c in zip(params, cold):
+                    p.copy_(c)
+        start = [p.detach().clone() for p in params]
     if trainable:
         if optimizer == "lbfgs":
             opt = torch.optim.LBFGS(trainable, lr=1.0, max_iter=int(max_iter), history_size=10,
