@@ -275,16 +275,18 @@ def fit_kernel(
         fit_mean: fit the constant prior mean ``c`` (otherwise the mean is ``ȳ``).
         prior: ``"botorch"`` (Hvarfner et al. 2024 priors) or ``None`` (pure likelihood).
         *_bounds: boxes of the parameters; output scale and noise relative to ``var(y)``.
-        optimizer: ``"lbfgs"`` (torch L-BFGS, strong-Wolfe line search, ``max_iter`` iterations)
-            or ``"adam"`` (``max_iter`` steps of size ``lr``).
+        optimizer: ``"lbfgs"`` (SciPy's L-BFGS-B, as BoTorch's ``fit_gpytorch_mll``, at most
+            ``max_iter`` iterations; gradients by torch autograd), ``"torch-lbfgs"``
+            (``torch.optim.LBFGS``, strong-Wolfe line search; no SciPy round trips, for GPU
+            tensors) or ``"adam"`` (``max_iter`` steps of size ``lr``).
         init: a previous :class:`FitResult` of the same kernel structure: the fit starts from
             the better (higher objective) of its optimum and the template's values, and from
             the template alone when every lengthscale of the previous optimum sits at its lower
             bound — the all-noise plateau (``K ≈ I``, large noise) that a fit on few points can
             fall into and where the gradient vanishes, so a warm start would never leave it.
     """
-    if optimizer not in ("lbfgs", "adam"):
-        raise ValueError(f"optimizer must be 'lbfgs' or 'adam', got {optimizer!r}")
+    if optimizer not in ("lbfgs", "torch-lbfgs", "adam"):
+        raise ValueError(f"optimizer must be 'lbfgs', 'torch-lbfgs' or 'adam', got {optimizer!r}")
     if prior not in ("botorch", None):
         raise ValueError(f"prior must be 'botorch' or None, got {prior!r}")
     if int(max_iter) < 1:
@@ -351,6 +353,8 @@ def fit_kernel(
         start = [p.detach().clone() for p in params]
     if trainable:
         if optimizer == "lbfgs":
+            _scipy_lbfgs(trainable, objective, int(max_iter), evals)
+        elif optimizer == "torch-lbfgs":
             opt = torch.optim.LBFGS(trainable, lr=1.0, max_iter=int(max_iter), history_size=10,
                                     line_search_fn="strong_wolfe", tolerance_grad=1e-5,
                                     tolerance_change=1e-9)
@@ -388,6 +392,38 @@ def fit_kernel(
             obj1 = obj0
         return _result(work, leaves, boxes, noise_box, params, y_mean, y_sd, obj0, obj1,
                        evals[0], improved)
+
+
+def _scipy_lbfgs(trainable: list[Tensor], objective, max_iter: int,  # type: ignore[no-untyped-def]
+                 evals: list[int]) -> None:
+    """Maximise ``objective`` over ``trainable`` (updated in place) with SciPy's L-BFGS-B."""
+    from scipy.optimize import minimize
+
+    sizes = [p.numel() for p in trainable]
+    x0 = torch.cat([p.detach().reshape(-1) for p in trainable]).cpu().numpy()
+
+    def set_flat(flat) -> None:  # type: ignore[no-untyped-def]
+        with torch.no_grad():
+            pos = 0
+            for p, k in zip(trainable, sizes):
+                p.copy_(torch.as_tensor(flat[pos:pos + k], dtype=p.dtype).reshape(p.shape))
+                pos += k
+
+    def fun(flat):  # type: ignore[no-untyped-def]
+        set_flat(flat)
+        for p in trainable:
+            p.grad = None
+        loss = -objective()
+        evals[0] += 1
+        if not bool(torch.isfinite(loss)):
+            return float("inf"), flat * 0.0
+        loss.backward()
+        grad = torch.cat([p.grad.reshape(-1) for p in trainable]).cpu().numpy()
+        return float(loss.detach()), grad
+
+    res = minimize(fun, x0, jac=True, method="L-BFGS-B",
+                   options={"maxiter": max_iter, "gtol": 1e-5, "ftol": 1e-10})
+    set_flat(res.x)
 
 
 def _result(work: Kernel, leaves: Sequence[tuple[Kernel, str]], boxes: Sequence[_Box],
