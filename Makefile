@@ -1,4 +1,4 @@
-# torchbandits — `make demo`, `make test`, `make bench`, `make lint`.
+# torchbandits — `make demo`, `make test`, `make bench`, `make lint`, `make docs`.
 #
 # The virtual environment lives in $(VENV). torch is installed first, pinned by TORCH_SPEC
 # (on this machine torch==2.13.0 is a CPU wheel on local disk; an unpinned torch would pull a
@@ -15,14 +15,14 @@ PYTHON := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 endif
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test lint bench docs clean
 
 $(STAMP): setup.cfg pyproject.toml
 	@if [ -n "$(VENV)" ] && [ ! -x "$(PYTHON)" ]; then python3 -m venv $(VENV); fi
 	@$(PYTHON) -c "import torch" 2>/dev/null \
 		&& echo "torch already installed: keeping $$($(PYTHON) -c 'import torch; print(torch.__version__)')" \
 		|| $(PYTHON) -m pip install --quiet "$(TORCH_SPEC)"
-	$(PYTHON) -m pip install --quiet -e ".[dev,bo]"
+	$(PYTHON) -m pip install --quiet -e ".[dev,bo,docs,sweep]"
 	@touch $@
 
 install: $(STAMP)
@@ -40,5 +40,8 @@ lint: install
 bench: install
 	$(PYTHON) scripts/bench_exact.py
 
+docs: install
+	$(PYTHON) -m mkdocs build --strict
+
 clean:
-	rm -rf results .pytest_cache .ruff_cache
+	rm -rf results site .cache .pytest_cache .ruff_cache

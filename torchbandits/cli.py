@@ -1,12 +1,15 @@
-"""The ``torchbandits`` command: ``list``, ``run``, ``plot``, ``reproduce``.
+"""The ``torchbandits`` command: ``list``, ``run``, ``plot``, ``reproduce``, ``sweep``.
 
 Examples::
 
     torchbandits list
     torchbandits run --env rkhs --policy kucb,gpucb,random --horizon 300 --seeds 0 1 2 \\
-        --set env.dim=2 --set kucb.lam=0.01 --device cpu --out results/demo
+        --set env.dim=2 --out results/demo
+    torchbandits run --env rkhs --policy kucb --set kucb.beta=0.5 --out results/beta
     torchbandits plot results/demo
     torchbandits reproduce NAME --quick
+    torchbandits reproduce NAME --help
+    torchbandits sweep examples/sweeps/quick.yaml --out results/sweep [--resume]
 """
 
 from __future__ import annotations
@@ -63,6 +66,16 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bad_set(name: str, scope: str, given: dict[str, Any], err: Exception) -> int:
+    """Print one line naming the offending ``--set`` key(s) and the reason; return 2."""
+    text = str(err).splitlines()[0] if str(err) else type(err).__name__
+    named = [k for k in given if k in text]
+    keys = named or list(given)
+    where = ", ".join(f"{scope}.{k}={json.dumps(given[k])}" for k in keys) or f"{name} defaults"
+    print(f"torchbandits run: error: --set {where}: {text}", file=sys.stderr)
+    return 2
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     import torch
 
@@ -99,6 +112,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     envs = {e: env_factory(e) for e in env_names}
     policies = {p: policy_factory(p) for p in pol_names}
+    # build every environment and policy once before the grid: a bad --set value fails here
+    # with one line naming the key (exit status 2, as argparse's usage errors), not a traceback
+    for e in env_names:
+        try:
+            env = envs[e]()
+        except (TypeError, ValueError) as err:
+            return _bad_set(e, "env", sets.get("env", {}), err)
+        for p in pol_names:
+            try:
+                policies[p](env)
+            except (TypeError, ValueError) as err:
+                return _bad_set(p, p, sets.get(p, {}), err)
     out = Path(args.out)
     config = {"argv": sys.argv[1:], "sets": sets}
     results = run_grid(policies, envs, args.seeds, args.horizon, out=out,
@@ -129,6 +154,43 @@ def _cmd_reproduce(args: argparse.Namespace, rest: list[str]) -> int:
     return int(resolve(REPRODUCTIONS[args.name])(rest) or 0)
 
 
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from .experiments.sweep_spec import SpecError
+    from .experiments.sweeps import INSTALL_HINT, sweep
+
+    try:
+        import ray  # noqa: F401
+        import yaml  # noqa: F401
+    except ImportError:
+        raise SystemExit(INSTALL_HINT) from None
+    try:
+        outcome = sweep(args.spec, args.out, resume=args.resume, quick=args.quick,
+                        workers=args.workers, address=args.address, num_cpus=args.num_cpus,
+                        cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
+                        ray_tmp_dir=args.ray_tmp_dir)
+    except (SpecError, FileExistsError, RuntimeError) as err:  # RuntimeError: trials that failed
+        raise SystemExit(str(err)) from None
+    print(outcome.table)
+    print(f"\n{len(outcome.ran)} trial(s) run, {len(outcome.skipped)} already finished; "
+          f"table.md, trials.csv, trials.json, plots and Tune logs (tune/) in {outcome.out}/")
+    return 0
+
+
+def _add_sweep_parser(sub: Any) -> None:
+    sw = sub.add_parser("sweep", help="configurations × seeds on Ray Tune from a YAML/JSON SPEC "
+                                      "(docs/sweeps.md)")
+    sw.add_argument("spec", help="SPEC file (.yaml, .yml or .json)")
+    sw.add_argument("--out", default="results/sweep", help="output folder (trials, tables, plots)")
+    sw.add_argument("--resume", action="store_true", help="run only the unfinished trials of --out")
+    sw.add_argument("--quick", action="store_true", help="apply the SPEC's `quick` overrides")
+    sw.add_argument("--workers", type=int, default=None, help="at most this many trials at once")
+    sw.add_argument("--address", default=None, help="join this Ray cluster ('auto', 'host:port')")
+    sw.add_argument("--num-cpus", type=int, default=None, help="CPUs of the local Ray cluster")
+    sw.add_argument("--cpus-per-trial", type=float, default=None)
+    sw.add_argument("--gpus-per-trial", type=float, default=None, help="fractions share a GPU")
+    sw.add_argument("--ray-tmp-dir", default=None, help="Ray's session folder (local cluster)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="torchbandits", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -147,22 +209,28 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     plot = sub.add_parser("plot", help="re-draw table and plots of a results directory")
     plot.add_argument("directory")
-    rep = sub.add_parser("reproduce", help="reproduce a paper's experiment (see `list`)")
-    rep.add_argument("name")
+    rep = sub.add_parser("reproduce", help="reproduce a paper's experiment (see `list`)",
+                         description="Run a paper reproduction; `torchbandits reproduce NAME "
+                                     "--help` lists that reproduction's own options (--quick, "
+                                     "--seeds, ...).")
+    rep.add_argument("name", help="reproduction name (see `torchbandits list`)")
+    _add_sweep_parser(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    if argv and argv[0] == "reproduce":
-        args, rest = parser.parse_known_args(argv)
-        return _cmd_reproduce(args, rest)
+    if len(argv) >= 2 and argv[0] == "reproduce" and not argv[1].startswith("-"):
+        # everything after NAME (``--help`` included) goes to that reproduction's own parser
+        return _cmd_reproduce(argparse.Namespace(name=argv[1]), argv[2:])
     args = parser.parse_args(argv)
     if args.command == "list":
         return _cmd_list(args)
     if args.command == "run":
         return _cmd_run(args)
+    if args.command == "sweep":
+        return _cmd_sweep(args)
     return _cmd_plot(args)
 
 

@@ -37,6 +37,7 @@ from .validation import check_positive
 
 __all__ = [
     "KERNEL_NAMES",
+    "check_kernel",
     "kernel_diag",
     "kernel_matrix",
     "make_kernel",
@@ -97,6 +98,36 @@ def make_kernel(
     if device is not None:
         kernel = kernel.to(device=device)
     return _freeze(kernel)
+
+
+def _positive_finite(values: Tensor) -> bool:
+    v = values.detach()
+    return bool(torch.isfinite(v).all()) and bool((v > 0).all())
+
+
+def check_kernel(kernel: object) -> Kernel:
+    """Return ``kernel`` if it is a GPyTorch ``Kernel`` whose hyper-parameters are usable, else
+    raise a ``ValueError`` naming ``kernel``: every lengthscale, output scale and linear variance
+    must be finite and > 0, and every parameter finite. Policies call it at construction, so a
+    lengthscale of 0 fails there, not as a NaN pivot or a silent garbage UCB rounds later."""
+    if not isinstance(kernel, Kernel):
+        raise ValueError(f"kernel must be a gpytorch.kernels.Kernel, got {type(kernel).__name__}")
+    for name, module in kernel.named_modules():
+        where = f"kernel{'.' + name if name else ''}"
+        if getattr(module, "has_lengthscale", False) and module.lengthscale is not None:
+            if not _positive_finite(module.lengthscale):
+                raise ValueError(f"{where} has lengthscale {module.lengthscale.detach().flatten().tolist()}"
+                                 ": every lengthscale must be a finite number > 0")
+        if isinstance(module, ScaleKernel) and not _positive_finite(module.outputscale):
+            raise ValueError(f"{where} has outputscale {module.outputscale.detach().flatten().tolist()}"
+                             ": it must be a finite number > 0")
+        if isinstance(module, LinearKernel) and not _positive_finite(module.variance):
+            raise ValueError(f"{where} has variance {module.variance.detach().flatten().tolist()}: "
+                             "it must be a finite number > 0")
+    for name, param in kernel.named_parameters():
+        if not bool(torch.isfinite(param.detach()).all()):
+            raise ValueError(f"kernel parameter {name} is not finite: {param.detach().flatten().tolist()}")
+    return kernel
 
 
 def product_kernel(*kernels: Kernel) -> Kernel:

@@ -18,6 +18,8 @@ __all__ = [
     "as_scalar_reward",
     "check_positive",
     "check_probability",
+    "match_rows",
+    "same_rows",
 ]
 
 
@@ -47,6 +49,21 @@ def _require_finite(name: str, x: Tensor) -> None:
         raise ValueError(f"{name} must be finite (found NaN or inf)")
 
 
+def _as_real_tensor(name: str, value: Any, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """``value`` converted to ``dtype``/``device``; complex input is refused (a cast would drop the
+    imaginary part silently), as is input that is not numeric."""
+    if isinstance(value, Tensor):
+        src = value
+    else:
+        try:
+            src = torch.as_tensor(value)
+        except (TypeError, ValueError, RuntimeError):
+            raise ValueError(f"{name} must be a real numeric tensor, got {type(value).__name__}") from None
+    if src.is_complex():
+        raise ValueError(f"{name} must be real, got a complex tensor ({src.dtype})")
+    return src.to(dtype=dtype, device=device)
+
+
 def as_matrix(
     name: str,
     value: Any,
@@ -55,8 +72,9 @@ def as_matrix(
     device: torch.device,
     dim: int | None = None,
 ) -> Tensor:
-    """``value`` as a finite ``[n, d]`` tensor with ``n ≥ 1`` on ``device``/``dtype``."""
-    x = torch.as_tensor(value, dtype=dtype, device=device)
+    """``value`` as a finite ``[n, d]`` tensor with ``n ≥ 1`` on ``device``/``dtype`` (any real
+    dtype is converted first, so float32 or int64 input is compared in the policy's dtype)."""
+    x = _as_real_tensor(name, value, dtype, device)
     if x.ndim != 2:
         raise ValueError(f"{name} must be a 2-D tensor [n, d], got shape {tuple(x.shape)}")
     if x.shape[0] == 0:
@@ -76,7 +94,7 @@ def as_point(
     dim: int | None = None,
 ) -> Tensor:
     """``value`` as a finite ``[d]`` vector (a ``[1, d]`` row is accepted)."""
-    x = torch.as_tensor(value, dtype=dtype, device=device)
+    x = _as_real_tensor(name, value, dtype, device)
     if x.ndim == 2 and x.shape[0] == 1:
         x = x[0]
     if x.ndim != 1:
@@ -92,7 +110,11 @@ def as_scalar_reward(name: str, value: Any) -> float:
     if isinstance(value, Tensor):
         if value.numel() != 1:
             raise ValueError(f"{name} must be a scalar, got shape {tuple(value.shape)}")
+        if value.is_complex():
+            raise ValueError(f"{name} must be real, got a complex tensor")
         value = value.item()
+    if isinstance(value, complex):
+        raise ValueError(f"{name} must be real, got {value!r}")
     try:
         v = float(value)
     except (TypeError, ValueError):
@@ -100,3 +122,39 @@ def as_scalar_reward(name: str, value: Any) -> float:
     if not math.isfinite(v):
         raise ValueError(f"{name} must be finite, got {v}")
     return v
+
+
+def _rows_equal(points: Tensor, query: Tensor) -> Tensor:
+    """``[q, n]`` boolean matrix: query row ``i`` equals point row ``j`` exactly, or after both are
+    rounded to float32 (so float32 or integer input of the same points is recognised: the
+    conversion to the policy's dtype keeps the rounding of the source)."""
+    eq = (query[:, None, :] == points[None, :, :]).all(-1)
+    if points.dtype != torch.float32 and not bool(eq.any(1).all()):
+        p32, q32 = points.to(torch.float32), query.to(torch.float32)
+        eq = eq | (q32[:, None, :] == p32[None, :, :]).all(-1)
+    return eq
+
+
+def same_rows(points: Tensor, query: Tensor) -> bool:
+    """Whether ``query`` ``[n, d]`` is the point set ``points`` ``[n, d]`` row by row (exactly, or
+    up to float32 rounding; see :func:`match_rows`)."""
+    if query.shape != points.shape:
+        return False
+    if torch.equal(query, points):
+        return True
+    q32, p32 = query.to(torch.float32), points.to(torch.float32)
+    return points.dtype != torch.float32 and torch.equal(q32, p32)
+
+
+def match_rows(name: str, points: Tensor, query: Tensor) -> Tensor:
+    """Index ``[q]`` of the first row of ``points`` ``[n, d]`` equal to each row of ``query``
+    ``[q, d]`` (exactly, or after rounding both to float32, so a float32 / int64 copy of the points
+    matches); a ``ValueError`` naming ``name`` if a query row is none of the points."""
+    q = query.reshape(-1, points.shape[-1]) if query.ndim == 1 else query
+    if q.shape[-1] != points.shape[-1]:
+        raise ValueError(f"{name} must have {points.shape[-1]} entries per row, got {q.shape[-1]}")
+    eq = _rows_equal(points, q)
+    found = eq.any(1)
+    if not bool(found.all()):
+        raise ValueError(f"{name} must be one of the {points.shape[0]} arms of the fixed arm set")
+    return eq.to(torch.int8).argmax(1)

@@ -370,6 +370,27 @@ def dual_bounds(
     return out.get(1.0), out.get(-1.0), s_best[:n_a]
 
 
+class _Float64Data:
+    """A model's data in float64 for :class:`CMMBound`'s dual (in float32 the dual's minimiser
+    moves enough to change the choices): ``x``, ``y``, ``n``, ``kernel`` and the radius pieces
+    ``quad_y`` / ``log_det`` from one float64 Cholesky factor of ``K + αI``."""
+
+    def __init__(self, model: PosteriorModel) -> None:
+        self.kernel, self.n = model.kernel, model.n
+        self.x, self.y = model.x.to(torch.float64), model.y.to(torch.float64)
+
+    def _chol(self, reg: float) -> Tensor:
+        eye = torch.eye(self.n, dtype=torch.float64, device=self.x.device)
+        return torch.linalg.cholesky(kernel_matrix(self.kernel, self.x, self.x) + reg * eye)
+
+    def quad_y(self, reg: float) -> Tensor:
+        z = torch.linalg.solve_triangular(self._chol(reg), self.y[:, None], upper=False)
+        return (z * z).sum()
+
+    def log_det(self, reg: float) -> Tensor:
+        return 2.0 * torch.log(torch.diagonal(self._chol(reg))).sum() - self.n * math.log(reg)
+
+
 class CMMBound(MixtureBound):
     """Kernel CMM bound: the exact ``max/min f(x)`` over ``{‖f_t − y‖ ≤ R_t, ‖f‖_H ≤ B}``.
 
@@ -436,6 +457,10 @@ class CMMBound(MixtureBound):
 
     @torch.no_grad()
     def _bounds(self, model, candidates: Tensor, which: str) -> tuple[Tensor | None, Tensor | None]:
+        if self.method == "dual" and candidates.dtype != torch.float64 and model.n:
+            # the dual is solved in float64 whatever the model's dtype (cast in, cast out)
+            out = self._bounds(_Float64Data(model), candidates.to(torch.float64), which)
+            return tuple(None if b is None else b.to(candidates.dtype) for b in out)  # type: ignore[return-value]
         kdiag = kernel_diag(model.kernel, candidates)
         if model.n == 0:
             lim = self.norm_bound * torch.sqrt(kdiag)

@@ -272,7 +272,7 @@ class _TVBeta(RadiusRule):
         return self.delta
 
     def radius(self, model: PosteriorModel, n_candidates: int, t: int) -> Tensor:
-        return torch.tensor(self.beta_at(model, t))
+        return torch.tensor(self.beta_at(model, t), dtype=torch.float64)
 
 
 class RestartBeta(_TVBeta):

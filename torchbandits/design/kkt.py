@@ -10,6 +10,10 @@ All programs solved in :mod:`torchbandits.design` have the form
 for every x with equality on the support. The **Frank–Wolfe gap** ``ḡ − min_x g_x ≥ 0`` is zero
 exactly at an optimum and bounds the suboptimality ``J(p) − J* ≤ ḡ − min g`` (convexity), so it
 is the certificate every solve is checked with.
+
+Every function here computes in float64 whatever the dtype of its inputs (the log-det programs are
+ill-conditioned at ``λ = σ/T``: in float32 ``S(p, λ)`` loses its small eigenvalues) and returns
+tensors in the dtype of ``phi`` (cast in, cast out).
 """
 
 from __future__ import annotations
@@ -36,8 +40,13 @@ def design_matrix(phi: Tensor, p: Tensor, lam: float) -> Tensor:
     return phi.T @ (p.unsqueeze(1) * phi) + lam * torch.eye(r, dtype=phi.dtype, device=phi.device)
 
 
+def _f64(t: Tensor) -> Tensor:
+    return t if t.dtype == torch.float64 else t.to(torch.float64)
+
+
 def _whitened(phi: Tensor, p: Tensor, lam: float) -> tuple[Tensor, Tensor]:
-    """``(L, Z)`` with ``L = chol(S(p, λ))`` and ``Z = L⁻¹ Φᵀ`` (``[r, N]``)."""
+    """``(L, Z)`` with ``L = chol(S(p, λ))`` and ``Z = L⁻¹ Φᵀ`` (``[r, N]``), in float64."""
+    phi, p = _f64(phi), _f64(p)
     chol = torch.linalg.cholesky(design_matrix(phi, p, lam))
     z = torch.linalg.solve_triangular(chol, phi.T, upper=False)
     return chol, z
@@ -47,19 +56,19 @@ def ips_matrix(phi: Tensor, p: Tensor, lam: float) -> Tensor:
     """``M(p, λ) = Φ S(p, λ)⁻¹ Φᵀ = K (D_p K + λ I)⁻¹`` (``[N, N]``), the IPS matrix of §2.4:
     ``R̂_t(x) = M[x, x_t] · y_t``. Its diagonal holds the leverages ``‖φ(x)‖²_{S⁻¹}``."""
     _, z = _whitened(phi, p, lam)
-    return z.T @ z
+    return (z.T @ z).to(phi.dtype)
 
 
 def leverages(phi: Tensor, p: Tensor, lam: float) -> Tensor:
     """``‖φ(x)‖²_{S(p, λ)⁻¹}`` for every row of Φ (``[N]``)."""
     _, z = _whitened(phi, p, lam)
-    return (z * z).sum(0)
+    return (z * z).sum(0).to(phi.dtype)
 
 
 def logdet_design(phi: Tensor, p: Tensor, lam: float) -> Tensor:
     """``log det S(p, λ)`` (``r × r``; for the Cholesky factor ``r = N``)."""
-    chol = torch.linalg.cholesky(design_matrix(phi, p, lam))
-    return 2.0 * torch.log(torch.diagonal(chol)).sum()
+    chol = torch.linalg.cholesky(design_matrix(_f64(phi), _f64(p), lam))
+    return (2.0 * torch.log(torch.diagonal(chol)).sum()).to(phi.dtype)
 
 
 @dataclass
@@ -84,13 +93,15 @@ class Certificate:
 def kkt_certificate(phi: Tensor, p: Tensor, c: Tensor, weight: float, lam: float) -> Certificate:
     """Evaluate the certificate of :class:`Certificate` at ``p``."""
     chol, z = _whitened(phi, p, lam)
+    p, c = _f64(p), _f64(c)
     lev = (z * z).sum(0)
     g = c - weight * lev
     logdet = 2.0 * torch.log(torch.diagonal(chol)).sum()
     gap = float((p * g).sum() - g.min())
     obj = float(c @ p - weight * logdet)
-    return Certificate(gap=max(gap, 0.0), objective=obj, grad=g, leverages=lev,
-                       mass_error=abs(float(p.sum()) - 1.0), min_p=float(p.min()))
+    return Certificate(gap=max(gap, 0.0), objective=obj, grad=g.to(phi.dtype),
+                       leverages=lev.to(phi.dtype), mass_error=abs(float(p.sum()) - 1.0),
+                       min_p=float(p.min()))
 
 
 def lemma44_check(phi: Tensor, q: Tensor, delta_hat: Tensor, alpha: float, beta: float,

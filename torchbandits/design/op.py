@@ -93,6 +93,9 @@ def solve_logdet_program(
 ) -> LogDetSolution:
     """``argmin_{p ∈ Δ_N} cᵀp − weight·log det(Φᵀ diag(p) Φ + λI)`` with its certificate.
 
+    Solved in float64 whatever the dtype of ``phi`` (``p`` is returned in that dtype; the
+    certificate is the float64 solution's).
+
     ``kkt_tol`` is the Frank–Wolfe gap a Newton answer must reach, times the problem's scale
     ``max(1, weight, max|c|)`` (absolute for the O(1) problems of the bandits); a CVXPY answer must
     reach ``cvxpy_kkt_tol`` times that scale (interior-point solvers stop at ~1e-8 relative).
@@ -109,6 +112,15 @@ def solve_logdet_program(
         raise ValueError("phi and c must be finite")
     if solver not in ("newton", "cvxpy"):
         raise ValueError(f"solver must be 'newton' or 'cvxpy', got {solver!r}")
+    if phi.dtype != torch.float64:
+        # solved in float64 whatever the caller's dtype (cast in, cast out): at λ = σ/T the
+        # program's matrix S(p) is too ill-conditioned for float32 to reach the certificate
+        sol = solve_logdet_program(
+            phi.to(torch.float64), c.to(torch.float64), weight, lam, solver=solver,
+            warm_start=None if warm_start is None else warm_start.to(torch.float64),
+            kkt_tol=kkt_tol, cvxpy_max_n=cvxpy_max_n, cvxpy_kkt_tol=cvxpy_kkt_tol)
+        sol.p = sol.p.to(phi.dtype)
+        return sol
     t0 = time.perf_counter()
     attempts: list[str] = []
     # the certificate is absolute for O(1) problems and relative to the objective's scale otherwise

@@ -79,7 +79,7 @@ def information_gain_at(phi: Tensor, p: Tensor, horizon: int, sigma: float) -> f
     """``log det(I + (T/σ)·D_p^{1/2} K D_p^{1/2})`` for the distribution ``p`` (paper's form)."""
     lam = sigma / horizon
     r = phi.shape[1]
-    s = design_matrix(phi, p, lam)
+    s = design_matrix(phi.to(torch.float64), p.to(torch.float64), lam)   # float64: λ = σ/T
     chol = torch.linalg.cholesky(s)
     return float(2.0 * torch.log(torch.diagonal(chol)).sum() - r * math.log(lam))
 

@@ -12,6 +12,7 @@ from typing import Any
 from gpytorch.kernels import Kernel
 
 from ..confidence import AYBeta, KernelUCBTheoryBeta, SrinivasBeta
+from ..kernels import check_kernel
 from ..policies import GPUCB, KernelUCB, Policy, RandomPolicy
 
 __all__ = ["ay_gpucb", "env_kernel", "gpucb", "gpucb_srinivas", "kucb", "kucb_theory", "random"]
@@ -22,7 +23,7 @@ def env_kernel(env: Any) -> Kernel:
     kernel = getattr(env, "kernel", None)
     if kernel is None:
         raise ValueError(f"environment {env!r} declares no kernel; pass one to the policy directly")
-    return copy.deepcopy(kernel)
+    return copy.deepcopy(check_kernel(kernel))
 
 
 def _noise(env: Any) -> float:

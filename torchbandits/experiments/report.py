@@ -7,15 +7,22 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.figure import Figure
 
 from .results import RunResult, summarize
 
-__all__ = ["markdown_table", "plot_diagnostic", "plot_regret", "plot_time", "write_report"]
+__all__ = ["figure_grid", "markdown_table", "plot_diagnostic", "plot_regret", "plot_time",
+           "write_report"]
+
+
+def figure_grid(nrows: int = 1, ncols: int = 1, **kwargs: Any) -> tuple[Figure, Any]:
+    """``(Figure, axes)`` like ``pyplot.subplots`` but outside pyplot: no backend is selected and
+    no global figure list grows, so the library draws the same in a script, a test or a notebook
+    (whose own backend it never changes). ``figsize`` goes to the figure, the rest to
+    ``Figure.subplots``."""
+    fig = Figure(figsize=kwargs.pop("figsize", None))
+    return fig, fig.subplots(nrows, ncols, **kwargs)
 
 
 def _fmt(x: float, digits: int = 3) -> str:
@@ -49,10 +56,10 @@ def _by_env(results: Iterable[RunResult]) -> dict[str, dict[str, list[RunResult]
     return out
 
 
-def _panel_grid(n: int) -> tuple[plt.Figure, np.ndarray]:
+def _panel_grid(n: int) -> tuple[Figure, np.ndarray]:
     cols = min(n, 3)
     rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 3.8 * rows), squeeze=False)
+    fig, axes = figure_grid(rows, cols, figsize=(5.2 * cols, 3.8 * rows), squeeze=False)
     for ax in axes.flat[n:]:
         ax.set_visible(False)
     return fig, axes
@@ -79,7 +86,6 @@ def _plot_curves(results: Iterable[RunResult], path: Path, curve, ylabel: str,
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 
@@ -120,7 +126,6 @@ def plot_diagnostic(results: Iterable[RunResult], key: str, path: str | Path) ->
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return Path(path)
 
 

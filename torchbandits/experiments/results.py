@@ -3,14 +3,41 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["RunResult", "load_results", "summarize"]
+__all__ = ["RunResult", "atomic_write_text", "load_results", "resumable_run", "summarize"]
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically: a temporary file in the same folder (named
+    ``.NAME.*.tmp``, so no ``*.json`` glob sees it) is written, flushed to disk and renamed over
+    ``path`` (``os.replace``). An interrupted write leaves the old file (or none), never a
+    partial one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _json_normal(value: Any) -> Any:
+    """``value`` as it reads back from JSON (tuples → lists, …), for comparisons."""
+    return json.loads(json.dumps(value, allow_nan=True, default=str))
 
 
 @dataclass
@@ -62,14 +89,37 @@ class RunResult:
         return cls(**d)
 
     def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), allow_nan=True))
-        return path
+        """Write the run as JSON atomically (:func:`atomic_write_text`)."""
+        return atomic_write_text(path, json.dumps(self.to_dict(), allow_nan=True))
 
     @classmethod
     def load(cls, path: str | Path) -> RunResult:
         return cls.from_dict(json.loads(Path(path).read_text()))
+
+    @classmethod
+    def try_load(cls, path: str | Path) -> RunResult | None:
+        """The run saved at ``path``, or ``None`` if there is none or it does not parse."""
+        try:
+            return cls.load(path)
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+
+
+def resumable_run(path: str | Path, compute: Callable[[], RunResult], *, horizon: int,
+                  match: Mapping[str, Any] | None = None,
+                  resume: bool = True) -> tuple[RunResult, bool]:
+    """``(result, reused)``: the run saved at ``path`` if ``resume`` and it is finished (``horizon``
+    steps) with ``config[k] == v`` for every ``k, v`` in ``match``; otherwise ``compute()``, saved
+    atomically to ``path`` before it is returned. Because every save is atomic, a run killed
+    mid-way leaves either nothing or a finished file; a file that does not parse is recomputed."""
+    if resume:
+        old = RunResult.try_load(path)
+        if old is not None and old.horizon == int(horizon) and all(
+                _json_normal(old.config.get(k)) == _json_normal(v) for k, v in (match or {}).items()):
+            return old, True
+    res = compute()
+    res.save(path)
+    return res, False
 
 
 def load_results(directory: str | Path) -> list[RunResult]:

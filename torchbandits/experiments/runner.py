@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from ..envs.base import BanditEnv
 from ..policies.base import Policy
-from .results import RunResult
+from .results import RunResult, resumable_run
 
-__all__ = ["run_grid", "simulate"]
+if importlib.util.find_spec("ipywidgets") is not None:   # notebook widgets when available
+    from tqdm.auto import tqdm
+else:  # tqdm.auto would warn "IProgress not found" in a notebook: the plain bar instead
+    from tqdm import tqdm
+
+__all__ = ["run_grid", "simulate", "tqdm"]
 
 PolicyFactory = Callable[[BanditEnv], Policy]
 EnvFactory = Callable[[], BanditEnv]
@@ -113,25 +118,43 @@ def run_grid(
     progress: bool = True,
     diagnostics_every: int = 1,
     config: Mapping[str, Any] | None = None,
+    resume: bool = True,
+    match: Sequence[str] | None = None,
 ) -> list[RunResult]:
     """Every policy × env × seed; each run saved as JSON under ``out/runs/`` if ``out`` is set.
 
     A fresh environment and a fresh policy are built for every run (``policy_factory(env)``).
+    Each file is written atomically (:func:`~torchbandits.experiments.results.atomic_write_text`).
+    With ``resume`` (default) a run whose file already holds a finished run (same horizon, and
+    the same ``config`` values under the keys ``match``, default every key but ``"argv"``) is read
+    back instead of recomputed, so a grid killed mid-way continues where it stopped.
     """
     results = []
+    cfg = dict(config or {})
+    keys = [k for k in cfg if k != "argv"] if match is None else list(match)
+    want = {k: cfg.get(k) for k in keys}
     total = len(policies) * len(envs) * len(seeds) * int(horizon)
     bar = tqdm(total=total, desc="runs", disable=not progress)
     for env_name, make_env in envs.items():
         for pol_name, make_policy in policies.items():
             for seed in seeds:
-                env = make_env()
-                policy = make_policy(env)
                 bar.set_postfix_str(f"{env_name} / {pol_name} / seed {seed}")
-                res = simulate(policy, env, horizon, seed, policy_name=pol_name,
-                               env_name=env_name, diagnostics_every=diagnostics_every,
-                               progress=bar, config=config)
-                if out is not None:
-                    res.save(Path(out) / "runs" / f"{env_name}__{pol_name}__seed{seed}.json")
+
+                def compute(env_name=env_name, make_env=make_env, pol_name=pol_name,
+                            make_policy=make_policy, seed=seed) -> RunResult:
+                    env = make_env()
+                    return simulate(make_policy(env), env, horizon, seed, policy_name=pol_name,
+                                    env_name=env_name, diagnostics_every=diagnostics_every,
+                                    progress=bar, config=config)
+
+                if out is None:
+                    res = compute()
+                else:
+                    path = Path(out) / "runs" / f"{env_name}__{pol_name}__seed{seed}.json"
+                    res, reused = resumable_run(path, compute, horizon=horizon, match=want,
+                                                resume=resume)
+                    if reused:
+                        bar.update(int(horizon))
                 results.append(res)
     bar.close()
     return results

@@ -30,7 +30,7 @@ from gpytorch.kernels import Kernel
 from torch import Tensor
 
 from ..buffers import ResizableModule, grow_rows
-from ..validation import as_matrix, as_point, as_scalar_reward, check_positive
+from ..validation import as_matrix, as_point, as_scalar_reward, check_positive, match_rows, same_rows
 from .features import kernel_features
 
 __all__ = ["FiniteArmRidge"]
@@ -115,10 +115,7 @@ class FiniteArmRidge(ResizableModule):
         self._cache = None
 
     def _arm_index(self, x: Tensor) -> int:
-        hit = torch.nonzero((self.arms == x).all(dim=1)).flatten()
-        if hit.numel() == 0:
-            raise ValueError("x must be one of the arms of the finite arm set")
-        return int(hit[0])
+        return int(match_rows("x", self.arms, x)[0])
 
     def reset(self) -> None:
         if self.arms.numel():
@@ -191,10 +188,7 @@ class FiniteArmRidge(ResizableModule):
         cand = as_matrix("candidates", candidates, dtype=self.dtype, device=self.device)
         if not self.arms.numel():
             self._set_arms(cand)
-        if cand.shape == self.arms.shape and torch.equal(cand, self.arms):
-            idx = None
-        else:
-            idx = torch.tensor([self._arm_index(c) for c in cand], device=self.device)
+        idx = None if same_rows(self.arms, cand) else match_rows("candidates", self.arms, cand)
         chol, z = self._factor()
         w = torch.linalg.solve_triangular(chol, self.b[:, None], upper=False)[:, 0]
         mean = z.T @ w

@@ -39,7 +39,7 @@ from torch import Tensor
 
 from ..buffers import grow_rows
 from ..confidence.bkb import BetaRule, BKBBeta
-from ..kernels import kernel_diag
+from ..kernels import check_kernel, kernel_diag
 from ..models.exact import ExactKernelRidge
 from ..models.nystrom import NystromKernelRidge
 from ..models.rls import RLSResampler, Sampler, theory_qbar
@@ -103,6 +103,7 @@ class BKB(IndexPolicy):
         dtype: torch.dtype = torch.float64,
         device: torch.device | str | None = None,
     ) -> None:
+        check_kernel(kernel)
         noise_std = check_positive("noise_std", noise_std)
         lam = noise_std**2 if lam is None else check_positive("lam", lam)
         self.rule = BKBBeta(beta_rule, beta=beta, norm_bound=norm_bound, noise_std=noise_std,

@@ -23,6 +23,7 @@ from gpytorch.kernels import Kernel
 from torch import Tensor
 
 from ..confidence import ConfidenceRule, ConstantBeta, Variance, as_rule
+from ..kernels import check_kernel
 from ..models.kors import KORS, KorsScore
 from ..models.nystrom import NystromKernelRidge, Parametrisation
 from ..validation import as_point, as_scalar_reward, check_positive
@@ -51,6 +52,7 @@ class NystromUCB(RuleUCB):
         dtype: torch.dtype = torch.float64,
         device: torch.device | str | None = None,
     ) -> None:
+        check_kernel(kernel)
         super().__init__(seed=seed, n_warmup=n_warmup, dtype=dtype, device=device)
         lam = check_positive("lam", lam)
         self.rule = as_rule(beta, variance)

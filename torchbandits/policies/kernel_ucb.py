@@ -21,6 +21,7 @@ import torch
 from gpytorch.kernels import Kernel
 
 from ..confidence import ConfidenceRule, IGPBeta, Variance, as_rule
+from ..kernels import check_kernel
 from ..models import ExactKernelRidge
 from ..validation import check_positive
 from .base import RuleUCB
@@ -62,6 +63,7 @@ class KernelUCB(RefitMixin, RuleUCB):
         dtype: torch.dtype = torch.float64,
         device: torch.device | str | None = None,
     ) -> None:
+        check_kernel(kernel)
         super().__init__(seed=seed, n_warmup=n_warmup, dtype=dtype, device=device)
         lam = check_positive("lam", lam)
         self.rule = as_rule(beta, variance or self.default_variance)

@@ -29,12 +29,13 @@ from typing import Any
 
 import torch
 from gpytorch.kernels import Kernel
-from torch import Tensor
+from torch import Tensor, nn
 
 from ..design import information_gain
+from ..kernels import check_kernel
 from ..models.features import kernel_features
 from ..models.finite_arm import FiniteArmRidge
-from ..validation import check_positive, check_probability
+from ..validation import check_positive, check_probability, match_rows, same_rows
 from .base import Policy
 from .op_baselines import GainBeta
 from .schedule import Schedule, sample_schedule
@@ -53,6 +54,7 @@ class MasterGPUCB(Policy):
     def __init__(self, kernel: Kernel, horizon: int, lam: float = 1.0, ucb_scale: float = 1.0, *,
                  delta: float = 0.01, c_master: float = 1.0, seed: int = 0,
                  dtype: torch.dtype = torch.float64, device: torch.device | str | None = None) -> None:
+        check_kernel(kernel)
         super().__init__(seed=seed, n_warmup=0, dtype=dtype, device=device)
         if int(horizon) < 2:
             raise ValueError(f"horizon must be >= 2, got {horizon}")
@@ -73,7 +75,7 @@ class MasterGPUCB(Policy):
         self.block = 0
         self.block_start = 1
         self.schedule: Schedule | None = None
-        self.instances: dict[tuple[int, int], FiniteArmRidge] = {}
+        self.instances = nn.ModuleDict()   # "m_start" → FiniteArmRidge (moved by .to, saved)
         self.inst_sum: dict[tuple[int, int], float] = {}
         self.inst_cnt: dict[tuple[int, int], int] = {}
         self.u_min = math.inf
@@ -85,6 +87,45 @@ class MasterGPUCB(Policy):
         self._clear()
         self.arms = torch.zeros(0, dtype=self.dtype, device=self.device)
         self.phi = torch.zeros(0, dtype=self.dtype, device=self.device)
+
+    # ------------------------------------------------------------------ state
+    @staticmethod
+    def _name(key: tuple[int, int]) -> str:
+        return f"{key[0]}_{key[1]}"
+
+    def _new_instance(self) -> FiniteArmRidge:
+        return FiniteArmRidge(self.kernel, self.lam, arms=self.arms, features=self.phi,
+                              dtype=self.dtype, device=self.device)
+
+    def _extra_state(self) -> dict[str, Any]:
+        """Everything but the buffers, as ints, floats, bools and lists (``weights_only`` loads
+        it): the block, its schedule, the per-instance sums and counts, the test statistics."""
+        keys = [list(k) for k in self.inst_cnt]
+        return {"ready": self.ready, "gamma_bar": self.gamma_bar, "epoch": self.epoch,
+                "block": self.block, "block_start": self.block_start,
+                "schedule": None if self.schedule is None else list(self.schedule.to_state()),
+                "inst_keys": keys, "inst_sum": [self.inst_sum[tuple(k)] for k in keys],
+                "inst_cnt": [self.inst_cnt[tuple(k)] for k in keys], "u_min": self.u_min,
+                "gap_sum": self.gap_sum, "restart_times": list(self.restart_times),
+                "last": None if self._last is None else [*self._last[0], self._last[1]]}
+
+    def _set_extra_state(self, state: dict[str, Any]) -> None:
+        self.ready = bool(state["ready"])
+        self.gamma_bar = float(state["gamma_bar"])
+        self.epoch, self.block = int(state["epoch"]), int(state["block"])
+        self.block_start = int(state["block_start"])
+        sched = state["schedule"]
+        self.schedule = None if sched is None else Schedule.from_state(tuple(sched))
+        keys = [(int(a), int(b)) for a, b in state["inst_keys"]]
+        self.inst_sum = dict(zip(keys, (float(v) for v in state["inst_sum"])))
+        self.inst_cnt = dict(zip(keys, (int(v) for v in state["inst_cnt"])))
+        # fresh instances under the saved names; load_state_dict fills them in next (children
+        # are loaded after their parent's extra state)
+        self.instances = nn.ModuleDict({self._name(k): self._new_instance() for k in keys})
+        self.u_min, self.gap_sum = float(state["u_min"]), float(state["gap_sum"])
+        self.restart_times = [int(v) for v in state["restart_times"]]
+        last = state["last"]
+        self._last = None if last is None else ((int(last[0]), int(last[1])), float(last[2]))
 
     # ------------------------------------------------------------------ constants
     def rho(self, tau: float) -> float:
@@ -107,7 +148,8 @@ class MasterGPUCB(Policy):
     def _start_block(self, s: int, n: int) -> None:
         self.block, self.block_start = n, s
         self.schedule = sample_schedule(s, n, 1, self.generator)
-        self.instances, self.inst_sum, self.inst_cnt = {}, {}, {}
+        self.instances = nn.ModuleDict()
+        self.inst_sum, self.inst_cnt = {}, {}
         self.u_min = math.inf
         self.gap_sum = 0.0
 
@@ -116,10 +158,8 @@ class MasterGPUCB(Policy):
         slot = 2**m
         start = self.block_start + ((s - self.block_start) // slot) * slot
         key = (m, start)
-        if key not in self.instances:
-            self.instances[key] = FiniteArmRidge(self.kernel, self.lam, arms=self.arms,
-                                                 features=self.phi, dtype=self.dtype,
-                                                 device=self.device)
+        if key not in self.inst_cnt:
+            self.instances[self._name(key)] = self._new_instance()
             self.inst_sum[key], self.inst_cnt[key] = 0.0, 0
         return key
 
@@ -128,10 +168,11 @@ class MasterGPUCB(Policy):
         cand = self.check_candidates(candidates)
         if not self.ready:
             self._setup(cand)
-        elif not torch.equal(cand, self.arms):
-            raise ValueError("candidates must be the same fixed arm set on every round")
+        elif not same_rows(self.arms, cand):
+            raise ValueError("candidates must be the same fixed arm set on every round "
+                             f"({tuple(self.arms.shape)}); call reset() for a new arm set")
         key = self._active(self.t + 1)
-        return self.rule.bounds(self.instances[key], cand, self.t + 1)[0]
+        return self.rule.bounds(self.instances[self._name(key)], self.arms, self.t + 1)[0]
 
     def select(self, candidates: Any) -> int:
         with torch.no_grad():
@@ -143,9 +184,10 @@ class MasterGPUCB(Policy):
     def _update(self, x: Tensor, reward: float) -> None:
         if not self.ready:
             raise ValueError("update() before the first select(): the arm set is unknown")
+        match_rows("x", self.arms, x)    # x must be an arm: checked before any state change
         s = self.t + 1
         key = self._active(s)
-        model = self.instances[key]
+        model = self.instances[self._name(key)]
         model.append(x, reward)          # validates x (must be an arm) before the rest
         if self._last is not None and self._last[0] == key:
             f_tilde = self._last[1]

@@ -32,6 +32,7 @@ from torch import Tensor
 
 from ..confidence import RadiusRule
 from ..confidence.base import PosteriorModel
+from ..kernels import check_kernel
 from ..models.finite_arm import FiniteArmRidge
 from ..validation import check_positive, check_probability
 from .time_varying import SWGPUCB, WGPUCB, TimeVaryingUCB
@@ -68,7 +69,7 @@ class GainBeta(RadiusRule):
 
 
 def _model(kernel: Kernel, lam: float, dtype: torch.dtype, device, **kw) -> FiniteArmRidge:
-    return FiniteArmRidge(kernel, lam, dtype=dtype, device=device, **kw)
+    return FiniteArmRidge(check_kernel(kernel), lam, dtype=dtype, device=device, **kw)
 
 
 def _scale(ucb_scale: float, lam: float, convention: str) -> float:

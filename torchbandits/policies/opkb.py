@@ -32,7 +32,9 @@ from torch import Tensor
 
 from ..buffers import grow_rows
 from ..design import information_gain_at, ips_matrix, optimal_design, solve_op
+from ..kernels import check_kernel
 from ..models.features import kernel_features
+from ..validation import match_rows, same_rows
 from .base import Policy
 from .op_presets import OPConstants, op_preset
 from .schedule import Schedule, sample_schedule
@@ -233,7 +235,7 @@ class OPPolicyBase(Policy):
     def _check_arms(self, cand: Tensor) -> None:
         if not self.ready:
             self._setup(cand)
-        elif cand.shape != self.arms.shape or not torch.equal(cand, self.arms):
+        elif not same_rows(self.arms, cand):
             raise ValueError("candidates must be the same fixed arm set on every round "
                              f"({tuple(self.arms.shape)}); call reset() for a new arm set")
 
@@ -267,10 +269,7 @@ class OPPolicyBase(Policy):
             raise ValueError("update() before the first select(): the arm set is unknown")
         if self._pending is not None and torch.equal(self.arms[self._pending], x):
             return self._pending
-        hit = torch.nonzero((self.arms == x).all(dim=1)).flatten()
-        if hit.numel() == 0:
-            raise ValueError("x must be one of the arms (a row of the candidates)")
-        return int(hit[0])
+        return int(match_rows("x", self.arms, x)[0])
 
     def _update(self, x: Tensor, reward: float) -> None:
         arm = self._arm_index(x)     # validates before any state change
@@ -343,6 +342,7 @@ class ADAOPKB(OPPolicyBase):
     adaptive = True
 
     def __init__(self, kernel: Kernel, horizon: int, *, jitter: float = 1e-10, **kwargs: Any) -> None:
+        check_kernel(kernel)
         super().__init__(horizon, **kwargs)
         self.kernel = kernel.to(dtype=self.dtype, device=self.device)
         self.jitter = float(jitter)

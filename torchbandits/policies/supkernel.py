@@ -28,6 +28,7 @@ import torch
 from gpytorch.kernels import Kernel
 from torch import Tensor
 
+from ..kernels import check_kernel
 from ..models import ExactKernelRidge
 from ..validation import check_positive
 from .base import Policy
@@ -60,6 +61,7 @@ class SupKernelUCB(Policy):
         dtype: torch.dtype = torch.float64,
         device: torch.device | str | None = None,
     ) -> None:
+        check_kernel(kernel)
         super().__init__(seed=seed, n_warmup=n_warmup, dtype=dtype, device=device)
         self.lam = check_positive("lam", lam)
         self.eta = check_positive("eta", eta)

@@ -36,7 +36,7 @@ from torch import nn
 
 from ..confidence import ConfidenceRule, ConstantBeta, as_rule
 from ..confidence.time_varying import GammaProvider, RestartBeta, WindowBeta
-from ..kernels import kernel_bound
+from ..kernels import check_kernel, kernel_bound
 from ..models import ExactKernelRidge
 from ..models.weighted import DiscountedKernelRidge, TimeDecayKernelRidge
 from ..models.window import SlidingWindowKernelRidge
@@ -67,6 +67,7 @@ class TimeVaryingUCB(RuleUCB):
     def __init__(self, model: nn.Module, rule: ConfidenceRule, *, tie_break: str = "random",
                  seed: int = 0, n_warmup: int = 0, dtype: torch.dtype = torch.float64,
                  device: torch.device | str | None = None) -> None:
+        check_kernel(model.kernel)
         super().__init__(seed=seed, n_warmup=n_warmup, dtype=dtype, device=device)
         if tie_break not in ("random", "first"):
             raise ValueError(f"tie_break must be 'random' or 'first', got {tie_break!r}")

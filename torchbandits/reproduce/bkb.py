@@ -37,7 +37,7 @@ import torch
 
 from ..envs.rkhs import RKHSFunctionEnv
 from ..experiments.factories import env_kernel
-from ..experiments.report import plot_diagnostic, write_report
+from ..experiments.report import figure_grid, plot_diagnostic, write_report
 from ..experiments.results import RunResult
 from ..experiments.runner import run_grid
 from ..kernels import kernel_matrix, make_kernel
@@ -106,10 +106,6 @@ def figure2(out: Path, *, n_grid: int = 1000, ts: Sequence[int] = (6, 63, 215), 
 
     Returns the dictionary sizes and, for each t, the mean ratio of the approximate to the exact
     GP variance on [0.7, 1] (far from the data)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     dt = torch.float64
     kern = make_kernel("rbf", 1.0 / math.sqrt(200.0))  # exp(−100 (x − x')²), spec A14
@@ -127,7 +123,7 @@ def figure2(out: Path, *, n_grid: int = 1000, ts: Sequence[int] = (6, 63, 215), 
     sor = BKB(copy.deepcopy(kern), lam=LAM, noise_std=NOISE, qbar=qbar, seed=seed, variance="sor",
               device=device)
     exact = ExactKernelRidge(copy.deepcopy(kern), LAM, device=device)
-    fig, axes = plt.subplots(2, len(ts), figsize=(4.6 * len(ts), 6.4), sharex=True, sharey=True)
+    fig, axes = figure_grid(2, len(ts), figsize=(4.6 * len(ts), 6.4), sharex=True, sharey=True)
     far = grid[:, 0] >= 0.7
     stats: dict[str, Any] = {"t": list(ts), "dictionary_size": [], "far_var_ratio_dtc": [],
                              "far_var_ratio_sor": [], "kernel": "exp(-100 (x-x')^2)",
@@ -162,7 +158,6 @@ def figure2(out: Path, *, n_grid: int = 1000, ts: Sequence[int] = (6, 63, 215), 
     fig.tight_layout()
     out.mkdir(parents=True, exist_ok=True)
     fig.savefig(out / "fig2_variance_starvation.png", dpi=110)
-    plt.close(fig)
     (out / "fig2_stats.json").write_text(json.dumps(stats, indent=2))
     return stats
 

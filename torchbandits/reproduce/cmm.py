@@ -34,8 +34,9 @@ from ..confidence import AYBeta, IGPBeta
 from ..confidence.mixture import AMMBound, CMMBound, DMMBound, default_c
 from ..envs.rkhs import RKHSFunctionEnv
 from ..experiments import simulate
-from ..experiments.report import markdown_table, plot_time
-from ..experiments.results import RunResult, summarize
+from ..experiments.report import figure_grid, markdown_table, plot_time
+from ..experiments.results import RunResult, resumable_run, summarize
+from ..experiments.runner import tqdm
 from ..kernels import kernel_matrix, make_kernel
 from ..models import ExactKernelRidge
 from ..policies import AMMUCB, AYGPUCB, CMMUCB, DMMUCB, IGPUCB, Policy, RandomPolicy
@@ -88,23 +89,21 @@ def make_policies(kernel: str, lengthscale: float, d: int, horizon: int, *, nois
 def _run(out: Path, env_name: str, env: RKHSFunctionEnv, policies: dict[str, Callable[[], Policy]],
          horizons: dict[str, int], seeds: Sequence[int], bar_desc: str,
          extra: dict[str, Any] | None = None) -> list[RunResult]:
-    from tqdm.auto import tqdm
-
     results = []
     total = sum(horizons[m] for m in policies) * len(seeds)
     with tqdm(total=total, desc=bar_desc, leave=False) as bar:
         for seed in seeds:
             for name, factory in policies.items():
                 path = out / "runs" / f"{env_name}__{name}__seed{seed}.json"
-                if path.exists():  # resume an interrupted run
-                    res = RunResult.load(path)
-                    if res.horizon == horizons[name]:
-                        results.append(res)
-                        bar.update(horizons[name])
-                        continue
-                res = simulate(factory(), env, horizons[name], seed, policy_name=name, env_name=env_name,
-                               progress=bar, diagnostics_every=0, config=extra)
-                res.save(path)
+
+                def compute(name=name, factory=factory, seed=seed) -> RunResult:
+                    return simulate(factory(), env, horizons[name], seed, policy_name=name,
+                                    env_name=env_name, progress=bar, diagnostics_every=0, config=extra)
+
+                # resume an interrupted run: a finished file (atomic writes) is read back
+                res, reused = resumable_run(path, compute, horizon=horizons[name], match=extra)
+                if reused:
+                    bar.update(horizons[name])
                 results.append(res)
     return results
 
@@ -168,12 +167,8 @@ def _table(results: list[RunResult], d: int, with_paper: bool) -> str:
 
 def _plot_grid(results: list[RunResult], d: int, path: Path, title: str) -> None:
     """Figure 2 layout: rows ℓ = 0.5 / 0.2, columns RBF, Matérn-5/2, Matérn-3/2."""
-    import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8), squeeze=False)
+    fig, axes = figure_grid(2, 3, figsize=(15, 8), squeeze=False)
     for i, ls in enumerate(LENGTHSCALES):
         for j, (k, lab) in enumerate(KERNELS):
             ax = axes[i, j]
@@ -193,7 +188,6 @@ def _plot_grid(results: list[RunResult], d: int, path: Path, title: str) -> None
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 # ----------------------------------------------------------------------------- Figure 1
@@ -238,14 +232,12 @@ def figure1_data(seed: int = 0, n_obs: int = 50, n_grid: int = 101, device: str 
 
 def plot_figure1(data: dict[str, Any], path: str | Path | None = None):
     """Five panels (CMM, DMM, AMM, AY, IGP): f*, data and the band of each bound."""
-    import matplotlib
-
-    if path is not None:
-        matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    # a pyplot figure for interactive use (the caller's backend shows it), a detached one to save
+    new = plt.subplots if path is None else figure_grid
     names = list(data["bands"])
-    fig, axes = plt.subplots(1, len(names), figsize=(3.6 * len(names), 3.4), sharey=True)
+    fig, axes = new(1, len(names), figsize=(3.6 * len(names), 3.4), sharey=True)
     for ax, name in zip(axes, names):
         u, lcb = data["bands"][name]
         ax.fill_between(data["grid"], lcb, u, alpha=0.3, label=f"{name} band")
@@ -258,7 +250,6 @@ def plot_figure1(data: dict[str, Any], path: str | Path | None = None):
     if path is not None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=100)
-        plt.close(fig)
     return fig
 
 
@@ -367,13 +358,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _plot_loose(results: list[RunResult], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     methods = ("CMM", "DMM", "AMM", "AY", "IGP")
-    fig, axes = plt.subplots(1, len(methods), figsize=(4 * len(methods), 3.4), squeeze=False)
+    fig, axes = figure_grid(1, len(methods), figsize=(4 * len(methods), 3.4), squeeze=False)
     for ax, m in zip(axes[0], methods):
         for cfg in sorted({r.policy for r in results if r.policy.split(" ")[0] == m}):
             cum = np.stack([r.cumulative_regret for r in results if r.policy == cfg])
@@ -387,7 +374,6 @@ def _plot_loose(results: list[RunResult], path: Path) -> None:
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 if __name__ == "__main__":  # pragma: no cover

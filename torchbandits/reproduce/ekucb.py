@@ -32,18 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from ..envs.contextual import BumpEnv, ChessboardEnv, ContextualGridEnv, StepDiagonalEnv
-from ..experiments.report import markdown_table
-from ..experiments.results import RunResult, load_results, summarize
-from ..experiments.runner import simulate
+from ..experiments.report import figure_grid, markdown_table
+from ..experiments.results import RunResult, load_results, resumable_run, summarize
+from ..experiments.runner import simulate, tqdm
 from ..kernels import make_kernel
 from ..policies import CBBKB, CBKB, EKUCB, KernelUCB, Policy, SupKernelUCB
 
@@ -201,7 +196,7 @@ def _curves(runs: list[RunResult], fn) -> tuple[np.ndarray, np.ndarray, np.ndarr
 def plot_figure(fig: int, specs: list[RunSpec], results: dict[RunSpec, list[RunResult]],
                 path: Path) -> Path:
     lams = sorted({s.lam for s in specs})
-    fig_, axes = plt.subplots(2, len(lams), figsize=(5.0 * len(lams), 7.0), squeeze=False)
+    fig_, axes = figure_grid(2, len(lams), figsize=(5.0 * len(lams), 7.0), squeeze=False)
     for j, lam in enumerate(lams):
         for spec in (s for s in specs if s.lam == lam):
             runs = results.get(spec, [])
@@ -224,7 +219,6 @@ def plot_figure(fig: int, specs: list[RunSpec], results: dict[RunSpec, list[RunR
     fig_.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig_.savefig(path, dpi=100)
-    plt.close(fig_)
     return path
 
 
@@ -232,7 +226,7 @@ def plot_dictionaries(env: str, results: dict[RunSpec, list[RunResult]], path: P
     specs = [s for s in results if s.env == env and s.family in ("ekucb", "cbbkb", "cbkb")]
     if not specs:
         return None
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    fig, ax = figure_grid(figsize=(6.5, 4.2))
     for spec in sorted(specs, key=lambda s: s.label):
         runs = [r for r in results[spec] if "dict_size" in r.diagnostics]
         if not runs:
@@ -247,14 +241,13 @@ def plot_dictionaries(env: str, results: dict[RunSpec, list[RunResult]], path: P
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
-    plt.close(fig)
     return path
 
 
 def plot_environments(path: Path) -> Path:
     """Fig. 6: the Chessboard and Step Diagonal mean functions on [0, 1]² (context × action)."""
     grid = torch.linspace(0, 1, 201, dtype=torch.float64)
-    fig, axes = plt.subplots(1, 2, figsize=(9, 4))
+    fig, axes = figure_grid(1, 2, figsize=(9, 4))
     for ax, cls in zip(axes, (ChessboardEnv, StepDiagonalEnv)):
         env = cls()
         vals = env.f(grid[:, None], grid).numpy()
@@ -267,7 +260,6 @@ def plot_environments(path: Path) -> Path:
         fig.colorbar(im, ax=ax, fraction=0.046)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
-    plt.close(fig)
     return path
 
 
@@ -330,12 +322,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: dict[RunSpec, list[RunResult]] = {}
     bar = tqdm(total=total, desc="ekucb", disable=args.no_progress)
     t0 = time.perf_counter()
+    # options that change a run's numbers; a saved run with other values is recomputed
+    settings = {k: getattr(args, k) for k in ("kors_b", "kors_score", "eta", "warmup", "device",
+                                              "diagnostics_every")}
     for spec in unique:
         for seed in args.seeds:
             path = out / "runs" / (spec.filename(seed) + ".json")
             bar.set_postfix_str(f"{spec.env} / {spec.label} / seed {seed}")
-            res = run_spec(spec, seed, args, bar if not args.no_progress else None)
-            res.save(path)
+
+            def compute(spec=spec, seed=seed) -> RunResult:
+                res = run_spec(spec, seed, args, bar if not args.no_progress else None)
+                res.config["settings"] = settings
+                return res
+
+            # a finished run already saved (atomically) is read back, not recomputed
+            res, reused = resumable_run(path, compute, horizon=spec.horizon,
+                                        match={"settings": settings})
+            if reused:
+                bar.update(spec.horizon)
             results.setdefault(spec, []).append(res)
     bar.close()
     figs = []

@@ -41,12 +41,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from ..envs.nonstationary import CosineBandit, SwitchingKernelEnv, slow_phase
-from ..experiments.report import write_report
-from ..experiments.results import RunResult
-from ..experiments.runner import simulate
+from ..experiments.report import figure_grid, write_report
+from ..experiments.results import RunResult, resumable_run
+from ..experiments.runner import simulate, tqdm
 from ..policies.op_baselines import gp_ucb, sw_gp_ucb, wgp_ucb
 from ..policies.opkb import ADAOPKB, OPKB
 from ..policies.opnn import ADAOPNN, OPNN, OPNN0
@@ -154,15 +153,11 @@ def _table(rows: Sequence[dict[str, Any]], title: str) -> str:
 
 
 def _plot(runs: Sequence[RunResult], path: Path, title: str, switches: Sequence[int]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     by: dict[str, list[RunResult]] = {}
     for r in runs:
         by.setdefault(r.policy, []).append(r)
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    fig, ax = figure_grid(figsize=(6.4, 4.4))
     ymax = max(float(np.max(r.cumulative_regret)) for r in runs) or 1.0
     for i, (policy, rs) in enumerate(by.items()):
         curves = np.stack([r.cumulative_regret for r in rs])
@@ -184,7 +179,6 @@ def _plot(runs: Sequence[RunResult], path: Path, title: str, switches: Sequence[
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def run_figure(fig: str, *, horizon: int, seeds: Sequence[int], nn_width: int, quick: bool,
@@ -194,21 +188,29 @@ def run_figure(fig: str, *, horizon: int, seeds: Sequence[int], nn_width: int, q
     names = [a for a in spec["algos"] if not algos or a in algos]
     runs: list[RunResult] = []
     bar = tqdm(total=len(names) * len(seeds), desc=fig, disable=not progress)
+    settings = {"quick": bool(quick), "nn_width": nn_width, "device": str(device)}
     for algo in names:
         for seed in seeds:
-            env = make_env(spec["env"], horizon, quick, device)
-            pol = make_policy(algo, env, horizon, nn_width=nn_width, seed=10_000 + seed, device=device)
-            t0 = time.perf_counter()
-            res = simulate(pol, env, horizon, seed, policy_name=algo, env_name=fig,
-                           diagnostics_every=max(1, horizon // 200))
-            res.config["restart_times"] = list(getattr(pol, "restart_times", []))
-            res.config["wall_seconds"] = time.perf_counter() - t0
-            res.config["algorithm_seed"] = 10_000 + seed
-            if hasattr(pol, "gamma_paper"):
-                res.config["gamma_T"] = pol.gamma_paper
-                res.config["E"] = pol.E
-                res.config["solver_seconds"] = pol.solver_seconds
-            res.save(out / fig / "runs" / f"{algo.replace(' ', '_')}__seed{seed}.json")
+            def compute(algo=algo, seed=seed) -> RunResult:
+                env = make_env(spec["env"], horizon, quick, device)
+                pol = make_policy(algo, env, horizon, nn_width=nn_width, seed=10_000 + seed,
+                                  device=device)
+                t0 = time.perf_counter()
+                res = simulate(pol, env, horizon, seed, policy_name=algo, env_name=fig,
+                               diagnostics_every=max(1, horizon // 200))
+                res.config["restart_times"] = list(getattr(pol, "restart_times", []))
+                res.config["wall_seconds"] = time.perf_counter() - t0
+                res.config["algorithm_seed"] = 10_000 + seed
+                res.config["settings"] = settings
+                if hasattr(pol, "gamma_paper"):
+                    res.config["gamma_T"] = pol.gamma_paper
+                    res.config["E"] = pol.E
+                    res.config["solver_seconds"] = pol.solver_seconds
+                return res
+
+            # a finished run already saved (atomically) is read back, not recomputed
+            res, _ = resumable_run(out / fig / "runs" / f"{algo.replace(' ', '_')}__seed{seed}.json",
+                                   compute, horizon=horizon, match={"settings": settings})
             runs.append(res)
             bar.update(1)
     bar.close()

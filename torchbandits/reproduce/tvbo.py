@@ -38,10 +38,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
@@ -54,7 +50,7 @@ from ..envs.time_varying import (
 )
 from ..experiments import factories_tv as F
 from ..experiments.factories import random as random_policy
-from ..experiments.report import write_report
+from ..experiments.report import figure_grid, write_report
 from ..experiments.results import RunResult
 from ..experiments.runner import run_grid
 
@@ -139,7 +135,7 @@ def _tvbo_table(results: Sequence[RunResult], info: dict[str, dict[str, Any]]) -
 
 
 def _plot_vs_budget(results: Sequence[RunResult], info: dict[str, dict[str, Any]], path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = figure_grid(figsize=(6, 4))
     rot = [e for e in info if e.startswith("rotation")]
     budgets = [info[e]["P_T_declared"] for e in rot]
     for pol in POLICY_ORDER:
@@ -155,7 +151,6 @@ def _plot_vs_budget(results: Sequence[RunResult], info: dict[str, dict[str, Any]
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def _sweep(make_env: Callable[[], TimeVaryingRKHSEnv], seeds: Sequence[int], horizon: int,
@@ -170,9 +165,9 @@ def _sweep(make_env: Callable[[], TimeVaryingRKHSEnv], seeds: Sequence[int], hor
         policies[f"R-GP-UCB H={h}"] = lambda e, h=h: F.rgpucb(e, h, lam, beta, device=device)
         policies[f"SW-GP-UCB w={h}"] = lambda e, h=h: F.swgpucb(e, h, lam, beta, device=device)
     res = run_grid(policies, {"sweep": make_env}, seeds, T, out=out / "sweep_runs",
-                   diagnostics_every=0)
+                   diagnostics_every=0, config={"lam": lam, "beta": beta, "env": repr(env)})
     table = {}
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = figure_grid(figsize=(6, 4))
     for kind in ("R-GP-UCB H", "SW-GP-UCB w"):
         ys, es = [], []
         for h in lengths:
@@ -190,7 +185,6 @@ def _sweep(make_env: Callable[[], TimeVaryingRKHSEnv], seeds: Sequence[int], hor
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out / "sweep.png", dpi=110)
-    plt.close(fig)
     return {"lengths": lengths, "marks": marks, "final_regret": table}
 
 
@@ -203,12 +197,13 @@ def _rate(horizons: Sequence[int], budget: float, seeds: Sequence[int], lam: flo
                 "SW-GP-UCB": lambda e: F.swgpucb(e, "known", lam, beta, c=c, device=device)}
         env = {f"rate-T{T}": lambda T=T: RotatingRKHSEnv(horizon=T, budget=budget, n_arms=n_arms,
                                                           device=device)}
-        res = run_grid(pols, env, seeds, T, out=out / "rate_runs", diagnostics_every=0, progress=False)
+        res = run_grid(pols, env, seeds, T, out=out / "rate_runs", diagnostics_every=0, progress=False,
+                       config={"lam": lam, "c": c, "beta": beta, "budget": budget, "n_arms": n_arms})
         for name in finals:
             finals[name].append(float(np.mean([r.final_regret for r in res if r.policy == name])))
     logt = np.log(np.asarray(horizons, dtype=float))
     slopes = {k: float(np.polyfit(logt, np.log(v), 1)[0]) for k, v in finals.items()}
-    fig, ax = plt.subplots(figsize=(5, 3.8))
+    fig, ax = figure_grid(figsize=(5, 3.8))
     for k, v in finals.items():
         ax.loglog(horizons, v, marker="o", label=f"{k} (slope {slopes[k]:.2f})")
     ax.set_xlabel("T")
@@ -216,7 +211,6 @@ def _rate(horizons: Sequence[int], budget: float, seeds: Sequence[int], lam: flo
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out / "rate.png", dpi=110)
-    plt.close(fig)
     return {"horizons": list(horizons), "budget": budget, "final_regret": finals, "slopes": slopes}
 
 
