@@ -33,7 +33,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from gpytorch.kernels import Kernel
+from gpytorch.kernels import Kernel, ScaleKernel
 from torch import Tensor
 
 from ..fitting import DegenerateDataError, FitResult, fit_kernel
@@ -127,9 +127,15 @@ class RefitMixin:
         return ucb + self.refit_offset, lcb + self.refit_offset
 
     def _extra_state(self) -> dict[str, Any]:
-        own = {"refit_offset": self.refit_offset, "n_refits": self.n_refits,
-               "n_refit_skips": self.n_refit_skips, "last_fit": self.last_fit,
-               "kernel": copy.deepcopy(self.model.kernel) if self.last_fit is not None else None}
+        fit = self.last_fit
+        own: dict[str, Any] = {"refit_offset": self.refit_offset, "n_refits": self.n_refits,
+                               "n_refit_skips": self.n_refit_skips, "last_fit": None}
+        if fit is not None:  # plain values only (weights_only loading); the kernel's values
+            own["last_fit"] = {  # travel with the model's state
+                "noise": fit.noise, "mean": fit.mean, "lengthscales": list(fit.lengthscales),
+                "outputscale": fit.outputscale, "objective_initial": fit.objective_initial,
+                "objective": fit.objective, "n_evals": fit.n_evals, "improved": fit.improved,
+                "state": [t.detach().cpu() for t in fit.state]}
         return {**super()._extra_state(), "refit": own}  # type: ignore[misc]
 
     def _set_extra_state(self, state: dict[str, Any]) -> None:
@@ -140,9 +146,18 @@ class RefitMixin:
         self.refit_offset = float(own["refit_offset"])
         self.n_refits = int(own["n_refits"])
         self.n_refit_skips = int(own["n_refit_skips"])
-        self.last_fit = own["last_fit"]
-        if own["kernel"] is not None:  # the structure; its values load with the model's state
-            self.model.kernel = own["kernel"].to(dtype=self.model.dtype, device=self.model.device)
+        fit = own["last_fit"]
+        if fit is None:
+            self.last_fit = None
+            return
+        # the fitted kernel's structure is ScaleKernel(template); its values load with the model
+        kernel = ScaleKernel(copy.deepcopy(self.refit_template)).to(
+            dtype=self.model.dtype, device=self.model.device)
+        for p in kernel.parameters():
+            p.requires_grad_(False)
+        self.model.kernel = kernel
+        self.last_fit = FitResult(kernel=kernel, **{k: v for k, v in fit.items() if k != "state"},
+                                  state=[t.clone() for t in fit["state"]])
 
     def _reset(self) -> None:
         super()._reset()  # type: ignore[misc]
