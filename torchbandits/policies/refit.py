@@ -127,17 +127,15 @@ class RefitMixin:
         return ucb + self.refit_offset, lcb + self.refit_offset
 
     def _extra_state(self) -> dict[str, Any]:
-        # plain numbers, lists and tensors only (torch.load(weights_only=True) reads them): the
-        # fitted kernel is ScaleKernel(copy of the template), rebuilt on load; its values and the
-        # fit's kernel are the model's (loaded with the model's state)
         fit = self.last_fit
-        last = None if fit is None else {
-            "noise": fit.noise, "mean": fit.mean, "lengthscales": list(fit.lengthscales),
-            "outputscale": fit.outputscale, "objective_initial": fit.objective_initial,
-            "objective": fit.objective, "n_evals": fit.n_evals, "improved": fit.improved,
-            "state": [t.clone() for t in fit.state]}
-        own = {"refit_offset": self.refit_offset, "n_refits": self.n_refits,
-               "n_refit_skips": self.n_refit_skips, "last_fit": last, "fitted": fit is not None}
+        own: dict[str, Any] = {"refit_offset": self.refit_offset, "n_refits": self.n_refits,
+                               "n_refit_skips": self.n_refit_skips, "last_fit": None}
+        if fit is not None:  # plain values only (weights_only loading); the kernel's values
+            own["last_fit"] = {  # travel with the model's state
+                "noise": fit.noise, "mean": fit.mean, "lengthscales": list(fit.lengthscales),
+                "outputscale": fit.outputscale, "objective_initial": fit.objective_initial,
+                "objective": fit.objective, "n_evals": fit.n_evals, "improved": fit.improved,
+                "state": [t.detach().cpu() for t in fit.state]}
         return {**super()._extra_state(), "refit": own}  # type: ignore[misc]
 
     def _set_extra_state(self, state: dict[str, Any]) -> None:
@@ -148,14 +146,18 @@ class RefitMixin:
         self.refit_offset = float(own["refit_offset"])
         self.n_refits = int(own["n_refits"])
         self.n_refit_skips = int(own["n_refit_skips"])
-        if own["fitted"]:  # the structure; its values load with the model's state
-            kernel = ScaleKernel(copy.deepcopy(self.refit_template)).to(
-                dtype=self.model.dtype, device=self.model.device)
-            for q in kernel.parameters():
-                q.requires_grad_(False)
-            self.model.kernel = kernel
-        last = own["last_fit"]
-        self.last_fit = None if last is None else FitResult(kernel=self.model.kernel, **last)
+        fit = own["last_fit"]
+        if fit is None:
+            self.last_fit = None
+            return
+        # the fitted kernel's structure is ScaleKernel(template); its values load with the model
+        kernel = ScaleKernel(copy.deepcopy(self.refit_template)).to(
+            dtype=self.model.dtype, device=self.model.device)
+        for p in kernel.parameters():
+            p.requires_grad_(False)
+        self.model.kernel = kernel
+        self.last_fit = FitResult(kernel=kernel, **{k: v for k, v in fit.items() if k != "state"},
+                                  state=[t.clone() for t in fit["state"]])
 
     def _reset(self) -> None:
         super()._reset()  # type: ignore[misc]
