@@ -1,0 +1,116 @@
+"""The seams of the house (docs/design.md): what each layer may touch.
+
+* no module of ``policies/``, ``reproduce/``, ``benchmarks/`` or ``scripts/`` reads or writes
+  another object's ``_private`` name, or writes ``__dict__`` directly;
+* ``experiments/`` never imports ``reproduce/``;
+* no package file is longer than ~400 lines;
+* no code cites a document the project does not contain (the papers are cited by authors, year
+  and section; working notes outside the repository are not).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "torchbandits"
+MAX_LINES = 410   # "about 400"
+
+
+def _py(*dirs: Path) -> list[Path]:
+    return sorted(p for d in dirs if d.exists() for p in d.rglob("*.py"))
+
+
+def _private_touches(path: Path) -> list[str]:
+    """``obj._name`` where ``obj`` is not ``self``/``cls``/``super()``, and ``x.__dict__[...] = ...``."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    bad = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            name = node.attr
+            if name.startswith("_") and not (name.startswith("__") and name.endswith("__")):
+                owner = node.value
+                if isinstance(owner, ast.Name) and owner.id in ("self", "cls"):
+                    continue
+                if isinstance(owner, ast.Call) and isinstance(owner.func, ast.Name) \
+                        and owner.func.id == "super":
+                    continue
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno}: .{name}")
+        if isinstance(node, (ast.Assign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for tgt in targets:
+                if isinstance(tgt, ast.Subscript) and isinstance(tgt.value, ast.Attribute) \
+                        and tgt.value.attr == "__dict__":
+                    bad.append(f"{path.relative_to(ROOT)}:{node.lineno}: __dict__[...] =")
+    return bad
+
+
+CONSUMERS = _py(PACKAGE / "policies", PACKAGE / "reproduce", ROOT / "benchmarks", ROOT / "scripts")
+
+
+@pytest.mark.parametrize("path", CONSUMERS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_private_access_or_dict_writes(path):
+    assert _private_touches(path) == []
+
+
+def test_the_private_access_check_can_fail(tmp_path):
+    f = tmp_path / "x.py"
+    f.write_text("def g(self, m):\n    m._k(1)\n    self._ok = 1\n    m.__dict__['a'] = 2\n"
+                 "    super()._fine()\n")
+    f = f.rename(ROOT / ".seam_probe.py")
+    try:
+        assert sorted(s.split(": ", 1)[1] for s in _private_touches(f)) == ["._k", "__dict__[...] ="]
+    finally:
+        f.unlink()
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    out: set[str] = set()
+    pkg = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = pkg.split(".")[: len(pkg.split(".")) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            out.add(mod)
+            out.update(f"{mod}.{a.name}" for a in node.names)
+    return out
+
+
+def test_experiments_never_import_reproduce():
+    offenders = [str(p.relative_to(ROOT)) for p in _py(PACKAGE / "experiments")
+                 if any(m.startswith("torchbandits.reproduce") for m in _imports(p))]
+    assert offenders == []
+
+
+def test_no_package_file_is_too_long():
+    long = {str(p.relative_to(ROOT)): n for p in _py(PACKAGE)
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert long == {}
+
+
+# documents outside the project: the papers' digests ("seed 003", "spec §2.7", "(E22)") and the
+# first design sketch ("DESIGN.md"; the project's own is docs/design.md)
+FOREIGN = re.compile(r"\bseeds? 00[0-9]\b|\bspec(?:'s)? ?§|\bspec [AE]\d|\bDESIGN\.md\b|shared/spec"
+                     r"|\((?:[AE]\d{1,2})(?:[,/ ]+[AE]\d{1,2})*\)")
+
+
+def _code_files() -> list[Path]:
+    files = _py(PACKAGE, ROOT / "tests", ROOT / "scripts", ROOT / "benchmarks", ROOT / "examples")
+    files += sorted((ROOT / "notebooks").glob("*.ipynb"))
+    return [f for f in files if f.name != "test_seams.py"]
+
+
+def test_no_code_cites_a_document_the_project_does_not_contain():
+    hits = [f"{p.relative_to(ROOT)}:{i}: {m.group(0)}" for p in _code_files()
+            for i, line in enumerate(p.read_text().splitlines(), 1) if (m := FOREIGN.search(line))]
+    assert hits == [], f"{len(hits)} citations of documents outside the project, e.g. {hits[:10]}"
