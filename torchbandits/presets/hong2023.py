@@ -1,6 +1,11 @@
-"""Registry factories ``f(env, **kwargs) -> Policy`` of seed 003 (OPKB family and its baselines).
+"""Presets of Hong, Li, Tewari, "An Optimization-based Algorithm for Non-stationary Kernel Bandits
+without Prior Knowledge", AISTATS 2023: OPKB (Algorithm 2), ADA-OPKB (Algorithms 3–4), OPNN
+(Algorithm 5), OPNN0 (App. J.2), ADA-OPNN (Algorithm 7) and the baselines of §6 — GP-UCB in the
+form of Algorithm 8, SW-GP-UCB and WGP-UCB on the finite arm set, MASTER + GP-UCB (App. E).
 
-``horizon`` defaults to 10 000 (the paper's T); the kernel is a private copy of the environment's.
+``horizon`` defaults to 10 000 (the experiments' T, §6); the kernel is a private copy of the
+environment's. The policy modules are imported when a preset is called (the OP solver and the
+neural features are the heaviest parts of the library).
 """
 
 from __future__ import annotations
@@ -8,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..policies.base import Policy
-from .factories import env_kernel
+from .from_env import env_kernel
 
 __all__ = ["ada_opkb", "ada_opnn", "gp_ucb_alg8", "master_gp_ucb", "opkb", "opnn", "opnn0", "sw_gp_ucb",
            "wgp_ucb"]
