@@ -31,7 +31,22 @@ _LAZY: dict[str, str] = {
     "GPUCB": "policies", "KernelUCB": "policies", "Policy": "policies", "RandomPolicy": "policies",
 }
 
-__all__ = sorted(_LAZY, key=str.casefold)
+__all__ = [
+    "GPUCB",
+    "BanditEnv",
+    "ExactKernelRidge",
+    "FitResult",
+    "KernelUCB",
+    "Policy",
+    "RKHSFunctionEnv",
+    "RandomPolicy",
+    "fit_kernel",
+    "joint",
+    "kernel_diag",
+    "kernel_matrix",
+    "make_kernel",
+    "product_kernel",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -26,7 +26,24 @@ _LAZY: dict[str, str] = {
     "run_trial": "sweeps", "sweep": "sweeps",
 }
 
-__all__ = sorted(_LAZY)
+__all__ = [
+    "ENVIRONMENTS",
+    "POLICIES",
+    "RunResult",
+    "load_results",
+    "make_env",
+    "make_policy",
+    "markdown_table",
+    "plot_diagnostic",
+    "plot_regret",
+    "plot_time",
+    "run_grid",
+    "run_trial",
+    "simulate",
+    "summarize",
+    "sweep",
+    "write_report",
+]
 
 
 def __getattr__(name: str) -> Any:
