@@ -5,22 +5,16 @@ common baseline) uses, reading from the environment what the papers hand the alg
 kernel, noise level, norm bound and horizon (:mod:`~torchbandits.presets.from_env`). Keyword
 arguments override the preset's choices and reach the policy class.
 
-========================================  ===========================================================
-module                                    presets (registry names)
-========================================  ===========================================================
-:mod:`~.baselines`                        ``gpucb``, ``cgpucb``, ``gpucb-srinivas``, ``ay-gpucb``,
-                                          ``random``
-:mod:`~.bo`                               ``gpucb-fit`` (kernel unknown: marginal-likelihood refits)
-:mod:`~.zenati2022`                       ``kucb``, ``kucb-theory``, ``ekucb``, ``cbkb``, ``cbbkb``,
-                                          ``supkernelucb``
-:mod:`~.calandriello2019`                 ``bkb``, ``bkb-const``, ``bkb-sor``, ``gpucb-ridge``
-:mod:`~.flynn2024`                        ``cmm-ucb``, ``dmm-ucb``, ``amm-ucb``, ``aygp-ucb``, ``igp-ucb``
-:mod:`~.zhou2021`                         ``r-gpucb``, ``sw-gpucb``, ``tv-gpucb``, ``w-gpucb``,
-                                          ``gpucb-static``
-:mod:`~.hong2023`                         ``opkb``, ``ada-opkb``, ``opnn``, ``opnn0``, ``ada-opnn``,
-                                          ``gpucb-alg8``, ``sw-gpucb-finite``, ``wgpucb-finite``,
-                                          ``master-gpucb``
-========================================  ===========================================================
+| module | presets (registry names) |
+|---|---|
+| `baselines` | `gpucb`, `cgpucb`, `gpucb-srinivas`, `ay-gpucb`, `random` |
+| `bo` | `gpucb-fit` (kernel unknown: marginal-likelihood refits) |
+| `zenati2022` | `kucb`, `kucb-theory`, `ekucb`, `cbkb`, `cbbkb`, `supkernelucb` |
+| `calandriello2019` | `bkb`, `bkb-const`, `bkb-sor`, `gpucb-ridge` |
+| `flynn2024` | `cmm-ucb`, `dmm-ucb`, `amm-ucb`, `aygp-ucb`, `igp-ucb` |
+| `zhou2021` | `r-gpucb`, `sw-gpucb`, `tv-gpucb`, `w-gpucb`, `gpucb-static` |
+| `hong2023` | `opkb`, `ada-opkb`, `opnn`, `opnn0`, `ada-opnn` |
+| `hong2023` (baselines) | `gpucb-alg8`, `sw-gpucb-finite`, `wgpucb-finite`, `master-gpucb` |
 
 GP-UCB is one class, :class:`~torchbandits.policies.GPUCB` (exact posterior, β on the GP sd unless
 the rule says otherwise); ``gpucb``, ``cgpucb``, ``gpucb-srinivas``, ``ay-gpucb``, ``gpucb-fit``,
