@@ -56,7 +56,7 @@ def test_listing_imports_nothing_heavy():
     assert heavy == [], heavy
     ours = sorted(m for m in loaded if m.startswith("torchbandits."))
     assert ours == ["torchbandits.cli", "torchbandits.experiments", "torchbandits.experiments.registry",
-                    "torchbandits.reproduce"], ours
+                    "torchbandits.lazy", "torchbandits.reproduce"], ours
 
 
 def _imported_modules(path: Path) -> set[str]:

@@ -10,8 +10,9 @@ The names below are imported on first use (PEP 562), so ``import torchbandits`` 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .lazy import lazy_attributes
 
 if TYPE_CHECKING:  # the lazy names, for type checkers and documentation tools
     from .envs import BanditEnv, RKHSFunctionEnv, joint
@@ -48,14 +49,4 @@ __all__ = [
     "product_kernel",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_attributes(__name__, globals(), _LAZY)
