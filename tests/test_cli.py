@@ -44,3 +44,15 @@ def test_run_rejects_unknown_names(tmp_path):
         main(["run", "--policy", "nope", "--out", str(tmp_path)])
     with pytest.raises(SystemExit, match=r"SCOPE\.NAME"):
         main(["run", "--set", "lam=1", "--out", str(tmp_path)])
+
+
+def test_reproduce_resolves_names_from_the_reproductions_table(capsys):
+    with pytest.raises(SystemExit, match="unknown reproduction 'nope'"):
+        main(["reproduce", "nope"])
+    with pytest.raises(SystemExit) as exit_:
+        main(["reproduce", "bkb", "--help"])  # the reproduction's own parser answers
+    assert exit_.value.code == 0
+    assert "--quick" in capsys.readouterr().out
+    assert main(["list"]) == 0
+    listed = capsys.readouterr().out
+    assert "reproductions:" in listed and "Calandriello et al. 2019" in listed

@@ -6,7 +6,8 @@ import importlib.util
 import json
 from pathlib import Path
 
-from torchbandits.experiments.registry import REPRODUCTIONS, resolve
+from torchbandits.experiments.registry import resolve
+from torchbandits.reproduce import REPRODUCTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -187,7 +187,7 @@ def test_small_lambda_no_nans():
 
 def test_factories_tuned_lengths_and_missing_budget():
     from torchbandits.envs import RKHSFunctionEnv
-    from torchbandits.experiments import factories_tv as F
+    from torchbandits.presets import zhou2021 as F
 
     env = RotatingRKHSEnv(horizon=400, budget=5.0, n_arms=50)
     g = F.env_gamma(env, 1.0)

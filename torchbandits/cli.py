@@ -53,7 +53,8 @@ def _accepts(fn: Any, name: str) -> bool:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    from .experiments.registry import ENVIRONMENTS, POLICIES, REPRODUCTIONS
+    from .experiments.registry import ENVIRONMENTS, POLICIES
+    from .reproduce import REPRODUCTIONS
 
     for title, table in (("environments", ENVIRONMENTS), ("policies", POLICIES),
                          ("reproductions", REPRODUCTIONS)):
@@ -147,7 +148,8 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
 
 def _cmd_reproduce(args: argparse.Namespace, rest: list[str]) -> int:
-    from .experiments.registry import REPRODUCTIONS, resolve
+    from .experiments.registry import resolve
+    from .reproduce import REPRODUCTIONS
 
     if args.name not in REPRODUCTIONS:
         raise SystemExit(f"unknown reproduction {args.name!r}; choose one of {sorted(REPRODUCTIONS)}")

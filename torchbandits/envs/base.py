@@ -1,4 +1,4 @@
-"""The environment contract (DESIGN.md) and the ``joint`` helper."""
+"""The environment contract (docs/design.md, "The two contracts") and the ``joint`` helper."""
 
 from __future__ import annotations
 

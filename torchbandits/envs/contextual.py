@@ -1,7 +1,8 @@
-"""The contextual environments of seed 000 (spec §4.1–4.4): Bump, Chessboard, Step Diagonal.
+"""The contextual environments of Zenati et al. (2022): Bump (§5), Chessboard and Step Diagonal
+(App. F.2.2).
 
 Each round a context ``x ~ U[0,1]^{d_x}`` is drawn; the candidates are the joint vectors
-``[x; a]`` for the 10 actions of the authors' grid (spec §4.1, in the code's order)
+``[x; a]`` for the 10 actions of the grid of the authors' released code (in its order)
 ``(0.08, 0.7, 0.82, 0.28, 0.63, 0, 0.05, 0.5, 0.81, 0.04)``; the reward is ``f(x, a) + N(0, 0.1²)``.
 The kernel the papers give the agents is the Gaussian RBF with ``σ_k = 0.1`` on ``[x; a]``
 (:attr:`kernel`).
@@ -13,7 +14,7 @@ The kernel the papers give the agents is the Gaussian RBF with ``σ_k = 0.1`` on
   ``[0,.25)×[.25,.5)``, ``[.5,.75)×[.25,.5)``, ``[.5,.75)×[.75,1]`` (context × action), else 0.
 * **Step Diagonal**: 1 if ``|x − (a + 0.15)| < 0.1``, else 0.5 if ``|x − (a − 0.15)| < 0.1``, else 0.
 
-Regret (spec §1.3, E17): :meth:`mean_rewards` gives the noiseless means of this round's
+Regret (Eq. 1 of the paper): :meth:`mean_rewards` gives the noiseless means of this round's
 candidates, so the runner's regret is the pseudo-regret against the **grid** optimum. With
 ``regret_mode="reference"`` the environment also records the authors' realised regret
 ``best_code(x_t) + ξ'_t − r_t`` (``best_code ≡ 1`` on Chessboard / Step Diagonal, fresh noise
@@ -108,7 +109,7 @@ class ContextualGridEnv:
         raise NotImplementedError
 
     def code_best(self, contexts: Tensor) -> Tensor:  # pragma: no cover - abstract
-        """The authors' claimed optimum ``best(x)`` ``[n]`` (spec §4.1, E17)."""
+        """The optimum ``best(x)`` ``[n]`` the authors' released code measures regret against."""
         raise NotImplementedError
 
     def best_mean(self, contexts: Tensor) -> Tensor:
@@ -157,7 +158,7 @@ class ContextualGridEnv:
 
 
 class BumpEnv(ContextualGridEnv):
-    """Bump (spec §4.2): ``f(x, a) = max(0, 1 − |a − a*| − ⟨w*, x − x*⟩)``, ``d_x = 5``.
+    """Bump (Zenati et al. 2022, §5): ``f(x, a) = max(0, 1 − |a − a*| − ⟨w*, x − x*⟩)``, ``d_x = 5``.
 
     ``d_x`` other than 5 keeps the first ``d_x`` coordinates of ``x*``/``w*`` (at most 5).
     """
@@ -189,7 +190,8 @@ class BumpEnv(ContextualGridEnv):
 
 
 class ChessboardEnv(ContextualGridEnv):
-    """Chessboard (``squares`` in the code, spec §4.3): 4×4 cells with values 1, 0.5, 0."""
+    """Chessboard (``squares`` in the released code; Zenati et al. 2022, App. F.2.2): 4×4 cells
+    with values 1, 0.5, 0."""
 
     name = "chessboard"
     #: cell values, rows = context cell (0..3), columns = action cell (0..3)
@@ -209,8 +211,8 @@ class ChessboardEnv(ContextualGridEnv):
 
 
 class StepDiagonalEnv(ContextualGridEnv):
-    """Step Diagonal (``step_diag``, spec §4.4): 1 on ``|x − (a + 0.15)| < 0.1``, else 0.5 on
-    ``|x − (a − 0.15)| < 0.1``, else 0."""
+    """Step Diagonal (``step_diag``; Zenati et al. 2022, App. F.2.2): 1 on ``|x − (a + 0.15)| < 0.1``,
+    else 0.5 on ``|x − (a − 0.15)| < 0.1``, else 0."""
 
     name = "step_diagonal"
 

@@ -1,4 +1,4 @@
-"""RKHS test functions of seed 002 (spec §5.1), with fresh or fixed finite arm sets.
+"""RKHS test functions of Flynn & Reeb (2024, §7), with fresh or fixed finite arm sets.
 
 ``f*(x) = b Σ_{i=1}^{m} w_i k(x, z_i)`` with ``m`` inducing points ``z_i ~ U[0,1]^d``,
 ``w ~ N(0, I_m)`` and ``b = B / sqrt(wᵀ K_ZZ w)``, so that ``‖f*‖_H = B`` exactly. Rewards are
@@ -24,7 +24,7 @@ __all__ = ["RKHSFunctionEnv"]
 
 
 class RKHSFunctionEnv:
-    """Finite-armed bandit on a random RKHS function of known norm (seed 002 §5.1).
+    """Finite-armed bandit on a random RKHS function of known norm (Flynn & Reeb 2024, §7).
 
     Args:
         kernel: a kernel name (``"rbf"``, ``"matern52"``, …) or a GPyTorch kernel.

@@ -1,21 +1,50 @@
-"""Bandit policies: each an ``nn.Module`` with ``forward``/``select``/``update``/``reset``."""
+"""Bandit policies: each an ``nn.Module`` with ``forward``/``select``/``update``/``reset``.
+
+By paper: :class:`KernelUCB` (K-UCB), :class:`EKUCB`, :class:`CBKB`, :class:`CBBKB`,
+:class:`SupKernelUCB` (Zenati et al. 2022); :class:`BKB` (Calandriello et al. 2019);
+:class:`CMMUCB`, :class:`DMMUCB`, :class:`AMMUCB` and the GP-UCB presets :func:`AYGPUCB`,
+:func:`IGPUCB` (Flynn & Reeb 2024); :class:`OPKB`, :class:`ADAOPKB`, :class:`OPNN`, :class:`OPNN0`,
+:class:`ADAOPNN` (Hong et al. 2023); :class:`RGPUCB`, :class:`SWGPUCB` and the baselines
+:class:`TVGPUCB`, :class:`WGPUCB` (Zhou & Shroff 2021). :class:`GPUCB` is GP-UCB / CGP-UCB.
+The presets that build them for an environment are in :mod:`torchbandits.presets`.
+"""
 
 from .base import IndexPolicy, Policy
-from .bkb import BKB  # seed 001
-from .cbbkb import CBBKB, CBKB  # seed 000
-from .confidence_presets import AMMUCB, AYGPUCB, CMMUCB, DMMUCB, IGPUCB  # seed 002
-from .ekucb import EKUCB, NystromUCB  # seed 000
+from .bkb import BKB
+from .cbbkb import CBBKB, CBKB
+from .confidence_presets import AMMUCB, AYGPUCB, CMMUCB, DMMUCB, IGPUCB
+from .ekucb import EKUCB, NystromUCB
 from .kernel_ucb import GPUCB, KernelUCB
+from .opkb import ADAOPKB, OPKB
+from .opnn import ADAOPNN, OPNN, OPNN0
 from .random import RandomPolicy
-from .supkernel import SupKernelUCB  # seed 000
+from .supkernel import SupKernelUCB
+from .time_varying import RGPUCB, SWGPUCB, TVGPUCB, WGPUCB
 
-__all__ = ["AMMUCB", "AYGPUCB", "BKB", "CMMUCB", "DMMUCB", "GPUCB", "IGPUCB", "IndexPolicy", "KernelUCB",
-           "Policy", "RandomPolicy"]
-__all__ += ["CBBKB", "CBKB", "EKUCB", "NystromUCB", "SupKernelUCB"]  # seed 000
-from .opkb import ADAOPKB, OPKB  # noqa: E402  seed 003
-from .opnn import ADAOPNN, OPNN, OPNN0  # noqa: E402  seed 003
-
-__all__ += ["ADAOPKB", "ADAOPNN", "OPKB", "OPNN", "OPNN0"]  # seed 003
-from .time_varying import RGPUCB, SWGPUCB, TVGPUCB, WGPUCB  # noqa: E402  seed 004
-
-__all__ += ["RGPUCB", "SWGPUCB", "TVGPUCB", "WGPUCB"]  # seed 004
+__all__ = [
+    "ADAOPKB",
+    "ADAOPNN",
+    "AMMUCB",
+    "AYGPUCB",
+    "BKB",
+    "CBBKB",
+    "CBKB",
+    "CMMUCB",
+    "DMMUCB",
+    "EKUCB",
+    "GPUCB",
+    "IGPUCB",
+    "OPKB",
+    "OPNN",
+    "OPNN0",
+    "RGPUCB",
+    "SWGPUCB",
+    "TVGPUCB",
+    "WGPUCB",
+    "IndexPolicy",
+    "KernelUCB",
+    "NystromUCB",
+    "Policy",
+    "RandomPolicy",
+    "SupKernelUCB",
+]

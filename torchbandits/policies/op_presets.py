@@ -1,7 +1,10 @@
-"""Constants of OPKB / ADA-OPKB / OPNN / ADA-OPNN (spec §3, §3.10) and their two presets.
+"""Constants of OPKB / ADA-OPKB / OPNN / ADA-OPNN (Hong, Li, Tewari 2023, Algorithms 2, 3, 5, 7)
+and their two presets.
 
-With ``C₀ = 8T log₂T`` and ``ℓ = log(C₀N/δ)`` (spec §7 A3), ``γ`` the information gain (paper's
-convention, or half of it as in the authors' code, A5):
+With ``C₀ = 8T log₂T`` (App. D.1) and ``ℓ = log(C₀N/δ)`` — used in every algorithm, where the
+paper writes ``log(N/δ)`` in Algorithm 3 and ``log(C₁N/δ)`` in Algorithm 7, as the authors' code
+does — and ``γ`` the information gain (the paper's convention, or half of it as in the authors'
+code, which takes the classical ``½ log det``):
 
 * ``E = ⌈c₃·γ·ℓ·e⌉``, ``α = c₄σ/ℓ``, ``c₀ = 40 + 16√α``;
 * ``μ_j = c₁·s_μ·2^{−j/2}``, ``β_j = s_β·γ·2^{j/2}/(10 + 4√α)``;
@@ -10,8 +13,13 @@ convention, or half of it as in the authors' code, A5):
 * change-test threshold ``4·s_ε·c₀·c₁·f(m, k)`` with ``f = 2^{−min(m,k)/2}`` (paper) or
   ``(2^{−m/2} + 2^{−k/2})/2`` (authors' code).
 
-``"theory"`` is App. D.1 (every multiplier 1, ``q = 1/2``, all replays and tests, no restart cap);
-``"aistats2023_code"`` the released configs of the experiments (§3.10 table).
+``"theory"`` is the paper's (App. D.1: every multiplier 1, ``q = 1/2``, all replays and tests, no
+restart cap); ``"aistats2023_code"`` the authors' released configuration of the experiments (§6
+and App. J): ``e = 0.01``, ``s_μ = 0.2``, ``s_β = 50``, ``q = 0.2``, ``s_g = 0.05``,
+``s_ε = 0.005``, threshold on the mean, ``j* = 4``, no test of the full block, at most 100
+restarts, ``σ = 100``, ``δ = 10⁻⁴``, ``γ`` halved. The code's sub-design takes the rows *and*
+columns ``A`` of the Cholesky factor, which is not a feature map of ``A`` unless ``A`` is a
+leading block; ``subdesign="rows"`` (default) uses the rows ``Φ[A, :]``.
 """
 
 from __future__ import annotations
@@ -27,21 +35,21 @@ __all__ = ["OPConstants", "op_preset"]
 class OPConstants:
     sigma: float = 100.0            # regulariser σ (λ = σ/T), code name `gamma`
     delta: float = 1e-4             # confidence δ (code name `tol`)
-    gamma_convention: str = "paper"  # "paper" or "half" (A5)
+    gamma_convention: str = "paper"  # "paper" or "half" (the code's ½ log det)
     c1: float = 0.5
     mu_scale: float = 1.0           # s_μ
     c3: float = 4.0
     e_scale: float = 1.0            # e
     c4: float = 0.25
     beta_scale: float = 1.0         # s_β
-    design_mix: float = 0.5         # q (A6)
+    design_mix: float = 0.5         # q: weight of π(A) in Q (paper: 1/2)
     a_scale: float = 1.0            # s_g
     test_scale: float = 1.0         # s_ε
     threshold_mode: str = "min"     # "min" (paper) or "mean" (code)
-    j_star: int = 0                 # replays / references only with index ≥ j* (A4)
-    test_full_block: bool = True    # test the whole block when it ends (A4)
+    j_star: int = 0                 # replays / references only with index ≥ j* (code: 4)
+    test_full_block: bool = True    # test the whole block when it ends (paper; code: no)
     max_restarts: int | None = None
-    subdesign: str = "rows"         # "rows" or "aistats2023_code" (A7)
+    subdesign: str = "rows"         # "rows" or "aistats2023_code" (module docstring)
 
     def __post_init__(self) -> None:
         for name in ("sigma", "c1", "mu_scale", "c3", "e_scale", "c4", "beta_scale", "a_scale",
@@ -112,7 +120,7 @@ _CODE_COMMON = dict(gamma_convention="half", e_scale=0.01, mu_scale=0.2, beta_sc
 
 def op_preset(name: str = "aistats2023_code", *, family: str = "opkb", stationary: bool = False,
               **overrides: Any) -> OPConstants:
-    """Constants of a preset (spec §3.10), with keyword ``overrides``.
+    """Constants of a preset (module docstring), with keyword ``overrides``.
 
     ``family="opnn"`` gives the ADA-OPNN / OPNN column (``e = 0.005``, ``s_g = 0.1``,
     ``s_ε = 0.02``); ``stationary=True`` the stationary-cosine OPNN values (``s_μ = 0.3``,

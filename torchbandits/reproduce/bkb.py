@@ -36,18 +36,17 @@ import numpy as np
 import torch
 
 from ..envs.rkhs import RKHSFunctionEnv
-from ..experiments.factories import env_kernel
 from ..experiments.report import figure_grid, plot_diagnostic, write_report
 from ..experiments.results import RunResult
 from ..experiments.runner import run_grid
 from ..kernels import kernel_matrix, make_kernel
 from ..models import ExactKernelRidge
-from ..policies import BKB, KernelUCB, Policy, RandomPolicy
+from ..policies import BKB, RandomPolicy
+from ..presets.calandriello2019 import bkb as bkb_policy
+from ..presets.calandriello2019 import bkb_sor
+from ..presets.calandriello2019 import gpucb_ridge as gpucb_same_beta
 
-__all__ = [
-    "ENV_SETTINGS", "FULL_SETTINGS", "bkb_constant", "bkb_policy", "bkb_sor", "figure2", "gpucb_same_beta",
-    "main",
-]
+__all__ = ["ENV_SETTINGS", "FULL_SETTINGS", "figure2", "main"]
 
 NOISE = 0.1
 NORM = 1.0
@@ -67,31 +66,6 @@ FULL_SETTINGS: list[tuple[str, str, int, float, int]] = [
     for k in ("rbf", "matern52") for d in (1, 2) for a in (100, 1000, 4096)
 ]
 QUICK_SETTINGS = [("rbf-d1-A100", "rbf", 1, 0.1, 100), ("matern52-d2-A100", "matern52", 2, 0.2, 100)]
-
-
-def bkb_policy(env: Any, **kwargs: Any) -> Policy:
-    """Registry factory: BKB with the environment's kernel, ξ, F and λ = ξ² (spec A15)."""
-    noise = float(getattr(env, "noise_std", NOISE)) or NOISE
-    kwargs.setdefault("noise_std", noise)
-    kwargs.setdefault("norm_bound", float(getattr(env, "norm", NORM)))
-    return BKB(env_kernel(env), **kwargs)
-
-
-def bkb_constant(env: Any, beta: float = 0.3, **kwargs: Any) -> Policy:
-    """Registry factory: BKB with a constant β on the ridge sd (the reproduction's convention)."""
-    return bkb_policy(env, beta_rule="constant", beta=beta, **kwargs)
-
-
-def bkb_sor(env: Any, beta: float = 0.3, **kwargs: Any) -> Policy:
-    """Registry factory: the SoR-variance ablation of BKB (constant β on the ridge sd)."""
-    return bkb_policy(env, beta_rule="constant", beta=beta, variance="sor", **kwargs)
-
-
-def gpucb_same_beta(env: Any, beta: float = 0.3, lam: float | None = None, **kwargs: Any) -> Policy:
-    """Exact GP-UCB with BKB's convention: constant β on the ridge sd, λ = ξ²."""
-    noise = float(getattr(env, "noise_std", NOISE)) or NOISE
-    lam = noise**2 if lam is None else lam
-    return KernelUCB(env_kernel(env), lam=lam, beta=beta, variance="ridge", **kwargs)
 
 
 # ------------------------------------------------------------------------------ Fig. 2

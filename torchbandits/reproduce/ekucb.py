@@ -39,46 +39,19 @@ from ..envs.contextual import BumpEnv, ChessboardEnv, ContextualGridEnv, StepDia
 from ..experiments.report import figure_grid, markdown_table
 from ..experiments.results import RunResult, load_results, resumable_run, summarize
 from ..experiments.runner import simulate, tqdm
-from ..kernels import make_kernel
-from ..policies import CBBKB, CBKB, EKUCB, KernelUCB, Policy, SupKernelUCB
+from ..policies import KernelUCB, Policy
+from ..presets.zenati2022 import BETA, DEFAULT_KORS_B
+from ..presets.zenati2022 import cbbkb as cbbkb_policy
+from ..presets.zenati2022 import cbkb as cbkb_policy
+from ..presets.zenati2022 import ekucb as ekucb_policy
+from ..presets.zenati2022 import paper_kernel as _kernel
+from ..presets.zenati2022 import supkernel as supkernel_policy
 
-__all__ = ["ENVS", "RunSpec", "build_policy", "cbbkb_policy", "cbkb_policy", "ekucb_policy", "main",
-           "plan_runs", "supkernel_policy"]
+__all__ = ["ENVS", "RunSpec", "build_policy", "main", "plan_runs"]
 
 ENVS: dict[str, type[ContextualGridEnv]] = {
     "bump": BumpEnv, "chessboard": ChessboardEnv, "step-diagonal": StepDiagonalEnv,
 }
-DEFAULT_KORS_B = {"bump": 0.02, "chessboard": 1.0, "step-diagonal": 1.0}
-BETA = 0.1
-
-
-# ---------------------------------------------------------------------- policy factories
-def _kernel(env: Any):
-    return make_kernel("rbf", float(getattr(env, "lengthscale", 0.1)))
-
-
-def ekucb_policy(env: Any, lam: float = 10.0, beta: float = BETA, kors_b: float | None = None,
-                 **kwargs: Any) -> Policy:
-    """EK-UCB with μ = λ (unless ``kors_mu``) and γ = ``kors_b``·λ (registry factory; ``kors_b``
-    defaults to :data:`DEFAULT_KORS_B` of the environment, else 0.1)."""
-    if kors_b is None:
-        kors_b = DEFAULT_KORS_B.get(str(getattr(env, "name", "")).replace("_", "-"), 0.1)
-    kwargs.setdefault("kors_gamma", kors_b * lam)
-    return EKUCB(_kernel(env), lam=lam, beta=beta, **kwargs)
-
-
-def cbkb_policy(env: Any, lam: float = 10.0, beta: float = BETA, **kwargs: Any) -> Policy:
-    return CBKB(_kernel(env), lam=lam, beta=beta, **kwargs)
-
-
-def cbbkb_policy(env: Any, lam: float = 10.0, beta: float = BETA, batch_threshold: float = 10.0,
-                 **kwargs: Any) -> Policy:
-    return CBBKB(_kernel(env), lam=lam, beta=beta, batch_threshold=batch_threshold, **kwargs)
-
-
-def supkernel_policy(env: Any, lam: float = 10.0, eta: float = 0.1, horizon: int = 2000,
-                     **kwargs: Any) -> Policy:
-    return SupKernelUCB(_kernel(env), lam=lam, eta=eta, horizon=horizon, **kwargs)
 
 
 @dataclass(frozen=True)

@@ -48,11 +48,11 @@ from ..envs.time_varying import (
     SwitchingRKHSEnv,
     TimeVaryingRKHSEnv,
 )
-from ..experiments import factories_tv as F
-from ..experiments.factories import random as random_policy
 from ..experiments.report import figure_grid, write_report
 from ..experiments.results import RunResult
 from ..experiments.runner import run_grid
+from ..presets import zhou2021 as F
+from ..presets.baselines import random as random_policy
 
 __all__ = ["build_envs", "build_policies", "main"]
 

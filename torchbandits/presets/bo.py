@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..policies import GPUCB, Policy
-from .factories import env_kernel
+from .from_env import env_kernel, env_noise
 
 __all__ = ["gpucb_fit"]
 
@@ -17,6 +17,6 @@ def gpucb_fit(env: Any, beta: float = 2.0, refit_every: int = 1, refit_warmup: i
     and the noise refit every ``refit_every`` rounds after ``refit_warmup`` (default ``2d + 1``)."""
     dim = int(getattr(env, "dim", 1))
     warm = 2 * dim + 1 if refit_warmup is None else refit_warmup
-    noise = float(getattr(env, "noise_std", 0.0)) or 0.1
+    noise = env_noise(env)
     return GPUCB(env_kernel(env), lam=noise**2 if lam is None else lam, beta=beta,
                  refit_every=refit_every, refit_warmup=max(2, warm), **kwargs)

@@ -1,11 +1,13 @@
-"""Policy factories ``f(env, **kwargs) -> Policy`` for the time-varying methods of seed 004.
+"""Presets of Zhou & Shroff, "No-Regret Algorithms for Time-Varying Bayesian Optimization", 2021:
+R-GP-UCB and SW-GP-UCB, and the baselines TV-GP-UCB (Bogunovic et al. 2016) and W-GP-UCB.
 
 They read from the environment what the paper gives the algorithms: the kernel, the noise level
 ``R`` (``noise_std``), the norm bound ``B`` (``norm``), the horizon ``T`` (``horizon``) and, when the
 environment declares it, the variation budget ``P_T`` (``budget``).
 
-Forgetting lengths (``period`` / ``window``): an integer, ``"known"`` (spec §2.5 with the declared
-``P_T``: ``c·γ_T^{1/4}(T/P_T)^{1/2}``), ``"unknown"`` (``c·γ_T^{1/4}T^{1/2}``), ``"bound"``
+Forgetting lengths (``period`` / ``window``): an integer, ``"known"`` (the Remark after
+Theorems 1–2, §III-B, with the declared ``P_T``: ``c·γ_T^{1/4}(T/P_T)^{1/2}``), ``"unknown"``
+(the same Remark: ``c·γ_T^{1/4}T^{1/2}``), ``"bound"``
 (:func:`~torchbandits.confidence.time_varying.tune_by_bound`) or ``None`` (no forgetting). γ comes
 from :class:`~torchbandits.confidence.time_varying.GreedyGamma` on the environment's arms at the
 policy's λ (cached per arm set and λ), or ``gamma="realised"`` for the data's own log-det.
@@ -32,27 +34,11 @@ from ..confidence.time_varying import (
 )
 from ..policies import Policy
 from ..policies.time_varying import RGPUCB, SWGPUCB, TVGPUCB, WGPUCB
-from .factories import env_kernel
+from .from_env import env_horizon, env_kernel, env_noise, env_norm
 
 __all__ = ["env_gamma", "forgetting_length", "gpucb_static", "rgpucb", "swgpucb", "tvgpucb", "wgpucb"]
 
 _GAMMA_CACHE: dict[tuple[str, float, str], GreedyGamma] = {}
-
-
-def _noise(env: Any) -> float:
-    return float(getattr(env, "noise_std", 0.1)) or 0.1
-
-
-def _norm(env: Any) -> float:
-    return float(getattr(env, "norm", 1.0))
-
-
-def _horizon(env: Any, horizon: int | None) -> int:
-    if horizon is not None:
-        return int(horizon)
-    if getattr(env, "horizon", None) is None:
-        raise ValueError(f"environment {env!r} declares no horizon; pass horizon=")
-    return int(env.horizon)
 
 
 def env_gamma(env: Any, lam: float) -> GreedyGamma:
@@ -73,7 +59,7 @@ def forgetting_length(env: Any, rule: int | str | None, lam: float, *, c: float 
     """``H`` or ``w`` from an integer or a rule name (module docstring)."""
     if rule is None or isinstance(rule, int):
         return rule
-    T = _horizon(env, horizon)
+    T = env_horizon(env, horizon)
     gamma = env_gamma(env, lam)
     if rule in ("known", "bound") and getattr(env, "budget", None) is None:
         raise ValueError(f"environment {env!r} declares no variation budget P_T; use 'unknown' or an int")
@@ -82,7 +68,7 @@ def forgetting_length(env: Any, rule: int | str | None, lam: float, *, c: float 
     if rule == "unknown":
         return theoretical_length(T, gamma(T), None, c)
     if rule == "bound":
-        return tune_by_bound(T, float(env.budget), gamma, _norm(env), _noise(env), lam, delta, kind)
+        return tune_by_bound(T, float(env.budget), gamma, env_norm(env), env_noise(env), lam, delta, kind)
     raise ValueError(f"period/window must be an int, 'known', 'unknown', 'bound' or None, got {rule!r}")
 
 
@@ -95,10 +81,10 @@ def _gamma_arg(env: Any, gamma: str, lam: float) -> Any:
 def rgpucb(env: Any, period: int | str | None = "known", lam: float = 1.0,
            beta: float | None = None, *, c: float = 1.0, gamma: str = "greedy",
            delta: float = 0.01, horizon: int | None = None, **kwargs: Any) -> Policy:
-    """R-GP-UCB with H from ``period`` and Lemma 1's width (or a constant ``beta``)."""
+    """R-GP-UCB (Algorithm 1) with H from ``period`` and Lemma 1's width (or a constant ``beta``)."""
     H = forgetting_length(env, period, lam, c=c, horizon=horizon, delta=delta)
     rule = (ConstantBeta(float(beta)) if beta is not None else
-            RestartBeta(_norm(env), _noise(env), lam, _gamma_arg(env, gamma, lam), delta=delta,
+            RestartBeta(env_norm(env), env_noise(env), lam, _gamma_arg(env, gamma, lam), delta=delta,
                         period=H))
     return RGPUCB(env_kernel(env), lam, H, rule, **kwargs)
 
@@ -111,11 +97,11 @@ def gpucb_static(env: Any, lam: float = 1.0, beta: float | None = None, **kwargs
 def swgpucb(env: Any, window: int | str | None = "known", lam: float = 1.0,
             beta: float | None = None, *, c: float = 1.0, gamma: str = "greedy",
             delta: float = 0.01, horizon: int | None = None, **kwargs: Any) -> Policy:
-    """SW-GP-UCB with w from ``window`` and Lemma 2's width (or a constant ``beta``)."""
-    T = _horizon(env, horizon)
+    """SW-GP-UCB (Algorithm 2) with w from ``window`` and Lemma 2's width (or a constant ``beta``)."""
+    T = env_horizon(env, horizon)
     w = forgetting_length(env, window, lam, c=c, horizon=T, kind="window", delta=delta)
     rule = (ConstantBeta(float(beta)) if beta is not None else
-            WindowBeta(_norm(env), _noise(env), lam, _gamma_arg(env, gamma, lam),
+            WindowBeta(env_norm(env), env_noise(env), lam, _gamma_arg(env, gamma, lam),
                        window=w or T, horizon=T, delta=delta))
     return SWGPUCB(env_kernel(env), lam, w, rule, **kwargs)
 
@@ -125,7 +111,7 @@ def _matched_beta(env: Any, lam: float, beta: float | None, memory: int,
     """Constant width matched to SW-GP-UCB's at a full window: Lemma 2's ``β`` at ``γ_m``."""
     if beta is not None:
         return float(beta)
-    rule = WindowBeta(_norm(env), _noise(env), lam, env_gamma(env, lam), window=memory,
+    rule = WindowBeta(env_norm(env), env_noise(env), lam, env_gamma(env, lam), window=memory,
                       horizon=T, delta=delta, gamma_index="max")
     return rule.beta_at(None, T)  # type: ignore[arg-type]
 
@@ -135,7 +121,7 @@ def tvgpucb(env: Any, epsilon: float | None = None, lam: float = 1.0, beta: floa
             horizon: int | None = None, **kwargs: Any) -> Policy:
     """TV-GP-UCB; ``epsilon=None`` matches the memory ``m`` (``√(1−ε) = 1 − 1/m``); ``beta=None``
     uses SW-GP-UCB's full-window width (a constant)."""
-    T = _horizon(env, horizon)
+    T = env_horizon(env, horizon)
     m = forgetting_length(env, memory, lam, c=c, horizon=T, kind="window", delta=delta) or T
     eps = 1.0 - (1.0 - 1.0 / max(m, 2)) ** 2 if epsilon is None else float(epsilon)
     b = _matched_beta(env, lam, beta, m, delta, T)
@@ -147,7 +133,7 @@ def wgpucb(env: Any, discount: float | None = None, lam: float = 1.0, beta: floa
            horizon: int | None = None, weight_floor: float = 1e-2, **kwargs: Any) -> Policy:
     """W-GP-UCB; ``discount=None`` matches the memory ``m`` (``γ = 1 − 1/m``); ``beta=None`` uses
     SW-GP-UCB's full-window width (a constant)."""
-    T = _horizon(env, horizon)
+    T = env_horizon(env, horizon)
     m = forgetting_length(env, memory, lam, c=c, horizon=T, kind="window", delta=delta) or T
     disc = 1.0 - 1.0 / max(m, 2) if discount is None else float(discount)
     b = _matched_beta(env, lam, beta, m, delta, T)
