@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -64,9 +65,9 @@ def setting_title(what: str, *, env: str | None = None, d: int | None = None,
 
 def band_label(seeds: int, kind: str = "std") -> str:
     """What a shaded band is: ``"shaded: mean ± 1 std over 5 seeds"`` (``kind="se"``: standard
-    error of the mean). With one seed there is no band, and the text says so."""
+    error of the mean). With one seed there is no band: ``""`` (no legend entry)."""
     if seeds < 2:
-        return "one seed: no band"
+        return ""
     what = {"std": "1 std", "se": "1 standard error"}[kind]
     return f"shaded: mean ± {what} over {seeds} seeds"
 
@@ -126,7 +127,8 @@ def save_figure(fig: Figure, path: str | Path, *, title: str, band: str | None =
     one legend below the panels (entries with the same label once), add ``band`` (what a shaded
     band is, e.g. :func:`band_label`) and ``extra_legend`` proxies as entries, and save it as PNG
     with ``Title`` and ``Description`` (JSON of :func:`axes_labels`) metadata. Returns the path."""
-    fig.suptitle(title, fontsize=10)
+    width = float(fig.get_figwidth())
+    fig.suptitle("\n".join(textwrap.wrap(title, max(40, int(width * 13)))), fontsize=10)
     handles, labels = _legend_entries(fig)
     if band:
         handles.append(Patch(color="0.6", alpha=0.35))
@@ -135,7 +137,9 @@ def save_figure(fig: Figure, path: str | Path, *, title: str, band: str | None =
         handles.append(h)
         labels.append(lab)
     if handles:
-        cols = ncol or min(len(handles), 4)
+        longest = max(len(lab) for lab in labels)
+        fit = max(1, int(width * 14 / (longest + 6)))   # columns that fit the figure's width
+        cols = min(ncol or 4, fit, len(handles))
         fig.legend(handles, labels, loc="outside lower center", ncol=cols, fontsize=8,
                    frameon=False)
     path = Path(path)
