@@ -266,7 +266,7 @@ def plot_dictionaries(env: str, results: dict[RunSpec, list[RunResult]], path: P
         "Nyström dictionaries", env=ENV_TITLES[env], T=horizon, seeds=seeds, quick=quick))
 
 
-def plot_environments(path: Path) -> Path:
+def plot_environments(path: Path, *, quick: bool = False) -> Path:
     """Fig. 6: the Chessboard and Step Diagonal mean functions on [0, 1]² (context × action)."""
     grid = torch.linspace(0, 1, 201, dtype=torch.float64)
     fig, axes = figure_grid(1, 2, figsize=(9, 4.3))
@@ -280,8 +280,9 @@ def plot_environments(path: Path) -> Path:
         ax.set_xlabel("context x (unitless, in [0, 1])")
         ax.set_ylabel("action a (white lines: the 10 arms)")
         fig.colorbar(im, ax=ax, fraction=0.046, label="mean reward f(x, a)")
-    return save_figure(fig, path, title="Fig. 6: mean reward of the 1-D contextual environments "
-                                         "(context × action, d = 2 joint inputs)")
+    return save_figure(fig, path, title=setting_title(
+        "Fig. 6: mean reward of the 1-D contextual environments", d=2, quick=quick,
+        extra="context × action joint inputs"))
 
 
 def results_table(results: dict[RunSpec, list[RunResult]], regret_mode: str) -> str:
@@ -353,7 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for fig, specs in plan.items():
         figs.append(plot_figure(fig, specs, results, out / f"fig{fig:02d}.png", quick=args.quick))
     if 6 in args.figures:
-        figs.append(plot_environments(out / "fig06.png"))
+        figs.append(plot_environments(out / "fig06.png", quick=args.quick))
     for env in args.envs:
         p = plot_dictionaries(env, results, out / f"dict_size_{env}.png", quick=args.quick)
         if p is not None:

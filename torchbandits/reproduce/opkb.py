@@ -236,7 +236,7 @@ def run_figure(fig: str, *, horizon: int, seeds: Sequence[int], nn_width: int, q
     rows = summarize_runs(runs)
     table = _table(rows, title)
     (out / fig).mkdir(parents=True, exist_ok=True)
-    write_report(runs, out / fig, title)            # regret/time plots (± std), summary
+    write_report(runs, out / fig, setting_title(title, quick=quick))   # time plot, summary
     (out / fig / "table.md").write_text(table + "\n")
     (out / fig / "summary_se.json").write_text(json.dumps(rows, indent=2))
     _plot(runs, out / fig / "regret.png",
