@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_bench_tvbo_quick(tmp_path):
-    spec = importlib.util.spec_from_file_location("bench_tvbo", ROOT / "scripts" / "bench_tvbo.py")
+    spec = importlib.util.spec_from_file_location("bench_tvbo", ROOT / "benchmarks" / "bench_tvbo.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert mod.main(["--quick", "--horizon", "80", "--windows", "20", "--out", str(tmp_path)]) == 0

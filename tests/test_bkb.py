@@ -391,7 +391,7 @@ def test_bench_quick(tmp_path) -> None:
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("bench_bkb", root / "scripts" / "bench_bkb.py")
+    spec = importlib.util.spec_from_file_location("bench_bkb", root / "benchmarks" / "bench_bkb.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert mod.main(["--quick", "--out", str(tmp_path), "--no-progress", "--horizon", "120"]) == 0

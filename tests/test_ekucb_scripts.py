@@ -35,7 +35,7 @@ def test_reproduce_quick(tmp_path, capsys) -> None:
 
 
 def test_bench_quick(tmp_path) -> None:
-    spec = importlib.util.spec_from_file_location("bench_ekucb", ROOT / "scripts" / "bench_ekucb.py")
+    spec = importlib.util.spec_from_file_location("bench_ekucb", ROOT / "benchmarks" / "bench_ekucb.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert mod.main(["--quick", "--out", str(tmp_path), "--no-progress", "--envs", "chessboard"]) == 0

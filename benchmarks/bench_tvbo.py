@@ -16,8 +16,8 @@ random RKHS function at the action SW-GP-UCB chose — timing only, not regret):
 Reports the median ms/step over blocks of rounds (so the curve vs t is visible), the ratios to
 ``SW carry`` in the same run, and writes ``bench.json``, ``bench.md`` and ``time_vs_t.png``.
 
-    python scripts/bench_tvbo.py            # T = 1500, w ∈ {100, 400, 1000}, A = 200
-    python scripts/bench_tvbo.py --quick    # T = 120, w = 30, A = 50 (used by the tests)
+    python benchmarks/bench_tvbo.py            # T = 1500, w ∈ {100, 400, 1000}, A = 200
+    python benchmarks/bench_tvbo.py --quick    # T = 120, w = 30, A = 50 (used by the tests)
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ same run:
 * CMM by the 1-D dual vs CMM by the CVXPY SOCP (target at t = 200: ≥ 100× faster);
 * CMM dual vs AMM (target: within 10× at every t); DMM vs AMM (target: within 5×).
 
-``python scripts/bench_confidence.py [--quick] [--ts 50 100 200 1000] [--out results/bench_confidence]``
+``python benchmarks/bench_confidence.py [--quick] [--ts 50 100 200 1000] [--out results/bench_confidence]``
 """
 
 from __future__ import annotations

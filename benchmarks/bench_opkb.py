@@ -1,8 +1,8 @@
 """Benchmark of seed 003 (issue 7): OP solves, one ADA-OPKB run, one ADA-OPNN run.
 
-    python scripts/bench_opkb.py                 # OP solves (N = 100, 256) + ADA-OPKB run
-    python scripts/bench_opkb.py --opnn          # + one ADA-OPNN run at m = 2048, L = 3 (minutes)
-    python scripts/bench_opkb.py --quick         # seconds (N = 20, 40; T = 1000; no OPNN)
+    python benchmarks/bench_opkb.py                 # OP solves (N = 100, 256) + ADA-OPKB run
+    python benchmarks/bench_opkb.py --opnn          # + one ADA-OPNN run at m = 2048, L = 3 (minutes)
+    python benchmarks/bench_opkb.py --quick         # seconds (N = 20, 40; T = 1000; no OPNN)
 
 1. **OP** on the Env-1 instance (spec §5.1: sphere arms in R¹⁰, RBF ℓ = 0.2, σ/T = 0.01), with
    the empirical gaps of the true reward vector and the ``aistats2023_code`` β_j of block 4:

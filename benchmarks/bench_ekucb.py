@@ -1,6 +1,6 @@
 """Benchmark of seed 000's claim: EK-UCB is much faster than K-UCB at equal regret.
 
-``python scripts/bench_ekucb.py [--quick] [--out results/ekucb_bench]``
+``python benchmarks/bench_ekucb.py [--quick] [--out results/ekucb_bench]``
 
 At λ = μ = 10, β = 0.1 (ridge sd), on Bump, Chessboard and Step Diagonal, seeds 0–2, T = 2000:
 

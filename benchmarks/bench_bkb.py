@@ -15,8 +15,8 @@ sd ``sqrt(var_GP/λ)``, λ = ξ² = 0.01.
 Reports the median ms/step over the 10% of rounds before each checkpoint, the ratios, final
 regret (mean ± std over seeds) and the dictionary size; writes JSON + markdown to ``--out``.
 
-    python scripts/bench_bkb.py            # A = 1000, d = 2, T = 2000, 5 seeds
-    python scripts/bench_bkb.py --quick    # A = 200, T = 200, 1 seed (used by the tests)
+    python benchmarks/bench_bkb.py            # A = 1000, d = 2, T = 2000, 5 seeds
+    python benchmarks/bench_bkb.py --quick    # A = 200, T = 200, 1 seed (used by the tests)
 """
 
 from __future__ import annotations
