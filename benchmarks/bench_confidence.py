@@ -1,4 +1,4 @@
-"""Time per step of the seed-002 policies (issue 5 performance targets).
+"""Time per step of the policies of Flynn & Reeb (2024): CMM, DMM, AMM-UCB, AY-GP-UCB, IGP-UCB.
 
 Matérn-5/2, ℓ = 0.5, d = 3, 100 fresh candidates per step, ``c = default_c(kernel, 3, 1000)``.
 For each t every policy is first fed the same t − 1 observations (untimed); then ``--repeats``

@@ -43,6 +43,8 @@ def simulate(
     diagnostics_every: int = 1,
     progress: tqdm | bool = False,
     config: Mapping[str, Any] | None = None,
+    cpu_clock: bool = False,
+    cpu_budget: float | None = None,
 ) -> RunResult:
     """Run ``policy`` on ``env`` for ``horizon`` rounds from a fresh ``reset(seed)`` of both.
 
@@ -52,9 +54,21 @@ def simulate(
     its per-round values stored in ``config["env_metrics"]``; ``config["dim"]`` is the width
     ``d`` of the candidates, ``config["wall_seconds"]`` the wall time of the whole loop
     (environment included).
+
+    With ``cpu_clock`` the CPU time of the running thread spent in ``select`` + ``update``
+    (``time.thread_time``: what the policy itself consumed, robust to other processes on a
+    shared machine) is stored per round in ``config["agent_cpu_seconds"]``. With ``cpu_budget``
+    (seconds of that CPU time; implies ``cpu_clock``) the run stops after the round in which the
+    agent's total passes it: the result is then shorter than ``horizon``, its diagnostics are
+    taken at that round, and ``config["stopped_at"]`` is its length.
     """
     if int(horizon) < 1:
         raise ValueError(f"horizon must be >= 1, got {horizon}")
+    if cpu_budget is not None and not cpu_budget > 0:
+        raise ValueError(f"cpu_budget must be > 0 seconds, got {cpu_budget}")
+    track_cpu = bool(cpu_clock) or cpu_budget is not None
+    cpu: list[float] = []
+    stopped = None
     env.reset(seed)
     policy.reset(seed=seed)
     device = policy.device
@@ -72,14 +86,24 @@ def simulate(
         cand = env.candidates()
         means = env.mean_rewards()
         _sync(device)
+        if track_cpu:
+            c0 = time.thread_time()
         t0 = time.perf_counter()
         idx = policy.select(cand)
         t1 = time.perf_counter()
+        if track_cpu:
+            c1 = time.thread_time()
         reward = env.pull(idx)
+        if track_cpu:
+            c2 = time.thread_time()
         t2 = time.perf_counter()
         policy.update(cand[idx], reward)
         _sync(device)
         t3 = time.perf_counter()
+        if track_cpu:
+            cpu.append((c1 - c0) + (time.thread_time() - c2))
+            if cpu_budget is not None and sum(cpu) > cpu_budget and t + 1 < horizon:
+                stopped = t + 1
         seconds.append((t1 - t0) + (t3 - t2))
         rewards.append(float(reward))
         regret.append(float(means.max() - means[idx]))
@@ -87,12 +111,15 @@ def simulate(
         if round_metrics is not None:  # e.g. the test functions' regret against the optimum
             for k, v in round_metrics().items():
                 env_metrics.setdefault(k, []).append(float(v))
-        if diagnostics_every and (t + 1) % diagnostics_every == 0:
+        if (diagnostics_every and (t + 1) % diagnostics_every == 0) or \
+                (stopped is not None and diag_steps[-1:] != [t + 1]):
             diag_steps.append(t + 1)
             for k, v in policy.diagnostics().items():
                 diags.setdefault(k, []).append(float(v))
         if bar is not None:
-            bar.update(1)
+            bar.update(1 if stopped is None else int(horizon) - t)
+        if stopped is not None:
+            break
     if own_bar is not None:
         own_bar.close()
     wall = time.perf_counter() - start
@@ -102,6 +129,10 @@ def simulate(
            **(config or {})}
     if env_metrics:
         cfg["env_metrics"] = env_metrics
+    if track_cpu:
+        cfg["agent_cpu_seconds"] = cpu
+    if stopped is not None:
+        cfg["stopped_at"] = stopped
     return RunResult(
         policy=policy_name or type(policy).__name__,
         env=env_name or type(env).__name__,
