@@ -44,10 +44,10 @@ AGENT_MS = "agent time per round (ms)"
 
 def figure_grid(nrows: int = 1, ncols: int = 1, **kwargs: Any) -> tuple[Figure, Any]:
     """``(Figure, axes)`` like ``pyplot.subplots`` but outside pyplot: no backend is selected and
-    no global figure list grows. The figure uses the constrained layout engine (so
-    :func:`save_figure` can put the legend outside the axes). ``figsize`` goes to the figure,
-    the rest to ``Figure.subplots``."""
-    fig = Figure(figsize=kwargs.pop("figsize", None), layout="constrained")
+    no global figure list grows. ``figsize`` and ``layout`` (a layout engine: pass
+    ``"constrained"`` before adding colour bars to a figure for :func:`save_figure`) go to the
+    figure, the rest to ``Figure.subplots``."""
+    fig = Figure(figsize=kwargs.pop("figsize", None), layout=kwargs.pop("layout", None))
     return fig, fig.subplots(nrows, ncols, **kwargs)
 
 
@@ -127,6 +127,8 @@ def save_figure(fig: Figure, path: str | Path, *, title: str, band: str | None =
     one legend below the panels (entries with the same label once), add ``band`` (what a shaded
     band is, e.g. :func:`band_label`) and ``extra_legend`` proxies as entries, and save it as PNG
     with ``Title`` and ``Description`` (JSON of :func:`axes_labels`) metadata. Returns the path."""
+    if fig.get_layout_engine() is None:   # constrained: makes room for the legend outside
+        fig.set_layout_engine("constrained")
     width = float(fig.get_figwidth())
     fig.suptitle("\n".join(textwrap.wrap(title, max(40, int(width * 13)))), fontsize=10)
     handles, labels = _legend_entries(fig)

@@ -269,7 +269,7 @@ def plot_dictionaries(env: str, results: dict[RunSpec, list[RunResult]], path: P
 def plot_environments(path: Path, *, quick: bool = False) -> Path:
     """Fig. 6: the Chessboard and Step Diagonal mean functions on [0, 1]² (context × action)."""
     grid = torch.linspace(0, 1, 201, dtype=torch.float64)
-    fig, axes = figure_grid(1, 2, figsize=(9, 4.3))
+    fig, axes = figure_grid(1, 2, figsize=(9, 4.3), layout="constrained")  # before colour bars
     for ax, cls in zip(axes, (ChessboardEnv, StepDiagonalEnv)):
         env = cls()
         vals = env.f(grid[:, None], grid).numpy()
