@@ -198,6 +198,10 @@ def _env_factory(kernel: str, dim: int, ls: float, arms: int, device: str):
     return make
 
 
+def _nums(values: Sequence[float], digits: int) -> str:
+    return ", ".join(f"{v:.{digits}f}" for v in values)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = reproduction_parser("bkb", __doc__, quick="two small settings (A = 100), T = 60, "
                                  "2 seeds, a 200-point Fig. 2", out="results/bkb", threads=1)
@@ -261,9 +265,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.skip_figure:
         stats = figure2(out, n_grid=200 if args.quick else 1000, seed=0, device=dev,
                         ts=(6, 30) if args.quick else (6, 63, 215), quick=args.quick)
-        print(f"\nFig. 2: dictionary sizes {stats['dictionary_size']} at t = {stats['t']}; mean "
-              f"approx/exact GP variance on [0.7, 1]: DTC {np.round(stats['far_var_ratio_dtc'], 3)}, "
-              f"SoR {np.round(stats['far_var_ratio_sor'], 4)}")
+        print(f"\nFig. 2: dictionary sizes {_nums(stats['dictionary_size'], 0)} at t = "
+              f"{_nums(stats['t'], 0)}; mean "
+              f"approx/exact GP variance on [0.7, 1]: DTC {_nums(stats['far_var_ratio_dtc'], 3)}, "
+              f"SoR {_nums(stats['far_var_ratio_sor'], 4)}")
     print(f"\nwrote runs, table.md, bkb_table.md, regret.png, time.png, dictionary_size.png"
           f"{'' if args.skip_figure else ', fig2_variance_starvation.png'} to {out}/")
     return 0

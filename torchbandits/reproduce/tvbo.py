@@ -290,7 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"\nsweep (rotation, P_T = {max(budgets):g}): final regret by H / w")
         for k, (m, s) in sweep["final_regret"].items():
             print(f"  {k:>22}: {m:8.1f} ± {s:.1f}")
-        print(f"  tuned lengths: {sweep['marks']}")
+        print("  tuned H = w: " + ", ".join(f"{k}: {v}" for k, v in sweep["marks"].items()))
     if rate is not None:
         print(f"\nrate check (rotation, P_T = 5, tuned H/w): R(T) at T = {rate['horizons']}: "
               + "; ".join(f"{k}: {[round(x, 1) for x in v]} (log-log slope {rate['slopes'][k]:.2f})"
