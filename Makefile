@@ -1,4 +1,5 @@
-# torchbandits — `make demo`, `make test`, `make bench`, `make lint`, `make docs`.
+# torchbandits — `make demo`, `make test`, `make bench` (`bench-all`, `bench-quick`), `make lint`,
+# `make docs`.
 #
 # The virtual environment lives in $(VENV). torch is installed first, pinned by TORCH_SPEC
 # (on this machine torch==2.13.0 is a CPU wheel on local disk; an unpinned torch would pull a
@@ -15,7 +16,7 @@ PYTHON := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 endif
 
-.PHONY: install demo test lint bench docs clean
+.PHONY: install demo test lint bench bench-all bench-quick docs clean
 
 $(STAMP): setup.cfg pyproject.toml
 	@if [ -n "$(VENV)" ] && [ ! -x "$(PYTHON)" ]; then python3 -m venv $(VENV); fi
@@ -37,8 +38,21 @@ test: install
 lint: install
 	$(PYTHON) -m ruff check torchbandits tests scripts benchmarks
 
+# bench: the exact-posterior benchmark; bench-all: every per-step timing benchmark of
+# benchmarks/ (one thread each; results/bench_*/, results/*_bench/; long); bench-quick: their
+# small versions (seconds to a few minutes)
+BENCHMARKS ?= exact bkb ekucb confidence opkb tvbo
+
 bench: install
-	$(PYTHON) scripts/bench_exact.py
+	$(PYTHON) benchmarks/bench_exact.py
+
+bench-all: install
+	@for b in $(BENCHMARKS); do echo "== benchmarks/bench_$$b.py"; \
+		$(PYTHON) benchmarks/bench_$$b.py || exit 1; done
+
+bench-quick: install
+	@for b in $(BENCHMARKS); do echo "== benchmarks/bench_$$b.py --quick"; \
+		$(PYTHON) benchmarks/bench_$$b.py --quick || exit 1; done
 
 docs: install
 	$(PYTHON) -m mkdocs build --strict

@@ -1,6 +1,8 @@
-"""Reproduce seed 001 (BKB): ``python scripts/reproduce_bkb.py [--quick]``.
+"""Reproduce BKB, Calandriello, Carratino, Lazaric, Valko & Rosasco (2019).
 
-A thin wrapper around :func:`torchbandits.reproduce.bkb.main` (also ``torchbandits reproduce bkb``).
+``python scripts/reproduce_bkb.py [--quick]``
+= ``torchbandits reproduce bkb [--quick]``
+(``--help`` lists the options); BLAS threads default to one.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
 
 import sys  # noqa: E402
 
-from torchbandits.reproduce.bkb import main  # noqa: E402
+from torchbandits.cli import main  # noqa: E402
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    raise SystemExit(main(["reproduce", "bkb", *sys.argv[1:]]))

@@ -1,7 +1,8 @@
-"""Reproduce seed 002 (tighter confidence bounds): ``python scripts/reproduce_confidence_bounds.py``.
+"""Reproduce the tighter confidence bounds of Flynn & Reeb (2024): Table 1, Figures 1, 2, 4-7.
 
-Add ``--quick`` for a small run. A thin wrapper around :func:`torchbandits.reproduce.cmm.main` (also
-``torchbandits reproduce cmm``): Table 1 with the paper's numbers beside ours, Figures 1, 2, 4, 5/6, 7.
+``python scripts/reproduce_confidence_bounds.py [--quick]``
+= ``torchbandits reproduce cmm [--quick]``
+(``--help`` lists the options); BLAS threads default to one.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
 
 import sys  # noqa: E402
 
-from torchbandits.reproduce.cmm import main  # noqa: E402
+from torchbandits.cli import main  # noqa: E402
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    raise SystemExit(main(["reproduce", "cmm", *sys.argv[1:]]))

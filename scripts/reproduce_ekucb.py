@@ -1,11 +1,20 @@
-"""Reproduce seed 000 (Efficient Kernel UCB): ``python scripts/reproduce_ekucb.py [--quick]``.
+"""Reproduce EK-UCB, Zenati, Bietti, Diemert, Mairal, Martin & Gaillard (2022): Figures 1-12.
 
-Thin wrapper around :func:`torchbandits.reproduce.ekucb.main` (also ``torchbandits reproduce ekucb``).
+``python scripts/reproduce_ekucb.py [--quick]``
+= ``torchbandits reproduce ekucb [--quick]``
+(``--help`` lists the options); BLAS threads default to one.
 """
 
-import sys
+from __future__ import annotations
 
-from torchbandits.reproduce.ekucb import main
+import os
+
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import sys  # noqa: E402
+
+from torchbandits.cli import main  # noqa: E402
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    raise SystemExit(main(["reproduce", "ekucb", *sys.argv[1:]]))

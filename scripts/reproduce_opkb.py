@@ -1,6 +1,8 @@
-"""Reproduce seed 003 (OPKB / ADA-OPKB / OPNN, Figures 1-2): ``python scripts/reproduce_opkb.py [--quick]``.
+"""Reproduce OPKB / ADA-OPKB / OPNN, Hong, Li & Tewari (2023): Figures 1-2.
 
-A thin wrapper around :func:`torchbandits.reproduce.opkb.main` (also ``torchbandits reproduce opkb``).
+``python scripts/reproduce_opkb.py [--quick]``
+= ``torchbandits reproduce opkb [--quick]``
+(``--help`` lists the options); BLAS threads default to one.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
 
 import sys  # noqa: E402
 
-from torchbandits.reproduce.opkb import main  # noqa: E402
+from torchbandits.cli import main  # noqa: E402
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    raise SystemExit(main(["reproduce", "opkb", *sys.argv[1:]]))

@@ -1,6 +1,8 @@
-"""Reproduce seed 004 (time-varying BO): ``python scripts/reproduce_tvbo.py [--quick]``.
+"""Reproduce the time-varying benchmark for Zhou & Shroff (2021).
 
-A thin wrapper around :func:`torchbandits.reproduce.tvbo.main` (also ``torchbandits reproduce tvbo``).
+``python scripts/reproduce_tvbo.py [--quick]``
+= ``torchbandits reproduce tvbo [--quick]``
+(``--help`` lists the options); BLAS threads default to one.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
 
 import sys  # noqa: E402
 
-from torchbandits.reproduce.tvbo import main  # noqa: E402
+from torchbandits.cli import main  # noqa: E402
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    raise SystemExit(main(["reproduce", "tvbo", *sys.argv[1:]]))

@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_bench_exact_quick(tmp_path):
-    spec = importlib.util.spec_from_file_location("bench_exact", ROOT / "scripts" / "bench_exact.py")
+    spec = importlib.util.spec_from_file_location("bench_exact", ROOT / "benchmarks" / "bench_exact.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert mod.main(["--quick", "--out", str(tmp_path)]) == 0

@@ -369,7 +369,11 @@ def test_reproduce_quick_writes_tables_and_figures(tmp_path, capsys) -> None:
 
     stats = json.loads((out / "fig2_stats.json").read_text())
     assert min(stats["far_var_ratio_dtc"]) > 0.9 and max(stats["far_var_ratio_sor"][1:]) < 0.3
-    assert "Fig. 2" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "Fig. 2" in text and text.startswith("QUICK RUN (T = 60")
+    from .figure_checks import assert_readable_figures
+
+    assert_readable_figures(out, quick=True, at_least=4)
 
 
 def test_notebook_runs_quick(run_notebook) -> None:
@@ -387,7 +391,7 @@ def test_bench_quick(tmp_path) -> None:
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("bench_bkb", root / "scripts" / "bench_bkb.py")
+    spec = importlib.util.spec_from_file_location("bench_bkb", root / "benchmarks" / "bench_bkb.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert mod.main(["--quick", "--out", str(tmp_path), "--no-progress", "--horizon", "120"]) == 0

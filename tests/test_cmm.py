@@ -101,23 +101,34 @@ def test_cmm_policy_dual_and_socp_agree():
 
 
 def test_reproduce_quick(tmp_path):
-    """``--quick`` of the reproduction writes the table (with the paper's numbers) and the figures."""
+    """``--quick`` of the reproduction writes the table and readable figures, says it is a quick
+    run, and sets no paper value beside its numbers (a full-size table does)."""
     import subprocess
     import sys
     from pathlib import Path
 
+    from torchbandits.experiments.results import load_results
+    from torchbandits.reproduce.cmm import _table
+
+    from .figure_checks import assert_readable_figures
+
     script = Path(__file__).resolve().parents[1] / "scripts" / "reproduce_confidence_bounds.py"
     out = tmp_path / "cmm"
-    proc = subprocess.run([sys.executable, str(script), "--quick", "--seeds", "0", "--out", str(out)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, str(script), "--quick", "--seeds", "0", "--out", str(out),
+                           "--no-progress"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     table = (out / "table1.md").read_text()
-    assert "[paper 32.2 ± 20.9]" in table and "| CMM |" in table
+    assert "| CMM |" in table and "[paper" not in table and "quick run" in table
+    assert proc.stdout.startswith("QUICK RUN (T = 25")
+    assert "{'method'" not in proc.stdout and "| CMM-SOCP |" in proc.stdout   # Figure 4: a table
+    assert "regret at t = 25 " in proc.stdout and "t = 200" not in proc.stdout
     for name in ("figure1_bands.png", "figure2_regret.png", "figure4_time.png", "figure5_regret_d2.png",
                  "figure6_regret_d4.png", "figure7_loose.png", "summary.json"):
         assert (out / name).stat().st_size > 0, name
-    runs = list((out / "table1" / "runs").glob("*.json"))
+    assert_readable_figures(out, at_least=6)
+    runs = load_results(out / "table1" / "runs")
     assert len(runs) == 6 * 6  # 6 columns × (CMM, DMM, AMM, AY, IGP, Random) × 1 seed
+    assert "[paper 32.2 ± 20.9]" in _table(runs, 3, with_paper=True)
 
 
 def test_border_path_equals_fresh_eigh_along_a_run():

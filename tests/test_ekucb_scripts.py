@@ -1,4 +1,5 @@
-"""The seed 000 reproduction, benchmark and notebook run end to end at small size."""
+"""The EK-UCB reproduction (Zenati et al. 2022), benchmark and notebook run end to end at small
+size."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from pathlib import Path
 
 from torchbandits.experiments.registry import resolve
 from torchbandits.reproduce import REPRODUCTIONS
+
+from .figure_checks import assert_readable_figures
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,11 +30,13 @@ def test_reproduce_quick(tmp_path, capsys) -> None:
     assert len(runs) == 9 + 2 * 7
     d = json.loads(runs[0].read_text())
     assert len(d["regret"]) in (30, 60) and "reference_regret" in d["config"]
-    assert "runs in" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "runs in" in text and text.startswith("QUICK RUN (T = 60")
+    assert_readable_figures(tmp_path, quick=True, at_least=15)
 
 
 def test_bench_quick(tmp_path) -> None:
-    spec = importlib.util.spec_from_file_location("bench_ekucb", ROOT / "scripts" / "bench_ekucb.py")
+    spec = importlib.util.spec_from_file_location("bench_ekucb", ROOT / "benchmarks" / "bench_ekucb.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert mod.main(["--quick", "--out", str(tmp_path), "--no-progress", "--envs", "chessboard"]) == 0

@@ -260,6 +260,13 @@ def test_reproduce_opkb_quick(tmp_path):
     run = json.loads((tmp_path / "fig1a" / "runs" / "ADA-OPKB__seed0.json").read_text())
     assert "restart_times" in run["config"] and len(run["regret"]) == 300
     assert (tmp_path / "tables.md").exists()
+    from .figure_checks import assert_readable_figures
+
+    assert_readable_figures(tmp_path, quick=True, at_least=4)
+    from PIL import Image
+
+    with Image.open(tmp_path / "fig1a" / "regret.png") as im:     # the actual switch round
+        assert "switch after round 90, T = 300" in im.text["Title"]
 
 
 def test_notebook_runs_quick(monkeypatch):

@@ -1,4 +1,5 @@
-"""``reproduce tvbo --quick`` runs end to end and writes its tables and plots (seed 004)."""
+"""``reproduce tvbo --quick`` runs end to end and writes its tables and readable plots (the
+time-varying benchmark for Zhou & Shroff 2021)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,12 @@ import json
 
 from torchbandits.reproduce.tvbo import main
 
+from .figure_checks import assert_readable_figures
+
 
 def test_reproduce_tvbo_quick(tmp_path, capsys):
     out = tmp_path / "tvbo"
-    assert main(["--quick", "--out", str(out), "--horizon", "60", "--budgets", "8"]) == 0
+    assert main(["--quick", "--out", str(out), "--horizon", "60", "--budgets", "8", "--no-progress"]) == 0
     for name in ("table.md", "tvbo_table.md", "regret.png", "time.png", "regret_vs_budget.png",
                  "sweep.png", "rate.png", "tvbo_summary.json"):
         assert (out / name).exists(), name
@@ -22,4 +25,6 @@ def test_reproduce_tvbo_quick(tmp_path, capsys):
         assert policy in text
     assert len(list((out / "runs").glob("*.json"))) == 4 * 7  # rotation, bump, switch, stationary
     assert set(summary["rate"]["slopes"]) == {"R-GP-UCB", "SW-GP-UCB"}
-    assert "tvbo_table.md" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "tvbo_table.md" in text and text.startswith("QUICK RUN (T = 60")
+    assert_readable_figures(out, quick=True, at_least=5)

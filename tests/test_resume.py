@@ -132,27 +132,23 @@ def test_cli_run_killed_mid_grid_resumes(tmp_path):
 
 
 def test_reproduction_loops_resume(tmp_path, monkeypatch):
-    """cmm's, ekucb's and opkb's own run loops read finished runs back."""
+    """cmm's, ekucb's and opkb's runs go through the runner and read finished runs back."""
+    import torchbandits.experiments.runner as runner
     from torchbandits.reproduce import cmm, ekucb, opkb
 
     calls = {"n": 0}
+    real = runner.simulate
 
-    def counting(module):
-        real = module.simulate
+    def counting(*args, **kwargs):
+        calls["n"] += 1
+        return real(*args, **kwargs)
 
-        def wrapped(*args, **kwargs):
-            calls["n"] += 1
-            return real(*args, **kwargs)
-        monkeypatch.setattr(module, "simulate", wrapped)
-
-    for module in (cmm, ekucb, opkb):
-        counting(module)
+    monkeypatch.setattr(runner, "simulate", counting)
     # cmm._run
-    env = _env()
     pols = {"random": RandomPolicy}
-    cmm._run(tmp_path / "cmm", "rkhs", env, pols, {"random": 20}, [0, 1], "t")
+    cmm._run(tmp_path / "cmm", "rkhs", _env, pols, {"random": 20}, [0, 1], "t", progress=False)
     assert calls["n"] == 2
-    cmm._run(tmp_path / "cmm", "rkhs", env, pols, {"random": 20}, [0, 1], "t")
+    cmm._run(tmp_path / "cmm", "rkhs", _env, pols, {"random": 20}, [0, 1], "t", progress=False)
     assert calls["n"] == 2
     # ekucb main
     argv = ["--figures", "1", "--envs", "bump", "--horizon", "15", "--cbkb-horizon", "10",

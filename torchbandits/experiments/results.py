@@ -137,7 +137,7 @@ def load_results(directory: str | Path) -> list[RunResult]:
 
 def _mean_std(values: Sequence[float]) -> tuple[float, float]:
     arr = np.asarray(values, dtype=float)
-    return float(arr.mean()), float(arr.std())  # population std (ddof=0), as seed 002's plots
+    return float(arr.mean()), float(arr.std())  # population std (ddof=0), as Flynn & Reeb (2024)'s plots
 
 
 def summarize(results: Iterable[RunResult]) -> list[dict[str, Any]]:

@@ -1,8 +1,12 @@
 """Paper reproductions: one module per paper with ``main(argv) -> int``.
 
-Each is reachable as ``torchbandits reproduce NAME`` (the names are :data:`REPRODUCTIONS`) and as
-``python scripts/reproduce_NAME.py``; every one has ``--quick`` (run by the tests), ``--device``
-and ``--out`` (default ``results/<name>/``). Importing this package imports none of them.
+Each is reachable as ``torchbandits reproduce NAME`` (the names are :data:`REPRODUCTIONS`)
+and as ``python scripts/reproduce_NAME.py``. They are consumers of the library: every run goes
+through :func:`~torchbandits.experiments.runner.run_jobs` / ``run_grid`` (one JSON per run,
+finished runs read back), every figure through :mod:`torchbandits.experiments.figures`, and every
+command line starts from :func:`~torchbandits.reproduce.common.reproduction_parser` (``--quick``,
+run by the tests, ``--device``, ``--out`` (default ``results/<name>/``), ``--threads``,
+``--no-progress``).
 """
 
 from __future__ import annotations

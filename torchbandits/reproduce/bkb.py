@@ -1,7 +1,8 @@
-"""Reproduce seed 001 (BKB, Calandriello et al. COLT 2019): ``torchbandits reproduce bkb``.
+"""Reproduce BKB (Calandriello, Carratino, Lazaric, Valko & Rosasco 2019, "Gaussian Process
+Optimization with Adaptive Sketching: Scalable and No Regret", COLT): ``torchbandits reproduce bkb``.
 
 The paper has no regret or runtime experiment; its only figure (Fig. 2) illustrates variance
-starvation. This script makes both (spec §5 and §7):
+starvation. This script makes both:
 
 1. **Bandit runs** on RKHS test functions with a fixed finite arm set
    (:class:`~torchbandits.envs.RKHSFunctionEnv` with ``fixed_arms=True``, ``‖f‖_H = 1``,
@@ -14,17 +15,18 @@ starvation. This script makes both (spec §5 and §7):
    JSON, ``table.md`` (final regret mean ± std, time), ``bkb_table.md`` (+ regret ratio to GP-UCB
    and dictionary size), ``regret.png``, ``time.png``, ``dictionary_size.png``.
 2. **Fig. 2** (``fig2_variance_starvation.png``): a GP sample on [0, 1] with
-   ``k(x,x') = exp(−100 (x−x')²)`` (spec A14: ℓ = 1/√200), t ∈ {6, 63, 215} noisy observations
+   ``k(x,x') = exp(−100 (x−x')²)`` (ℓ = 1/√200: the paper's "bandwidth σ² = 100" read as the
+   coefficient, since ``exp(−(x−x')²/200)`` is almost constant on [0, 1]), t ∈ {6, 63, 215}
+   noisy observations
    uniform in [0, 0.5] fed to BKB (q̄ = 5, λ = ξ² = 0.01), bands ``μ ± 3·sd_GP`` of the exact GP,
    of BKB's DTC posterior and of the SoR ablation; the dictionary sizes are in the titles.
 
-    python scripts/reproduce_bkb.py            # full (several minutes on one core)
-    python scripts/reproduce_bkb.py --quick    # seconds (used by the tests)
+    torchbandits reproduce bkb            # full (several minutes on one core)
+    torchbandits reproduce bkb --quick    # seconds (used by the tests)
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import math
@@ -36,7 +38,8 @@ import numpy as np
 import torch
 
 from ..envs.rkhs import RKHSFunctionEnv
-from ..experiments.report import figure_grid, plot_diagnostic, write_report
+from ..experiments.figures import figure_grid, save_figure, setting_title
+from ..experiments.report import plot_diagnostic, write_report
 from ..experiments.results import RunResult
 from ..experiments.runner import run_grid
 from ..kernels import kernel_matrix, make_kernel
@@ -45,6 +48,7 @@ from ..policies import BKB, RandomPolicy
 from ..presets.calandriello2019 import bkb as bkb_policy
 from ..presets.calandriello2019 import bkb_sor
 from ..presets.calandriello2019 import gpucb_ridge as gpucb_same_beta
+from .common import QUICK_NOTE, quick_banner, reproduction_parser, start
 
 __all__ = ["ENV_SETTINGS", "FULL_SETTINGS", "figure2", "main"]
 
@@ -70,19 +74,19 @@ QUICK_SETTINGS = [("rbf-d1-A100", "rbf", 1, 0.1, 100), ("matern52-d2-A100", "mat
 
 # ------------------------------------------------------------------------------ Fig. 2
 def _band(ax, x: np.ndarray, mean: np.ndarray, sd: np.ndarray, color: str, label: str) -> None:
-    ax.plot(x, mean, color=color, lw=1.2, label=label)
+    ax.plot(x, mean, color=color, lw=1.2, label=f"{label}: posterior mean")
     ax.fill_between(x, mean - 3 * sd, mean + 3 * sd, color=color, alpha=0.18)
 
 
 def figure2(out: Path, *, n_grid: int = 1000, ts: Sequence[int] = (6, 63, 215), qbar: float = 5.0,
-            seed: int = 0, device: str = "cpu") -> dict[str, Any]:
+            seed: int = 0, device: str = "cpu", quick: bool = False) -> dict[str, Any]:
     """Fig. 2 of the paper (variance starvation): exact GP vs BKB (DTC) vs SoR bands.
 
     Returns the dictionary sizes and, for each t, the mean ratio of the approximate to the exact
     GP variance on [0.7, 1] (far from the data)."""
 
     dt = torch.float64
-    kern = make_kernel("rbf", 1.0 / math.sqrt(200.0))  # exp(−100 (x − x')²), spec A14
+    kern = make_kernel("rbf", 1.0 / math.sqrt(200.0))  # exp(−100 (x − x')²): see the module doc
     gen = torch.Generator().manual_seed(seed)
     grid = torch.linspace(0, 1, n_grid, dtype=dt)[:, None]
     kgg = kernel_matrix(kern, grid, grid)
@@ -97,7 +101,8 @@ def figure2(out: Path, *, n_grid: int = 1000, ts: Sequence[int] = (6, 63, 215), 
     sor = BKB(copy.deepcopy(kern), lam=LAM, noise_std=NOISE, qbar=qbar, seed=seed, variance="sor",
               device=device)
     exact = ExactKernelRidge(copy.deepcopy(kern), LAM, device=device)
-    fig, axes = figure_grid(2, len(ts), figsize=(4.6 * len(ts), 6.4), sharex=True, sharey=True)
+    fig, axes = figure_grid(2, len(ts), figsize=(max(4.6 * len(ts), 8.0), 7.2), sharex=True,
+                            sharey=True)
     far = grid[:, 0] >= 0.7
     stats: dict[str, Any] = {"t": list(ts), "dictionary_size": [], "far_var_ratio_dtc": [],
                              "far_var_ratio_sor": [], "kernel": "exp(-100 (x-x')^2)",
@@ -122,16 +127,17 @@ def figure2(out: Path, *, n_grid: int = 1000, ts: Sequence[int] = (6, 63, 215), 
             ax = axes[row, col]
             _band(ax, xg, me.cpu().numpy(), ve.sqrt().cpu().numpy(), "0.55", "exact GP")
             _band(ax, xg, mean.cpu().numpy(), var.sqrt().cpu().numpy(), color, name)
-            ax.plot(xg, f.numpy(), "k--", lw=0.8, label="f")
-            ax.plot(xs[:t, 0].numpy(), ys[:t].numpy(), "k.", ms=3)
-            ax.axvline(0.5, color="0.7", lw=0.6)
+            ax.plot(xg, f.numpy(), "k--", lw=0.8, label="f (the GP sample)")
+            ax.plot(xs[:t, 0].numpy(), ys[:t].numpy(), "k.", ms=3, label="observations")
+            ax.axvline(0.5, color="0.7", lw=0.6, label="end of the observed region x = 0.5")
             ax.set_title(f"{name}: t = {t}, |S_t| = {dtc.dictionary_size}", fontsize=9)
-            if col == 0:
-                ax.legend(fontsize=7, loc="lower left")
-    fig.suptitle("Variance starvation (seed 001 Fig. 2): bands μ ± 3 sd, data uniform in [0, 0.5]")
-    fig.tight_layout()
-    out.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out / "fig2_variance_starvation.png", dpi=110)
+            ax.set_xlabel("x (1-D input)")
+            ax.set_ylabel("f(x) (reward units)")
+    save_figure(fig, out / "fig2_variance_starvation.png", band="shaded: posterior mean ± 3 sd",
+                title=setting_title("Fig. 2 of Calandriello et al. (2019), variance starvation",
+                                    env="exp(−100 (x−x')²)", d=1, quick=quick,
+                                    extra=f"{n_grid}-point grid, data uniform in [0, 0.5], "
+                                          f"λ = {LAM:g}, q̄ = {qbar:g}, one GP sample"))
     (out / "fig2_stats.json").write_text(json.dumps(stats, indent=2))
     return stats
 
@@ -166,12 +172,13 @@ def _env_factory(kernel: str, dim: int, ls: float, arms: int, device: str):
     return make
 
 
+def _nums(values: Sequence[float], digits: int) -> str:
+    return ", ".join(f"{v:.{digits}f}" for v in values)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="reproduce bkb", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="tiny run (seconds)")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--out", default="results/bkb")
+    parser = reproduction_parser("bkb", __doc__, quick="two small settings (A = 100), T = 60, "
+                                 "2 seeds, a 200-point Fig. 2", out="results/bkb", threads=1)
     parser.add_argument("--seeds", type=int, default=None, help="number of seeds (5; quick: 2)")
     parser.add_argument("--horizon", type=int, default=None, help="T (2000; quick: 60)")
     parser.add_argument("--envs", default=None,
@@ -183,12 +190,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="also run the SoR-variance ablation and uniformly sampled dictionaries")
     parser.add_argument("--grid", choices=("default", "full"), default="default",
                         help="full: all 12 (kernel, d, A) combinations of the issue")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--skip-figure", action="store_true")
     args = parser.parse_args(list(argv) if argv is not None else None)
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
+    start(args)
     out = Path(args.out)
     full = args.grid == "full"
     settings = QUICK_SETTINGS if args.quick else (FULL_SETTINGS if full else ENV_SETTINGS)
@@ -200,6 +204,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise SystemExit(f"--envs matched nothing; choose from {sorted(known)}")
     horizon = args.horizon or (60 if args.quick else 2000)
     seeds = list(range(args.seeds or (2 if args.quick else 5)))
+    if args.quick:
+        print(quick_banner(f"T = {horizon}, {len(seeds)} seeds, A = 100"))
     beta, qbar, dev = args.beta, args.qbar, args.device
     policies = {
         "BKB": lambda env: bkb_policy(env, qbar=qbar, beta_rule="constant", beta=beta, device=dev),
@@ -218,20 +224,25 @@ def main(argv: Sequence[str] | None = None) -> int:
               "norm": NORM}
     results = run_grid(policies, envs, seeds, horizon, out=out, progress=not args.no_progress,
                        config=config)
-    table = write_report(results, out, title="BKB vs exact GP-UCB vs Random (seed 001)")
-    plot_diagnostic(results, "dictionary_size", out / "dictionary_size.png")
+    title = setting_title("BKB vs exact GP-UCB vs Random (RKHS functions, fixed arms, ‖f‖ = 1, "
+                          f"ξ = {NOISE}, constant β = {beta} on the ridge sd)", quick=args.quick)
+    table = write_report(results, out, title=title)
+    plot_diagnostic(results, "dictionary_size", out / "dictionary_size.png", title=title,
+                    ylabel="BKB dictionary size |S_t| (points)")
     extra = bkb_table(results)
+    quick_note = f"*{QUICK_NOTE}.*\n\n" if args.quick else ""
     (out / "bkb_table.md").write_text(
-        "# BKB vs exact GP-UCB (same constant β on the ridge sd, λ = ξ²)\n\n" + extra + "\n")
+        "# BKB vs exact GP-UCB (same constant β on the ridge sd, λ = ξ²)\n\n" + quick_note + extra + "\n")
     print(table)
     print()
     print(extra)
     if not args.skip_figure:
         stats = figure2(out, n_grid=200 if args.quick else 1000, seed=0, device=dev,
-                        ts=(6, 30) if args.quick else (6, 63, 215))
-        print(f"\nFig. 2: dictionary sizes {stats['dictionary_size']} at t = {stats['t']}; mean "
-              f"approx/exact GP variance on [0.7, 1]: DTC {np.round(stats['far_var_ratio_dtc'], 3)}, "
-              f"SoR {np.round(stats['far_var_ratio_sor'], 4)}")
+                        ts=(6, 30) if args.quick else (6, 63, 215), quick=args.quick)
+        print(f"\nFig. 2: dictionary sizes {_nums(stats['dictionary_size'], 0)} at t = "
+              f"{_nums(stats['t'], 0)}; mean "
+              f"approx/exact GP variance on [0.7, 1]: DTC {_nums(stats['far_var_ratio_dtc'], 3)}, "
+              f"SoR {_nums(stats['far_var_ratio_sor'], 4)}")
     print(f"\nwrote runs, table.md, bkb_table.md, regret.png, time.png, dictionary_size.png"
           f"{'' if args.skip_figure else ', fig2_variance_starvation.png'} to {out}/")
     return 0

@@ -1,18 +1,20 @@
-"""Reproduce seed 002 (Flynn & Reeb 2024, "Tighter confidence bounds for sequential kernel
-regression"): Table 1, Figures 1, 2, 4, 5/6 and 7 (spec §5).
+"""Reproduce Flynn & Reeb (2024), "Tighter confidence bounds for sequential kernel regression",
+arXiv 2403.12732: Table 1, Figures 1, 2, 4, 5/6 and 7 (their Section 7 and Appendix F).
 
 Parts (``--parts``, default all):
 
 * ``table1`` — d = 3, RBF / Matérn-5/2 / Matérn-3/2 × ℓ ∈ {0.5, 0.2}, T = 1000, DMM, AMM, AY, IGP,
   Random over T rounds and CMM (1-D dual) over ``--cmm-horizon`` rounds; the table puts the
   paper's numbers beside ours; Figure 2 (regret curves) comes from the same runs.
-* ``fig1`` — confidence bands of the five bounds, 1-D Matérn-3/2 (settings of spec §5.3).
+* ``fig1`` — confidence bands of the five bounds, 1-D Matérn-3/2 (the settings of the authors'
+  Figure-1 notebook).
 * ``fig4`` — agent time per step vs t, Matérn-5/2 ℓ = 0.5, d = 3, every method, CMM both ways
   (dual and the CVXPY SOCP, the latter over ``--socp-horizon`` rounds).
 * ``fig56`` — the Table-1 grid at d = 2 and d = 4 (Figures 5 and 6).
 * ``fig7`` — loose σ and B: (σ, B) ∈ {0.1, 0.2} × {10, 20} given to each algorithm.
 
-Environment: :class:`~torchbandits.envs.rkhs.RKHSFunctionEnv` (spec §5.1); one seed per
+Environment: :class:`~torchbandits.envs.rkhs.RKHSFunctionEnv` (Flynn & Reeb 2024, Section 7,
+"Experimental Setup"); one seed per
 repetition gives every algorithm the same ``f*``, arm sets and noise sequence. Every policy's β
 multiplies the GP posterior sd; ``c = default_c(kernel, d, T)``; IGP: η = 2/T with the constant 2.
 Writes ``--out`` (default ``results/cmm/``): raw JSON per run, ``table1.md``, ``*.png``.
@@ -29,17 +31,27 @@ from typing import Any
 
 import numpy as np
 import torch
+from matplotlib.figure import Figure
 
 from ..confidence import AYBeta, IGPBeta
 from ..confidence.mixture import AMMBound, CMMBound, DMMBound, default_c
 from ..envs.rkhs import RKHSFunctionEnv
-from ..experiments import simulate
-from ..experiments.report import figure_grid, markdown_table, plot_time
-from ..experiments.results import RunResult, resumable_run, summarize
-from ..experiments.runner import tqdm
+from ..experiments.figures import (
+    CUM_REGRET,
+    ROUND,
+    band_label,
+    figure_grid,
+    plot_band,
+    save_figure,
+    setting_title,
+)
+from ..experiments.report import markdown_table, plot_time
+from ..experiments.results import RunResult, summarize
+from ..experiments.runner import Job, run_jobs
 from ..kernels import kernel_matrix, make_kernel
 from ..models import ExactKernelRidge
 from ..policies import AMMUCB, AYGPUCB, CMMUCB, DMMUCB, IGPUCB, Policy, RandomPolicy
+from .common import QUICK_NOTE, quick_banner, reproduction_parser, start
 
 __all__ = ["PAPER_TABLE1", "figure1_data", "main", "make_policies", "plot_figure1"]
 
@@ -63,7 +75,7 @@ PAPER_TABLE1: dict[str, list[tuple[float, float]]] = {
 def make_policies(kernel: str, lengthscale: float, d: int, horizon: int, *, noise_std: float = 0.1,
                   norm_bound: float = 10.0, delta: float = 0.01, device: str = "cpu",
                   methods: Sequence[str] = METHODS) -> dict[str, Callable[[], Policy]]:
-    """Factories of the seed-002 policies with the experimental constants (spec §5.1).
+    """Factories of the policies with the constants of Flynn & Reeb (2024), Section 7.
 
     ``noise_std``/``norm_bound`` are the values *given to the algorithms* (Fig. 7 loosens them);
     ``c = default_c(kernel, d, horizon)`` is unchanged by a loose σ, so ``α₀ = σ²/c`` moves.
@@ -86,26 +98,18 @@ def make_policies(kernel: str, lengthscale: float, d: int, horizon: int, *, nois
     return {m: table[m] for m in methods}
 
 
-def _run(out: Path, env_name: str, env: RKHSFunctionEnv, policies: dict[str, Callable[[], Policy]],
-         horizons: dict[str, int], seeds: Sequence[int], bar_desc: str,
-         extra: dict[str, Any] | None = None) -> list[RunResult]:
-    results = []
-    total = sum(horizons[m] for m in policies) * len(seeds)
-    with tqdm(total=total, desc=bar_desc, leave=False) as bar:
-        for seed in seeds:
-            for name, factory in policies.items():
-                path = out / "runs" / f"{env_name}__{name}__seed{seed}.json"
+def _run(out: Path, env_name: str, make_env: Callable[[], RKHSFunctionEnv],
+         policies: dict[str, Callable[[], Policy]], horizons: dict[str, int], seeds: Sequence[int],
+         desc: str, progress: bool = True, extra: dict[str, Any] | None = None) -> list[RunResult]:
+    """Every seed × policy through the runner: one JSON per run under ``out/runs/``, finished
+    runs read back (resume). The same seed gives every policy the same ``f*``, arms and noise."""
+    jobs = [Job(env_name, name, seed, horizons[name], make_env, lambda env, f=factory: f(), extra)
+            for seed in seeds for name, factory in policies.items()]
+    return run_jobs(jobs, out=out, progress=progress, diagnostics_every=0, desc=desc)
 
-                def compute(name=name, factory=factory, seed=seed) -> RunResult:
-                    return simulate(factory(), env, horizons[name], seed, policy_name=name,
-                                    env_name=env_name, progress=bar, diagnostics_every=0, config=extra)
 
-                # resume an interrupted run: a finished file (atomic writes) is read back
-                res, reused = resumable_run(path, compute, horizon=horizons[name], match=extra)
-                if reused:
-                    bar.update(horizons[name])
-                results.append(res)
-    return results
+def _env(kernel: str, d: int, ls: float, args: argparse.Namespace) -> Callable[[], RKHSFunctionEnv]:
+    return lambda: RKHSFunctionEnv(kernel, d, ls, n_arms=args.arms, device=args.device)
 
 
 def _fmt(m: float, s: float) -> str:
@@ -116,22 +120,22 @@ def _grid(args: argparse.Namespace, out: Path, d: int, title: str) -> tuple[list
     results, columns = [], []
     for ls in LENGTHSCALES:
         for kname, label in KERNELS:
-            env = RKHSFunctionEnv(kname, d, ls, n_arms=args.arms, device=args.device)
             pols = make_policies(kname, ls, d, args.horizon, device=args.device, methods=args.methods)
             horizons = {m: (args.cmm_horizon if m == "CMM" else args.horizon) for m in pols}
             env_name = f"d{d}_{kname}_l{ls}"
             columns.append(env_name)
-            results += _run(out, env_name, env, pols, horizons, args.seeds, f"{title} {label} ℓ={ls}")
+            results += _run(out, env_name, _env(kname, d, ls, args), pols, horizons, args.seeds,
+                            f"{title} {label} ℓ={ls}", not args.no_progress)
     return results, columns
 
 
 def _table(results: list[RunResult], d: int, with_paper: bool) -> str:
     """Markdown table: rows = methods, columns = kernel × ℓ; final cumulative regret mean ± std
-    (population std over seeds), the paper's value beside it."""
-    cols = [(k, lab, ls) for ls in (0.5, 0.2) for k, lab in KERNELS]
-    order = [(k, lab, ls) for k, lab in KERNELS for ls in (0.5, 0.2)]  # paper's column order
+    (population std over seeds), the paper's value beside it (``with_paper``: full-size runs
+    only), then the regret of CMM, DMM and AMM at t = min(200, T) (CMM's horizon in the paper)."""
+    order = [(k, lab, ls) for k, lab in KERNELS for ls in LENGTHSCALES]  # paper's column order
     head = "| algorithm | " + " | ".join(f"{lab} ℓ={ls}" for _, lab, ls in order) + " |"
-    lines = [head, "|---|" + "---:|" * len(cols)]
+    lines = [head, "|---|" + "---:|" * len(order)]
     for m in METHODS:
         cells = []
         for j, (k, _, ls) in enumerate(order):
@@ -150,49 +154,50 @@ def _table(results: list[RunResult], d: int, with_paper: bool) -> str:
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
     runs200 = [r for r in results if r.policy in ("CMM", "DMM")]
     if runs200:
-        lines.append("")
-        lines.append("Cumulative regret at t = 200 (CMM runs 200 rounds in the paper):")
-        lines.append("")
-        lines.append("| algorithm | " + " | ".join(f"{lab} ℓ={ls}" for _, lab, ls in order) + " |")
-        lines.append("|---|" + "---:|" * len(cols))
+        t_eval = min(200, min(r.horizon for r in runs200))
+        lines += ["", f"Cumulative regret at t = {t_eval} (the paper runs CMM for 200 rounds):", "",
+                  head, "|---|" + "---:|" * len(order)]
         for m in ("CMM", "DMM", "AMM"):
             cells = []
             for k, _, ls in order:
                 runs = [r for r in results if r.policy == m and r.env == f"d{d}_{k}_l{ls}"]
-                vals = np.array([r.cumulative_regret[min(199, r.horizon - 1)] for r in runs])
+                vals = np.array([r.cumulative_regret[t_eval - 1] for r in runs])
                 cells.append(_fmt(float(vals.mean()), float(vals.std())) if runs else "—")
             lines.append(f"| {m} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def _plot_grid(results: list[RunResult], d: int, path: Path, title: str) -> None:
+def _setting(args: argparse.Namespace, what: str, d: int | None, seeds: int,
+             cmm: bool = True) -> str:
+    extra = f"{args.arms} fresh arms per round, ‖f*‖ = 10, σ = 0.1"
+    if cmm and args.cmm_horizon != args.horizon:
+        extra += f", CMM to T = {args.cmm_horizon}"
+    return setting_title(what, env="RKHS function", d=d, T=args.horizon, seeds=seeds, extra=extra,
+                         quick=args.quick)
+
+
+def _plot_grid(results: list[RunResult], d: int, path: Path, title: str) -> Path:
     """Figure 2 layout: rows ℓ = 0.5 / 0.2, columns RBF, Matérn-5/2, Matérn-3/2."""
 
-    fig, axes = figure_grid(2, 3, figsize=(15, 8), squeeze=False)
+    fig, axes = figure_grid(2, 3, figsize=(15, 8.6), squeeze=False)
+    seeds = 1
     for i, ls in enumerate(LENGTHSCALES):
         for j, (k, lab) in enumerate(KERNELS):
             ax = axes[i, j]
             for m in METHODS:
                 runs = [r for r in results if r.policy == m and r.env == f"d{d}_{k}_l{ls}"]
-                if not runs:
-                    continue
-                cum = np.stack([r.cumulative_regret for r in runs])
-                t = np.arange(1, cum.shape[1] + 1)
-                ax.plot(t, cum.mean(0), label=m)
-                ax.fill_between(t, cum.mean(0) - cum.std(0), cum.mean(0) + cum.std(0), alpha=0.2)
+                if runs:
+                    seeds = max(seeds, len(runs))
+                    plot_band(ax, np.stack([r.cumulative_regret for r in runs]), label=m)
             ax.set_title(f"{lab}, ℓ = {ls}")
-            ax.set_xlabel("t")
-            ax.set_ylabel("cumulative regret")
-    axes[0, 0].legend(fontsize=8)
-    fig.suptitle(title)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
+            ax.set_xlabel(ROUND)
+            ax.set_ylabel(CUM_REGRET)
+    return save_figure(fig, path, title=title, band=band_label(seeds), ncol=7)
 
 
 # ----------------------------------------------------------------------------- Figure 1
 def figure1_data(seed: int = 0, n_obs: int = 50, n_grid: int = 101, device: str = "cpu") -> dict[str, Any]:
-    """Bands of CMM, DMM, AMM, AY and IGP on the 1-D setup of Figure 1 (spec §5.3).
+    """Bands of CMM, DMM, AMM, AY and IGP on the 1-D setup of Flynn & Reeb (2024), Figure 1.
 
     Matérn-3/2, ℓ = 0.5 on [−1, 1]; f* from 20 inducing points in [−1, 1] scaled to ‖f*‖ = B = 10;
     σ = 0.1, δ = 0.01; n/2 observations uniform in [−0.8, −0.2] and n/2 in [0.2, 0.8];
@@ -230,34 +235,35 @@ def figure1_data(seed: int = 0, n_obs: int = 50, n_grid: int = 101, device: str 
             "c": c}
 
 
-def plot_figure1(data: dict[str, Any], path: str | Path | None = None):
-    """Five panels (CMM, DMM, AMM, AY, IGP): f*, data and the band of each bound."""
-    import matplotlib.pyplot as plt
-
-    # a pyplot figure for interactive use (the caller's backend shows it), a detached one to save
-    new = plt.subplots if path is None else figure_grid
+def plot_figure1(data: dict[str, Any], path: str | Path | None = None, *,
+                 title: str | None = None) -> Figure:
+    """Five panels (CMM, DMM, AMM, AY, IGP): f*, data and the band [LCB, UCB] of each bound.
+    Returns the (detached) Figure; with ``path`` it is also saved there (PNG)."""
     names = list(data["bands"])
-    fig, axes = new(1, len(names), figsize=(3.6 * len(names), 3.4), sharey=True)
+    fig, axes = figure_grid(1, len(names), figsize=(3.6 * len(names), 3.9), sharey=True)
     for ax, name in zip(axes, names):
         u, lcb = data["bands"][name]
-        ax.fill_between(data["grid"], lcb, u, alpha=0.3, label=f"{name} band")
+        ax.fill_between(data["grid"], lcb, u, alpha=0.3, color="tab:blue",
+                        label="confidence band [LCB, UCB] of the panel's bound")
         ax.plot(data["grid"], data["f"], "k-", lw=1, label="f*")
-        ax.plot(data["x"], data["y"], "r.", ms=3, label="data")
+        ax.plot(data["x"], data["y"], "r.", ms=3, label="observations")
         ax.set_title(f"{name} (mean UCB − f* = {data['excess'][name]:.2f})", fontsize=9)
-        ax.set_xlabel("x")
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    if path is not None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=100)
+        ax.set_xlabel("x (1-D input)")
+        ax.set_ylabel("f(x) (reward units)")
+    n = len(data["x"])
+    title = title or (f"Figure 1: confidence bands — Matérn-3/2 ℓ = 0.5, d = 1, {n} observations, "
+                      f"σ = 0.1, B = 10, δ = 0.01, c = {data['c']:.3g}")
+    if path is None:
+        fig.suptitle(title, fontsize=10)
+        return fig
+    save_figure(fig, path, title=title)
     return fig
 
 
 # ----------------------------------------------------------------------------- main
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="reproduce cmm", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="tiny sizes (seconds), for tests")
+    p = reproduction_parser("cmm", __doc__, quick="T = 25 (CMM too), 20 arms, first 2 seeds, "
+                            "SOCP to T = 4: seconds, for tests", out="results/cmm", threads=1)
     p.add_argument("--parts", default="table1,fig1,fig4,fig56,fig7",
                    help="comma-separated subset of table1,fig1,fig4,fig56,fig7")
     p.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
@@ -270,10 +276,22 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS),
                    help="methods of the table1/fig56 grids")
     p.add_argument("--arms", type=int, default=100)
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--out", default="results/cmm")
     return p
+
+
+def _ms_table(res: list[RunResult]) -> tuple[list[dict[str, Any]], str]:
+    """Figure 4's numbers: agent ms/step, median of the 5 steps before each t ≤ T."""
+    ts = [t for t in (50, 100, 200, 1000) if any(t <= r.horizon for r in res)] or \
+        [max(r.horizon for r in res)]
+    rows, lines = [], ["| method | " + " | ".join(f"t = {t}" for t in ts) + " |",
+                       "|---|" + "---:|" * len(ts)]
+    for r in res:
+        s = np.asarray(r.agent_seconds)
+        vals = {t: float(np.median(s[max(0, t - 5):t]) * 1e3) for t in ts if t <= len(s)}
+        rows.append({"method": r.policy, **{f"t={t}": v for t, v in vals.items()}})
+        lines.append(f"| {r.policy} | " + " | ".join(f"{vals[t]:.2f}" if t in vals else "—"
+                                                    for t in ts) + " |")
+    return rows, "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -281,8 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.quick:
         args.horizon, args.cmm_horizon, args.socp_horizon, args.arms = 25, 25, 4, 20
         args.seeds = args.seeds[:2]
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    start(args)
     extra = args.seeds_extra or args.seeds
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -291,53 +308,61 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         raise SystemExit(f"unknown parts {sorted(unknown)}")
     summary: dict[str, Any] = {"args": vars(args)}
+    quick_head = ""
+    if args.quick:
+        print(quick_banner(f"T = {args.horizon}, {args.arms} arms, seeds {args.seeds}"))
+        quick_head = f"*{QUICK_NOTE}.*\n\n"
+    progress = not args.no_progress
 
     if "fig1" in parts:
         data = figure1_data(n_obs=50, n_grid=41 if args.quick else 101, device=args.device)
         plot_figure1(data, out / "figure1_bands.png")
         summary["figure1_excess"] = data["excess"]
-        print("Figure 1, mean excess of UCB over f*:",
+        print("Figure 1 (50 observations), mean excess of UCB over f*:",
               ", ".join(f"{k} {v:.2f}" for k, v in data["excess"].items()))
 
     if "table1" in parts:
         t0 = time.time()
         results, _ = _grid(args, out / "table1", 3, "Table 1")
-        text = _table(results, 3, with_paper=True)
+        text = _table(results, 3, with_paper=not args.quick)
+        paper = "" if args.quick else " [paper]"
         (out / "table1.md").write_text(
             f"# Table 1 (d = 3, T = {args.horizon}, seeds {args.seeds}): cumulative regret, "
-            f"mean ± std (ours) [paper]\n\n{text}\n")
-        _plot_grid(results, 3, out / "figure2_regret.png", "Figure 2: d = 3")
-        (out / "table1_runs.md").write_text(markdown_table(summarize(results)) + "\n")
-        print(f"\nTable 1 ({time.time() - t0:.0f} s)\n{text}\n")
+            f"mean ± std (ours){paper}\n\n{quick_head}{text}\n")
+        _plot_grid(results, 3, out / "figure2_regret.png",
+                   _setting(args, "Figure 2: cumulative regret", 3, len(args.seeds)))
+        (out / "table1_runs.md").write_text(quick_head + markdown_table(summarize(results)) + "\n")
+        print(f"\nTable 1, d = 3, T = {args.horizon}, {len(args.seeds)} seeds "
+              f"({time.time() - t0:.0f} s){' — quick run, no paper values beside it' if args.quick else ''}"
+              f"\n{text}\n")
 
     if "fig4" in parts:
-        env = RKHSFunctionEnv("matern52", 3, 0.5, n_arms=args.arms, device=args.device)
         pols = make_policies("matern52", 0.5, 3, args.horizon, device=args.device,
                              methods=("CMM", "CMM-SOCP", "DMM", "AMM", "AY", "IGP"))
         horizons = {m: (args.socp_horizon if m == "CMM-SOCP" else args.horizon) for m in pols}
-        res = _run(out / "fig4", "d3_matern52_l0.5", env, pols, horizons, args.seeds[:1], "Figure 4")
-        plot_time(res, out / "figure4_time.png")
-        rows = []
-        for r in res:
-            s = np.asarray(r.agent_seconds)
-            rows.append({"method": r.policy, **{f"t={t}": float(np.median(s[max(0, t - 5):t]) * 1e3)
-                                               for t in (50, 100, 200, 1000) if t <= len(s)}})
+        res = _run(out / "fig4", "d3_matern52_l0.5", _env("matern52", 3, 0.5, args), pols, horizons,
+                   args.seeds[:1], "Figure 4", progress)
+        plot_time(res, out / "figure4_time.png",
+                  _setting(args, "Figure 4: agent time per round", 3, 1, cmm=False)
+                  + f", CMM-SOCP to T = {args.socp_horizon}, Matérn-5/2 ℓ = 0.5")
+        rows, text = _ms_table(res)
         summary["figure4_ms_per_step"] = rows
-        print("Figure 4, agent ms/step (median of 5 steps before t):")
-        for row in rows:
-            print("  ", row)
+        print(f"\nFigure 4 (Matérn-5/2 ℓ = 0.5, d = 3, T = {args.horizon}, seed {args.seeds[0]}), "
+              f"agent ms per step (median of the 5 steps before t):\n{text}")
 
     if "fig56" in parts:
         for d in (2, 4):
             sub = argparse.Namespace(**{**vars(args), "seeds": extra})
             res, _ = _grid(sub, out / f"fig_d{d}", d, f"d={d}")
             text = _table(res, d, with_paper=False)
-            (out / f"table_d{d}.md").write_text(f"# d = {d}, T = {args.horizon}, seeds {extra}\n\n{text}\n")
-            _plot_grid(res, d, out / f"figure{5 if d == 2 else 6}_regret_d{d}.png", f"d = {d}")
-            print(f"\nd = {d}\n{text}\n")
+            (out / f"table_d{d}.md").write_text(
+                f"# d = {d}, T = {args.horizon}, seeds {extra}\n\n{quick_head}{text}\n")
+            num = 5 if d == 2 else 6
+            _plot_grid(res, d, out / f"figure{num}_regret_d{d}.png",
+                       _setting(args, f"Figure {num}: cumulative regret", d, len(extra)))
+            print(f"\nd = {d}, T = {args.horizon}, {len(extra)} seeds\n{text}\n")
 
     if "fig7" in parts:
-        env = RKHSFunctionEnv("matern52", 3, 0.5, n_arms=args.arms, device=args.device)
         res = []
         for s_used in (0.1, 0.2):
             for b_used in (10.0, 20.0):
@@ -345,35 +370,34 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      device=args.device, methods=("CMM", "DMM", "AMM", "AY", "IGP"))
                 pols = {f"{m} σ={s_used} B={b_used:g}": f for m, f in pols.items()}
                 horizons = {m: (args.cmm_horizon if m.startswith("CMM") else args.horizon) for m in pols}
-                res += _run(out / "fig7", "d3_matern52_l0.5", env, pols, horizons, extra,
-                            f"Figure 7 σ={s_used} B={b_used:g}")
+                res += _run(out / "fig7", "d3_matern52_l0.5", _env("matern52", 3, 0.5, args), pols,
+                            horizons, extra, f"Figure 7 σ={s_used} B={b_used:g}", progress)
         rows = summarize(res)
-        (out / "figure7_table.md").write_text(markdown_table(rows) + "\n")
-        _plot_loose(res, out / "figure7_loose.png")
-        print("\nFigure 7 (loose σ, B)\n" + markdown_table(rows))
+        (out / "figure7_table.md").write_text(quick_head + markdown_table(rows) + "\n")
+        _plot_loose(res, out / "figure7_loose.png",
+                    _setting(args, "Figure 7: loose σ and B given to the algorithms (true σ = 0.1, "
+                             "B = 10), Matérn-5/2 ℓ = 0.5", 3, len(extra)))
+        print(f"\nFigure 7 (loose σ, B; d = 3, T = {args.horizon}, {len(extra)} seeds)\n"
+              + markdown_table(rows))
 
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-    print(f"\nwrote {out}/")
+    print(f"\nwrote {out}/" + (" (quick run)" if args.quick else ""))
     return 0
 
 
-def _plot_loose(results: list[RunResult], path: Path) -> None:
-
+def _plot_loose(results: list[RunResult], path: Path, title: str) -> Path:
     methods = ("CMM", "DMM", "AMM", "AY", "IGP")
-    fig, axes = figure_grid(1, len(methods), figsize=(4 * len(methods), 3.4), squeeze=False)
+    fig, axes = figure_grid(1, len(methods), figsize=(4 * len(methods), 4.2), squeeze=False)
+    seeds = 1
     for ax, m in zip(axes[0], methods):
         for cfg in sorted({r.policy for r in results if r.policy.split(" ")[0] == m}):
-            cum = np.stack([r.cumulative_regret for r in results if r.policy == cfg])
-            t = np.arange(1, cum.shape[1] + 1)
-            ax.plot(t, cum.mean(0), label=cfg.split(" ", 1)[1])
-            ax.fill_between(t, cum.mean(0) - cum.std(0), cum.mean(0) + cum.std(0), alpha=0.2)
+            runs = [r for r in results if r.policy == cfg]
+            seeds = max(seeds, len(runs))
+            plot_band(ax, np.stack([r.cumulative_regret for r in runs]), label=cfg.split(" ", 1)[1])
         ax.set_title(m)
-        ax.set_xlabel("t")
-        ax.legend(fontsize=7)
-    axes[0, 0].set_ylabel("cumulative regret")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
+        ax.set_xlabel(ROUND)
+        ax.set_ylabel(CUM_REGRET)
+    return save_figure(fig, path, title=title, band=band_label(seeds), ncol=5)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,8 +1,10 @@
-"""Reproduce the experiments of seed 000 (Efficient Kernel UCB, Zenati et al. 2022), Figures 1–12.
+"""Reproduce the experiments of Zenati, Bietti, Diemert, Mairal, Martin & Gaillard (2022),
+"Efficient Kernel UCB for Contextual Bandits", AISTATS: Figures 1–12 (their Section 5 and App. F).
 
-Environments (spec §4): Bump, Chessboard, Step Diagonal, 10-action grid, RBF σ_k = 0.1, noise 0.1.
-Policies (spec §4.5): K-UCB, EK-UCB (μ = λ; on Bump at λ = 10 also μ ∈ {1, 100}), CBKB, CBBKB
-(C_b ∈ {3, 10, 30}, q̄ = 10·C_b), SupK-UCB; β = 0.1 on the ridge sd for every UCB agent.
+Environments (Section 5): Bump, Chessboard, Step Diagonal, 10-action grid, RBF σ_k = 0.1, noise
+0.1. Policies: K-UCB, EK-UCB (μ = λ; on Bump at λ = 10 also μ ∈ {1, 100}), CBKB, CBBKB
+(C_b ∈ {3, 10, 30}, q̄ = 10·C_b), SupK-UCB; β = 0.1 on the ridge sd for every UCB agent (the
+grids of the authors' run scripts).
 
 * Fig. 1 — Bump, λ = 10, EK-UCB with μ ∈ {1, 10, 100} against the baselines (C_b = 10).
 * Fig. 2 — Chessboard, λ ∈ {1, 10, 100}, C_b = 10.
@@ -11,13 +13,15 @@ Policies (spec §4.5): K-UCB, EK-UCB (μ = λ; on Bump at λ = 10 also μ ∈ {1
 
 Each figure has one column per λ: cumulative pseudo-regret vs t (top) and cumulative agent seconds
 vs t (bottom), mean ± std over seeds. Also ``dict_size_<env>.png`` (dictionary size vs t) and
-``table.md`` (final regret mean ± std, regret at T/2 — the T = 1000 of Fig. 1's caption, E16 —
-agent seconds, final dictionary size). Runs shared by several figures are run once.
+``table.md`` (final regret mean ± std, regret at T/2 — Fig. 1's caption says T = 1000, the text
+and the authors' scripts T = 2000 —, agent seconds, final dictionary size). Runs shared by
+several figures are run once.
 
-EK-UCB's KORS budget is ``γ = b·λ`` (spec E10); ``--kors-b`` defaults to 1 on the 1-D environments
-(γ = λ, the paper's F.1 advice) and 0.02 on Bump (in the code's b-grid {0.001, 0.02, 0.05, 0.1}:
-Bump states are nearly orthogonal, so p̃ ≈ γ(1+ε)/(1+μ) and larger γ fills the dictionary; spec
-§6.2 items 10–11). CBKB resamples its dictionary from the whole history every
+EK-UCB's KORS budget is ``γ = b·λ`` (the theory's γ = 12 log(T/δ) of Section 4.2 and the text's
+"γ ≈ λ" differ by orders of magnitude from the authors' code, which uses the b-grid
+{0.001, 0.02, 0.05, 0.1}); ``--kors-b`` defaults to 1 on the 1-D environments (γ = λ, the advice
+of App. F.1) and 0.02 on Bump (Bump states are nearly orthogonal, so p̃ ≈ γ(1+ε)/(1+μ) and a
+larger γ fills the dictionary). CBKB resamples its dictionary from the whole history every
 round, O(n m² + m³) with m ≈ n here, so it is run to ``--cbkb-horizon`` (default 500) only.
 """
 
@@ -36,9 +40,19 @@ import numpy as np
 import torch
 
 from ..envs.contextual import BumpEnv, ChessboardEnv, ContextualGridEnv, StepDiagonalEnv
-from ..experiments.report import figure_grid, markdown_table
-from ..experiments.results import RunResult, load_results, resumable_run, summarize
-from ..experiments.runner import simulate, tqdm
+from ..experiments.figures import (
+    CUM_REGRET,
+    CUM_SECONDS,
+    ROUND,
+    band_label,
+    figure_grid,
+    plot_band,
+    save_figure,
+    setting_title,
+)
+from ..experiments.report import markdown_table
+from ..experiments.results import RunResult, load_results, summarize
+from ..experiments.runner import Job, run_jobs
 from ..policies import KernelUCB, Policy
 from ..presets.zenati2022 import BETA, DEFAULT_KORS_B
 from ..presets.zenati2022 import cbbkb as cbbkb_policy
@@ -46,9 +60,12 @@ from ..presets.zenati2022 import cbkb as cbkb_policy
 from ..presets.zenati2022 import ekucb as ekucb_policy
 from ..presets.zenati2022 import paper_kernel as _kernel
 from ..presets.zenati2022 import supkernel as supkernel_policy
+from .common import QUICK_NOTE, quick_banner, reproduction_parser, start
 
 __all__ = ["ENVS", "RunSpec", "build_policy", "main", "plan_runs"]
 
+ENV_TITLES = {"bump": "Bump (d_x = 5)", "chessboard": "Chessboard (d_x = 1)",
+              "step-diagonal": "Step Diagonal (d_x = 1)"}
 ENVS: dict[str, type[ContextualGridEnv]] = {
     "bump": BumpEnv, "chessboard": ChessboardEnv, "step-diagonal": StepDiagonalEnv,
 }
@@ -145,82 +162,87 @@ def plan_runs(figures: Sequence[int], envs: Sequence[str], lams: Sequence[float]
 
 
 # ---------------------------------------------------------------------- running
-def run_spec(spec: RunSpec, seed: int, args: argparse.Namespace, bar: tqdm | None) -> RunResult:
-    env = ENVS[spec.env](regret_mode=args.regret_mode)
+def run_job(spec: RunSpec, seed: int, args: argparse.Namespace,
+            settings: dict[str, Any]) -> Job:
+    """The runner's job of one (spec, seed): its environment, policy, configuration and file."""
     kors_b = args.kors_b if args.kors_b is not None else DEFAULT_KORS_B[spec.env]
-    policy = build_policy(spec, env, kors_b=kors_b, kors_score=args.kors_score, eta=args.eta,
-                          device=args.device, warmup=args.warmup)
-    res = simulate(policy, env, spec.horizon, seed, policy_name=spec.label, env_name=spec.env,
-                   diagnostics_every=args.diagnostics_every, progress=bar if bar is not None else False,
-                   config={"family": spec.family, "lam": spec.lam, "mu": spec.mu, "cb": spec.cb,
-                           "kors_b": kors_b, "kors_score": args.kors_score, "beta": BETA,
-                           "warmup": args.warmup})
-    if args.regret_mode == "reference":
-        res.config["reference_regret"] = env.reference_regret
-    return res
 
+    def make_policy(env: Any) -> Policy:
+        return build_policy(spec, env, kors_b=kors_b, kors_score=args.kors_score, eta=args.eta,
+                            device=args.device, warmup=args.warmup)
 
-def _curves(runs: list[RunResult], fn) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    h = min(r.horizon for r in runs)
-    arr = np.stack([fn(r)[:h] for r in runs])
-    return np.arange(1, h + 1), arr.mean(0), arr.std(0)
+    def annotate(policy: Policy, env: Any, res: RunResult) -> None:
+        if args.regret_mode == "reference":
+            res.config["reference_regret"] = env.reference_regret
+
+    config = {"family": spec.family, "lam": spec.lam, "mu": spec.mu, "cb": spec.cb,
+              "kors_b": kors_b, "kors_score": args.kors_score, "beta": BETA, "warmup": args.warmup,
+              "settings": settings}
+    return Job(spec.env, spec.label, seed, spec.horizon,
+               lambda: ENVS[spec.env](regret_mode=args.regret_mode), make_policy, config,
+               file=spec.filename(seed) + ".json", annotate=annotate)
 
 
 def plot_figure(fig: int, specs: list[RunSpec], results: dict[RunSpec, list[RunResult]],
-                path: Path) -> Path:
+                path: Path, *, quick: bool = False) -> Path:
     lams = sorted({s.lam for s in specs})
-    fig_, axes = figure_grid(2, len(lams), figsize=(5.0 * len(lams), 7.0), squeeze=False)
+    fig_, axes = figure_grid(2, len(lams), figsize=(max(5.0 * len(lams), 7.5), 8.0),
+                              squeeze=False)
+    env = specs[0].env
+    seeds, horizon = 1, max(s.horizon for s in specs)
     for j, lam in enumerate(lams):
         for spec in (s for s in specs if s.lam == lam):
             runs = results.get(spec, [])
             if not runs:
                 continue
+            seeds = max(seeds, len(runs))
             label = spec.label.rsplit(" lam=", 1)[0]
-            t, m, s = _curves(runs, lambda r: r.cumulative_regret)
-            axes[0, j].plot(t, m, label=label)
-            axes[0, j].fill_between(t, m - s, m + s, alpha=0.2)
-            t, m, s = _curves(runs, lambda r: np.cumsum(r.agent_seconds))
-            axes[1, j].plot(t, m, label=label)
-        env = specs[0].env
-        axes[0, j].set_title(f"Fig. {fig}: {env}, λ = {lam:g}, C_b = {FIGURES[fig][2]:g}")
-        axes[0, j].set_ylabel("cumulative pseudo-regret")
-        axes[1, j].set_ylabel("cumulative agent seconds")
+            h = min(r.horizon for r in runs)
+            plot_band(axes[0, j], np.stack([r.cumulative_regret[:h] for r in runs]), label=label)
+            axes[1, j].plot(np.arange(1, h + 1),
+                            np.stack([np.cumsum(r.agent_seconds)[:h] for r in runs]).mean(0),
+                            label=label)
+        axes[0, j].set_title(f"λ = {lam:g}: cumulative regret")
+        axes[1, j].set_title(f"λ = {lam:g}: agent time (mean over seeds)")
+        axes[0, j].set_ylabel(CUM_REGRET)
+        axes[1, j].set_ylabel(CUM_SECONDS)
         axes[1, j].set_yscale("log")
         for ax in axes[:, j]:
-            ax.set_xlabel("t")
-            ax.legend(fontsize=7)
-    fig_.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig_.savefig(path, dpi=100)
-    return path
+            ax.set_xlabel(ROUND)
+    cbkb = min(s.horizon for s in specs)
+    title = setting_title(f"Fig. {fig}", env=ENV_TITLES[env], T=horizon, seeds=seeds,
+                          extra=f"C_b = {FIGURES[fig][2]:g}, β = {BETA}"
+                          + (f", CBKB to T = {cbkb}" if cbkb < horizon else ""), quick=quick)
+    return save_figure(fig_, path, title=title, band=band_label(seeds))
 
 
-def plot_dictionaries(env: str, results: dict[RunSpec, list[RunResult]], path: Path) -> Path | None:
+def plot_dictionaries(env: str, results: dict[RunSpec, list[RunResult]], path: Path, *,
+                      quick: bool = False) -> Path | None:
     specs = [s for s in results if s.env == env and s.family in ("ekucb", "cbbkb", "cbkb")]
     if not specs:
         return None
-    fig, ax = figure_grid(figsize=(6.5, 4.2))
+    fig, ax = figure_grid(figsize=(6.5, 5.2))
+    seeds, horizon = 1, max(s.horizon for s in specs)
     for spec in sorted(specs, key=lambda s: s.label):
         runs = [r for r in results[spec] if "dict_size" in r.diagnostics]
         if not runs:
             continue
+        seeds = max(seeds, len(runs))
         n = min(len(r.diagnostics["dict_size"]) for r in runs)
         vals = np.stack([np.asarray(r.diagnostics["dict_size"][:n]) for r in runs]).mean(0)
         ax.plot(runs[0].diagnostic_steps[:n], vals, label=spec.label)
-    ax.set_title(f"{env}: dictionary size")
-    ax.set_xlabel("t")
-    ax.set_ylabel("m_t")
+    ax.set_title("dictionary size (mean over seeds)")
+    ax.set_xlabel(ROUND)
+    ax.set_ylabel("dictionary size m_t (points)")
     ax.set_yscale("log")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    return path
+    return save_figure(fig, path, ncol=3, title=setting_title(
+        "Nyström dictionaries", env=ENV_TITLES[env], T=horizon, seeds=seeds, quick=quick))
 
 
-def plot_environments(path: Path) -> Path:
+def plot_environments(path: Path, *, quick: bool = False) -> Path:
     """Fig. 6: the Chessboard and Step Diagonal mean functions on [0, 1]² (context × action)."""
     grid = torch.linspace(0, 1, 201, dtype=torch.float64)
-    fig, axes = figure_grid(1, 2, figsize=(9, 4))
+    fig, axes = figure_grid(1, 2, figsize=(9, 4.3), layout="constrained")  # before colour bars
     for ax, cls in zip(axes, (ChessboardEnv, StepDiagonalEnv)):
         env = cls()
         vals = env.f(grid[:, None], grid).numpy()
@@ -228,12 +250,12 @@ def plot_environments(path: Path) -> Path:
         acts = env.actions.numpy()
         ax.hlines(acts, 0, 1, colors="w", linewidth=0.4, alpha=0.6)
         ax.set_title(cls.__name__.replace("Env", ""))
-        ax.set_xlabel("context x")
-        ax.set_ylabel("action a (grid lines)")
-        fig.colorbar(im, ax=ax, fraction=0.046)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    return path
+        ax.set_xlabel("context x (unitless, in [0, 1])")
+        ax.set_ylabel("action a (white lines: the 10 arms)")
+        fig.colorbar(im, ax=ax, fraction=0.046, label="mean reward f(x, a)")
+    return save_figure(fig, path, title=setting_title(
+        "Fig. 6: mean reward of the 1-D contextual environments", d=2, quick=quick,
+        extra="context × action joint inputs"))
 
 
 def results_table(results: dict[RunSpec, list[RunResult]], regret_mode: str) -> str:
@@ -257,10 +279,8 @@ def results_table(results: dict[RunSpec, list[RunResult]], regret_mode: str) -> 
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="reproduce ekucb", description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="T = 60, one seed, λ = 10 only")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--out", default="results/ekucb")
+    p = reproduction_parser("ekucb", __doc__, quick="T = 60 (CBKB 30), first seed, λ = 10 only",
+                            out="results/ekucb", threads=1)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--horizon", type=int, default=2000)
     p.add_argument("--cbkb-horizon", type=int, default=500)
@@ -275,7 +295,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup", default="random", choices=["random", "reference"],
                    help="first action: uniform per seed, or the reference code's index 2 for every seed")
     p.add_argument("--diagnostics-every", type=int, default=10)
-    p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
     if args.quick:
         args.horizon = min(args.horizon, 60)
@@ -287,49 +306,40 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    torch.set_num_threads(1)
+    start(args)
     out = Path(args.out)
+    if args.quick:
+        print(quick_banner(f"T = {args.horizon}, CBKB to {args.cbkb_horizon}, seeds {args.seeds}, "
+                           "λ = 10"))
     plan = plan_runs(args.figures, args.envs, args.lams, args.horizon, args.cbkb_horizon, args.mus)
     unique: list[RunSpec] = list(dict.fromkeys(s for specs in plan.values() for s in specs))
-    total = sum(s.horizon for s in unique) * len(args.seeds)
-    results: dict[RunSpec, list[RunResult]] = {}
-    bar = tqdm(total=total, desc="ekucb", disable=args.no_progress)
     t0 = time.perf_counter()
     # options that change a run's numbers; a saved run with other values is recomputed
     settings = {k: getattr(args, k) for k in ("kors_b", "kors_score", "eta", "warmup", "device",
                                               "diagnostics_every")}
-    for spec in unique:
-        for seed in args.seeds:
-            path = out / "runs" / (spec.filename(seed) + ".json")
-            bar.set_postfix_str(f"{spec.env} / {spec.label} / seed {seed}")
-
-            def compute(spec=spec, seed=seed) -> RunResult:
-                res = run_spec(spec, seed, args, bar if not args.no_progress else None)
-                res.config["settings"] = settings
-                return res
-
-            # a finished run already saved (atomically) is read back, not recomputed
-            res, reused = resumable_run(path, compute, horizon=spec.horizon,
-                                        match={"settings": settings})
-            if reused:
-                bar.update(spec.horizon)
-            results.setdefault(spec, []).append(res)
-    bar.close()
+    jobs = [run_job(spec, seed, args, settings) for spec in unique for seed in args.seeds]
+    runs = run_jobs(jobs, out=out, progress=not args.no_progress, match=["settings"],
+                    diagnostics_every=args.diagnostics_every, desc="ekucb")
+    results: dict[RunSpec, list[RunResult]] = {}
+    for (spec, _), res in zip(((s, seed) for s in unique for seed in args.seeds), runs):
+        results.setdefault(spec, []).append(res)
     figs = []
     for fig, specs in plan.items():
-        figs.append(plot_figure(fig, specs, results, out / f"fig{fig:02d}.png"))
+        figs.append(plot_figure(fig, specs, results, out / f"fig{fig:02d}.png", quick=args.quick))
     if 6 in args.figures:
-        figs.append(plot_environments(out / "fig06.png"))
+        figs.append(plot_environments(out / "fig06.png", quick=args.quick))
     for env in args.envs:
-        p = plot_dictionaries(env, results, out / f"dict_size_{env}.png")
+        p = plot_dictionaries(env, results, out / f"dict_size_{env}.png", quick=args.quick)
         if p is not None:
             figs.append(p)
     table = results_table(results, args.regret_mode)
-    header = (f"# EK-UCB reproduction (seed 000): T = {args.horizon}, seeds {args.seeds}, "
-              f"CBKB to T = {min(args.horizon, args.cbkb_horizon)}, warm-up {args.warmup}\n\n")
+    header = (f"# EK-UCB reproduction (Zenati et al. 2022): T = {args.horizon}, seeds {args.seeds}, "
+              f"CBKB to T = {min(args.horizon, args.cbkb_horizon)}, warm-up {args.warmup}\n\n"
+              + (f"*{QUICK_NOTE}.*\n\n" if args.quick else ""))
     (out / "table.md").write_text(header + table + "\n")
     (out / "summary.json").write_text(json.dumps(summarize([r for rs in results.values() for r in rs]),
                                                  indent=2))
+    print(f"T = {args.horizon}, {len(args.seeds)} seed(s)" + (" (quick run)" if args.quick else ""))
     print(table)
     print(f"\n{len(unique) * len(args.seeds)} runs in {time.perf_counter() - t0:.1f} s; "
           f"figures: {', '.join(p.name for p in figs)}; raw runs in {out / 'runs'}")
@@ -345,4 +355,3 @@ def replot(out: str | Path) -> int:
 
 if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(main())
-

@@ -1,31 +1,34 @@
-"""Reproduce seed 003 (Hong, Li & Tewari, AISTATS 2023): Figures 1 (a, b) and 2 (a, b).
+"""Reproduce Hong, Li & Tewari (2023), "An Optimization-based Algorithm for Non-stationary Kernel
+Bandits without Prior Knowledge", AISTATS: Figures 1 (a, b) and 2 (a, b) (their Section 6 and
+Appendix J).
 
 ``torchbandits reproduce opkb`` / ``python scripts/reproduce_opkb.py``.
 
-* **fig1a** — Env 1 (spec §5.1): N = 100 arms on the unit sphere of R¹⁰, r ~ N(0, K_RBF(ℓ=0.2))
-  scaled to max|r| = 0.8, sign flip after round 3000, truncated N(0, 0.1²) noise;
-  SW-GP-UCB, WGP-UCB, ADA-OPKB, ADA-OPNN with the tuned values.
+* **fig1a** — Env 1 (Section 6; d = 10 from the authors' configs): N = 100 arms on the unit
+  sphere of R¹⁰, r ~ N(0, K_RBF(ℓ=0.2)) scaled to max|r| = 0.8, sign flip after round 3000,
+  truncated N(0, 0.1²) noise; SW-GP-UCB, WGP-UCB, ADA-OPKB, ADA-OPNN with the tuned values.
 * **fig1b** — Env 2: switches after rounds 1500 and 5000; the same (Env-1) tuned values.
 * **fig2a** — stationary cosine bandit (App. J.2: N = 256, d = 8): OPNN, OPNN0, GP-UCB, OPKB.
 * **fig2b** — slowly varying cosine bandit (App. J.3: N = 100, d = 10): SW-GP-UCB (w = 3000 and
   the re-tuned w = 1000), WGP-UCB, ADA-OPKB, ADA-OPNN.
 
-Tuned values (text values where text and configs differ, spec §5.2 / A20): SW-GP-UCB λ = 0.05
-(the code's reciprocal ridge 20, A19), UCB scale 0.01 in the code's convention (radius × 1/λ,
-``convention="aistats2023_code"``: the code's width is the GP sd divided by the ridge), window
-3000; WGP-UCB λ = 0.01, UCB scale 0.5, discount 0.9995; GP-UCB as SW-GP-UCB without a window;
-ADA-OPKB / OPKB: preset ``"aistats2023_code"`` with nature's kernel (RBF ℓ = 0.2);
-ADA-OPNN / OPNN / OPNN0: preset ``"aistats2023_code"`` (family ``opnn``; stationary values for
-Fig. 2a), width m = 2048 (``--nn-width``), L = 3 square layers, η = 1e-8, J = 100, λ = 10.
-β of the GP baselines multiplies the **GP** sd.
+Tuned values (Section 6, "Algorithm Tuning"; the text's values where the text and the authors'
+configs differ): SW-GP-UCB λ = 0.05 (the authors' code writes the reciprocal ridge, 20), UCB
+scale 0.01 in the code's convention (radius × 1/λ, ``convention="aistats2023_code"``: the code's
+width is the GP sd divided by the ridge), window 3000; WGP-UCB λ = 0.01, UCB scale 0.5, discount
+0.9995; GP-UCB as SW-GP-UCB without a window; ADA-OPKB / OPKB: preset ``"aistats2023_code"``
+with nature's kernel (RBF ℓ = 0.2); ADA-OPNN / OPNN / OPNN0: preset ``"aistats2023_code"``
+(family ``opnn``; stationary values for Fig. 2a), width m = 2048 (``--nn-width``), L = 3 square
+layers, η = 1e-8, J = 100, λ = 10. β of the GP baselines multiplies the **GP** sd.
 
-Every algorithm faces the same instance and noise per seed (env seed = run index, A22); the
-policy seed is separate. T = 10 000 (``--horizon``); mean ± standard error over ``--seeds``
-(default 5; the paper used 25 and 50). Outputs under ``--out`` (default ``results/opkb``), one
-folder per figure: ``runs/*.json`` (restart times in each run's config), ``table.md`` (final
-dynamic regret mean ± s.e., restarts, agent seconds), ``regret.png`` (mean ± s.e., restart times
-marked as ticks), ``time.png``, ``summary.json``. ``--quick``: N = 16 arms, T = 600, 2 seeds,
-width 32, switch times scaled with T (seconds; used by the tests).
+Every algorithm faces the same instance and noise per seed (env seed = run index; the authors'
+code drives both from one global generator); the policy seed is separate. T = 10 000
+(``--horizon``); mean ± standard error over ``--seeds`` (default 5; the paper used 25 and 50).
+Outputs under ``--out`` (default ``results/opkb``), one folder per figure: ``runs/*.json``
+(restart times in each run's config), ``table.md`` (final dynamic regret mean ± s.e., restarts,
+agent seconds), ``regret.png`` (mean ± s.e., restart times marked as ticks, switches as dashed
+lines), ``time.png``, ``summary.json``. ``--quick``: N = 16 arms, T = 600, 2 seeds, width 32,
+switch times scaled with T (seconds; used by the tests).
 """
 
 from __future__ import annotations
@@ -33,22 +36,31 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import math
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
+from matplotlib.lines import Line2D
 
 from ..envs.nonstationary import CosineBandit, SwitchingKernelEnv, slow_phase
-from ..experiments.report import figure_grid, write_report
-from ..experiments.results import RunResult, resumable_run
-from ..experiments.runner import simulate, tqdm
+from ..experiments.figures import (
+    CUM_REGRET,
+    ROUND,
+    band_label,
+    figure_grid,
+    mark_times,
+    plot_band,
+    save_figure,
+    setting_title,
+)
+from ..experiments.report import write_report
+from ..experiments.results import RunResult
+from ..experiments.runner import Job, run_jobs
 from ..policies.op_baselines import gp_ucb, sw_gp_ucb, wgp_ucb
 from ..policies.opkb import ADAOPKB, OPKB
 from ..policies.opnn import ADAOPNN, OPNN, OPNN0
+from .common import QUICK_NOTE, quick_banner, reproduction_parser, start
 
 __all__ = ["FIGURES", "TUNED", "main", "make_env", "make_policy", "summarize_runs"]
 
@@ -60,11 +72,11 @@ TUNED: dict[str, dict[str, Any]] = {
     "NN": {"n_square_layers": 3, "eta": 1e-8, "train_steps": 100, "nn_lam": 10.0},
 }
 
-FIGURES: dict[str, dict[str, Any]] = {
+FIGURES: dict[str, dict[str, Any]] = {   # switch rounds are added to the title from the env
     "fig1a": {"env": "switch1", "algos": ["SW-GP-UCB", "WGP-UCB", "ADA-OPKB", "ADA-OPNN"],
-              "title": "Figure 1(a): Env 1, switch after round 3000"},
+              "title": "Figure 1(a): Env 1"},
     "fig1b": {"env": "switch2", "algos": ["SW-GP-UCB", "WGP-UCB", "ADA-OPKB", "ADA-OPNN"],
-              "title": "Figure 1(b): Env 2, switches after rounds 1500 and 5000"},
+              "title": "Figure 1(b): Env 2"},
     "fig2a": {"env": "cos_stationary", "algos": ["OPNN", "OPNN0", "GP-UCB", "OPKB"],
               "title": "Figure 2(a): stationary cosine bandit"},
     "fig2b": {"env": "cos_slow", "algos": ["SW-GP-UCB", "SW-GP-UCB (w=1000)", "WGP-UCB", "ADA-OPKB",
@@ -120,7 +132,7 @@ def make_policy(algo: str, env: Any, horizon: int, *, nn_width: int, seed: int,
 
 def _mean_se(values: Sequence[float]) -> tuple[float, float]:
     a = np.asarray(values, dtype=float)
-    se = float(a.std(ddof=1) / math.sqrt(len(a))) if len(a) > 1 else 0.0
+    se = float(a.std(ddof=1) / np.sqrt(len(a))) if len(a) > 1 else 0.0
     return float(a.mean()), se
 
 
@@ -152,33 +164,39 @@ def _table(rows: Sequence[dict[str, Any]], title: str) -> str:
     return "\n".join(lines)
 
 
-def _plot(runs: Sequence[RunResult], path: Path, title: str, switches: Sequence[int]) -> None:
+def figure_title(fig: str, env: Any, horizon: int) -> str:
+    """The figure's title with the environment's actual size and switch rounds (scaled with T)."""
+    base = FIGURES[fig]["title"]
+    sw = list(getattr(env, "switches", ()))
+    where = ("" if not sw else f", switch after round {sw[0]}" if len(sw) == 1 else
+             ", switches after rounds " + " and ".join(map(str, sw)))
+    return f"{base} (N = {env.n_arms} arms, d = {env.dim}{where}, T = {horizon})"
 
+
+def _plot(runs: Sequence[RunResult], path: Path, title: str, switches: Sequence[int]) -> Path:
     by: dict[str, list[RunResult]] = {}
     for r in runs:
         by.setdefault(r.policy, []).append(r)
-    fig, ax = figure_grid(figsize=(6.4, 4.4))
+    fig, ax = figure_grid(figsize=(7.0, 5.4))
     ymax = max(float(np.max(r.cumulative_regret)) for r in runs) or 1.0
+    ticks = False
     for i, (policy, rs) in enumerate(by.items()):
-        curves = np.stack([r.cumulative_regret for r in rs])
-        t = np.arange(1, curves.shape[1] + 1)
-        mean = curves.mean(0)
-        se = curves.std(0, ddof=1) / math.sqrt(len(rs)) if len(rs) > 1 else np.zeros_like(mean)
-        line, = ax.plot(t, mean, label=policy)
-        ax.fill_between(t, mean - se, mean + se, alpha=0.25, color=line.get_color())
+        line = plot_band(ax, np.stack([r.cumulative_regret for r in rs]), label=policy, kind="se",
+                         alpha=0.25)
         times = [s for r in rs for s in r.config.get("restart_times", [])]
         if times:   # restart times of all seeds as ticks at the bottom, one row per policy
+            ticks = True
             y0 = -0.03 * ymax * (i + 1)
             ax.plot(times, [y0] * len(times), "|", color=line.get_color(), markersize=7)
-    for s in switches:
-        ax.axvline(s, color="grey", lw=0.8, ls="--")
-    ax.set_xlabel("t")
-    ax.set_ylabel("cumulative dynamic regret")
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    mark_times(ax, switches, "environment switch")
+    ax.set_xlabel(ROUND)
+    ax.set_ylabel("cumulative dynamic " + CUM_REGRET.split(" ", 1)[1])
+    ax.set_title("cumulative dynamic regret")
+    seeds = max(len(rs) for rs in by.values())
+    proxy = [(Line2D([], [], ls="none", marker="|", color="k", markersize=8),
+              "restart (tick below the axis, in the policy's colour; all seeds)")] if ticks else []
+    return save_figure(fig, path, title=title, band=band_label(seeds, "se"), extra_legend=proxy,
+                       ncol=3)
 
 
 def run_figure(fig: str, *, horizon: int, seeds: Sequence[int], nn_width: int, quick: bool,
@@ -186,34 +204,25 @@ def run_figure(fig: str, *, horizon: int, seeds: Sequence[int], nn_width: int, q
                progress: bool = True) -> tuple[list[RunResult], str]:
     spec = FIGURES[fig]
     names = [a for a in spec["algos"] if not algos or a in algos]
-    runs: list[RunResult] = []
-    bar = tqdm(total=len(names) * len(seeds), desc=fig, disable=not progress)
     settings = {"quick": bool(quick), "nn_width": nn_width, "device": str(device)}
-    for algo in names:
-        for seed in seeds:
-            def compute(algo=algo, seed=seed) -> RunResult:
-                env = make_env(spec["env"], horizon, quick, device)
-                pol = make_policy(algo, env, horizon, nn_width=nn_width, seed=10_000 + seed,
-                                  device=device)
-                t0 = time.perf_counter()
-                res = simulate(pol, env, horizon, seed, policy_name=algo, env_name=fig,
-                               diagnostics_every=max(1, horizon // 200))
-                res.config["restart_times"] = list(getattr(pol, "restart_times", []))
-                res.config["wall_seconds"] = time.perf_counter() - t0
-                res.config["algorithm_seed"] = 10_000 + seed
-                res.config["settings"] = settings
-                if hasattr(pol, "gamma_paper"):
-                    res.config["gamma_T"] = pol.gamma_paper
-                    res.config["E"] = pol.E
-                    res.config["solver_seconds"] = pol.solver_seconds
-                return res
 
-            # a finished run already saved (atomically) is read back, not recomputed
-            res, _ = resumable_run(out / fig / "runs" / f"{algo.replace(' ', '_')}__seed{seed}.json",
-                                   compute, horizon=horizon, match={"settings": settings})
-            runs.append(res)
-            bar.update(1)
-    bar.close()
+    def annotate(pol: Any, env: Any, res: RunResult) -> None:
+        res.config["restart_times"] = list(getattr(pol, "restart_times", []))
+        if hasattr(pol, "gamma_paper"):
+            res.config["gamma_T"] = pol.gamma_paper
+            res.config["E"] = pol.E
+            res.config["solver_seconds"] = pol.solver_seconds
+
+    def job(algo: str, seed: int) -> Job:
+        return Job(fig, algo, seed, horizon, lambda: make_env(spec["env"], horizon, quick, device),
+                   lambda env: make_policy(algo, env, horizon, nn_width=nn_width, seed=10_000 + seed,
+                                           device=device),
+                   {"algorithm_seed": 10_000 + seed, "settings": settings},
+                   file=f"{algo.replace(' ', '_')}__seed{seed}.json", annotate=annotate)
+
+    # a finished run already saved (atomically) is read back, not recomputed
+    runs = run_jobs([job(a, s) for a in names for s in seeds], out=out / fig, progress=progress,
+                    diagnostics_every=max(1, horizon // 200), match=["settings"], desc=fig)
     # the table and plots cover every run of this figure and horizon in the folder, so a figure
     # can be completed algorithm by algorithm (--algos)
     done = {(r.policy, r.seed) for r in runs}
@@ -222,38 +231,37 @@ def run_figure(fig: str, *, horizon: int, seeds: Sequence[int], nn_width: int, q
         if old.horizon == horizon and (old.policy, old.seed) not in done and old.seed in seeds:
             runs.append(old)
             done.add((old.policy, old.seed))
+    env = make_env(spec["env"], horizon, quick, device)
+    title = figure_title(fig, env, horizon)
     rows = summarize_runs(runs)
-    table = _table(rows, spec["title"] + f" (T = {horizon})")
+    table = _table(rows, title)
     (out / fig).mkdir(parents=True, exist_ok=True)
-    write_report(runs, out / fig, spec["title"])            # regret/time plots (± std), summary
+    write_report(runs, out / fig, setting_title(title, quick=quick))   # time plot, summary
     (out / fig / "table.md").write_text(table + "\n")
     (out / fig / "summary_se.json").write_text(json.dumps(rows, indent=2))
-    env = make_env(spec["env"], horizon, quick, device)
-    _plot(runs, out / fig / "regret.png", spec["title"], getattr(env, "switches", ()))
+    _plot(runs, out / fig / "regret.png",
+          setting_title(title, seeds=len(seeds), quick=quick), getattr(env, "switches", ()))
     return runs, table
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="reproduce_opkb", description=__doc__.split("\n\n")[0])
+    p = reproduction_parser("opkb", __doc__, quick="N = 16 arms, T = 600, 2 seeds, width 32, "
+                            "switch times scaled with T", out="results/opkb", threads=1)
     p.add_argument("--figures", nargs="+", default=list(FIGURES), choices=list(FIGURES))
     p.add_argument("--algos", nargs="+", default=None, help="restrict to these algorithms")
     p.add_argument("--seeds", type=int, default=5, help="number of seeds (paper: 25 / 50)")
     p.add_argument("--horizon", type=int, default=10_000)
     p.add_argument("--nn-width", type=int, default=2048)
-    p.add_argument("--quick", action="store_true", help="N = 16, T = 600, 2 seeds, width 32")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--out", default="results/opkb")
-    p.add_argument("--no-progress", action="store_true")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(list(argv) if argv is not None else None)
-    torch.set_num_threads(max(1, args.threads))
+    start(args)
     horizon, seeds, width = args.horizon, args.seeds, args.nn_width
     if args.quick:
         horizon, seeds, width = min(horizon, 600), min(seeds, 2), min(width, 32)
+        print(quick_banner(f"N = 16 arms, T = {horizon}, {seeds} seeds, network width {width}"))
     out = Path(args.out)
     tables = []
     for fig in args.figures:
@@ -262,8 +270,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                               progress=not args.no_progress)
         print(table + "\n", flush=True)
         tables.append(table)
-    (out / "tables.md").write_text("\n\n".join(tables) + "\n")
+    note = f"*{QUICK_NOTE}.*\n\n" if args.quick else ""
+    (out / "tables.md").write_text(note + "\n\n".join(tables) + "\n")
     return 0
-
-
-

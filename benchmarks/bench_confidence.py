@@ -1,4 +1,4 @@
-"""Time per step of the seed-002 policies (issue 5 performance targets).
+"""Time per step of the policies of Flynn & Reeb (2024): CMM, DMM, AMM-UCB, AY-GP-UCB, IGP-UCB.
 
 Matérn-5/2, ℓ = 0.5, d = 3, 100 fresh candidates per step, ``c = default_c(kernel, 3, 1000)``.
 For each t every policy is first fed the same t − 1 observations (untimed); then ``--repeats``
@@ -13,7 +13,7 @@ same run:
 * CMM by the 1-D dual vs CMM by the CVXPY SOCP (target at t = 200: ≥ 100× faster);
 * CMM dual vs AMM (target: within 10× at every t); DMM vs AMM (target: within 5×).
 
-``python scripts/bench_confidence.py [--quick] [--ts 50 100 200 1000] [--out results/bench_confidence]``
+``python benchmarks/bench_confidence.py [--quick] [--ts 50 100 200 1000] [--out results/bench_confidence]``
 """
 
 from __future__ import annotations

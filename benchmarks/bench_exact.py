@@ -9,8 +9,8 @@ scoring) and a fixed arm set (the model's candidate cache: O(n·A) scoring + O(n
 One BLAS/torch thread, medians over repeats, ratios from the same run. Writes JSON and a markdown
 table to ``--out`` and prints the table.
 
-    python scripts/bench_exact.py            # t = 250, 500, 1000, 2000
-    python scripts/bench_exact.py --quick    # t = 50, 100, 200 (used by the tests)
+    python benchmarks/bench_exact.py            # t = 250, 500, 1000, 2000
+    python benchmarks/bench_exact.py --quick    # t = 50, 100, 200 (used by the tests)
 """
 
 from __future__ import annotations

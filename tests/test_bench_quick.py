@@ -1,0 +1,41 @@
+"""The benchmarks of Flynn & Reeb's bounds and of Hong, Li & Tewari's OP run in --quick mode and
+their numbers are consistent (no timing asserted)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bench_confidence_quick(tmp_path):
+    assert _load("bench_confidence").main(["--quick", "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "bench.json").read_text())
+    means = data["mean_ms_per_step"]
+    assert set(means) == {"AMM", "AY", "IGP", "DMM", "CMM", "CMM-SOCP"}
+    assert set(means["CMM"]) == {"20", "50"} and set(means["CMM-SOCP"]) == {"20"}  # SOCP capped
+    assert all(v > 0 for m in means.values() for v in m.values())
+    assert data["checks"]["cmm_over_amm_max"] > 0
+    assert "| CMM dual / AMM |" in (tmp_path / "table.md").read_text()
+
+
+def test_bench_opkb_quick(tmp_path):
+    assert _load("bench_opkb").main(["--quick", "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "bench.json").read_text())
+    assert [row["N"] for row in report["op"]] == [20, 40]
+    for row in report["op"]:
+        for name in ("OP", "design"):
+            r = row[name]
+            assert r["kkt_gap_max"] < 1e-6 and r["objective_rel_diff"] < 1e-4   # Newton = CVXPY
+    run = report["adaopkb"]
+    assert run["T"] == 1000 and run["agent_seconds"] > 0 and run["solves"] >= 1
+    assert "ADA-OPKB, T = 1000" in (tmp_path / "bench.md").read_text()

@@ -1,0 +1,50 @@
+"""What every reproduction shares: its command line's common flags and its quick-mode labels.
+
+Each reproduction builds its parser with :func:`reproduction_parser` (``--quick``, ``--device``,
+``--out``, ``--threads``, ``--no-progress``), adds its own options, and calls :func:`start`
+after parsing. ``torchbandits reproduce NAME --help`` prints both kinds of option.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+__all__ = ["QUICK_NOTE", "quick_banner", "reproduction_parser", "start"]
+
+#: said wherever a quick run's numbers are printed or written
+QUICK_NOTE = ("quick run: small sizes for a smoke test; its numbers are not comparable with the "
+              "paper's")
+
+
+def reproduction_parser(name: str, doc: str, *, quick: str, out: str | None = None,
+                        threads: int = 1) -> argparse.ArgumentParser:
+    """The parser of ``torchbandits reproduce NAME`` with the common flags: ``--quick`` (help
+    text ``quick``: the sizes it uses), ``--device``, ``--out`` (default ``results/NAME``),
+    ``--threads`` (default ``threads``) and ``--no-progress``. ``doc`` (the module docstring)
+    is the description, printed as written."""
+    p = argparse.ArgumentParser(prog=f"torchbandits reproduce {name}", description=doc,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    common = p.add_argument_group("common options (every reproduction)")
+    common.add_argument("--quick", action="store_true", help=quick)
+    common.add_argument("--device", default="cpu", help="torch device of the policies (cpu, cuda)")
+    common.add_argument("--out", default=out or f"results/{name}", help="output folder")
+    common.add_argument("--threads", type=int, default=threads,
+                        help=f"torch threads (default {threads}; 0: torch's default)")
+    common.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    return p
+
+
+def start(args: argparse.Namespace) -> None:
+    """Check ``--device`` and apply ``--threads`` (the one global setting a run changes, at run
+    time, never at import)."""
+    if str(args.device).startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit("--device cuda requested but CUDA is not available on this machine")
+    if args.threads:
+        torch.set_num_threads(max(1, int(args.threads)))
+
+
+def quick_banner(settings: str) -> str:
+    """The first line a quick run prints: ``"QUICK RUN (T = 25, 2 seeds): …not comparable…"``."""
+    return f"QUICK RUN ({settings}): {QUICK_NOTE}."
