@@ -1,4 +1,4 @@
-"""KORS (seed 000 spec §2.4, §6.1 item 5): closed form vs eq. 41, limits, the reference score."""
+"""KORS (Zenati et al., AISTATS 2022, Algorithm 5): closed form vs eq. 41, limits, the reference score."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def test_closed_form_equals_eq41(mu: float) -> None:
             closed = kors.leverage(kz, 1.0)
             ref = kors_leverage_eq41(kernel, anchors, probs, pt, mu, 0.5)
             assert abs(float(closed) - float(ref)) < 1e-10
-            # the reference score is (1+ε)k/μ − τ̃ (spec E11)
+            # the reference score is (1+ε)k/μ − τ̃ (authors' code)
             kref = KORS(mu, 0.5, score="reference")
             kref.load_state_dict(kors.state_dict())
             assert abs(float(kref.leverage(kz, 1.0)) - (1.5 / mu - float(ref))) < 1e-10
@@ -61,7 +61,7 @@ def test_limits_and_redundancy_ordering() -> None:
     scores = [float(kors.leverage(kernel_matrix(kernel, anchor, p[None])[:, 0], 1.0))
               for p in (near, mid, far)]
     assert scores[0] < scores[1] < scores[2]
-    # ... and the authors' score orders them the other way round (E11)
+    # ... and the authors' score orders them the other way round
     ref = KORS(mu, eps, score="reference")
     ref.load_state_dict(kors.state_dict())
     rscores = [float(ref.leverage(kernel_matrix(kernel, anchor, p[None])[:, 0], 1.0))

@@ -1,4 +1,5 @@
-"""Seed 003 environments: switching kernel bandits and cosine bandits (spec §5.1, §5.4)."""
+"""Environments of Hong, Li & Tewari (AISTATS 2023): switching kernel bandits (§6) and cosine
+bandits (App. J)."""
 
 from __future__ import annotations
 

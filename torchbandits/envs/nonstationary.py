@@ -1,10 +1,11 @@
-"""Non-stationary environments of seed 003 (spec §5.1, §5.4).
+"""Non-stationary environments of Hong, Li & Tewari (AISTATS 2023, §6 and App. J).
 
-* :class:`SwitchingKernelEnv` — Section 6: ``N`` arms uniform on the unit sphere of ``R^d``, a base
+* :class:`SwitchingKernelEnv` — §6: ``N`` arms uniform on the unit sphere of ``R^d``, a base
   reward vector ``r ~ N(0, K)`` (RBF kernel, length scale ℓ) rescaled to ``max|r| = 0.8``; at each
-  switch the reward vector changes: sign flip of the same vector (default, authors' code, A17) or
-  a fresh draw from ``N(0, K)`` (``mode="resample"``). A switch at ``τ`` means the new function is
-  used from round ``τ + 1`` (1-based). Env 1: ``switches=(3000,)``; Env 2: ``(1500, 5000)``.
+  switch the reward vector changes: sign flip of the same vector (default, authors' code; the
+  paper does not say) or a fresh draw from ``N(0, K)`` (``mode="resample"``). A switch at ``τ``
+  means the new function is used from round ``τ + 1`` (1-based). Env 1: ``switches=(3000,)``;
+  Env 2: ``(1500, 5000)``.
 * :class:`CosineBandit` — App. J: ``r_t(x) = 0.8·cos(3xᵀθ + φ(t))`` with arms and θ uniform on the
   sphere; ``phase="stationary"`` (φ ≡ 0, J.2) or ``"slow"`` (J.3: 0 on [0, 1000), linear to π on
   [1000, 3000), π on [3000, 4000), linear to 2π on [4000, 6000), 2π afterwards; ``t`` = rounds
@@ -88,10 +89,10 @@ class _FixedArmEnv:
 
 
 class SwitchingKernelEnv(_FixedArmEnv):
-    """Kernel bandit whose reward vector switches at given rounds (spec §5.1).
+    """Kernel bandit whose reward vector switches at given rounds (Hong, Li & Tewari 2023, §6).
 
     Args:
-        n_arms, dim: ``N = 100``, ``d = 10`` (A16).
+        n_arms, dim: ``N = 100``, ``d = 10`` (the authors' configuration; not in the text).
         lengthscale: RBF ℓ of nature's kernel (0.2); ``kernel`` is exposed to the policies.
         switches: rounds after which the function changes ((3000,) = Env 1, (1500, 5000) = Env 2).
         mode: ``"sign"`` (flip the sign of the same vector) or ``"resample"`` (fresh ``N(0, K)``).
