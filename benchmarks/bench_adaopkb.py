@@ -8,8 +8,10 @@ nature's kernel and the preset ``"aistats2023_code"`` (the released configuratio
 
 * final dynamic regret, mean ± standard deviation over the seeds;
 * **early** restarts: restarts before the first switch (nothing has changed yet);
-* **false alarms**: restarts more than ``--late`` (1000) rounds after the last switch, and (Env 2)
-  restarts more than ``--late`` rounds after a switch but before the next one;
+* **false alarms**: restarts more than ``--late`` (1000) rounds after the last switch (a late first
+  detection counts too);
+* **extra** restarts: after a switch, every restart that follows the first one (its detection)
+  and comes before the next switch; **missed** switches; the median detection delay;
 * restarts in all, agent CPU seconds per run.
 
 A restart "at s" is the round whose update triggered it (the new epoch starts at s + 1). The
@@ -31,7 +33,6 @@ for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import copy  # noqa: E402
-import itertools  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
@@ -68,16 +69,18 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
 
 
 def run_one(switches: tuple[int, ...], seed: int, horizon: int, n_arms: int, preset: str,
-            overrides: dict[str, Any]) -> dict[str, Any]:
-    """One run: final regret, restart rounds, agent CPU seconds."""
+            overrides: dict[str, Any], noise: str = "truncated") -> dict[str, Any]:
+    """One run: final regret, restart rounds, agent CPU seconds, and the cumulative regret every
+    ``T/20`` rounds (``curve``)."""
     from torchbandits.envs import SwitchingKernelEnv
     from torchbandits.policies import ADAOPKB
 
-    env = SwitchingKernelEnv(n_arms, 10, 0.2, switches=switches)
+    env = SwitchingKernelEnv(n_arms, 10, 0.2, switches=switches, noise=noise)
     env.reset(seed)
     policy = ADAOPKB(copy.deepcopy(env.kernel), horizon, preset=preset, seed=seed, **overrides)
-    regret, cpu = 0.0, 0.0
-    for _ in range(horizon):
+    regret, cpu, curve = 0.0, 0.0, []
+    every = max(1, horizon // 20)
+    for t in range(1, horizon + 1):
         cand = env.candidates()
         means = env.mean_rewards()
         c0 = time.process_time()
@@ -88,36 +91,61 @@ def run_one(switches: tuple[int, ...], seed: int, horizon: int, n_arms: int, pre
         policy.update(cand[i], y)
         cpu += (c1 - c0) + (time.process_time() - c2)
         regret += float(means.max() - means[i])
-    return {"seed": seed, "regret": regret, "restarts": list(policy.restart_times), "cpu_s": cpu}
+        if t % every == 0:
+            curve.append(regret)
+    return {"seed": seed, "regret": regret, "restarts": list(policy.restart_times), "cpu_s": cpu,
+            "curve_every": every, "curve": curve}
+
+
+def classify(restarts: Sequence[int], switches: tuple[int, ...]) -> dict[str, list[int]]:
+    """Sort one run's restart rounds: ``early`` (at or before the first switch), ``detections``
+    (the first restart after each switch and before the next, as a delay in rounds; a switch with
+    none is ``missed``), ``extra`` (every further restart after a detection)."""
+    out: dict[str, list[int]] = {"early": [], "detections": [], "missed": [], "extra": []}
+    bounds = [*switches, float("inf")]
+    for i, s in enumerate(switches):
+        inside = sorted(t for t in restarts if s < t <= bounds[i + 1])
+        if inside:
+            out["detections"].append(inside[0] - s)
+            out["extra"].extend(inside[1:])
+        else:
+            out["missed"].append(s)
+    out["early"] = [t for t in restarts if t <= switches[0]]
+    return out
 
 
 def summarise(runs: Sequence[dict[str, Any]], switches: tuple[int, ...], late: int) -> dict[str, Any]:
-    """Mean ± sd regret, early restarts (before the first switch), false alarms (``> late``
-    rounds after the last switch), ``between`` (``> late`` rounds after a switch but before the
-    next one), all restarts; counts are totals over the runs."""
+    """Mean ± sd regret and the restart counts (totals over the runs): ``early`` (before the first
+    switch), ``false_alarms`` (``> late`` rounds after the last switch, whatever they are),
+    ``extra`` (restarts after a switch that follow its first detection), ``missed`` switches, and
+    the median detection delay."""
     regrets = [r["regret"] for r in runs]
     times = [t for r in runs for t in r["restarts"]]
+    parts = [classify(r["restarts"], switches) for r in runs]
+    delays = [d for p in parts for d in p["detections"]]
     return {
         "seeds": len(runs),
         "regret_mean": statistics.fmean(regrets),
         "regret_sd": statistics.stdev(regrets) if len(regrets) > 1 else 0.0,
-        "early": sum(1 for t in times if t <= switches[0]),
-        "false_alarms": sum(1 for t in times if t > switches[-1] + late),
-        "between": sum(1 for t in times for a, b in itertools.pairwise(switches) if a + late < t <= b),
         "restarts": len(times),
+        "early": sum(len(p["early"]) for p in parts),
+        "false_alarms": sum(1 for t in times if t > switches[-1] + late),
+        "extra": sum(len(p["extra"]) for p in parts),
+        "missed": sum(len(p["missed"]) for p in parts),
+        "delay_median": statistics.median(delays) if delays else float("nan"),
         "cpu_s_median": statistics.median(r["cpu_s"] for r in runs),
     }
 
 
 def table(summary: dict[str, dict[str, Any]], late: int) -> str:
     lines = ["| env | seeds | regret (mean ± sd) | restarts | before 1st switch | "
-             f"> {late} after last switch | > {late} after a switch, before the next | "
-             "agent CPU s / run (median) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             f"> {late} after last switch | extra (after a detection) | missed switches | "
+             "detection delay (median) | agent CPU s / run (median) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, s in summary.items():
         lines.append(f"| {name} | {s['seeds']} | {s['regret_mean']:.0f} ± {s['regret_sd']:.0f} | "
-                     f"{s['restarts']} | {s['early']} | {s['false_alarms']} | {s['between']} | "
-                     f"{s['cpu_s_median']:.2f} |")
+                     f"{s['restarts']} | {s['early']} | {s['false_alarms']} | {s['extra']} | "
+                     f"{s['missed']} | {s['delay_median']:.0f} | {s['cpu_s_median']:.2f} |")
     return "\n".join(lines)
 
 
@@ -129,6 +157,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--preset", default="aistats2023_code")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                     help="an OPConstants override (repeatable), e.g. j_star=0")
+    ap.add_argument("--noise", default="truncated", choices=("truncated", "rejected", "gaussian"),
+                    help="the environment's noise law")
     ap.add_argument("--late", type=int, default=1000,
                     help="a restart this many rounds after the last switch is a false alarm")
     ap.add_argument("--out", type=Path, default=None)
@@ -146,20 +176,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, base in ENVS.items():
         switches = tuple(max(1, round(s * scale)) for s in base)
         late = max(1, round(args.late * scale))
-        runs[name] = [run_one(switches, s, horizon, n_arms, args.preset, overrides)
+        runs[name] = [run_one(switches, s, horizon, n_arms, args.preset, overrides, args.noise)
                       for s in range(seeds)]
         summary[name] = summarise(runs[name], switches, late)
         summary[name]["switches"] = list(switches)
     md = table(summary, args.late)
-    print(f"ADA-OPKB, preset {args.preset!r}, overrides {overrides}, T = {horizon}, N = {n_arms}")
+    print(f"ADA-OPKB, preset {args.preset!r}, overrides {overrides}, T = {horizon}, N = {n_arms}, "
+          f"noise {args.noise!r}")
     print(md)
     for name, rs in runs.items():
-        print(name, "restart rounds:", {r["seed"]: r["restarts"] for r in rs})
+        print(name, "restart rounds (first 8 per seed):", {r["seed"]: r["restarts"][:8] for r in rs})
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "bench.json").write_text(json.dumps(
-            {"preset": args.preset, "overrides": overrides, "horizon": horizon, "n_arms": n_arms,
-             "summary": summary, "runs": runs}, indent=1))
+            {"preset": args.preset, "overrides": overrides, "noise": args.noise, "horizon": horizon,
+             "n_arms": n_arms, "summary": summary, "runs": runs}, indent=1))
         (args.out / "bench.md").write_text(md + "\n")
     return 0
 

@@ -23,9 +23,11 @@ def test_summary_classifies_restarts():
     runs = [{"seed": 0, "regret": 10.0, "restarts": [100, 3200, 4001, 9000], "cpu_s": 1.0},
             {"seed": 1, "regret": 20.0, "restarts": [3000, 4000], "cpu_s": 3.0}]
     s = mod.summarise(runs, (3000,), 1000)
-    assert (s["early"], s["false_alarms"], s["restarts"]) == (2, 2, 6)
-    s2 = mod.summarise(runs, (1500, 3500), 1000)
-    assert (s2["early"], s2["between"], s2["false_alarms"]) == (1, 2, 1)
+    assert (s["early"], s["false_alarms"], s["extra"], s["missed"], s["restarts"]) == (2, 2, 2, 0, 6)
+    assert s["delay_median"] == 600.0  # detections 200 (run 0) and 1000 (run 1)
+    assert mod.classify([100, 3200, 4001, 9000], (1500, 3500)) == {
+        "early": [100], "detections": [1700, 501], "missed": [], "extra": [9000]}
+    assert mod.classify([2000], (1500, 3500))["missed"] == [3500]
     assert s["regret_mean"] == 15.0 and abs(s["regret_sd"] - 7.0710678) < 1e-6
     assert mod.parse_overrides(["j_star=0", "test_full_block=True", "max_restarts=None"]) == {
         "j_star": 0, "test_full_block": True, "max_restarts": None}

@@ -100,3 +100,26 @@ def test_bad_arguments() -> None:
     with pytest.raises(ValueError, match="p"):
         k.add(torch.zeros(0, dtype=torch.float64), 1.0, 0.0)
     assert k.m == 0
+
+
+def test_reference_score_anchors_refused_only_by_the_residual_guard():
+    """With the authors' score, redundant points get the *largest* acceptance probability; the
+    default ``min_residual`` guard then refuses those already in the span of the dictionary, which
+    is what makes the dictionaries smaller than the authors' code's. ``min_residual=0`` with a
+    ``1e-8`` nugget lets every KORS acceptance join (the authors' behaviour)."""
+    from torchbandits.envs.contextual import ChessboardEnv
+    from torchbandits.policies import EKUCB
+
+    sizes = {}
+    for name, kw in (("default", {}), ("reference", {"min_residual": 0.0, "jitter": 1e-8})):
+        env = ChessboardEnv()
+        env.reset(0)
+        pol = EKUCB(make_kernel("rbf", 0.1), lam=10.0, beta=0.1, kors_gamma=1.0, kors_score="reference",
+                    seed=0, **kw)
+        for _ in range(200):
+            cand = env.candidates()
+            i = pol.select(cand)
+            pol.update(cand[i], env.pull(i))
+        assert pol.kors.m == pol.model.m  # KORS and the model hold the same anchors
+        sizes[name] = (pol.model.m, pol.model.refused)
+    assert sizes["default"][1] >= 1 and sizes["reference"][1] == 0
