@@ -18,7 +18,11 @@ which is eq. 41 evaluated with ``s_t`` temporarily added with weight 1. Acceptan
 
 ``score="reference"`` reproduces the authors' released code: it computes
 ``(1+ε) μ⁻¹ vᵀ(S*K*S* + μI)⁻¹ v = (1+ε) k(s_t,s_t)/μ − τ̃_t``, which is *largest for redundant
-points*; offered only to match the code's dictionary sizes and timings.
+points*; offered only to match the code's dictionary sizes and timings. Its acceptance
+probabilities equal the code's (``Σ p̃`` within a few %), but many accepted points lie in the span
+of the dictionary, and the caller's ``min_residual`` guard refuses them; the code's dictionary
+sizes need the guard off (``min_residual=0`` with a ``1e-8`` nugget on ``K_ZZ``, see
+docs/reproductions/ekucb.md).
 
 The coin is drawn by the caller (the policy owns the generator), and the caller may veto an
 accepted point (the ``min_residual`` guard of :class:`~torchbandits.models.NystromKernelRidge`),
