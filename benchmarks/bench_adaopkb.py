@@ -12,7 +12,7 @@ nature's kernel and the preset ``"aistats2023_code"`` (the released configuratio
   detection counts too);
 * **extra** restarts: after a switch, every restart that follows the first one (its detection)
   and comes before the next switch; **missed** switches; the median detection delay;
-* restarts in all, agent CPU seconds per run.
+* restarts in all, process CPU seconds per run (environment included).
 
 A restart "at s" is the round whose update triggered it (the new epoch starts at s + 1). The
 environment seed is the run index; the policy seed is the same index.
@@ -70,31 +70,22 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
 
 def run_one(switches: tuple[int, ...], seed: int, horizon: int, n_arms: int, preset: str,
             overrides: dict[str, Any], noise: str = "truncated") -> dict[str, Any]:
-    """One run: final regret, restart rounds, agent CPU seconds, and the cumulative regret every
-    ``T/20`` rounds (``curve``)."""
+    """One run through :func:`~torchbandits.experiments.runner.simulate`: final regret, restart
+    rounds, agent seconds (``select`` + ``update``), the run's process CPU seconds, and the
+    cumulative regret every ``T/20`` rounds (``curve``)."""
     from torchbandits.envs import SwitchingKernelEnv
+    from torchbandits.experiments.runner import simulate
     from torchbandits.policies import ADAOPKB
 
     env = SwitchingKernelEnv(n_arms, 10, 0.2, switches=switches, noise=noise)
-    env.reset(seed)
     policy = ADAOPKB(copy.deepcopy(env.kernel), horizon, preset=preset, seed=seed, **overrides)
-    regret, cpu, curve = 0.0, 0.0, []
+    c0 = time.process_time()
+    res = simulate(policy, env, horizon, seed, diagnostics_every=horizon)
+    cpu = time.process_time() - c0
     every = max(1, horizon // 20)
-    for t in range(1, horizon + 1):
-        cand = env.candidates()
-        means = env.mean_rewards()
-        c0 = time.process_time()
-        i = policy.select(cand)
-        c1 = time.process_time()
-        y = env.pull(i)
-        c2 = time.process_time()
-        policy.update(cand[i], y)
-        cpu += (c1 - c0) + (time.process_time() - c2)
-        regret += float(means.max() - means[i])
-        if t % every == 0:
-            curve.append(regret)
-    return {"seed": seed, "regret": regret, "restarts": list(policy.restart_times), "cpu_s": cpu,
-            "curve_every": every, "curve": curve}
+    curve = [float(v) for v in res.cumulative_regret[every - 1::every]]
+    return {"seed": seed, "regret": res.final_regret, "restarts": list(policy.restart_times),
+            "agent_s": res.total_agent_seconds, "cpu_s": cpu, "curve_every": every, "curve": curve}
 
 
 def classify(restarts: Sequence[int], switches: tuple[int, ...]) -> dict[str, list[int]]:
@@ -140,7 +131,7 @@ def summarise(runs: Sequence[dict[str, Any]], switches: tuple[int, ...], late: i
 def table(summary: dict[str, dict[str, Any]], late: int) -> str:
     lines = ["| env | seeds | regret (mean ± sd) | restarts | before 1st switch | "
              f"> {late} after last switch | extra (after a detection) | missed switches | "
-             "detection delay (median) | agent CPU s / run (median) |",
+             "detection delay (median) | CPU s / run (median) |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, s in summary.items():
         lines.append(f"| {name} | {s['seeds']} | {s['regret_mean']:.0f} ± {s['regret_sd']:.0f} | "
