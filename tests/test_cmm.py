@@ -1,16 +1,17 @@
-"""Kernel CMM: the CVXPY SOCP of Eq. (10) against the 1-D dual of Eq. (12) (spec §2.4, §2.5)."""
+"""Kernel CMM (Flynn & Reeb 2024): the CVXPY SOCP of Eq. (10) against the 1-D dual of Eq. (12)."""
 
 from __future__ import annotations
 
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
 from torchbandits.confidence.cmm_socp import CMMSocp
 from torchbandits.confidence.mixture import CMMBound, DMMBound, default_c
 from torchbandits.envs.rkhs import RKHSFunctionEnv
-from torchbandits.kernels import make_kernel
+from torchbandits.kernels import kernel_matrix, make_kernel
 from torchbandits.models import ExactKernelRidge
 from torchbandits.policies import CMMUCB
 
@@ -28,11 +29,31 @@ def _golden_model() -> ExactKernelRidge:
 
 def test_socp_golden_values():
     m = _golden_model()
-    u, lcb = CMMBound(0.1, 10.0, 0.01, 1.0, method="socp").bounds(m, Q, 6)  # jitter 1e-6, Clarabel
-    assert torch.allclose(u, torch.tensor([1.572449, 0.692527, 7.733658], dtype=F64), atol=1e-4)
-    assert torch.allclose(lcb, torch.tensor([0.337102, -0.511154, -5.877080], dtype=F64), atol=1e-4)
-    u, _ = CMMBound(0.1, 10.0, 0.01, 1.0, method="socp", factor="eigh").bounds(m, Q, 6)
-    assert torch.allclose(u, torch.tensor([1.573077, 0.693866, 7.733671], dtype=F64), atol=1e-4)
+    dual_u, dual_l = CMMBound(0.1, 10.0, 0.01, 1.0).bounds(m, Q, 6)
+    for factor in ("chol", "eigh"):  # the exact factor by default (no jitter): both equal the dual
+        u, lcb = CMMBound(0.1, 10.0, 0.01, 1.0, method="socp", factor=factor).bounds(m, Q, 6)
+        assert torch.allclose(u, torch.tensor([1.573077, 0.693866, 7.733671], dtype=F64), atol=1e-5)
+        assert float((u - dual_u).abs().max()) < 1e-6 and float((lcb - dual_l).abs().max()) < 1e-6
+
+
+def test_socp_jitter_only_when_the_factorisation_fails():
+    m = _golden_model()
+    socp = CMMSocp()
+    gram = kernel_matrix(m.kernel, X, X)
+    kq, kd = kernel_matrix(m.kernel, X, Q), torch.ones(3, dtype=F64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        socp.bounds(gram, Y, 0.67, 10.0, kq, kd)
+    assert socp.jitter_used == 0.0
+    # a repeated point makes K_t exactly singular: the exact Cholesky fails, ε = 1e-6 is added
+    x2 = torch.cat([X, X[:1]])
+    gram2 = kernel_matrix(m.kernel, x2, x2)
+    with pytest.warns(RuntimeWarning, match="singular"):
+        u, lcb, ok = socp.bounds(gram2, torch.cat([Y, Y[:1]]), 0.67, 10.0, kernel_matrix(m.kernel, x2, Q), kd)
+    assert socp.jitter_used == 1e-6 and bool(ok.all()) and bool((u >= lcb).all())
+    with pytest.raises(np.linalg.LinAlgError):  # no fallback asked for: the failure is reported
+        CMMSocp(jitter=0.0).bounds(gram2, torch.cat([Y, Y[:1]]), 0.67, 10.0,
+                                   kernel_matrix(m.kernel, x2, Q), kd)
 
 
 @pytest.mark.parametrize("kernel, ls, d, seed", [("matern52", 0.5, 3, 0), ("rbf", 0.3, 2, 1),
@@ -48,14 +69,10 @@ def test_dual_equals_socp(kernel, ls, d, seed):
     m = ExactKernelRidge(env.kernel, 0.01 / c)
     m.extend(x, y)
     du, dl = CMMBound(0.1, 10.0, 0.01, c).bounds(m, cand, 26)
-    su, sl = CMMBound(0.1, 10.0, 0.01, c, method="socp", factor="eigh").bounds(m, cand, 26)
-    scale = torch.maximum(du.abs(), dl.abs()).clamp(min=1.0)
-    assert float(((du - su).abs() / scale).max()) < 1e-4
-    assert float(((dl - sl).abs() / scale).max()) < 1e-4
-    # the paper's jittered Cholesky factor: a slightly smaller norm ball (≤ ~1e-3 lower)
-    ju, jl = CMMBound(0.1, 10.0, 0.01, c, method="socp").bounds(m, cand, 26)
-    assert float((ju - du).max()) < 1e-4 and float((du - ju).max()) < 5e-3
-    assert float((dl - jl).max()) < 1e-4 and float((jl - dl).max()) < 5e-3
+    for factor in ("chol", "eigh"):  # the SOCP reference equals the dual to 1e-6 (exact factors)
+        su, sl = CMMBound(0.1, 10.0, 0.01, c, method="socp", factor=factor).bounds(m, cand, 26)
+        assert float((du - su).abs().max()) < 1e-6
+        assert float((dl - sl).abs().max()) < 1e-6
 
 
 def test_socp_builds_once_per_round_and_fallback_warns():

@@ -1,5 +1,5 @@
-"""Seed 003 convex programs: factor invariance, γ_T, optimal design KKT, OP vs CVXPY, Lemma 4.4
-(spec §6 items 1–6)."""
+"""Convex programs of Hong, Li & Tewari (AISTATS 2023): factor invariance, γ_T, optimal design KKT
+(Def. 4.2), OP (Algorithm 1) vs CVXPY, Lemma 4.4."""
 
 from __future__ import annotations
 
@@ -233,3 +233,35 @@ def test_newton_on_cuda_matches_cpu():
     gpu = solve_logdet_program(phi.cuda(), dh.cuda(), 0.3, 0.01)
     assert gpu.p.device.type == "cuda" and gpu.certificate.gap <= 1e-9
     assert abs(cpu.certificate.objective - gpu.certificate.objective) < 1e-9
+
+
+def test_design_modules_import_without_a_cycle():
+    """The modules of ``torchbandits.design`` import each other strictly downward (no cycle,
+    no import deferred into a function to hide one)."""
+    import ast
+    from pathlib import Path
+
+    import torchbandits.design as pkg
+
+    root = Path(pkg.__file__).parent
+    graph: dict[str, set[str]] = {}
+    for path in root.glob("*.py"):
+        if path.stem == "__init__":
+            continue
+        deps = graph.setdefault(path.stem, set())
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+                deps.add(node.module.split(".")[0])
+    assert graph["op"] >= {"logdet", "optimal_design"} and "op" not in graph["optimal_design"]
+    done: set[str] = set()
+
+    def visit(name: str, stack: tuple[str, ...]) -> None:
+        assert name not in stack, f"import cycle: {' -> '.join((*stack, name))}"
+        if name in done:
+            return
+        for dep in graph.get(name, ()):
+            visit(dep, (*stack, name))
+        done.add(name)
+
+    for name in graph:
+        visit(name, ())

@@ -1,4 +1,4 @@
-"""KORS (seed 000 spec §2.4, §6.1 item 5): closed form vs eq. 41, limits, the reference score."""
+"""KORS (Zenati et al., AISTATS 2022, Algorithm 5): closed form vs eq. 41, limits, the reference score."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def test_closed_form_equals_eq41(mu: float) -> None:
             closed = kors.leverage(kz, 1.0)
             ref = kors_leverage_eq41(kernel, anchors, probs, pt, mu, 0.5)
             assert abs(float(closed) - float(ref)) < 1e-10
-            # the reference score is (1+ε)k/μ − τ̃ (spec E11)
+            # the reference score is (1+ε)k/μ − τ̃ (authors' code)
             kref = KORS(mu, 0.5, score="reference")
             kref.load_state_dict(kors.state_dict())
             assert abs(float(kref.leverage(kz, 1.0)) - (1.5 / mu - float(ref))) < 1e-10
@@ -61,7 +61,7 @@ def test_limits_and_redundancy_ordering() -> None:
     scores = [float(kors.leverage(kernel_matrix(kernel, anchor, p[None])[:, 0], 1.0))
               for p in (near, mid, far)]
     assert scores[0] < scores[1] < scores[2]
-    # ... and the authors' score orders them the other way round (E11)
+    # ... and the authors' score orders them the other way round
     ref = KORS(mu, eps, score="reference")
     ref.load_state_dict(kors.state_dict())
     rscores = [float(ref.leverage(kernel_matrix(kernel, anchor, p[None])[:, 0], 1.0))
@@ -100,3 +100,26 @@ def test_bad_arguments() -> None:
     with pytest.raises(ValueError, match="p"):
         k.add(torch.zeros(0, dtype=torch.float64), 1.0, 0.0)
     assert k.m == 0
+
+
+def test_reference_score_anchors_refused_only_by_the_residual_guard():
+    """With the authors' score, redundant points get the *largest* acceptance probability; the
+    default ``min_residual`` guard then refuses those already in the span of the dictionary, which
+    is what makes the dictionaries smaller than the authors' code's. ``min_residual=0`` with a
+    ``1e-8`` nugget lets every KORS acceptance join (the authors' behaviour)."""
+    from torchbandits.envs.contextual import ChessboardEnv
+    from torchbandits.policies import EKUCB
+
+    sizes = {}
+    for name, kw in (("default", {}), ("reference", {"min_residual": 0.0, "jitter": 1e-8})):
+        env = ChessboardEnv()
+        env.reset(0)
+        pol = EKUCB(make_kernel("rbf", 0.1), lam=10.0, beta=0.1, kors_gamma=1.0, kors_score="reference",
+                    seed=0, **kw)
+        for _ in range(200):
+            cand = env.candidates()
+            i = pol.select(cand)
+            pol.update(cand[i], env.pull(i))
+        assert pol.kors.m == pol.model.m  # KORS and the model hold the same anchors
+        sizes[name] = (pol.model.m, pol.model.refused)
+    assert sizes["default"][1] >= 1 and sizes["reference"][1] == 0

@@ -1,4 +1,5 @@
-"""Seed 003 environments: switching kernel bandits and cosine bandits (spec §5.1, §5.4)."""
+"""Environments of Hong, Li & Tewari (AISTATS 2023): switching kernel bandits (§6) and cosine
+bandits (App. J)."""
 
 from __future__ import annotations
 
@@ -76,3 +77,29 @@ def test_cosine_bandits():
     assert torch.allclose(slow.means_at(9999), slow.means_at(0))
     with pytest.raises(ValueError, match="phase"):
         CosineBandit(phase="fast")
+
+
+def test_truncated_noise_is_zero_mean_and_symmetric_the_rejected_law_is_not():
+    """The default law is N(0, σ²) truncated to ±(1 − |r|) (zero mean, as the analysis assumes);
+    "rejected" redraws until |y| ≤ 1, which cuts one side only near |r| = 1."""
+    from scipy.stats import truncnorm
+
+    out = {}
+    for law in ("truncated", "rejected"):
+        env = SwitchingKernelEnv(n_arms=10, dim=3, noise_std=0.1, noise=law, switches=(10**6,), seed=3)
+        best = int(torch.argmax(env.means_at(0).abs()))
+        r = float(env.means_at(0)[best])        # |r| = 0.8: the window is ±0.2 = ±2σ
+        eps = torch.tensor([env.pull(best) for _ in range(20000)], dtype=torch.float64) - r
+        out[law] = eps
+        sign = math.copysign(1.0, r)
+        assert float((r + eps).abs().max()) <= 1.0
+    t = out["truncated"]
+    assert float(t.abs().max()) <= 0.2 + 1e-12
+    assert abs(float(t.mean())) < 4 * 0.088 / 20000**0.5
+    assert float(t.std()) == pytest.approx(truncnorm(-2, 2, scale=0.1).std(), rel=0.02)
+    rej = out["rejected"]
+    assert float(rej.min() if sign > 0 else -rej.max()) < -0.25    # the far side is not cut
+    # mean −σφ(2)/Φ(2) ≈ −0.0055 (towards 0 from r): not zero
+    assert sign * float(rej.mean()) == pytest.approx(truncnorm(-math.inf, 2, scale=0.1).mean(), abs=1.5e-3)
+    with pytest.raises(ValueError, match="noise"):
+        SwitchingKernelEnv(n_arms=4, dim=2, noise="clipped")

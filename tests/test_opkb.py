@@ -1,5 +1,5 @@
-"""OPKB / ADA-OPKB (seed 003): IPS moments, schedule, block bookkeeping, change test, presets
-(spec §6 items 7–10, 13)."""
+"""OPKB / ADA-OPKB (Hong, Li & Tewari, AISTATS 2023, Algorithms 2–4): IPS moments (Def. 4.1),
+schedule, block bookkeeping, change test (8), presets."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ D64 = torch.float64
 
 
 # ------------------------------------------------------------------ presets (§3.10)
-def test_code_preset_derived_values_match_spec():
+def test_code_preset_derived_values_match_the_released_config():
     c = op_preset("aistats2023_code")
     # K ≈ I, N = 100, σ = 100, T = 10⁴: γ_T = N log 2
     d = c.derived(100 * math.log(2), 10_000, 100)

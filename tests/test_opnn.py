@@ -1,4 +1,4 @@
-"""ReLU network, NTK Gram, TrainNN, OPNN / OPNN0 / ADA-OPNN (seed 003 spec §6 item 11)."""
+"""ReLU network, NTK Gram, TrainNN, OPNN / OPNN0 / ADA-OPNN (Hong, Li & Tewari, AISTATS 2023, §5)."""
 
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ def test_ada_opnn_sign_flip_and_regret():
     rand = simulate(RandomPolicy(seed=0), env, 2500, seed=0)
     assert pol.restart_times and pol.restart_times[0] > 700
     assert res.final_regret < 0.7 * rand.final_regret
-    # after a restart, block 0 plays the design of the initial feature map (A12)
+    # after a restart, block 0 plays the design of the initial feature map (restart_features="initial")
     assert res.diagnostics["train_seconds"][-1] > 0
     with pytest.raises(ValueError, match="feature_map"):
         ADAOPNN(100, feature_map="x")

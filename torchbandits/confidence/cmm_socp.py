@@ -1,23 +1,30 @@
-"""Kernel CMM bound by the second-order cone program of Eq. (10) (CVXPY reference; spec §2.4).
+"""Kernel CMM bound by the second-order cone program of Eq. (10) of Flynn & Reeb (2024), by CVXPY
+(the reference for the 1-D dual of their Eq. (12)).
 
 For data ``(x_1..x_t, y)`` and a query x, with ``w ∈ R^{t+1}`` the representer weights on
 ``(x_1..x_t, x)``::
 
     UCB(x) = max  k_{t+1}(x)ᵀ w   s.t.  ‖[K_t | k_t(x)] w − y‖₂ ≤ R_t,   ‖U_{t+1} w‖₂ ≤ B
 
-(LCB: ``min``), where ``U_{t+1}ᵀ U_{t+1} = K_{t+1}`` (+ jitter ε on the factor only, spec §7.9).
+(LCB: ``min``), where ``U_{t+1}ᵀ U_{t+1} = K_{t+1}`` (``‖f‖²_H = wᵀK_{t+1}w`` for
+``f = Σ w_i k(x_i, ·)``, Flynn & Reeb 2024, §4).
 
 Per round (data fixed) the program is compiled once with CVXPY ``Parameter``s for everything
 that depends on the query: the objective vector, the column ``k_t(x)`` and — with the default
 ``factor="chol"`` — the last column ``(u, s)`` of the upper factor
-``U_{t+1} = [[U_t, u], [0, s]]``, ``U_tᵀ u = k_t(x)``, ``s = sqrt(k(x,x) + ε − ‖u‖²)``
-(spec §2.8: the data block ``U_t`` is shared by all queries). ``factor="eigh"`` uses
-``diag(sqrt(max(λ,0))) Qᵀ`` of ``eigh(K_{t+1})`` (exact, no jitter) as a full parameter matrix.
-One solve per query and side with the pinned solver (Clarabel); the status is checked and any
-status other than ``optimal`` is reported to the caller (which falls back to DMM).
+``U_{t+1} = [[U_t, u], [0, s]]``, ``U_tᵀ u = k_t(x)``, ``s = sqrt(max(k(x,x) − ‖u‖², 0))``: the
+data block ``U_t`` is shared by all queries. ``U_t`` is the **exact** Cholesky factor of ``K_t``;
+only when that factorisation fails (``K_t`` numerically singular) is ``ε = jitter`` added to the
+diagonal of the factored matrix, with a ``RuntimeWarning`` (the authors' code always adds
+ε = 1e-6, which shrinks the norm ball and moves the bound by up to ~1e-5). ``factor="eigh"``
+uses ``diag(sqrt(max(λ,0))) Qᵀ`` of ``eigh(K_{t+1})`` (exact, no jitter) as a full parameter
+matrix. One solve per query and side with the pinned solver (Clarabel); the status is checked and
+any status other than ``optimal`` is reported to the caller (which falls back to DMM).
 """
 
 from __future__ import annotations
+
+import warnings
 
 import cvxpy as cp
 import numpy as np
@@ -31,8 +38,9 @@ class CMMSocp:
     """CVXPY program of Eq. (10), compiled once per data set, re-solved per query.
 
     Args:
-        jitter: ε added to ``K_{t+1}``'s diagonal before the Cholesky (factor only; 1e-6 as in
-            the paper's code).
+        jitter: fallback ε added to ``K_t``'s diagonal before the Cholesky (factor only) when the
+            exact factorisation fails; 1e-6 as in the authors' code. ``jitter_used`` says which
+            factor the current program holds (0.0: exact).
         factor: ``"chol"`` (default) or ``"eigh"``.
         solver: CVXPY solver name (pinned; default ``"CLARABEL"``).
     """
@@ -48,6 +56,7 @@ class CMMSocp:
         self.factor = factor
         self.solver = solver
         self._key: tuple | None = None
+        self.jitter_used = 0.0
         self.n_solves = 0
         self.statuses: dict[str, int] = {}
 
@@ -63,7 +72,7 @@ class CMMSocp:
         fit = gram @ w_d + self._col * w_x - y
         cons = [cp.norm(fit, 2) <= radius]
         if self.factor == "chol":
-            upper = np.linalg.cholesky(gram + self.jitter * np.eye(t)).T  # U_tᵀ U_t = K_t + εI
+            upper, self.jitter_used = self._factor(gram)  # U_tᵀ U_t = K_t (+ εI on failure only)
             self._upper = upper
             self._u = cp.Parameter(t)
             self._s = cp.Parameter(nonneg=True)
@@ -75,12 +84,24 @@ class CMMSocp:
         cons.append(cp.norm(norm_vec, 2) <= norm_bound)
         self._problem = cp.Problem(cp.Maximize(self._obj_d @ w_d + self._obj_x * w_x), cons)
 
+    def _factor(self, gram: np.ndarray) -> tuple[np.ndarray, float]:
+        """Upper factor ``U`` with ``UᵀU = K_t`` (exact), or ``K_t + εI`` when that fails."""
+        try:
+            return np.linalg.cholesky(gram).T, 0.0
+        except np.linalg.LinAlgError:
+            if self.jitter == 0.0:
+                raise
+            warnings.warn(f"CMM SOCP: K_t is numerically singular; factorising K_t + {self.jitter:g} I "
+                          "instead (the bound is then slightly tighter than the exact one)",
+                          RuntimeWarning, stacklevel=4)
+            return np.linalg.cholesky(gram + self.jitter * np.eye(gram.shape[0])).T, self.jitter
+
     def _set_query(self, b: np.ndarray, kxx: float) -> None:
         self._col.value = b
         if self.factor == "chol":
             u = np.linalg.solve(self._upper.T, b) if b.size else b
             self._u.value = u
-            self._s.value = float(np.sqrt(max(kxx + self.jitter - u @ u, 1e-300)))
+            self._s.value = float(np.sqrt(max(kxx + self.jitter_used - u @ u, 0.0)))
         else:
             t = b.size
             full = np.empty((t + 1, t + 1))

@@ -1,5 +1,6 @@
-"""Convex programs of seed 003: OP (Algorithm 1), the kernel optimal design π(A), the information
-gain γ_T, their KKT certificates, with a torch barrier-Newton solver (default) and CVXPY (reference)."""
+"""Convex programs of Hong, Li & Tewari (AISTATS 2023): OP (Algorithm 1), the kernel optimal
+design π(A), the information gain γ_T, their KKT certificates, with a torch barrier-Newton solver
+(default) and CVXPY (reference)."""
 
 from .kkt import (
     Certificate,
@@ -10,8 +11,9 @@ from .kkt import (
     leverages,
     logdet_design,
 )
+from .logdet import LogDetSolution, low_rank_factor, solve_cvxpy, solve_logdet_program
 from .newton import NewtonInfo, barrier_newton
-from .op import LogDetSolution, OPResult, low_rank_factor, solve_cvxpy, solve_logdet_program, solve_op
+from .op import OPResult, solve_op
 from .optimal_design import DesignResult, information_gain, information_gain_at, optimal_design
 
 __all__ = [

@@ -1,5 +1,5 @@
-"""Kernel-form quantities of seed 003 (spec §2.2) and the optimality certificates of the log-det
-programs (spec §3.1, §2.5, Lemma 4.4).
+"""Kernel-form quantities of Hong, Li & Tewari (AISTATS 2023, §4.1, App. I) and the optimality
+certificates of the log-det programs (Algorithm 1, Def. 4.2, Lemma 4.4).
 
 All programs solved in :mod:`torchbandits.design` have the form
 
@@ -35,7 +35,7 @@ __all__ = [
 
 
 def design_matrix(phi: Tensor, p: Tensor, lam: float) -> Tensor:
-    """``S(p, λ) = Φᵀ diag(p) Φ + λ I_r`` (spec §2.2)."""
+    """``S(p, λ) = Φᵀ diag(p) Φ + λ I_r`` (Hong, Li & Tewari 2023, §4.1)."""
     r = phi.shape[1]
     return phi.T @ (p.unsqueeze(1) * phi) + lam * torch.eye(r, dtype=phi.dtype, device=phi.device)
 
@@ -106,7 +106,7 @@ def kkt_certificate(phi: Tensor, p: Tensor, c: Tensor, weight: float, lam: float
 
 def lemma44_check(phi: Tensor, q: Tensor, delta_hat: Tensor, alpha: float, beta: float,
                   gamma: float, lam: float) -> dict[str, float]:
-    """Slack of Lemma 4.4 (i)–(iii) for the OP output ``Q`` (spec §3.1); each value must be ≥ 0:
+    """Slack of Lemma 4.4 (i)–(iii) for the OP output ``Q`` (Algorithm 1); each value must be ≥ 0:
 
     (i) ``(1 + α)γ/β − Σ Q Δ̂``; (ii) ``min_x [βΔ̂(x) + 2γ − ‖φ(x)‖²_{S(Q)⁻¹}]``;
     (iii) ``min_x [β²Δ̂(x)²/(2αγ) + 2γ − ‖φ(x)‖²_{S(Q)⁻¹}]``.

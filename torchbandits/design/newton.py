@@ -1,4 +1,5 @@
-"""Log-barrier interior point with equality-constrained Newton steps (spec §3.1, §7.1).
+"""Log-barrier interior point with equality-constrained Newton steps for the log-det programs of
+Hong, Li & Tewari (AISTATS 2023, Algorithm 1, Def. 4.2).
 
 Solves ``min_{p ∈ Δ_N} J(p) = cᵀp − w·log det(Φᵀ diag(p) Φ + λI)`` by following the central path
 of ``F_t(p) = t·J(p) − Σ_i log p_i`` subject to ``1ᵀp = 1``:

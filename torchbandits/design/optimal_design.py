@@ -1,15 +1,15 @@
-"""Kernel optimal design ``π_φ(A)`` (Def. 4.2, spec §2.5) and the information gain ``γ_{φ,T}``
-(spec §2.3).
+"""Kernel optimal design ``π_φ(A)`` (Hong, Li & Tewari, AISTATS 2023, Def. 4.2) and the information
+gain ``γ_{φ,T}`` (§2.1, App. C).
 
 ``π(A) = argmax_{P on A} log det(Φ_Aᵀ diag(P) Φ_A + λI)`` with ``λ = σ/T`` — OP with ``Δ̂ ≡ 0``
 restricted to A, solved in ``|A|`` variables on the rows ``Φ[A, :]`` (any equivalent factor;
-never a column subset, spec §7 A7). Because ``S(TP/σ, 1) = (T/σ)·S(P, σ/T)``, the maximiser of the
-information gain is the design of the whole arm set, so
+never a column subset of a Cholesky factor, which is not an equivalent feature map). Because
+``S(TP/σ, 1) = (T/σ)·S(P, σ/T)``, the maximiser of the information gain is the design of the whole arm set, so
 
 ``γ_T = log det(I_N + (T/σ) D_π^{1/2} K D_π^{1/2}) = log det(I_r + Φᵀ D_π Φ / λ)``
 
 (paper's convention, no factor 1/2; ``convention="half"`` returns ``γ_T/2`` as the authors' code
-does, spec §7 A5).
+does).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from .kkt import Certificate, design_matrix
-from .op import solve_logdet_program
+from .logdet import solve_logdet_program
 
 __all__ = ["DesignResult", "information_gain", "information_gain_at", "optimal_design"]
 
@@ -93,8 +93,8 @@ def information_gain(
     convention: str = "paper",
     solver: str = "newton",
 ) -> float:
-    """``γ_{φ,T}`` of spec §2.3 from the optimal design of the whole arm set (computed unless
-    ``design`` is given). ``convention="half"`` divides by 2 (authors' code)."""
+    """``γ_{φ,T}`` (Hong, Li & Tewari 2023, §2.1) from the optimal design of the whole arm set
+    (computed unless ``design`` is given). ``convention="half"`` divides by 2 (authors' code)."""
     if convention not in ("paper", "half"):
         raise ValueError(f"convention must be 'paper' or 'half', got {convention!r}")
     if design is None:

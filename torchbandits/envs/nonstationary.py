@@ -1,17 +1,25 @@
-"""Non-stationary environments of seed 003 (spec §5.1, §5.4).
+"""Non-stationary environments of Hong, Li & Tewari (AISTATS 2023, §6 and App. J).
 
-* :class:`SwitchingKernelEnv` — Section 6: ``N`` arms uniform on the unit sphere of ``R^d``, a base
+* :class:`SwitchingKernelEnv` — §6: ``N`` arms uniform on the unit sphere of ``R^d``, a base
   reward vector ``r ~ N(0, K)`` (RBF kernel, length scale ℓ) rescaled to ``max|r| = 0.8``; at each
-  switch the reward vector changes: sign flip of the same vector (default, authors' code, A17) or
-  a fresh draw from ``N(0, K)`` (``mode="resample"``). A switch at ``τ`` means the new function is
-  used from round ``τ + 1`` (1-based). Env 1: ``switches=(3000,)``; Env 2: ``(1500, 5000)``.
+  switch the reward vector changes: sign flip of the same vector (default, authors' code; the
+  paper does not say) or a fresh draw from ``N(0, K)`` (``mode="resample"``). A switch at ``τ``
+  means the new function is used from round ``τ + 1`` (1-based). Env 1: ``switches=(3000,)``;
+  Env 2: ``(1500, 5000)``.
 * :class:`CosineBandit` — App. J: ``r_t(x) = 0.8·cos(3xᵀθ + φ(t))`` with arms and θ uniform on the
   sphere; ``phase="stationary"`` (φ ≡ 0, J.2) or ``"slow"`` (J.3: 0 on [0, 1000), linear to π on
   [1000, 3000), π on [3000, 4000), linear to 2π on [4000, 6000), 2π afterwards; ``t`` = rounds
   already played).
 
-Noise: normal with s.d. 0.1 truncated so that ``|y| ≤ 1`` (default, A18, the bounded-noise
-theory; drawn by rejection) or plain Gaussian (``noise="gaussian"``). Randomness (spec §7 A22):
+Noise (the paper, §6: Gaussian with s.d. 0.1; its analysis, §2: zero-mean and bounded):
+
+* ``"truncated"`` (default): ``N(0, σ²)`` truncated to ``[−(1 − |r|), 1 − |r|]`` — zero mean, and
+  ``|y| ≤ 1``; the authors' code draws the same law. One uniform per pull, by the inverse CDF;
+* ``"rejected"``: ``N(0, σ²)`` redrawn until ``|r + ε| ≤ 1`` (one-sided near ``|r| = 1``, so its
+  mean is not zero: ``−0.0055`` at ``r = 0.8``); the default of earlier versions;
+* ``"gaussian"``: plain ``N(0, σ²)``.
+
+Randomness:
 ``reset(seed)`` derives separate generators for the instance (arms, θ, reward vectors) and for the
 noise from ``seed`` (the *env seed*: the run index), so every algorithm faces the same instance
 and noise sequence for a given seed, whatever its own (algorithm) seed.
@@ -47,8 +55,8 @@ class _FixedArmEnv:
             raise ValueError(f"n_arms must be >= 1, got {n_arms}")
         if int(dim) < 1:
             raise ValueError(f"dim must be >= 1, got {dim}")
-        if noise not in ("truncated", "gaussian"):
-            raise ValueError(f"noise must be 'truncated' or 'gaussian', got {noise!r}")
+        if noise not in ("truncated", "rejected", "gaussian"):
+            raise ValueError(f"noise must be 'truncated', 'rejected' or 'gaussian', got {noise!r}")
         self.noise_std = float(noise_std)
         if self.noise_std < 0:
             raise ValueError(f"noise_std must be >= 0, got {noise_std}")
@@ -64,11 +72,25 @@ class _FixedArmEnv:
         return g_inst
 
     def _noise(self, mean: float) -> float:
+        if self.noise == "truncated":
+            return self._truncated_noise(mean)
         for _ in range(100):
             eps = float(torch.randn((), generator=self._g_noise, dtype=torch.float64)) * self.noise_std
             if self.noise == "gaussian" or abs(mean + eps) <= 1.0:
                 return eps
         return max(-1.0, min(1.0, mean + eps)) - mean   # pragma: no cover - |mean| ≈ 1
+
+    def _truncated_noise(self, mean: float) -> float:
+        """``ε ~ N(0, σ²)`` conditioned on ``|ε| ≤ w = 1 − |mean|``, by the inverse CDF:
+        ``ε = σ Φ⁻¹(Φ(−w/σ) + u (Φ(w/σ) − Φ(−w/σ)))``, ``u ~ U(0, 1)``."""
+        u = torch.rand((), generator=self._g_noise, dtype=torch.float64)
+        width = max(1.0 - abs(mean), 0.0)
+        if self.noise_std == 0.0 or width == 0.0:
+            return 0.0
+        z = torch.tensor(width / self.noise_std, dtype=torch.float64)
+        lo = torch.special.ndtr(-z)
+        eps = self.noise_std * float(torch.special.ndtri(lo + u * (1.0 - 2.0 * lo)))
+        return max(-width, min(width, eps))
 
     def candidates(self) -> Tensor:
         return self.arms
@@ -88,15 +110,16 @@ class _FixedArmEnv:
 
 
 class SwitchingKernelEnv(_FixedArmEnv):
-    """Kernel bandit whose reward vector switches at given rounds (spec §5.1).
+    """Kernel bandit whose reward vector switches at given rounds (Hong, Li & Tewari 2023, §6).
 
     Args:
-        n_arms, dim: ``N = 100``, ``d = 10`` (A16).
+        n_arms, dim: ``N = 100``, ``d = 10`` (the authors' configuration; not in the text).
         lengthscale: RBF ℓ of nature's kernel (0.2); ``kernel`` is exposed to the policies.
         switches: rounds after which the function changes ((3000,) = Env 1, (1500, 5000) = Env 2).
         mode: ``"sign"`` (flip the sign of the same vector) or ``"resample"`` (fresh ``N(0, K)``).
         max_abs: rescale so that ``max_x |r(x)| = max_abs`` (0.8).
-        noise_std, noise: s.d. 0.1, ``"truncated"`` (|y| ≤ 1) or ``"gaussian"``.
+        noise_std, noise: s.d. 0.1; ``"truncated"`` (zero mean, ``|y| ≤ 1``), ``"rejected"`` or
+            ``"gaussian"`` (see the module docstring).
     """
 
     def __init__(self, n_arms: int = 100, dim: int = 10, lengthscale: float = 0.2, *,

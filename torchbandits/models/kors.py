@@ -1,4 +1,5 @@
-"""KORS: Kernel Online Row Sampling, the incremental dictionary of EK-UCB (seed 000 spec §2.4).
+"""KORS: Kernel Online Row Sampling, the incremental dictionary of EK-UCB (Zenati et al., AISTATS
+2022, §4.2, Algorithms 1 and 5, App. E.3).
 
 Once per round, only for the newly played state ``s_t``, KORS decides whether ``s_t`` joins the
 dictionary; rejected points are never reconsidered and anchors are never removed
@@ -6,7 +7,7 @@ dictionary; rejected points are never reconsidered and anchors are never removed
 ``S = diag(1/√p̃_i)`` and ``N = (S K_ZZ S + μ I)⁻¹``, stored as ``(K_ZZ + μ diag(p̃))⁻¹``
 (``= S N S``), which needs no weighting of ``k_Z``.
 
-Leverage score (paper eq. 41, closed form of spec §2.4): with ``b = S k_Z(s_t)``, ``u = bᵀ N b``
+Leverage score (Zenati et al. 2022, eq. 41, in closed form): with ``b = S k_Z(s_t)``, ``u = bᵀ N b``
 and ``ρ = k(s_t, s_t) − u``,
 
     ``τ̃_t = (1 + ε) ρ / (ρ + μ)``,
@@ -15,9 +16,13 @@ which is eq. 41 evaluated with ``s_t`` temporarily added with weight 1. Acceptan
 ``p̃_t = min(γ τ̃_t, 1)``. On acceptance ``N`` is bordered with ``b/√p̃_t`` and
 ``k(s_t,s_t)/p̃_t + μ``.
 
-``score="reference"`` reproduces the authors' code (spec E11): it computes
+``score="reference"`` reproduces the authors' released code: it computes
 ``(1+ε) μ⁻¹ vᵀ(S*K*S* + μI)⁻¹ v = (1+ε) k(s_t,s_t)/μ − τ̃_t``, which is *largest for redundant
-points*; offered only to match the code's dictionary sizes and timings.
+points*; offered only to match the code's dictionary sizes and timings. Its acceptance
+probabilities equal the code's (``Σ p̃`` within a few %), but many accepted points lie in the span
+of the dictionary, and the caller's ``min_residual`` guard refuses them; the code's dictionary
+sizes need the guard off (``min_residual=0`` with a ``1e-8`` nugget on ``K_ZZ``, see
+docs/reproductions/ekucb.md).
 
 The coin is drawn by the caller (the policy owns the generator), and the caller may veto an
 accepted point (the ``min_residual`` guard of :class:`~torchbandits.models.NystromKernelRidge`),
@@ -43,13 +48,14 @@ KorsScore = Literal["correct", "reference"]
 
 
 class KORS(ResizableModule):
-    """Incremental ridge-leverage-score sampler (spec §2.4).
+    """Incremental ridge-leverage-score sampler (Zenati et al. 2022, Algorithm 5).
 
     Args:
         mu: KORS regulariser ``μ > 0`` (projection accuracy; theory ``μ = λ``).
         eps: accuracy ``ε ≥ 0`` of the leverage estimate (0.5 in the paper's code).
-        gamma: oversampling budget ``γ > 0`` (theory ``12 log(T/δ)``, code ``b·λ``, spec E10).
-        score: ``"correct"`` (eq. 41, default) or ``"reference"`` (the authors' code, E11).
+        gamma: oversampling budget ``γ > 0`` (theory ``12 log(T/δ)``, Zenati et al. 2022 App. E.3;
+            authors' code ``b·λ``).
+        score: ``"correct"`` (eq. 41, default) or ``"reference"`` (the authors' code).
     """
 
     def __init__(

@@ -1,11 +1,12 @@
-"""ReLU network, its empirical-NTK feature map and TrainNN (seed 003 spec §3.5–§3.6).
+"""ReLU network, its empirical-NTK feature map and TrainNN (Hong, Li & Tewari, AISTATS 2023, §5.1,
+Algorithm 6).
 
 The bias-free ReLU MLP ``net(x) = W_out σ(W_L σ(⋯ σ(W_1 x)))`` has an input layer ``d → m``,
 ``n_square_layers`` layers ``m → m`` and an output layer ``m → 1``; every weight is i.i.d.
 ``N(0, 2/m)``. The paper's depth ``L`` counts all matrices (``n_square_layers = L − 2``); the
-authors' code uses ``L`` square layers (``n_square_layers = L``, the default for reproduction,
-spec §7 A9). The model is ``f(x; W) = √m · net(x; W)`` and the algorithm's features are
-``g(x; W)/√m = ∇_W net(x; W)`` (A10).
+authors' code uses ``L`` square layers (``n_square_layers = L``, the default for reproduction).
+The model is ``f(x; W) = √m · net(x; W)`` and the algorithm's features are
+``g(x; W)/√m = ∇_W net(x; W)`` (§5.1).
 
 **NTK Gram without per-arm gradients.** With ``h_{l−1}`` the input of layer ``l``,
 ``z_l = W_l h_{l−1}`` and ``b_l = ∂net/∂z_l`` (``b_out = 1``, ``b_l = (W_{l+1}ᵀ b_{l+1}) ⊙ 1{z_l > 0}``),

@@ -1,4 +1,4 @@
-"""OPKB (Algorithm 2) and ADA-OPKB (Algorithms 3–4) of seed 003 (spec §3.2–§3.4).
+"""OPKB (Algorithm 2) and ADA-OPKB (Algorithms 3–4) of Hong, Li & Tewari (AISTATS 2023, §4.1, §4.3).
 
 Randomised policies on a fixed finite arm set ``X = {a₁..a_N}``: ``select`` samples an arm from
 the current distribution with the policy's own generator, ``distribution()`` returns it, and
@@ -7,14 +7,15 @@ term of OP and the forced mixing with the optimal design ``π(X)``.
 
 * Block ``j`` of an epoch has length ``2^j E``; block 0 plays ``π(X)``. At the start of block
   ``j ≥ 1`` the empirical gaps ``Δ̂ = G[j−1]`` of the IPS estimates over all of the epoch's history
-  (spec §2.4, each step with the IPS matrix ``M_m = Φ S(P^{(m)}, σ/T)⁻¹Φᵀ`` of the strategy it was
+  (Def. 4.1, each step with the IPS matrix ``M_m = Φ S(P^{(m)}, σ/T)⁻¹Φᵀ`` of the strategy it was
   played with, cached per strategy) feed OP with ``β_j``; ``P^{(j)} = (1 − μ_j) Q^{(j)} + μ_j π(X)``.
 * ADA-OPKB draws a replay :class:`~.schedule.Schedule` per block; at round ``s`` it plays the
   strategy of the active index. When a scheduled interval ``I`` of index ``m`` ends, its gap
   estimate ``D`` is compared with every reference ``G[k]``, ``k < j`` (two-sided test
   ``max(D − 4G[k]) > thr`` or ``max(G[k] − 4D) > thr``, ``thr = 4c₀μ_{m∧k}`` in the paper); a
   failed test restarts: new epoch at ``s + 1`` with ``j = 0``, empty history, strategy ``π(X)``.
-* ``λ = σ/T`` with the global horizon ``T`` in every epoch (spec §7 A14); all constants come from
+* ``λ = σ/T`` with the global horizon ``T`` in every epoch (as the authors' code; the paper
+  does not say otherwise); all constants come from
   :class:`~.op_presets.OPConstants` (presets ``"theory"`` and ``"aistats2023_code"``).
 
 Diagnostics: block index, epoch, restarts (and the last restart time; ``restart_times`` holds
@@ -326,7 +327,7 @@ class OPPolicyBase(Policy):
 
 
 class ADAOPKB(OPPolicyBase):
-    """ADA-OPKB (Algorithm 3 with the replay schedule of Algorithm 4), spec §3.3–§3.4.
+    """ADA-OPKB (Hong, Li & Tewari 2023, Algorithm 3 with the replay schedule of Algorithm 4).
 
     Args:
         kernel: the known kernel (GPyTorch) — the feature map is the Cholesky factor of ``K``.
@@ -352,7 +353,7 @@ class ADAOPKB(OPPolicyBase):
 
 
 class OPKB(ADAOPKB):
-    """OPKB, the stationary algorithm (Algorithm 2, spec §3.2): doubling blocks, no replays and
+    """OPKB, the stationary algorithm (Hong, Li & Tewari 2023, Algorithm 2): doubling blocks, no replays and
     no change tests. Same arguments as :class:`ADAOPKB`."""
 
     adaptive = False

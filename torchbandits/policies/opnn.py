@@ -1,15 +1,17 @@
-"""OPNN, OPNN0 (Algorithm 5, App. J.2) and ADA-OPNN (Algorithm 7) of seed 003 (spec §3.7–§3.8).
+"""OPNN, OPNN0 (Algorithm 5, App. J.2) and ADA-OPNN (Algorithm 7, App. B) of Hong, Li & Tewari
+(AISTATS 2023, §5.2).
 
 OPKB / ADA-OPKB with a *dynamic* feature map: the empirical NTK of a ReLU network
 (:mod:`torchbandits.models.neural`). At ``W⁽⁰⁾`` (drawn from the policy's generator) the Gram
 ``K^{W⁽⁰⁾}`` gives ``Φ₀``, ``π_{Φ₀}(X)`` and ``γ = γ_{Φ₀,T}`` — ``γ, E, α, β_j, μ_j`` are never
 recomputed. At the start of every block ``j ≥ 1``: ``W⁽ʲ⁾ = TrainNN(epoch history, W⁽⁰⁾)``,
 ``Φ_j = chol(K^{W⁽ʲ⁾} + εI)``, ``π_{Φ_j}(X)``; with ``feature_map="current"`` (Algorithms 5/7 and
-the authors' code, A11) the IPS matrices of all earlier strategies of the epoch and the cached
+the authors' code) the IPS matrices of all earlier strategies of the epoch and the cached
 reference gaps ``G[k]`` are recomputed with ``Φ_j``; ``"at_play_time"`` keeps each step's matrix
 of the map current when it was played (the analysis, Lemma G.13). Then OP with ``Φ_j`` and
 ``P⁽ʲ⁾ = (1 − μ_j)Q⁽ʲ⁾ + μ_j π_{Φ_j}(X)``. After a restart block 0 plays ``π_{Φ₀}(X)`` of the
-initial map (A12; ``restart_features="last"`` keeps the last trained map, as the authors' code).
+initial map (the paper does not say; ``restart_features="last"`` keeps the last trained map, as
+the authors' code).
 ``OPNN0`` freezes the map at ``W⁽⁰⁾`` (= ``train_steps = 0``).
 """
 
@@ -35,10 +37,10 @@ class ADAOPNN(OPPolicyBase):
         horizon: ``T``.
         width: ``m`` (2048 in the paper's experiments).
         n_square_layers: number of ``m × m`` layers (authors' code: ``L = 3``; the paper's depth
-            ``L`` corresponds to ``L − 2``, spec §7 A9).
+            ``L`` corresponds to ``L − 2``, §5.1).
         nn_lam: TrainNN ridge ``λ`` (10).  eta: step size ``η`` (1e-8).  train_steps: ``J`` (100).
-        feature_map: ``"current"`` or ``"at_play_time"`` (A11).
-        restart_features: ``"initial"`` (A12, default) or ``"last"``.
+        feature_map: ``"current"`` (Algorithms 5/7) or ``"at_play_time"`` (Lemma G.13).
+        restart_features: ``"initial"`` (default) or ``"last"`` (authors' code).
         net_dtype: dtype of the network (float32); Grams and all OP algebra stay in float64.
         jitter: added to ``K^W`` before the Cholesky factorisation.
         preset, constants, solver, **overrides: as :class:`~.opkb.ADAOPKB` (family ``"opnn"``).
