@@ -7,9 +7,10 @@ import torch
 
 pytest.importorskip("sklearn")
 
-from torchbandits.envs.digits import DigitsEnv, load_digits_tensors
+from torchbandits.envs.digits import DigitsEnv, load_digits_tensors, ntk_features
 from torchbandits.experiments import simulate
-from torchbandits.experiments.registry import make_env
+from torchbandits.experiments.registry import make_env, make_policy
+from torchbandits.models.neural import ntk_gram
 from torchbandits.policies import GPUCB, RandomPolicy
 
 
@@ -58,3 +59,40 @@ def test_registry_and_fitted_gpucb_beats_random() -> None:
     assert fit.final_regret < 0.85 * rnd.final_regret
     assert pol.n_refits >= 4
     assert len(pol.last_fit.lengthscales) == 2  # ℓ_x (pixels) and ℓ_a (one-hot actions)
+
+
+def test_ntk_features_are_the_network_ntk() -> None:
+    env = DigitsEnv(n_samples=50, features="ntk", ntk_width=8)
+    x = env.context()
+    z = (torch.eye(10, dtype=torch.float64)[:, :, None] * (x / x.norm())[None, None, :]).flatten(1)
+    phi = env.candidates()
+    assert phi.shape == (10, env.network.n_params) == (10, 8 * 640 + 8) and env.dim == phi.shape[1]
+    assert float((phi @ phi.T - ntk_gram(env.network, z)).abs().max()) < 1e-12
+    direct = ntk_features(env.network, z[:1])  # gradient of net by autograd, one row
+    zz = z[:1].clone()
+    w = [p for p in env.network.parameters()]
+    with torch.enable_grad():
+        for p in w:
+            p.requires_grad_(True)
+        grads = torch.autograd.grad(env.network.net(zz).sum(), w)
+    assert torch.allclose(direct[0], torch.cat([g.flatten() for g in grads]), atol=1e-14)
+    twin = DigitsEnv(n_samples=50, features="ntk", ntk_width=8)
+    assert torch.equal(twin.candidates(), phi)  # the network's weights are seeded
+    with pytest.raises(ValueError, match="features"):
+        DigitsEnv(features="pixels")
+    with pytest.raises(ValueError, match="ntk_width"):
+        DigitsEnv(features="ntk", ntk_width=0)
+
+
+@pytest.mark.parametrize("features", ["joint", "ntk"])
+def test_registry_policies_run_on_digits(features: str) -> None:
+    env = make_env("digits", features=features, ntk_width=4)
+    rnd = simulate(RandomPolicy(), env, 100, seed=1).final_regret
+    regrets = {name: simulate(make_policy(name, env), env, 100, seed=1).final_regret
+               for name in ("kucb", "ekucb", "gpucb")}
+    assert all(0 <= r <= 100 for r in regrets.values())
+    assert regrets["kucb"] < rnd and regrets["gpucb"] < rnd
+    # OPNN plays a fixed arm set (Hong et al. 2023, Alg. 5): a contextual stream is refused
+    opnn = make_policy("opnn", env, horizon=10)
+    with pytest.raises(ValueError, match="fixed arm set"):
+        simulate(opnn, env, 3, seed=1)

@@ -33,9 +33,10 @@ from gpytorch.kernels import Kernel
 from torch import Tensor
 
 from ..kernels import make_kernel, product_kernel
+from ..models.neural import ReLUNetwork
 from .base import gaussian_reward
 
-__all__ = ["DigitsEnv", "load_digits_tensors"]
+__all__ = ["DigitsEnv", "load_digits_tensors", "ntk_features"]
 
 N_CLASSES = 10
 
@@ -52,6 +53,19 @@ def load_digits_tensors(dtype: torch.dtype = torch.float64) -> tuple[Tensor, Ten
     return x, torch.as_tensor(data.target, dtype=torch.long)
 
 
+def ntk_features(network: ReLUNetwork, z: Tensor) -> Tensor:
+    """Per-row gradients ``∇_W net(z_i; W)`` of ``network`` stacked as ``[n, p]`` (``p`` = number
+    of weights), so that ``φ φᵀ`` equals :func:`~torchbandits.models.neural.ntk_gram`."""
+    params = {k: v.detach() for k, v in network.named_parameters()}
+
+    def net(p: dict[str, Tensor], row: Tensor) -> Tensor:
+        return torch.func.functional_call(network, p, (row[None],)).squeeze() / math.sqrt(
+            network.width)  # forward is √m · net
+
+    jac = torch.func.vmap(torch.func.jacrev(net), in_dims=(None, 0))(params, z)
+    return torch.cat([jac[k].flatten(1) for k in params], dim=1)
+
+
 class DigitsEnv:
     """Contextual bandit on scikit-learn's digits; candidates ``[10, 74]`` = ``[x; one-hot(a)]``.
 
@@ -59,15 +73,23 @@ class DigitsEnv:
         noise_std: σ of the Gaussian noise added to the 0/1 reward (0: exact rewards).
         context_lengthscale, action_lengthscale: of the product kernel :attr:`kernel`.
         n_samples: use only the first ``n_samples`` images (``None``: all 1,797).
+        features: ``"joint"`` (``[x; one-hot(a)]``, 74 dimensions) or ``"ntk"`` (the network
+            gradients of the module docstring, ``ntk_width · 641`` dimensions, linear kernel).
+        ntk_width, ntk_seed: hidden width and weight seed of the NTK network.
     """
 
     name = "digits"
 
     def __init__(self, noise_std: float = 0.0, context_lengthscale: float = 3.0,
                  action_lengthscale: float = 0.5, *, n_samples: int | None = None,
+                 features: str = "joint", ntk_width: int = 16, ntk_seed: int = 0,
                  dtype: torch.dtype = torch.float64, device: torch.device | str = "cpu") -> None:
         if not math.isfinite(noise_std) or noise_std < 0:
             raise ValueError(f"noise_std must be a finite number >= 0, got {noise_std}")
+        if features not in ("joint", "ntk"):
+            raise ValueError(f"features must be 'joint' or 'ntk', got {features!r}")
+        if isinstance(ntk_width, bool) or int(ntk_width) != ntk_width or ntk_width < 1:
+            raise ValueError(f"ntk_width must be an int >= 1, got {ntk_width!r}")
         x, labels = load_digits_tensors(dtype)
         if n_samples is not None:
             if not 1 <= int(n_samples) <= x.shape[0]:
@@ -88,6 +110,14 @@ class DigitsEnv:
             make_kernel("rbf", action_lengthscale, active_dims=act, dtype=dtype),
         ).to(self.device)
         self._onehot = torch.eye(N_CLASSES, dtype=dtype, device=self.device)
+        self.features_kind = features
+        self.network: ReLUNetwork | None = None
+        if features == "ntk":
+            gen = torch.Generator().manual_seed(int(ntk_seed))
+            self.network = ReLUNetwork(N_CLASSES * self.context_dim, int(ntk_width), 0,
+                                       generator=gen, dtype=dtype, device=self.device)
+            self.dim = self.network.n_params
+            self.kernel = make_kernel("linear", dtype=dtype).to(self.device)
         self.reset(0)
 
     def reset(self, seed: int) -> None:
@@ -109,7 +139,11 @@ class DigitsEnv:
         self.index = int(self._order[self._pos])
         x = self.features[self.index]
         self.label = int(self.labels[self.index])
-        self._cand = torch.cat([x.expand(N_CLASSES, -1), self._onehot], dim=1)
+        if self.network is None:
+            self._cand = torch.cat([x.expand(N_CLASSES, -1), self._onehot], dim=1)
+        else:  # block inputs e_a ⊗ x/‖x‖, [10, 640], through the network's gradient
+            z = (self._onehot[:, :, None] * (x / x.norm())[None, None, :]).flatten(1)
+            self._cand = ntk_features(self.network, z)
         self._means = self._onehot[self.label].clone()
 
     def context(self) -> Tensor:
@@ -130,5 +164,5 @@ class DigitsEnv:
         return reward
 
     def __repr__(self) -> str:
-        return (f"DigitsEnv(n={self.features.shape[0]}, dim={self.dim}, "
-                f"noise_std={self.noise_std})")
+        return (f"DigitsEnv(n={self.features.shape[0]}, features={self.features_kind!r}, "
+                f"dim={self.dim}, noise_std={self.noise_std})")
