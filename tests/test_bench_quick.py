@@ -39,3 +39,15 @@ def test_bench_opkb_quick(tmp_path):
     run = report["adaopkb"]
     assert run["T"] == 1000 and run["agent_seconds"] > 0 and run["solves"] >= 1
     assert "ADA-OPKB, T = 1000" in (tmp_path / "bench.md").read_text()
+
+
+def test_bench_vs_reference_quick(tmp_path):
+    """The numpy re-statement of the authors' loops computes the UCBs ours computes (1e-9)."""
+    assert _load("bench_vs_reference").main(["--quick", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "bench.json").read_text())["rows"]
+    bounds = [r for r in rows if r["family"] == "bound"]
+    assert {(r["method"], r["t"]) for r in bounds} == {(m, t) for m in ("AMM", "AY", "IGP", "DMM")
+                                                          for t in (20, 40)}
+    assert max(r["max_abs_ucb_diff"] for r in bounds) < 1e-9
+    assert {r["method"] for r in rows if r["family"] == "bkb"} == {"BKB q̄=1", "BKB q̄=5"}
+    assert all(r["ours_ms"] > 0 and r["reference_ms"] > 0 for r in rows)
