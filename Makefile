@@ -41,7 +41,7 @@ lint: install
 # bench: the exact-posterior benchmark; bench-all: every per-step timing benchmark of
 # benchmarks/ (one thread each; results/bench_*/, results/*_bench/; long); bench-quick: their
 # small versions (seconds to a few minutes)
-BENCHMARKS ?= exact bkb ekucb confidence opkb tvbo
+BENCHMARKS ?= exact bkb ekucb confidence opkb tvbo vs_reference
 
 bench: install
 	$(PYTHON) benchmarks/bench_exact.py
