@@ -65,10 +65,12 @@ class StoredData(ResizableModule):
 
     @property
     def dtype(self) -> torch.dtype:
+        """Floating dtype of the stored targets (and inputs)."""
         return self._y.dtype
 
     @property
     def device(self) -> torch.device:
+        """Device of the stored tensors."""
         return self._y.device
 
     @property

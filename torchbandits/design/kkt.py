@@ -87,6 +87,7 @@ class Certificate:
     min_p: float
 
     def ok(self, tol: float) -> bool:
+        """True when the duality gap is ≤ ``tol``, the weights sum to one (1e-9), none negative."""
         return self.gap <= tol and self.mass_error <= 1e-9 and self.min_p >= 0.0
 
 

@@ -63,27 +63,33 @@ class RunResult:
 
     @property
     def horizon(self) -> int:
+        """Number of rounds T recorded (length of ``regret``)."""
         return len(self.regret)
 
     @property
     def cumulative_regret(self) -> np.ndarray:
+        """Cumulative regret R_t = Σ_{s≤t} r_s, shape [T]."""
         return np.cumsum(np.asarray(self.regret, dtype=float))
 
     @property
     def final_regret(self) -> float:
+        """Cumulative regret after the last round, R_T."""
         return float(np.sum(self.regret))
 
     @property
     def total_agent_seconds(self) -> float:
+        """Total wall time spent in the policy's ``select`` + ``update`` over the run (seconds)."""
         return float(np.sum(self.agent_seconds))
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict of every field plus the derived ``cumulative_regret`` list."""
         d = asdict(self)
         d["cumulative_regret"] = self.cumulative_regret.tolist()
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunResult:
+        """Inverse of :meth:`to_dict` (the derived ``cumulative_regret`` is dropped and recomputed)."""
         d = dict(d)
         d.pop("cumulative_regret", None)
         return cls(**d)
@@ -94,6 +100,7 @@ class RunResult:
 
     @classmethod
     def load(cls, path: str | Path) -> RunResult:
+        """Read one run's JSON file (raises on a missing or malformed file; see :meth:`try_load`)."""
         return cls.from_dict(json.loads(Path(path).read_text()))
 
     @classmethod

@@ -170,6 +170,7 @@ class Job:
 
     @property
     def filename(self) -> str:
+        """The JSON file name of this job's run: ``file`` if given, else ``ENV__POLICY__seedS.json``."""
         return self.file or f"{self.env}__{self.policy}__seed{self.seed}.json"
 
 

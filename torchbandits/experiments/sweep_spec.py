@@ -87,6 +87,7 @@ class SweepSpec:
     tuning: TuningSpec | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict of the sweep's fields (inverse: ``SweepSpec(**d)``)."""
         return asdict(self)
 
 

@@ -44,10 +44,12 @@ class TrialSpec:
     batch: bool = True
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict of the trial's fields."""
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> TrialSpec:
+        """Inverse of :meth:`to_dict`."""
         return cls(**dict(d))
 
 

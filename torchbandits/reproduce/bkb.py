@@ -177,6 +177,7 @@ def _nums(values: Sequence[float], digits: int) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``torchbandits reproduce bkb [options]`` (see the module docstring); returns the exit code."""
     parser = reproduction_parser("bkb", __doc__, quick="two small settings (A = 100), T = 60, "
                                  "2 seeds, a 200-point Fig. 2", out="results/bkb", threads=1)
     parser.add_argument("--seeds", type=int, default=None, help="number of seeds (5; quick: 2)")

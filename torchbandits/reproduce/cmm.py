@@ -295,6 +295,7 @@ def _ms_table(res: list[RunResult]) -> tuple[list[dict[str, Any]], str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``torchbandits reproduce cmm [options]`` (see the module docstring); returns the exit code."""
     args = _parser().parse_args(list(argv) if argv is not None else None)
     if args.quick:
         args.horizon, args.cmm_horizon, args.socp_horizon, args.arms = 25, 25, 4, 20

@@ -84,6 +84,7 @@ class RunSpec:
 
     @property
     def label(self) -> str:
+        """Legend label of the run, e.g. ``EK-UCB λ=1 μ=0.1``."""
         base = {"kucb": "K-UCB", "ekucb": "EK-UCB", "cbkb": "CBKB", "cbbkb": "CBBKB",
                 "supk": "SupK-UCB"}[self.family]
         if self.family == "ekucb" and self.mu is not None and self.mu != self.lam:
@@ -93,6 +94,7 @@ class RunSpec:
         return f"{base} lam={self.lam:g}"
 
     def filename(self, seed: int) -> str:
+        """File-system-safe JSON stem of this run for ``seed``."""
         return re.sub(r"[^A-Za-z0-9_.=-]+", "_", f"{self.env}__{self.label}__T{self.horizon}__seed{seed}")
 
 
@@ -103,6 +105,13 @@ REFERENCE_WARMUP_INDEX = 2
 
 def build_policy(spec: RunSpec, env: Any, *, kors_b: float, kors_score: str = "correct",
                  eta: float = 0.1, device: str = "cpu", warmup: str = "random") -> Policy:
+    """The policy of one run of the EK-UCB experiments (Zenati et al. 2022, Section 6).
+
+    ``spec.family`` picks K-UCB, EK-UCB (KORS dictionary with sampling constant ``kors_b`` and the
+    ``kors_score`` variant), CBKB, CBBKB (batch constant ``eta``) or SupK-UCB; ``warmup`` is
+    ``"random"`` (a uniformly drawn first action) or ``"reference"`` (the authors' fixed first
+    action, :data:`REFERENCE_WARMUP_INDEX`).
+    """
     if spec.family == "kucb":
         pol: Policy = KernelUCB(_kernel(env), lam=spec.lam, beta=BETA)
     elif spec.family == "ekucb":
@@ -153,6 +162,8 @@ def figure_specs(fig: int, lams: Sequence[float], horizon: int, cbkb_horizon: in
 
 def plan_runs(figures: Sequence[int], envs: Sequence[str], lams: Sequence[float], horizon: int,
               cbkb_horizon: int, mus: Sequence[float]) -> dict[int, list[RunSpec]]:
+    """The runs of each requested figure: ``{figure number: [RunSpec, ...]}`` over the environments
+    ``envs`` and regularisers ``lams`` (CB(B)KB runs use the shorter ``cbkb_horizon``)."""
     plan = {}
     for fig in figures:
         if fig == 6 or FIGURES[fig][0] not in envs:
@@ -305,6 +316,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``torchbandits reproduce ekucb [options]`` (see the module docstring); returns the exit code."""
     args = parse_args(argv)
     start(args)
     out = Path(args.out)

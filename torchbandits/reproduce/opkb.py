@@ -256,6 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``torchbandits reproduce opkb [options]`` (see the module docstring); returns the exit code."""
     args = build_parser().parse_args(list(argv) if argv is not None else None)
     start(args)
     horizon, seeds, width = args.horizon, args.seeds, args.nn_width

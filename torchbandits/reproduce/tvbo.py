@@ -224,6 +224,7 @@ def _rate(horizons: Sequence[int], budget: float, seeds: Sequence[int], lam: flo
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``torchbandits reproduce tvbo [options]`` (see the module docstring); returns the exit code."""
     parser = reproduction_parser("tvbo", __doc__, quick="T = 120, seed 0, budgets 2 and 10, "
                                  "60 arms, rate check at T = 40 and 80", out="results/tvbo",
                                  threads=1)
