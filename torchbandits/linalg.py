@@ -26,6 +26,7 @@ __all__ = [
     "cholesky_rank_one_update",
     "cholesky_remove_first",
     "logdet_from_cholesky",
+    "logdet_from_diagonal",
     "safe_cholesky",
 ]
 
@@ -107,9 +108,15 @@ def cholesky_remove_first(chol: Tensor) -> Tensor:
     return cholesky_rank_one_update(chol[1:, 1:], chol[1:, 0])
 
 
+def logdet_from_diagonal(diag: Tensor) -> Tensor:
+    """``log det(L Lᵀ) = 2 Σ_i log L_ii`` from the diagonal ``[..., n]`` of a Cholesky factor
+    (the one place this sum is written; batched over leading dimensions)."""
+    return 2.0 * torch.log(diag).sum(-1)
+
+
 def logdet_from_cholesky(chol: Tensor) -> Tensor:
-    """``log det(L Lᵀ) = 2 Σ log L_ii``."""
-    return 2.0 * torch.log(torch.diagonal(chol, dim1=-2, dim2=-1)).sum(-1)
+    """``log det(L Lᵀ) = 2 Σ log L_ii`` of a dense lower factor ``[..., n, n]``."""
+    return logdet_from_diagonal(torch.diagonal(chol, dim1=-2, dim2=-1))
 
 
 def safe_cholesky(a: Tensor, jitter: float = 0.0, max_tries: int = 6) -> tuple[Tensor, float]:
@@ -305,4 +312,4 @@ class GrowingCholesky(ResizableModule):
 
     def logdet(self) -> Tensor:
         """``log det(L Lᵀ)``."""
-        return 2.0 * torch.log(self.diagonal()).sum()
+        return logdet_from_diagonal(self.diagonal())

@@ -30,8 +30,10 @@ from gpytorch.kernels import Kernel
 from torch import Tensor
 
 from ..buffers import ResizableModule, grow_rows
+from ..linalg import logdet_from_cholesky
 from ..validation import as_matrix, as_point, as_scalar_reward, check_positive, match_rows, same_rows
 from .features import kernel_features
+from .posterior import colsum_sq, whitened_solve
 
 __all__ = ["FiniteArmRidge"]
 
@@ -176,7 +178,7 @@ class FiniteArmRidge(ResizableModule):
         if self._cache is not None and self._cache[0] == self._version:
             return self._cache[1], self._cache[2]
         chol = torch.linalg.cholesky(0.5 * (self.v + self.v.T))
-        z = torch.linalg.solve_triangular(chol, self.phi.T, upper=False)     # L⁻¹Φᵀ
+        z = whitened_solve(chol, self.phi.T)                                 # L⁻¹Φᵀ
         self._cache = (self._version, chol, z)
         return chol, z
 
@@ -190,10 +192,10 @@ class FiniteArmRidge(ResizableModule):
             self._set_arms(cand)
         idx = None if same_rows(self.arms, cand) else match_rows("candidates", self.arms, cand)
         chol, z = self._factor()
-        w = torch.linalg.solve_triangular(chol, self.b[:, None], upper=False)[:, 0]
+        w = whitened_solve(chol, self.b)                                      # L⁻¹b
         mean = z.T @ w
         if self.width == "gp":
-            var = self.lam_ * (z * z).sum(0)
+            var = self.lam_ * colsum_sq(z)
         else:
             a = torch.linalg.solve_triangular(chol.T, z, upper=True)           # V⁻¹Φᵀ
             var = self.lam_ * (a * (self.v2 @ a)).sum(0)
@@ -210,4 +212,4 @@ class FiniteArmRidge(ResizableModule):
         if not self.arms.numel():
             return torch.zeros((), dtype=self.dtype, device=self.device)
         chol, _ = self._factor()
-        return 2.0 * torch.log(torch.diagonal(chol)).sum() - chol.shape[0] * math.log(self.lam_)
+        return logdet_from_cholesky(chol) - chol.shape[0] * math.log(self.lam_)

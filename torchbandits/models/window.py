@@ -27,6 +27,7 @@ from gpytorch.kernels import Kernel
 from torch import Tensor
 
 from .exact import ExactKernelRidge
+from .posterior import colsum_sq
 
 __all__ = ["SlidingWindowKernelRidge", "carry_cache_through_removal", "carry_with_p"]
 
@@ -70,6 +71,9 @@ class SlidingWindowKernelRidge(ExactKernelRidge):
 
     def __init__(self, kernel: Kernel, lam: float = 1.0, extra_regularisers: Sequence[float] = (),
                  *, refresh_cache_every: int = 256, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        if kwargs.get("removal", "rank_one") != "rank_one":
+            raise ValueError("SlidingWindowKernelRidge carries its cache through the rank-one "
+                             "removal: removal must be 'rank_one'")
         super().__init__(kernel, lam, extra_regularisers, **kwargs)
         if int(refresh_cache_every) < 0:
             raise ValueError(f"refresh_cache_every must be >= 0, got {refresh_cache_every}")
@@ -98,7 +102,7 @@ class SlidingWindowKernelRidge(ExactKernelRidge):
                 n = self._n
                 v_new = carry_with_p(self._removal_p[idx], cache.v[:n_old])
                 cache.v[:n] = v_new
-                cache.sumsq = (v_new * v_new).sum(0)
+                cache.sumsq = colsum_sq(v_new)
                 cache.n_at = n
                 cache.version = self._version
                 self._caches[idx] = cache
