@@ -19,12 +19,13 @@ from typing import Any
 
 import torch
 from gpytorch.kernels import Kernel
+from torch import nn
 
 from ..confidence import ConfidenceRule, IGPBeta, Variance, as_rule
 from ..kernels import check_kernel
 from ..models import ExactKernelRidge
 from ..validation import check_positive
-from .base import RuleUCB
+from .base import RuleUCB, check_model
 from .refit import RefitMixin
 
 __all__ = ["GPUCB", "KernelUCB"]
@@ -58,17 +59,21 @@ class KernelUCB(RefitMixin, RuleUCB):
         refit_every: int = 0,
         refit_warmup: int = 5,
         refit_options: dict[str, Any] | None = None,
+        model: nn.Module | None = None,
         seed: int = 0,
         n_warmup: int = 1,
         dtype: torch.dtype = torch.float64,
         device: torch.device | str | None = None,
     ) -> None:
         check_kernel(kernel)
-        super().__init__(seed=seed, n_warmup=n_warmup, dtype=dtype, device=device)
         lam = check_positive("lam", lam)
-        self.rule = as_rule(beta, variance or self.default_variance)
-        self.model = ExactKernelRidge(
-            kernel, lam, self.rule.required_regularisers(lam), dtype=dtype, device=device,
+        rule = as_rule(beta, variance or self.default_variance)
+        if model is not None:
+            check_model(model, lam=lam, rule=rule, dtype=dtype)
+        super().__init__(seed=seed, n_warmup=n_warmup, dtype=dtype, device=device)
+        self.rule = rule
+        self.model = model if model is not None else ExactKernelRidge(
+            kernel, lam, rule.required_regularisers(lam), dtype=dtype, device=device,
             refresh_every=refresh_every,
         )
         self.init_refit(kernel, refit_every, refit_warmup, refit_options)

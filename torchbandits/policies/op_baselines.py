@@ -94,10 +94,8 @@ def sw_gp_ucb(kernel: Kernel, lam: float = 1.0, ucb_scale: float = 1.0, window: 
               dtype: torch.dtype = torch.float64, device: torch.device | str | None = None) -> SWGPUCB:
     """SW-GP-UCB (Zhou & Shroff) with the Algorithm-8 radius on the window's data."""
     rule = GainBeta(_scale(ucb_scale, lam, convention), delta=delta)
-    pol = SWGPUCB(kernel, lam, window, beta=rule, tie_break="first", seed=seed, dtype=dtype,
-                  device=device)
-    pol.model = _model(kernel, lam, dtype, device)
-    return pol
+    return SWGPUCB(kernel, lam, window, beta=rule, tie_break="first", seed=seed, dtype=dtype,
+                   device=device, model=_model(kernel, lam, dtype, device))
 
 
 def wgp_ucb(kernel: Kernel, lam: float = 0.01, ucb_scale: float = 0.5, discount: float = 0.9995, *,
@@ -106,7 +104,6 @@ def wgp_ucb(kernel: Kernel, lam: float = 0.01, ucb_scale: float = 0.5, discount:
             device: torch.device | str | None = None) -> WGPUCB:
     """WGP-UCB (discounted GP-UCB, stable recursion) as in the experiments (spec §3.9)."""
     rule = GainBeta(ucb_scale, offset=norm_bound, noise=noise_std, extra=0.0, delta=delta)
-    pol = WGPUCB(kernel, lam, discount, beta=rule, width="sandwich" if width == "sandwich" else "weighted",
-                 tie_break="first", seed=seed, dtype=dtype, device=device)
-    pol.model = _model(kernel, lam, dtype, device, discount=discount, width=width)
-    return pol
+    return WGPUCB(kernel, lam, discount, beta=rule, tie_break="first", seed=seed, dtype=dtype,
+                  device=device, model=_model(kernel, lam, dtype, device, discount=discount,
+                                              width=width))

@@ -41,7 +41,7 @@ from ..models import ExactKernelRidge
 from ..models.weighted import DiscountedKernelRidge, TimeDecayKernelRidge
 from ..models.window import SlidingWindowKernelRidge
 from ..validation import check_positive
-from .base import RuleUCB
+from .base import RuleUCB, check_model
 from .refit import RefitMixin
 
 __all__ = ["RGPUCB", "SWGPUCB", "TVGPUCB", "WGPUCB", "TimeVaryingUCB"]
@@ -105,6 +105,9 @@ class RGPUCB(RefitMixin, TimeVaryingUCB):
             ``"realised"``), ``beta_mode`` (``"lemma"``/``"igp_ucb"``), ``gamma_index``
             (``"algorithm"``: γ_{t−t0}; ``"max"``: γ_H), ``delta_split`` (``"none"`` or
             ``"per_block"``, needs ``horizon``) and ``beta_scale``.
+        model: a posterior model instead of the default
+            :class:`~torchbandits.models.ExactKernelRidge` (see
+            :func:`~torchbandits.policies.base.check_model`).
     """
 
     def __init__(self, kernel: Kernel, lam: float = 1.0, period: int | None = None,
@@ -115,7 +118,8 @@ class RGPUCB(RefitMixin, TimeVaryingUCB):
                  beta_scale: float = 1.0, tie_break: str = "random", seed: int = 0,
                  n_warmup: int = 0, dtype: torch.dtype = torch.float64,
                  device: torch.device | str | None = None, refit_every: int = 0,
-                 refit_warmup: int = 5, refit_options: dict[str, Any] | None = None) -> None:
+                 refit_warmup: int = 5, refit_options: dict[str, Any] | None = None,
+                 model: nn.Module | None = None) -> None:
         lam = check_positive("lam", lam)
         if period is not None and int(period) < 1:
             raise ValueError(f"period must be >= 1 or None, got {period!r}")
@@ -126,8 +130,11 @@ class RGPUCB(RefitMixin, TimeVaryingUCB):
             norm_bound, noise_std, lam, gamma, delta=delta, period=self_period, horizon=horizon,
             mode=beta_mode, gamma_index=gamma_index, delta_split=delta_split,
             beta_scale=beta_scale))  # type: ignore[arg-type]
-        model = ExactKernelRidge(kernel, lam, rule.required_regularisers(lam), dtype=dtype,
-                                 device=device)
+        if model is not None:
+            check_model(model, lam=lam, rule=rule, dtype=dtype)
+        else:
+            model = ExactKernelRidge(kernel, lam, rule.required_regularisers(lam), dtype=dtype,
+                                     device=device)
         super().__init__(model, rule, tie_break=tie_break, seed=seed, n_warmup=n_warmup,
                          dtype=dtype, device=device)
         self.period = self_period
@@ -162,6 +169,10 @@ class SWGPUCB(RefitMixin, TimeVaryingUCB):
         beta: float / rule / ``None`` → :class:`WindowBeta` (needs ``horizon`` T for ``ln(T/δ)``)
             from ``norm_bound``, ``noise_std``, ``delta``, ``gamma``, ``beta_mode``,
             ``gamma_index`` (``"algorithm"``: γ_{min(t,w)}; ``"max"``: γ_w) and ``beta_scale``.
+        model: a posterior model with ``remove_oldest`` instead of the default (e.g. the
+            finite-arm :class:`~torchbandits.models.finite_arm.FiniteArmRidge`, or an
+            :class:`~torchbandits.models.ExactKernelRidge` with ``removal="refactorise"``);
+            ``carry_cache`` then does not apply (see :func:`~torchbandits.policies.base.check_model`).
     """
 
     def __init__(self, kernel: Kernel, lam: float = 1.0, window: int | None = None,
@@ -172,7 +183,8 @@ class SWGPUCB(RefitMixin, TimeVaryingUCB):
                  carry_cache: bool = True, tie_break: str = "random", seed: int = 0,
                  n_warmup: int = 0, dtype: torch.dtype = torch.float64,
                  device: torch.device | str | None = None, refit_every: int = 0,
-                 refit_warmup: int = 5, refit_options: dict[str, Any] | None = None) -> None:
+                 refit_warmup: int = 5, refit_options: dict[str, Any] | None = None,
+                 model: nn.Module | None = None) -> None:
         lam = check_positive("lam", lam)
         if window is not None and int(window) < 1:
             raise ValueError(f"window must be >= 1 or None, got {window!r}")
@@ -189,8 +201,12 @@ class SWGPUCB(RefitMixin, TimeVaryingUCB):
         if beta is None:
             _check_kernel_scale(kernel)
         rule = _rule(beta, default)
-        model_cls = SlidingWindowKernelRidge if carry_cache else ExactKernelRidge
-        model = model_cls(kernel, lam, rule.required_regularisers(lam), dtype=dtype, device=device)
+        if model is not None:
+            check_model(model, lam=lam, rule=rule, dtype=dtype, needs=("remove_oldest",))
+        else:
+            model_cls = SlidingWindowKernelRidge if carry_cache else ExactKernelRidge
+            model = model_cls(kernel, lam, rule.required_regularisers(lam), dtype=dtype,
+                              device=device)
         super().__init__(model, rule, tie_break=tie_break, seed=seed, n_warmup=n_warmup,
                          dtype=dtype, device=device)
         self.window = w
@@ -209,21 +225,27 @@ class TVGPUCB(TimeVaryingUCB):
     Args:
         kernel: spatial kernel; lam: noise variance λ; epsilon: forgetting rate ε ∈ [0, 1)
             (ε = 0 is GP-UCB); beta: float / rule / ``None`` → Bayesian finite-domain width
-            ``sqrt(2 ln(|D| t² π²/(6δ)))`` (:class:`~torchbandits.confidence.SrinivasBeta`).
+            ``sqrt(2 ln(|D| t² π²/(6δ)))`` (:class:`~torchbandits.confidence.SrinivasBeta`);
+        model: a posterior model instead of the default
+            :class:`~torchbandits.models.weighted.TimeDecayKernelRidge` (``epsilon`` and
+            ``weight_floor`` are then the model's; see :func:`~torchbandits.policies.base.check_model`).
     """
 
     def __init__(self, kernel: Kernel, lam: float = 1.0, epsilon: float = 0.01,
                  beta: float | ConfidenceRule | None = None, *, delta: float = 0.1,
                  weight_floor: float = 1e-12, tie_break: str = "random", seed: int = 0,
                  n_warmup: int = 0, dtype: torch.dtype = torch.float64,
-                 device: torch.device | str | None = None) -> None:
+                 device: torch.device | str | None = None, model: nn.Module | None = None) -> None:
         from ..confidence import SrinivasBeta
 
         rule = _rule(beta, lambda: SrinivasBeta(delta=delta, mode="finite"))
         if rule.required_regularisers(lam):
             raise ValueError("TV-GP-UCB's model keeps one regulariser: the rule must use λ")
-        model = TimeDecayKernelRidge(kernel, lam, epsilon, weight_floor=weight_floor, dtype=dtype,
-                                     device=device)
+        if model is not None:
+            check_model(model, lam=lam, rule=rule, dtype=dtype)
+        else:
+            model = TimeDecayKernelRidge(kernel, lam, epsilon, weight_floor=weight_floor,
+                                         dtype=dtype, device=device)
         super().__init__(model, rule, tie_break=tie_break, seed=seed, n_warmup=n_warmup,
                          dtype=dtype, device=device)
         self.epsilon = float(epsilon)
@@ -240,23 +262,30 @@ class WGPUCB(TimeVaryingUCB):
         kernel; lam: λ > 0; discount: γ ∈ (0, 1]; beta: float (default 1.0) or a rule (the
             theory β of Deng et al. is not in the seed paper; spec §5.4 [verify]);
         weight_floor / max_points: bound the points kept (see
-            :class:`~torchbandits.models.weighted.DiscountedKernelRidge`).
+            :class:`~torchbandits.models.weighted.DiscountedKernelRidge`);
+        model: a posterior model instead of the default ``DiscountedKernelRidge`` (e.g. the
+            finite-arm :class:`~torchbandits.models.finite_arm.FiniteArmRidge` with
+            ``discount``; ``width``, ``weight_floor`` and ``max_points`` are then the model's;
+            see :func:`~torchbandits.policies.base.check_model`).
     """
 
     def __init__(self, kernel: Kernel, lam: float = 1.0, discount: float = 0.99,
                  beta: float | ConfidenceRule = 1.0, *, width: str = "sandwich",
                  weight_floor: float = 1e-4, max_points: int | None = None,
                  tie_break: str = "random", seed: int = 0, n_warmup: int = 0,
-                 dtype: torch.dtype = torch.float64, device: torch.device | str | None = None
-                 ) -> None:
+                 dtype: torch.dtype = torch.float64, device: torch.device | str | None = None,
+                 model: nn.Module | None = None) -> None:
         rule = _rule(beta, lambda: ConstantBeta(1.0, variance="gp"))
         if rule.required_regularisers(lam):
             raise ValueError("W-GP-UCB's model keeps one regulariser: the rule must use λ")
         if getattr(rule, "variance", "gp") != "gp":
             raise ValueError("W-GP-UCB's width is on the GP scale: use a rule with variance='gp'")
-        model = DiscountedKernelRidge(kernel, lam, discount, width=width,
-                                      weight_floor=weight_floor, max_points=max_points,
-                                      dtype=dtype, device=device)
+        if model is not None:
+            check_model(model, lam=lam, rule=rule, dtype=dtype)
+        else:
+            model = DiscountedKernelRidge(kernel, lam, discount, width=width,
+                                          weight_floor=weight_floor, max_points=max_points,
+                                          dtype=dtype, device=device)
         super().__init__(model, rule, tie_break=tie_break, seed=seed, n_warmup=n_warmup,
                          dtype=dtype, device=device)
         self.discount = float(discount)
