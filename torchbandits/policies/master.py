@@ -31,13 +31,13 @@ import torch
 from gpytorch.kernels import Kernel
 from torch import Tensor, nn
 
+from ..confidence.gain import GainBeta
 from ..design import information_gain
 from ..kernels import check_kernel
 from ..models.features import kernel_features
 from ..models.finite_arm import FiniteArmRidge
 from ..validation import check_positive, check_probability, match_rows, same_rows
 from .base import Policy
-from .op_baselines import GainBeta
 from .schedule import Schedule, sample_schedule
 
 __all__ = ["MasterGPUCB"]

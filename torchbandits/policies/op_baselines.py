@@ -24,48 +24,15 @@ below keep our λ (pass ``1/λ_code``) and multiply the radius by ``1/λ``, so t
 
 from __future__ import annotations
 
-import math
-
 import torch
 from gpytorch.kernels import Kernel
-from torch import Tensor
 
-from ..confidence import RadiusRule
-from ..confidence.base import PosteriorModel
+from ..confidence.gain import GainBeta
 from ..kernels import check_kernel
 from ..models.finite_arm import FiniteArmRidge
-from ..validation import check_positive, check_probability
 from .time_varying import SWGPUCB, WGPUCB, TimeVaryingUCB
 
 __all__ = ["GainBeta", "gp_ucb", "sw_gp_ucb", "wgp_ucb"]
-
-
-class GainBeta(RadiusRule):
-    """``β_t = v·(offset + noise·sqrt(log det(V/λ) + 2·extra + 2 ln(1/δ)))`` on the **GP** sd,
-    i.e. ``v·(B + R·sqrt(2(γ + extra + ln 1/δ)))`` with the realised ``γ = ½ log det(V/λ)``.
-
-    Algorithm 8: ``offset = noise = extra = 1``; WGP-UCB (authors' code): ``offset = 0.8``,
-    ``noise = 0.1``, ``extra = 0``.
-    """
-
-    name = "gain"
-    variance = "gp"
-
-    def __init__(self, scale: float = 1.0, *, offset: float = 1.0, noise: float = 1.0,
-                 extra: float = 1.0, delta: float = 0.01) -> None:
-        self.scale = check_positive("scale", scale)
-        self.offset = float(offset)
-        self.noise = float(noise)
-        self.extra = float(extra)
-        self.delta = check_probability("delta", delta)
-        if self.offset < 0 or self.noise < 0 or self.extra < 0:
-            raise ValueError("offset, noise and extra must be >= 0")
-
-    def radius(self, model: PosteriorModel, n_candidates: int, t: int) -> Tensor:
-        logdet = float(model.log_det())
-        inner = max(logdet, 0.0) + 2.0 * self.extra + 2.0 * math.log(1.0 / self.delta)
-        return torch.tensor(self.scale * (self.offset + self.noise * math.sqrt(inner)),
-                            dtype=torch.float64)
 
 
 def _model(kernel: Kernel, lam: float, dtype: torch.dtype, device, **kw) -> FiniteArmRidge:
