@@ -3,9 +3,10 @@
 Everything here is pure torch, batched where it can be, and follows the dtype and device of its
 inputs. The updates are the ones the papers use:
 
-* bordered (Schur-complement) inverse, seed 000 spec §2.2 / seed 002 spec §2.8;
-* Cholesky append of one point (one triangular solve), seed 002 spec §2.8;
-* Cholesky removal of the *oldest* point, for sliding windows (seed 004): the trailing block of
+* bordered (Schur-complement) inverse, Zenati et al. 2022 (App. E.1) / Flynn & Reeb 2024 (App. E.2,
+  with the outer product where the paper prints a scalar);
+* Cholesky append of one point (one triangular solve), Flynn & Reeb 2024, App. E.2;
+* Cholesky removal of the *oldest* point, for sliding windows (Zhou & Shroff 2021): the trailing block of
   ``K + λI`` is ``L22 L22ᵀ + l21 l21ᵀ``, a rank-one *update* (never a downdate), done with the
   closed-form Cholesky factor of ``I + p pᵀ`` (Gill, Golub, Murray & Saunders 1974) in O(n²) with
   no Python loop over n;

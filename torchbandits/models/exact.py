@@ -5,16 +5,19 @@ For data ``S = (s_1..s_n)``, ``Y`` and a regulariser ``λ > 0`` (the GP noise va
 * mean      ``μ_λ(x) = k_S(x)ᵀ (K + λI)⁻¹ Y``
 * variance  ``ρ²_λ(x) = k(x, x) − k_S(x)ᵀ (K + λI)⁻¹ k_S(x)``   — the **GP** posterior variance.
 
-The kernel-ridge ("ridge") variance of seed 000 §1.4 / seed 001 §1.3 is ``ρ²_λ(x) / λ``; models
+The kernel-ridge ("ridge") variance of Zenati et al. (2022, §3.2) and Calandriello et al. (2019,
+§3.1) is ``ρ²_λ(x) / λ``; models
 always return the GP variance and each policy states which one its β multiplies.
 
 State per regulariser: the lower Cholesky factor ``L`` of ``K + λI`` (a :class:`GrowingCholesky`)
 and ``z = L⁻¹ Y``. Then for candidates ``C`` with ``V = L⁻¹ K_SC``: ``μ = Vᵀ z`` and
-``ρ² = k_CC − colsum(V ⊙ V)`` — one triangular solve per round, no explicit inverse (seed 002
-spec §2.8 recommends the factor over the recursive inverse for small λ).
+``ρ² = k_CC − colsum(V ⊙ V)`` — one triangular solve per round, no explicit inverse (the Cholesky
+form of the recursive update of Flynn & Reeb 2024, App. E.2, preferred over their recursive
+inverse for small λ). The solve-and-score step and the candidate cache are
+:mod:`torchbandits.models.posterior`'s.
 
 * append one point: one triangular solve, O(n²);
-* remove the oldest point: a rank-one Cholesky update, O(n²) (sliding windows, seed 004);
+* remove the oldest point: a rank-one Cholesky update, O(n²) (sliding windows, Zhou & Shroff 2021);
 * a fixed candidate set (the same tensor values as the previous call) is cached: ``V`` gains one
   row per appended point, so scoring costs O(n·A) instead of O(n²·A);
 * ``log det(I + K/λ) = 2 Σ log L_ii − n log λ`` in O(n);
@@ -313,7 +316,8 @@ class ExactKernelRidge(StoredData):
     @torch.no_grad()
     def mean_var_many(self, candidates: Tensor, regs: Sequence[float]) -> tuple[Tensor, Tensor]:
         """:meth:`mean_var` at several regularisers ``[R, A]``, sharing one kernel evaluation of
-        the candidates (seed 002's DMM bound needs five). Same values as ``R`` separate calls."""
+        the candidates (Flynn & Reeb 2024's DMM bound needs five). Same values as ``R`` separate
+        calls."""
         cand = as_matrix("candidates", candidates, dtype=self.dtype, device=self.device)
         if self.dim is not None and cand.shape[1] != self.dim:
             raise ValueError(f"candidates must have {self.dim} columns, got {cand.shape[1]}")

@@ -1,5 +1,6 @@
 """Primal (feature-form) ridge posterior on a fixed finite arm set — the form of the GP baselines
-of seed 003 (spec §3.9: "all GP baselines use the same finite-arm factor Φ").
+of Hong, Li & Tewari (AISTATS 2023, Section 6 and Appendix E: every GP baseline uses the
+feature map of the finite arm set).
 
 With ``Φ`` the Cholesky factor of the arms' kernel matrix (``ΦΦᵀ = K``), observation weights
 ``w_s`` and ``λ > 0``:
@@ -11,14 +12,15 @@ With ``Φ`` the Cholesky factor of the arms' kernel matrix (``ΦΦᵀ = K``), ob
 * ``log_det() = log det(V/λ)``.
 
 Three ways to weight: all data (``w = 1``, GP-UCB), a sliding window (``remove_oldest`` downdates
-``V −= φφᵀ``, i.e. the Sherman–Morrison removal divides by ``1 − φᵀV⁻¹φ``; spec §7: the authors'
-code has the wrong sign) and discounting with the stable recursion
+``V −= φφᵀ``, i.e. the Sherman–Morrison removal divides by ``1 − φᵀV⁻¹φ``; the released
+code of Hong, Li & Tewari has the wrong sign) and discounting with the stable recursion
 ``V_t = η(V_{t−1} − λI) + φφᵀ + λI``, ``b_t = ηb_{t−1} + φy`` (no ``η^{−t}`` overflow).
 Updates are O(N²); a scoring round factorises ``V`` once (O(N³), N = number of arms), however long
 the history. This is the finite-arm counterpart of :class:`~torchbandits.models.ExactKernelRidge`
-(kernel form, any candidates) and of the seed-004 weighted / window models, with the same
-``mean_var``/``log_det``/``append``/``remove_oldest``/``reset`` interface, so the policies and
-confidence rules of :mod:`torchbandits.policies.time_varying` run on it unchanged.
+(kernel form, any candidates) and of the weighted / window models of
+:mod:`torchbandits.models.weighted`, with the same ``mean_var``/``log_det``/``append``/
+``remove_oldest``/``reset`` interface, so the policies and confidence rules of
+:mod:`torchbandits.policies.time_varying` run on it unchanged (hand it in with ``model=``).
 """
 
 from __future__ import annotations

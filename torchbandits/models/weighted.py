@@ -1,15 +1,16 @@
-"""Reweighted posteriors for time-varying kernel bandits (seed 004 spec §5).
+"""Reweighted posteriors for time-varying kernel bandits (Zhou & Shroff 2021 and the
+related methods they compare with).
 
 Both models are "GP posterior over a reweighted data set" and return ``(mean, variance)`` at the
 GP scale (noise variance λ), like :class:`~torchbandits.models.ExactKernelRidge`.
 
-:class:`DiscountedKernelRidge` — weighted GP-UCB (W-GP-UCB / kernel D-LinUCB, spec §5.4). At round
+:class:`DiscountedKernelRidge` — weighted GP-UCB (W-GP-UCB / kernel D-LinUCB, Deng et al. 2022). At round
 ``t`` the ``s``-th observation has weight ``w_s = γ^{t−1−s}`` (newest weight 1). With
 ``W = diag(w)`` and ``a(x) = (K + λW⁻¹)⁻¹ k_S(x)``:
 
 * mean      ``μ(x) = k_S(x)ᵀ (K + λW⁻¹)⁻¹ Y = a(x)ᵀ Y``;
 * ``width="sandwich"`` (default): the D-LinUCB width ``λ‖φ(x)‖²_{V⁻¹ṼV⁻¹}`` with
-  ``V = ΦᵀWΦ + λI``, ``Ṽ = ΦᵀW²Φ + λI``. In kernel form (spec §5.4) it is
+  ``V = ΦᵀWΦ + λI``, ``Ṽ = ΦᵀW²Φ + λI``. In kernel form it is
   ``k(x,x) − 2k_Sᵀa + aᵀKa + ‖W(k_S − Ka)‖²/λ``, which simplifies (``Ka = k_S − λW⁻¹a``) to
   ``k(x,x) − k_Sᵀa − λ Σ_i a_i² (1/w_i − 1)``;
 * ``width="weighted"``: the weighted GP variance ``k(x,x) − k_Sᵀ a``.
@@ -20,7 +21,7 @@ weight fell below ``weight_floor`` (relative tail mass ``γ^n`` of the discounte
 dropped, and at most ``max_points`` are kept — both bound ``n`` (an approximation the paper does
 not make; ``weight_floor=0`` and ``max_points=None`` keep everything).
 
-:class:`TimeDecayKernelRidge` — TV-GP-UCB (Bogunovic et al. 2016, spec §5.3): the posterior of
+:class:`TimeDecayKernelRidge` — TV-GP-UCB (Bogunovic, Scarlett & Cevher 2016): the posterior of
 ``f_{t+1}`` under ``f_{t+1} = √(1−ε) f_t + √ε g_{t+1}``, i.e. the product kernel
 ``k̃((x,i),(x',j)) = k(x,x')·ρ^{|i−j|}`` with ``ρ = √(1−ε)``. The Gram matrix of past data never
 changes (entries depend on ``|i − j|`` only), so its Cholesky factor grows by appends (O(n²)).

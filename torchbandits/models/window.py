@@ -2,8 +2,8 @@
 
 :class:`~torchbandits.models.ExactKernelRidge` removes the oldest point with a rank-one Cholesky
 update (O(n²)) but then drops its cache ``V = L⁻¹ K_SC`` of a fixed candidate set, so the next
-round re-solves it in O(n²A). For SW-GP-UCB (seed 004 §2.2) that solve dominates. This subclass
-carries ``V`` through the removal in O(nA):
+round re-solves it in O(n²A). For SW-GP-UCB (Zhou & Shroff 2021, Algorithm 2) that solve
+dominates. This subclass carries ``V`` through the removal in O(nA):
 
 with ``L = [[l₁₁, 0], [l₂₁, L₂₂]]``, ``p = L₂₂⁻¹ l₂₁`` and the new factor ``L' = L₂₂ G`` where
 ``G Gᵀ = I + p pᵀ`` (the closed-form factor used by :func:`~torchbandits.linalg.cholesky_rank_one_update`:

@@ -1,4 +1,4 @@
-"""The policy contract (DESIGN.md): ``forward`` → scores, ``select``, ``update``, ``reset``.
+"""The policy contract (docs/design.md): ``forward`` → scores, ``select``, ``update``, ``reset``.
 
 Every policy is an ``nn.Module`` whose state lives in registered buffers (and in
 ``get_extra_state`` for counters and the generator), so ``.to(device)``, ``.double()`` and
@@ -66,7 +66,8 @@ class Policy(ResizableModule):
 
     Subclasses implement :meth:`forward` (scores of candidates ``[A, d] → [A]``),
     :meth:`_update` (state change after validation) and :meth:`_reset`. ``n_warmup`` rounds are
-    played uniformly at random first (seed 000 E22, seed 002 §7.6: the prior UCB is flat).
+    played uniformly at random first (the prior UCB is flat; the reference codes of Zenati et al.
+    2022 and of Flynn & Reeb 2024 play one random round first).
     """
 
     def __init__(self, *, seed: int = 0, n_warmup: int = 1, dtype: torch.dtype = torch.float64,

@@ -1,4 +1,5 @@
-"""GP baselines of seed 003's experiments (spec §3.9), as thin presets of the seed-004 policies.
+"""GP baselines of the experiments of Hong, Li & Tewari (AISTATS 2023, Section 6 and Appendix E),
+as thin presets of the time-varying GP-UCB policies.
 
 The policy classes are :class:`~torchbandits.policies.time_varying.SWGPUCB`,
 :class:`~torchbandits.policies.time_varying.WGPUCB` and their base
@@ -16,7 +17,7 @@ the window or history length — the kernel-form models cost O(w²) to O(n³) pe
 
 ``γ`` is the realised information gain ``½ log det(V/λ)`` of the data the model holds.
 ``v`` is the tuned "UCB scale" (``v = 1``: theory). λ is the standard ridge. The authors' GP-UCB /
-SW-GP-UCB code (spec §7 A19) takes the reciprocal ``λ_code = 1/λ`` and scores
+SW-GP-UCB code takes the reciprocal ``λ_code = 1/λ`` and scores
 ``μ + v·β·sqrt(λ_code·φᵀV⁻¹φ) = μ + v·β·σ/λ``: with ``convention="aistats2023_code"`` the presets
 below keep our λ (pass ``1/λ_code``) and multiply the radius by ``1/λ``, so the paper's tuned
 ``v`` means what it meant there.
@@ -69,7 +70,8 @@ def wgp_ucb(kernel: Kernel, lam: float = 0.01, ucb_scale: float = 0.5, discount:
             width: str = "gp", norm_bound: float = 0.8, noise_std: float = 0.1,
             delta: float = 0.01, seed: int = 0, dtype: torch.dtype = torch.float64,
             device: torch.device | str | None = None) -> WGPUCB:
-    """WGP-UCB (discounted GP-UCB, stable recursion) as in the experiments (spec §3.9)."""
+    """WGP-UCB (discounted GP-UCB, stable recursion) as in the experiments of Hong, Li & Tewari
+    (2023, Section 6)."""
     rule = GainBeta(ucb_scale, offset=norm_bound, noise=noise_std, extra=0.0, delta=delta)
     return WGPUCB(kernel, lam, discount, beta=rule, tie_break="first", seed=seed, dtype=dtype,
                   device=device, model=_model(kernel, lam, dtype, device, discount=discount,

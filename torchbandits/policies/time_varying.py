@@ -1,15 +1,16 @@
-"""Time-varying GP-UCB (seed 004, Zhou & Shroff): R-GP-UCB, SW-GP-UCB, and the related
-baselines of spec §5, TV-GP-UCB and weighted (discounted) GP-UCB.
+"""Time-varying GP-UCB (Zhou & Shroff 2021): R-GP-UCB, SW-GP-UCB, and two related baselines,
+TV-GP-UCB (Bogunovic et al. 2016) and weighted (discounted) GP-UCB (Deng et al. 2022).
 
 Every policy here scores ``UCB_t(x) = μ_{S_t}(x) + β_t·σ_{S_t}(x)`` where σ is the **GP**
 posterior sd at noise variance λ (``variance="gp"``; β is *not* divided by √λ) and ``S_t`` is
 the data the method keeps:
 
-* :class:`RGPUCB` (Algorithm 1, spec §2.1): the data of the current block; the model is emptied
-  after the update of every round ``kH``, so round ``t`` sees ``(t−1) mod H`` points (spec A4)
-  and the posterior is the prior (σ² = k(x,x), spec §2.3) at ``t = 1, H+1, 2H+1, …``.
+* :class:`RGPUCB` (Algorithm 1): the data of the current block; the model is emptied after the
+  update of every round ``kH``, so round ``t`` sees ``(t−1) mod H`` points (the reset test
+  ``(t−1) mod H = 0``, which also fires for H = 1) and the posterior is the prior (σ² = k(x,x),
+  from eq. (2) with no data) at ``t = 1, H+1, 2H+1, …``.
   Default width: :class:`~torchbandits.confidence.time_varying.RestartBeta` (Lemma 1).
-* :class:`SWGPUCB` (Algorithm 2, spec §2.2): the last ``w`` observations (spec A3); the oldest
+* :class:`SWGPUCB` (Algorithm 2): the last ``w`` observations (at most ``w`` points); the oldest
   point leaves the Cholesky factor by a rank-one update (O(w²), never a refactorisation), so a
   round costs the same at every ``t`` once the window is full. Default width:
   :class:`~torchbandits.confidence.time_varying.WindowBeta` (Lemma 2, ``ln(T/δ)``).
@@ -21,7 +22,7 @@ the data the method keeps:
 ``beta`` is a float (constant radius on the GP sd), a
 :class:`~torchbandits.confidence.ConfidenceRule`, or ``None`` for the method's default theory
 width. Ties of the UCB (every candidate ties on an empty data set with a stationary kernel) are
-broken uniformly at random from the policy's generator (``tie_break="random"``, spec A5) or by
+broken uniformly at random from the policy's generator (``tie_break="random"``) or by
 the lowest index (``"first"``, like :class:`~torchbandits.policies.GPUCB`).
 """
 
@@ -50,11 +51,12 @@ Gamma = GammaProvider | float | str
 
 
 def _check_kernel_scale(kernel: Kernel) -> None:
-    """Spec A12: the theory widths assume ``k(x, x) ≤ 1``; warn when a stationary kernel exceeds it."""
+    """The theory widths (Zhou & Shroff 2021, Lemmas 1-2) assume ``k(x, x) ≤ 1``; warn when a
+    stationary kernel exceeds it."""
     bound = kernel_bound(kernel)
     if bound is not None and bound > 1.0 + 1e-12:
         warnings.warn(f"the theory width assumes k(x, x) <= 1 but this kernel has sup k(x, x) = {bound:g} "
-                      "(spec A12); use outputscale <= 1 or pass beta explicitly", stacklevel=3)
+                      "; use outputscale <= 1 or pass beta explicitly", stacklevel=3)
 
 
 def _rule(beta: float | ConfidenceRule | None, default: Any) -> ConfidenceRule:
@@ -95,7 +97,8 @@ class TimeVaryingUCB(RuleUCB):
 
 
 class RGPUCB(RefitMixin, TimeVaryingUCB):
-    """R-GP-UCB: IGP-UCB restarted every ``period`` (= H) rounds (spec §2.1; β on the **GP** sd).
+    """R-GP-UCB: IGP-UCB restarted every ``period`` (= H) rounds (Zhou & Shroff 2021, Algorithm 1;
+    β on the **GP** sd).
 
     Args:
         kernel: GPyTorch kernel with ``k(x, x) ≤ 1``; lam: λ > 0 (noise variance and regulariser).
@@ -156,7 +159,8 @@ class RGPUCB(RefitMixin, TimeVaryingUCB):
 
 
 class SWGPUCB(RefitMixin, TimeVaryingUCB):
-    """SW-GP-UCB: GP-UCB on the last ``window`` (= w) observations (spec §2.2; β on the **GP** sd).
+    """SW-GP-UCB: GP-UCB on the last ``window`` (= w) observations (Zhou & Shroff 2021,
+    Algorithm 2; β on the **GP** sd).
 
     After each update the model holds ``min(t, w)`` points; the oldest leaves by
     :meth:`ExactKernelRidge.remove_oldest` (Cholesky rank-one update, O(w²)). With
@@ -219,7 +223,7 @@ class SWGPUCB(RefitMixin, TimeVaryingUCB):
 
 
 class TVGPUCB(TimeVaryingUCB):
-    """TV-GP-UCB (Bogunovic et al. 2016; spec §5.3): GP-UCB under the time-decay kernel
+    """TV-GP-UCB (Bogunovic, Scarlett & Cevher 2016): GP-UCB under the time-decay kernel
     ``k(x,x')·(1−ε)^{|i−j|/2}``, posterior of ``f_{t+1}`` (β on the **GP** sd at noise λ).
 
     Args:
@@ -252,7 +256,7 @@ class TVGPUCB(TimeVaryingUCB):
 
 
 class WGPUCB(TimeVaryingUCB):
-    """Weighted / discounted GP-UCB (Deng et al. 2022, kernel D-LinUCB; spec §5.4).
+    """Weighted / discounted GP-UCB (Deng et al. 2022, kernel D-LinUCB).
 
     Weights ``γ^{t−1−s}`` (newest 1), posterior mean ``k_Sᵀ(K + λW⁻¹)⁻¹Y``, and β times the
     D-LinUCB sandwich width (GP scale: ``λ‖φ‖²_{V⁻¹ṼV⁻¹}``, equal to the GP variance when γ = 1),
@@ -260,7 +264,7 @@ class WGPUCB(TimeVaryingUCB):
 
     Args:
         kernel; lam: λ > 0; discount: γ ∈ (0, 1]; beta: float (default 1.0) or a rule (the
-            theory β of Deng et al. is not in the seed paper; spec §5.4 [verify]);
+            theory β of Deng et al. is not implemented here);
         weight_floor / max_points: bound the points kept (see
             :class:`~torchbandits.models.weighted.DiscountedKernelRidge`);
         model: a posterior model instead of the default ``DiscountedKernelRidge`` (e.g. the
