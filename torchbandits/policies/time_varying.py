@@ -55,8 +55,8 @@ def _check_kernel_scale(kernel: Kernel) -> None:
     stationary kernel exceeds it."""
     bound = kernel_bound(kernel)
     if bound is not None and bound > 1.0 + 1e-12:
-        warnings.warn(f"the theory width assumes k(x, x) <= 1 but this kernel has sup k(x, x) = {bound:g} "
-                      "; use outputscale <= 1 or pass beta explicitly", stacklevel=3)
+        warnings.warn(f"the theory width assumes k(x, x) <= 1 but this kernel has sup k(x, x) = {bound:g}"
+                      "; use outputscale <= 1 or pass beta explicitly [A12]", stacklevel=3)
 
 
 def _rule(beta: float | ConfidenceRule | None, default: Any) -> ConfidenceRule:
