@@ -31,7 +31,8 @@ def test_matches_textbook_gp(gen):
 
 
 def test_ridge_scaling_in_feature_space(gen):
-    """With a linear kernel φ(x) = x: μ = xᵀV⁻¹Φᵀy and ρ²/λ = xᵀV⁻¹x, V = λI + ΦᵀΦ (seed 000 §1.4)."""
+    """With a linear kernel φ(x) = x: μ = xᵀV⁻¹Φᵀy and ρ²/λ = xᵀV⁻¹x, V = λI + ΦᵀΦ
+    (Zenati et al. 2022, §3.2)."""
     k = make_kernel("linear")
     x, y, c = rand(gen, 50, 4), rand(gen, 50), rand(gen, 9, 4)
     lam = 2.5

@@ -1,4 +1,5 @@
-"""Fast dense kernels equal the closed forms of seed 002 spec §5.1 and GPyTorch's own evaluation."""
+"""Fast dense kernels equal the closed forms used in the experiments of Flynn & Reeb (2024,
+Section 7) and GPyTorch's own evaluation."""
 
 from __future__ import annotations
 

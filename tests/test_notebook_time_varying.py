@@ -1,4 +1,4 @@
-"""The time-varying notebook (seed 004) executes end to end (small horizon)."""
+"""The time-varying notebook (Zhou & Shroff 2021) executes end to end (small horizon)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""GP baselines of seed 003 (spec §6 item 12) and MASTER-GP-UCB (reconstructed, §3.9)."""
+"""GP baselines of Hong, Li & Tewari (2023, Section 6) and MASTER-GP-UCB (reconstructed from their
+Appendix E and Wei & Luo 2021)."""
 
 from __future__ import annotations
 
@@ -115,7 +116,7 @@ def test_discounted_recursion_equals_explicit_weighted_sums(width):
         var_ref = lam * ((a @ v2) * a).sum(1)
     mean, var = model.mean_var(arms)
     assert torch.allclose(mean, mean_ref, atol=1e-9) and torch.allclose(var, var_ref, atol=1e-9)
-    # the kernel-form weighted model of seed 004 agrees
+    # the kernel-form weighted model (DiscountedKernelRidge) agrees
     other = DiscountedKernelRidge(kernel, lam, eta, width="sandwich" if width == "sandwich" else "weighted",
                                   weight_floor=0.0)
     for i, yi in zip(idx, y, strict=True):

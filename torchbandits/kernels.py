@@ -3,7 +3,7 @@
 GPyTorch is the source of kernel *definitions* (classes, parameters, constraints, devices). Its lazy
 operators cost more than they save at bandit sizes, so :func:`kernel_matrix` and
 :func:`kernel_diag` evaluate the common kernels densely with their closed forms
-(seed 002 spec §5.1, with ``r = ‖x − x'‖ / ℓ``):
+(as in the experiments of Flynn & Reeb 2024, Section 7, with ``r = ‖x − x'‖ / ℓ``):
 
 * RBF: ``exp(−r²/2)``
 * Matérn-1/2: ``exp(−r)``;  Matérn-3/2: ``(1 + √3 r) exp(−√3 r)``;

@@ -3,9 +3,10 @@
 Everything here is pure torch, batched where it can be, and follows the dtype and device of its
 inputs. The updates are the ones the papers use:
 
-* bordered (Schur-complement) inverse, seed 000 spec §2.2 / seed 002 spec §2.8;
-* Cholesky append of one point (one triangular solve), seed 002 spec §2.8;
-* Cholesky removal of the *oldest* point, for sliding windows (seed 004): the trailing block of
+* bordered (Schur-complement) inverse, Zenati et al. 2022 (App. E.1) / Flynn & Reeb 2024 (App. E.2,
+  with the outer product where the paper prints a scalar);
+* Cholesky append of one point (one triangular solve), Flynn & Reeb 2024, App. E.2;
+* Cholesky removal of the *oldest* point, for sliding windows (Zhou & Shroff 2021): the trailing block of
   ``K + λI`` is ``L22 L22ᵀ + l21 l21ᵀ``, a rank-one *update* (never a downdate), done with the
   closed-form Cholesky factor of ``I + p pᵀ`` (Gill, Golub, Murray & Saunders 1974) in O(n²) with
   no Python loop over n;
@@ -26,6 +27,7 @@ __all__ = [
     "cholesky_rank_one_update",
     "cholesky_remove_first",
     "logdet_from_cholesky",
+    "logdet_from_diagonal",
     "safe_cholesky",
 ]
 
@@ -107,9 +109,15 @@ def cholesky_remove_first(chol: Tensor) -> Tensor:
     return cholesky_rank_one_update(chol[1:, 1:], chol[1:, 0])
 
 
+def logdet_from_diagonal(diag: Tensor) -> Tensor:
+    """``log det(L Lᵀ) = 2 Σ_i log L_ii`` from the diagonal ``[..., n]`` of a Cholesky factor
+    (the one place this sum is written; batched over leading dimensions)."""
+    return 2.0 * torch.log(diag).sum(-1)
+
+
 def logdet_from_cholesky(chol: Tensor) -> Tensor:
-    """``log det(L Lᵀ) = 2 Σ log L_ii``."""
-    return 2.0 * torch.log(torch.diagonal(chol, dim1=-2, dim2=-1)).sum(-1)
+    """``log det(L Lᵀ) = 2 Σ log L_ii`` of a dense lower factor ``[..., n, n]``."""
+    return logdet_from_diagonal(torch.diagonal(chol, dim1=-2, dim2=-1))
 
 
 def safe_cholesky(a: Tensor, jitter: float = 0.0, max_tries: int = 6) -> tuple[Tensor, float]:
@@ -305,4 +313,4 @@ class GrowingCholesky(ResizableModule):
 
     def logdet(self) -> Tensor:
         """``log det(L Lᵀ)``."""
-        return 2.0 * torch.log(self.diagonal()).sum()
+        return logdet_from_diagonal(self.diagonal())

@@ -3,7 +3,7 @@
 from .exact import ExactKernelRidge, exact_posterior_reference
 from .kors import KORS, kors_leverage_eq41
 from .nystrom import NystromKernelRidge, nystrom_posterior_reference
-from .rls import RLSResampler, theory_qbar  # seed 001 (BKB)
+from .rls import RLSResampler, theory_qbar  # BKB (Calandriello et al. 2019)
 
 __all__ = [
     "KORS",
@@ -15,7 +15,7 @@ __all__ = [
     "nystrom_posterior_reference",
     "theory_qbar",
 ]
-from .weighted import DiscountedKernelRidge, TimeDecayKernelRidge  # seed 004
-from .window import SlidingWindowKernelRidge  # seed 004
+from .weighted import DiscountedKernelRidge, TimeDecayKernelRidge  # time-varying GP-UCBs
+from .window import SlidingWindowKernelRidge  # SW-GP-UCB (Zhou & Shroff 2021)
 
-__all__ += ["DiscountedKernelRidge", "SlidingWindowKernelRidge", "TimeDecayKernelRidge"]  # seed 004
+__all__ += ["DiscountedKernelRidge", "SlidingWindowKernelRidge", "TimeDecayKernelRidge"]

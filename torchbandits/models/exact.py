@@ -5,16 +5,19 @@ For data ``S = (s_1..s_n)``, ``Y`` and a regulariser ``λ > 0`` (the GP noise va
 * mean      ``μ_λ(x) = k_S(x)ᵀ (K + λI)⁻¹ Y``
 * variance  ``ρ²_λ(x) = k(x, x) − k_S(x)ᵀ (K + λI)⁻¹ k_S(x)``   — the **GP** posterior variance.
 
-The kernel-ridge ("ridge") variance of seed 000 §1.4 / seed 001 §1.3 is ``ρ²_λ(x) / λ``; models
+The kernel-ridge ("ridge") variance of Zenati et al. (2022, §3.2) and Calandriello et al. (2019,
+§3.1) is ``ρ²_λ(x) / λ``; models
 always return the GP variance and each policy states which one its β multiplies.
 
 State per regulariser: the lower Cholesky factor ``L`` of ``K + λI`` (a :class:`GrowingCholesky`)
 and ``z = L⁻¹ Y``. Then for candidates ``C`` with ``V = L⁻¹ K_SC``: ``μ = Vᵀ z`` and
-``ρ² = k_CC − colsum(V ⊙ V)`` — one triangular solve per round, no explicit inverse (seed 002
-spec §2.8 recommends the factor over the recursive inverse for small λ).
+``ρ² = k_CC − colsum(V ⊙ V)`` — one triangular solve per round, no explicit inverse (the Cholesky
+form of the recursive update of Flynn & Reeb 2024, App. E.2, preferred over their recursive
+inverse for small λ). The solve-and-score step and the candidate cache are
+:mod:`torchbandits.models.posterior`'s.
 
 * append one point: one triangular solve, O(n²);
-* remove the oldest point: a rank-one Cholesky update, O(n²) (sliding windows, seed 004);
+* remove the oldest point: a rank-one Cholesky update, O(n²) (sliding windows, Zhou & Shroff 2021);
 * a fixed candidate set (the same tensor values as the previous call) is cached: ``V`` gains one
   row per appended point, so scoring costs O(n·A) instead of O(n²·A);
 * ``log det(I + K/λ) = 2 Σ log L_ii − n log λ`` in O(n);
@@ -26,7 +29,6 @@ spec §2.8 recommends the factor over the recursive inverse for small λ).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 from gpytorch.kernels import Kernel
@@ -36,20 +38,9 @@ from ..buffers import StoredData, grow_rows
 from ..kernels import kernel_diag, kernel_matrix
 from ..linalg import GrowingCholesky, logdet_from_cholesky, safe_cholesky
 from ..validation import as_matrix, as_point, as_scalar_reward, check_positive
+from .posterior import CandidateCache, colsum_sq, score_whitened, whitened_solve
 
 __all__ = ["ExactKernelRidge"]
-
-
-@dataclass
-class _CandidateCache:
-    """``V = L⁻¹ K_SC`` for one fixed candidate set, kept in step with appends."""
-
-    candidates: Tensor
-    kdiag: Tensor
-    v: Tensor  # [capacity, A]; rows :n_at valid
-    sumsq: Tensor  # colsum(V ⊙ V) over rows :n_at
-    n_at: int
-    version: int
 
 
 class ExactKernelRidge(StoredData):
@@ -61,6 +52,11 @@ class ExactKernelRidge(StoredData):
         extra_regularisers: further regularisers maintained incrementally alongside ``λ``.
         dtype, device: of all state (float64 by default).
         refresh_every: if > 0, refactorise from scratch every that many appends (drift control).
+        cache_candidates: keep ``L⁻¹K_SC`` of the last fixed candidate set (see the module
+            docstring).
+        removal: how :meth:`remove_oldest` updates the factor: ``"rank_one"`` (default, O(n²)
+            Cholesky rank-one update) or ``"refactorise"`` (O(n³) from-scratch factorisation of
+            the remaining points; the baseline of the sliding-window benchmark).
     """
 
     def __init__(
@@ -73,8 +69,12 @@ class ExactKernelRidge(StoredData):
         device: torch.device | str | None = None,
         refresh_every: int = 0,
         cache_candidates: bool = True,
+        removal: str = "rank_one",
     ) -> None:
         super().__init__()
+        if removal not in ("rank_one", "refactorise"):
+            raise ValueError(f"removal must be 'rank_one' or 'refactorise', got {removal!r}")
+        self.removal = removal
         regs = [check_positive("lam", lam)]
         regs += [check_positive("extra_regularisers", r) for r in extra_regularisers]
         self.regularisers: tuple[float, ...] = tuple(regs)
@@ -88,7 +88,7 @@ class ExactKernelRidge(StoredData):
         self._n = 0
         self._version = 0
         self._appends_since_refresh = 0
-        self._caches: dict[int, _CandidateCache] = {}
+        self._caches: dict[int, CandidateCache] = {}
         self._scratch: dict[tuple[float, int, int], tuple[Tensor, Tensor]] = {}
         self._removal_p: list[Tensor] = []  # per factor, p of the last removal (see remove_first)
         if device is not None:
@@ -176,9 +176,20 @@ class ExactKernelRidge(StoredData):
             self.append(xi, yi)
 
     def remove_oldest(self, count: int = 1) -> None:
-        """Drop the ``count`` oldest observations, O(n²) each (Cholesky rank-one update)."""
+        """Drop the ``count`` oldest observations: O(n²) each by a Cholesky rank-one update, or
+        one O(n³) refactorisation of the rest with ``removal="refactorise"``."""
         if count < 0 or count > self._n:
             raise ValueError(f"count must lie in [0, {self._n}], got {count}")
+        if self.removal == "refactorise":
+            n, m = self._n, self._n - count
+            self._x[:m] = self._x[count:n].clone()
+            self._y[:m] = self._y[count:n].clone()
+            self._n = m
+            for f in self.factors:
+                f.reset()
+            self.refresh()
+            self._invalidate()
+            return
         for _ in range(count):
             n = self._n
             self._removal_p = []
@@ -202,7 +213,7 @@ class ExactKernelRidge(StoredData):
         for r, (f, reg) in enumerate(zip(self.factors, self.regularisers)):
             chol = torch.linalg.cholesky(gram + reg * eye)
             f.set_dense(chol)
-            self._z[r, :n] = torch.linalg.solve_triangular(chol, self.y[:, None], upper=False)[:, 0]
+            self._z[r, :n] = whitened_solve(chol, self.y)
         self._invalidate()
 
     def set_kernel(self, kernel: Kernel, regularisers: Sequence[float] | None = None,
@@ -250,7 +261,7 @@ class ExactKernelRidge(StoredData):
             gram = kernel_matrix(self.kernel, self.x, self.x)
             eye = torch.eye(self._n, dtype=self.dtype, device=self.device)
             chol = torch.linalg.cholesky(gram + reg * eye)
-            z = torch.linalg.solve_triangular(chol, self.y[:, None], upper=False)[:, 0]
+            z = whitened_solve(chol, self.y)
             self._scratch[key] = (chol, z)
         return self._scratch[key]
 
@@ -270,35 +281,19 @@ class ExactKernelRidge(StoredData):
         if idx is None:
             chol, _ = self._scratch_factor(reg)
             kq, kdiag = self._kq(cand, shared)
-            v = torch.linalg.solve_triangular(chol, kq, upper=False)
-            return v, kdiag, (v * v).sum(0)
+            v = whitened_solve(chol, kq)
+            return v, kdiag, colsum_sq(v)
         factor: GrowingCholesky = self.factors[idx]  # type: ignore[assignment]
         cache = self._caches.get(idx) if self.cache_candidates else None
-        if (
-            cache is not None
-            and cache.version == self._version
-            and cache.candidates.shape == cand.shape
-            and cache.n_at <= n
-            and torch.equal(cache.candidates, cand)
-        ):
+        if cache is not None and cache.serves(cand, n, self._version):
             if cache.n_at < n:  # new rows of V for the points appended since the last call
-                a = cache.n_at
-                kq_new = kernel_matrix(self.kernel, self._x[a:n], cand)
-                rows = factor.rows(a, n)
-                rhs = kq_new - rows[:, :a] @ cache.v[:a] if a else kq_new
-                v_new = torch.linalg.solve_triangular(rows[:, a:n], rhs, upper=False)
-                cache.v = grow_rows(cache.v, n)
-                cache.v[a:n] = v_new
-                cache.sumsq = cache.sumsq + (v_new * v_new).sum(0)
-                cache.n_at = n
+                cache.extend(factor, kernel_matrix(self.kernel, self._x[cache.n_at:n], cand))
             return cache.v[:n], cache.kdiag, cache.sumsq
         kq, kdiag = self._kq(cand, shared)
         v = factor.solve(kq) if n else kq
-        sumsq = (v * v).sum(0)
+        sumsq = colsum_sq(v)
         if self.cache_candidates:
-            buf = v.new_zeros(max(2 * n, 16), cand.shape[0])
-            buf[:n] = v
-            self._caches[idx] = _CandidateCache(cand.clone(), kdiag, buf, sumsq, n, self._version)
+            self._caches[idx] = CandidateCache.build(cand, kdiag, v, sumsq, self._version)
         return v, kdiag, sumsq
 
     @torch.no_grad()
@@ -316,14 +311,13 @@ class ExactKernelRidge(StoredData):
             return cand.new_zeros(cand.shape[0]), kernel_diag(self.kernel, cand)
         v, kdiag, sumsq = self._whitened(idx, reg_v, cand)
         z = self._z[idx, : self._n] if idx is not None else self._scratch_factor(reg_v)[1]
-        mean = z @ v
-        var = torch.clamp(kdiag - sumsq, min=0.0)
-        return mean, var
+        return score_whitened(z, v, kdiag, sumsq)
 
     @torch.no_grad()
     def mean_var_many(self, candidates: Tensor, regs: Sequence[float]) -> tuple[Tensor, Tensor]:
         """:meth:`mean_var` at several regularisers ``[R, A]``, sharing one kernel evaluation of
-        the candidates (seed 002's DMM bound needs five). Same values as ``R`` separate calls."""
+        the candidates (Flynn & Reeb 2024's DMM bound needs five). Same values as ``R`` separate
+        calls."""
         cand = as_matrix("candidates", candidates, dtype=self.dtype, device=self.device)
         if self.dim is not None and cand.shape[1] != self.dim:
             raise ValueError(f"candidates must have {self.dim} columns, got {cand.shape[1]}")
@@ -336,8 +330,9 @@ class ExactKernelRidge(StoredData):
         for idx, reg_v in slots:
             v, kdiag, sumsq = self._whitened(idx, reg_v, cand, shared)
             z = self._z[idx, : self._n] if idx is not None else self._scratch_factor(reg_v)[1]
-            means.append(z @ v)
-            variances.append(torch.clamp(kdiag - sumsq, min=0.0))
+            mean, var = score_whitened(z, v, kdiag, sumsq)
+            means.append(mean)
+            variances.append(var)
         return torch.stack(means), torch.stack(variances)
 
     @torch.no_grad()

@@ -1,4 +1,4 @@
-"""Finite feature maps of a kernel on a finite arm set (seed 003 spec §2.1).
+"""Finite feature maps of a kernel on a finite arm set (Hong, Li & Tewari 2023, Section 2 and Appendix I).
 
 Only inner products matter: any ``Φ ∈ R^{N×r}`` with ``ΦΦᵀ = K`` is an equivalent feature map,
 and every quantity of OPKB (IPS matrices, leverages, OP solutions, γ_T) is invariant to the

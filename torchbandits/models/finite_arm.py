@@ -1,5 +1,6 @@
 """Primal (feature-form) ridge posterior on a fixed finite arm set — the form of the GP baselines
-of seed 003 (spec §3.9: "all GP baselines use the same finite-arm factor Φ").
+of Hong, Li & Tewari (AISTATS 2023, Section 6 and Appendix E: every GP baseline uses the
+feature map of the finite arm set).
 
 With ``Φ`` the Cholesky factor of the arms' kernel matrix (``ΦΦᵀ = K``), observation weights
 ``w_s`` and ``λ > 0``:
@@ -11,14 +12,15 @@ With ``Φ`` the Cholesky factor of the arms' kernel matrix (``ΦΦᵀ = K``), ob
 * ``log_det() = log det(V/λ)``.
 
 Three ways to weight: all data (``w = 1``, GP-UCB), a sliding window (``remove_oldest`` downdates
-``V −= φφᵀ``, i.e. the Sherman–Morrison removal divides by ``1 − φᵀV⁻¹φ``; spec §7: the authors'
-code has the wrong sign) and discounting with the stable recursion
+``V −= φφᵀ``, i.e. the Sherman–Morrison removal divides by ``1 − φᵀV⁻¹φ``; the released
+code of Hong, Li & Tewari has the wrong sign) and discounting with the stable recursion
 ``V_t = η(V_{t−1} − λI) + φφᵀ + λI``, ``b_t = ηb_{t−1} + φy`` (no ``η^{−t}`` overflow).
 Updates are O(N²); a scoring round factorises ``V`` once (O(N³), N = number of arms), however long
 the history. This is the finite-arm counterpart of :class:`~torchbandits.models.ExactKernelRidge`
-(kernel form, any candidates) and of the seed-004 weighted / window models, with the same
-``mean_var``/``log_det``/``append``/``remove_oldest``/``reset`` interface, so the policies and
-confidence rules of :mod:`torchbandits.policies.time_varying` run on it unchanged.
+(kernel form, any candidates) and of the weighted / window models of
+:mod:`torchbandits.models.weighted`, with the same ``mean_var``/``log_det``/``append``/
+``remove_oldest``/``reset`` interface, so the policies and confidence rules of
+:mod:`torchbandits.policies.time_varying` run on it unchanged (hand it in with ``model=``).
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ from gpytorch.kernels import Kernel
 from torch import Tensor
 
 from ..buffers import ResizableModule, grow_rows
+from ..linalg import logdet_from_cholesky
 from ..validation import as_matrix, as_point, as_scalar_reward, check_positive, match_rows, same_rows
 from .features import kernel_features
+from .posterior import colsum_sq, whitened_solve
 
 __all__ = ["FiniteArmRidge"]
 
@@ -176,7 +180,7 @@ class FiniteArmRidge(ResizableModule):
         if self._cache is not None and self._cache[0] == self._version:
             return self._cache[1], self._cache[2]
         chol = torch.linalg.cholesky(0.5 * (self.v + self.v.T))
-        z = torch.linalg.solve_triangular(chol, self.phi.T, upper=False)     # L⁻¹Φᵀ
+        z = whitened_solve(chol, self.phi.T)                                 # L⁻¹Φᵀ
         self._cache = (self._version, chol, z)
         return chol, z
 
@@ -190,10 +194,10 @@ class FiniteArmRidge(ResizableModule):
             self._set_arms(cand)
         idx = None if same_rows(self.arms, cand) else match_rows("candidates", self.arms, cand)
         chol, z = self._factor()
-        w = torch.linalg.solve_triangular(chol, self.b[:, None], upper=False)[:, 0]
+        w = whitened_solve(chol, self.b)                                      # L⁻¹b
         mean = z.T @ w
         if self.width == "gp":
-            var = self.lam_ * (z * z).sum(0)
+            var = self.lam_ * colsum_sq(z)
         else:
             a = torch.linalg.solve_triangular(chol.T, z, upper=True)           # V⁻¹Φᵀ
             var = self.lam_ * (a * (self.v2 @ a)).sum(0)
@@ -210,4 +214,4 @@ class FiniteArmRidge(ResizableModule):
         if not self.arms.numel():
             return torch.zeros((), dtype=self.dtype, device=self.device)
         chol, _ = self._factor()
-        return 2.0 * torch.log(torch.diagonal(chol)).sum() - chol.shape[0] * math.log(self.lam_)
+        return logdet_from_cholesky(chol) - chol.shape[0] * math.log(self.lam_)

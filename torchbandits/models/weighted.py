@@ -1,15 +1,16 @@
-"""Reweighted posteriors for time-varying kernel bandits (seed 004 spec §5).
+"""Reweighted posteriors for time-varying kernel bandits (Zhou & Shroff 2021 and the
+related methods they compare with).
 
 Both models are "GP posterior over a reweighted data set" and return ``(mean, variance)`` at the
 GP scale (noise variance λ), like :class:`~torchbandits.models.ExactKernelRidge`.
 
-:class:`DiscountedKernelRidge` — weighted GP-UCB (W-GP-UCB / kernel D-LinUCB, spec §5.4). At round
+:class:`DiscountedKernelRidge` — weighted GP-UCB (W-GP-UCB / kernel D-LinUCB, Deng et al. 2022). At round
 ``t`` the ``s``-th observation has weight ``w_s = γ^{t−1−s}`` (newest weight 1). With
 ``W = diag(w)`` and ``a(x) = (K + λW⁻¹)⁻¹ k_S(x)``:
 
 * mean      ``μ(x) = k_S(x)ᵀ (K + λW⁻¹)⁻¹ Y = a(x)ᵀ Y``;
 * ``width="sandwich"`` (default): the D-LinUCB width ``λ‖φ(x)‖²_{V⁻¹ṼV⁻¹}`` with
-  ``V = ΦᵀWΦ + λI``, ``Ṽ = ΦᵀW²Φ + λI``. In kernel form (spec §5.4) it is
+  ``V = ΦᵀWΦ + λI``, ``Ṽ = ΦᵀW²Φ + λI``. In kernel form it is
   ``k(x,x) − 2k_Sᵀa + aᵀKa + ‖W(k_S − Ka)‖²/λ``, which simplifies (``Ka = k_S − λW⁻¹a``) to
   ``k(x,x) − k_Sᵀa − λ Σ_i a_i² (1/w_i − 1)``;
 * ``width="weighted"``: the weighted GP variance ``k(x,x) − k_Sᵀ a``.
@@ -20,7 +21,7 @@ weight fell below ``weight_floor`` (relative tail mass ``γ^n`` of the discounte
 dropped, and at most ``max_points`` are kept — both bound ``n`` (an approximation the paper does
 not make; ``weight_floor=0`` and ``max_points=None`` keep everything).
 
-:class:`TimeDecayKernelRidge` — TV-GP-UCB (Bogunovic et al. 2016, spec §5.3): the posterior of
+:class:`TimeDecayKernelRidge` — TV-GP-UCB (Bogunovic, Scarlett & Cevher 2016): the posterior of
 ``f_{t+1}`` under ``f_{t+1} = √(1−ε) f_t + √ε g_{t+1}``, i.e. the product kernel
 ``k̃((x,i),(x',j)) = k(x,x')·ρ^{|i−j|}`` with ``ρ = √(1−ε)``. The Gram matrix of past data never
 changes (entries depend on ``|i − j|`` only), so its Cholesky factor grows by appends (O(n²)).
@@ -34,7 +35,6 @@ refactorisation).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 from gpytorch.kernels import Kernel
@@ -44,6 +44,7 @@ from ..buffers import StoredData, grow_rows
 from ..kernels import kernel_diag, kernel_matrix
 from ..linalg import GrowingCholesky, logdet_from_cholesky
 from ..validation import as_matrix, as_point, as_scalar_reward, check_positive
+from .posterior import CandidateCache, colsum_sq, gp_scores, score_whitened, whitened_solve
 
 __all__ = ["DiscountedKernelRidge", "TimeDecayKernelRidge"]
 
@@ -209,11 +210,7 @@ class DiscountedKernelRidge(_HistoryModule):
         if self._n == 0:
             return cand.new_zeros(cand.shape[0]), kdiag
         chol, inv_w = self._factor()
-        kq = kernel_matrix(self.kernel, self.x, cand)
-        v = torch.linalg.solve_triangular(chol, kq, upper=False)
-        z = torch.linalg.solve_triangular(chol, self.y[:, None], upper=False)[:, 0]
-        mean = z @ v
-        var = kdiag - (v * v).sum(0)
+        mean, var, v = gp_scores(chol, kernel_matrix(self.kernel, self.x, cand), self.y, kdiag)
         if self.width == "sandwich":
             a = torch.linalg.solve_triangular(chol.mT, v, upper=True)
             var = var - self.lam_ * ((inv_w - 1.0)[:, None] * a * a).sum(0)
@@ -228,16 +225,6 @@ class DiscountedKernelRidge(_HistoryModule):
             return self._y.new_zeros(())
         chol, inv_w = self._factor()
         return logdet_from_cholesky(chol) - torch.log(self.lam_ * inv_w).sum()
-
-
-@dataclass
-class _DecayCache:
-    candidates: Tensor
-    kdiag: Tensor
-    u: Tensor  # [capacity, A], rows :n_at valid
-    sumsq: Tensor
-    n_at: int
-    version: int
 
 
 class TimeDecayKernelRidge(_HistoryModule):
@@ -266,7 +253,7 @@ class TimeDecayKernelRidge(_HistoryModule):
         self.register_buffer("_tau", torch.zeros(16, dtype=dtype, device=device))
         self.register_buffer("_z", torch.zeros(16, dtype=dtype, device=device))
         self._base = 1  # b: time index the scaled query vectors are referred to
-        self._cache: _DecayCache | None = None
+        self._cache: CandidateCache | None = None
 
     def get_extra_state(self) -> dict:
         return {"n": self._n, "seen": self._seen, "base": self._base}
@@ -341,7 +328,7 @@ class TimeDecayKernelRidge(_HistoryModule):
         gram.diagonal().add_(self.lam_)
         chol = torch.linalg.cholesky(gram)
         self.factor.set_dense(chol)
-        self._z[:n] = torch.linalg.solve_triangular(chol, self.y[:, None], upper=False)[:, 0]
+        self._z[:n] = whitened_solve(chol, self.y)
 
     def remove_oldest(self, count: int = 1) -> None:
         """Drop the ``count`` oldest observations (refactorises)."""
@@ -356,27 +343,17 @@ class TimeDecayKernelRidge(_HistoryModule):
         """``(U, kdiag, colsum U²)`` with ``U = L⁻¹[K_SC ∘ ρ^{b−τ}]``, cached for a fixed set."""
         n = self._n
         c = self._cache
-        if (c is not None and c.version == self._version and c.candidates.shape == cand.shape
-                and c.n_at <= n and torch.equal(c.candidates, cand)):
+        if c is not None and c.serves(cand, n, self._version):
             if c.n_at < n:
                 a = c.n_at
                 kq = kernel_matrix(self.kernel, self._x[a:n], cand)
-                kq = kq * self._decay(self._base - self._tau[a:n])[:, None]
-                rows = self.factor.rows(a, n)
-                rhs = kq - rows[:, :a] @ c.u[:a] if a else kq
-                u_new = torch.linalg.solve_triangular(rows[:, a:n], rhs, upper=False)
-                c.u = grow_rows(c.u, n)
-                c.u[a:n] = u_new
-                c.sumsq = c.sumsq + (u_new * u_new).sum(0)
-                c.n_at = n
-            return c.u[:n], c.kdiag, c.sumsq
+                c.extend(self.factor, kq * self._decay(self._base - self._tau[a:n])[:, None])
+            return c.v[:n], c.kdiag, c.sumsq
         kq = kernel_matrix(self.kernel, self.x, cand) * self._decay(self._base - self.tau)[:, None]
         u = self.factor.solve(kq)
         kdiag = kernel_diag(self.kernel, cand)
-        sumsq = (u * u).sum(0)
-        buf = u.new_zeros(max(2 * n, 16), cand.shape[0])
-        buf[:n] = u
-        self._cache = _DecayCache(cand.clone(), kdiag, buf, sumsq, n, self._version)
+        sumsq = colsum_sq(u)
+        self._cache = CandidateCache.build(cand, kdiag, u, sumsq, self._version)
         return u, kdiag, sumsq
 
     @torch.no_grad()
@@ -387,9 +364,7 @@ class TimeDecayKernelRidge(_HistoryModule):
             return cand.new_zeros(cand.shape[0]), kernel_diag(self.kernel, cand)
         u, kdiag, sumsq = self._scaled(cand)
         scale = math.exp((self._seen + 1 - self._base) * self.log_rho)
-        mean = scale * (self._z[: self._n] @ u)
-        var = kdiag - scale * scale * sumsq
-        return mean, var.clamp_min(0.0)
+        return score_whitened(self._z[: self._n], u, kdiag, sumsq, scale)
 
     @torch.no_grad()
     def log_det(self, reg: float | None = None) -> Tensor:

@@ -2,8 +2,8 @@
 
 :class:`~torchbandits.models.ExactKernelRidge` removes the oldest point with a rank-one Cholesky
 update (O(n²)) but then drops its cache ``V = L⁻¹ K_SC`` of a fixed candidate set, so the next
-round re-solves it in O(n²A). For SW-GP-UCB (seed 004 §2.2) that solve dominates. This subclass
-carries ``V`` through the removal in O(nA):
+round re-solves it in O(n²A). For SW-GP-UCB (Zhou & Shroff 2021, Algorithm 2) that solve
+dominates. This subclass carries ``V`` through the removal in O(nA):
 
 with ``L = [[l₁₁, 0], [l₂₁, L₂₂]]``, ``p = L₂₂⁻¹ l₂₁`` and the new factor ``L' = L₂₂ G`` where
 ``G Gᵀ = I + p pᵀ`` (the closed-form factor used by :func:`~torchbandits.linalg.cholesky_rank_one_update`:
@@ -27,6 +27,7 @@ from gpytorch.kernels import Kernel
 from torch import Tensor
 
 from .exact import ExactKernelRidge
+from .posterior import colsum_sq
 
 __all__ = ["SlidingWindowKernelRidge", "carry_cache_through_removal", "carry_with_p"]
 
@@ -70,6 +71,9 @@ class SlidingWindowKernelRidge(ExactKernelRidge):
 
     def __init__(self, kernel: Kernel, lam: float = 1.0, extra_regularisers: Sequence[float] = (),
                  *, refresh_cache_every: int = 256, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        if kwargs.get("removal", "rank_one") != "rank_one":
+            raise ValueError("SlidingWindowKernelRidge carries its cache through the rank-one "
+                             "removal: removal must be 'rank_one'")
         super().__init__(kernel, lam, extra_regularisers, **kwargs)
         if int(refresh_cache_every) < 0:
             raise ValueError(f"refresh_cache_every must be >= 0, got {refresh_cache_every}")
@@ -98,7 +102,7 @@ class SlidingWindowKernelRidge(ExactKernelRidge):
                 n = self._n
                 v_new = carry_with_p(self._removal_p[idx], cache.v[:n_old])
                 cache.v[:n] = v_new
-                cache.sumsq = (v_new * v_new).sum(0)
+                cache.sumsq = colsum_sq(v_new)
                 cache.n_at = n
                 cache.version = self._version
                 self._caches[idx] = cache

@@ -9,7 +9,7 @@ By paper: :class:`KernelUCB` (K-UCB), :class:`EKUCB`, :class:`CBKB`, :class:`CBB
 The presets that build them for an environment are in :mod:`torchbandits.presets`.
 """
 
-from .base import IndexPolicy, Policy
+from .base import IndexPolicy, Policy, check_model
 from .bkb import BKB
 from .cbbkb import CBBKB, CBKB
 from .confidence_presets import AMMUCB, AYGPUCB, CMMUCB, DMMUCB, IGPUCB
@@ -47,4 +47,5 @@ __all__ = [
     "Policy",
     "RandomPolicy",
     "SupKernelUCB",
+    "check_model",
 ]

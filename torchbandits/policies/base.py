@@ -1,4 +1,4 @@
-"""The policy contract (DESIGN.md): ``forward`` → scores, ``select``, ``update``, ``reset``.
+"""The policy contract (docs/design.md): ``forward`` → scores, ``select``, ``update``, ``reset``.
 
 Every policy is an ``nn.Module`` whose state lives in registered buffers (and in
 ``get_extra_state`` for counters and the generator), so ``.to(device)``, ``.double()`` and
@@ -9,15 +9,56 @@ choose the same on every device; only scalars and small vectors are drawn from i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from ..buffers import ResizableModule
+from ..kernels import check_kernel
 from ..validation import as_matrix, as_point, as_scalar_reward
 
-__all__ = ["IndexPolicy", "Policy", "RuleUCB"]
+__all__ = ["IndexPolicy", "Policy", "RuleUCB", "check_model"]
+
+POSTERIOR_METHODS = ("mean_var", "log_det", "append", "reset")
+
+
+def check_model(model: object, *, lam: float | None = None, rule: Any = None,
+                dtype: torch.dtype | None = None, needs: Sequence[str] = ()) -> nn.Module:
+    """Validate a posterior model handed to a policy (``model=``) and return it unchanged.
+
+    The contract (docs/design.md, "the model= contract"): ``model`` is an ``nn.Module`` with a
+    usable GPyTorch ``kernel`` and the methods ``mean_var``, ``log_det``, ``append``, ``reset``
+    (plus ``needs``, e.g. ``remove_oldest`` for a sliding window); it holds no data yet
+    (``model.n == 0``, the policy owns it from round 1); its ``lam`` equals the policy's λ; its
+    dtype is the policy's; and it maintains every regulariser ``rule.required_regularisers(λ)``
+    asks for. Raises ``ValueError`` naming ``model`` otherwise; never modifies ``model``.
+    """
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"model must be an nn.Module posterior model, got {type(model).__name__}")
+    name = type(model).__name__
+    missing = [m for m in (*POSTERIOR_METHODS, *needs) if not callable(getattr(model, m, None))]
+    if missing:
+        raise ValueError(f"model ({name}) lacks the method(s) {missing} this policy calls")
+    try:
+        check_kernel(getattr(model, "kernel", None))
+    except ValueError as err:
+        raise ValueError(f"model ({name}) needs a usable kernel: {err}") from None
+    if int(model.n) != 0:
+        raise ValueError(f"model ({name}) must be empty when handed to a policy, holds {int(model.n)} points")
+    if lam is not None and float(model.lam) != float(lam):
+        raise ValueError(f"model ({name}) has lam={float(model.lam)!r} but the policy uses lam={lam!r}")
+    model_dtype = getattr(model, "dtype", None)
+    if dtype is not None and model_dtype is not None and model_dtype != dtype:
+        raise ValueError(f"model ({name}) has dtype {model_dtype} but the policy uses {dtype}")
+    if rule is not None and lam is not None:
+        held = set(getattr(model, "regularisers", ()) or ())
+        lacking = [r for r in rule.required_regularisers(lam) if r not in held]
+        if lacking:
+            raise ValueError(f"model ({name}) does not maintain the regularisers {lacking} that "
+                             f"{type(rule).__name__} needs (it holds {sorted(held)})")
+    return model
 
 
 class Policy(ResizableModule):
@@ -25,7 +66,8 @@ class Policy(ResizableModule):
 
     Subclasses implement :meth:`forward` (scores of candidates ``[A, d] → [A]``),
     :meth:`_update` (state change after validation) and :meth:`_reset`. ``n_warmup`` rounds are
-    played uniformly at random first (seed 000 E22, seed 002 §7.6: the prior UCB is flat).
+    played uniformly at random first (the prior UCB is flat; the reference codes of Zenati et al.
+    2022 and of Flynn & Reeb 2024 play one random round first).
     """
 
     def __init__(self, *, seed: int = 0, n_warmup: int = 1, dtype: torch.dtype = torch.float64,

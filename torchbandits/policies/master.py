@@ -1,7 +1,8 @@
-"""MASTER + GP-UCB (seed 003 App. E) — **reconstructed** from Wei & Luo (2021), spec §3.9.
+"""MASTER + GP-UCB (Hong, Li & Tewari 2023, Appendix E) — **reconstructed** from Wei &
+Luo (2021).
 
 The seed paper only states Condition E.1 / Theorem E.2 and never runs this baseline; the
-procedure below follows the spec's reconstruction (verify against Wei & Luo before relying on it):
+procedure below is our reconstruction (verify against Wei & Luo before relying on it):
 
 * Epochs of blocks ``n = 0, 1, …`` of length ``2^n`` starting at ``t_n``. In block ``n`` base
   instances of order ``m = n, …, 0`` are scheduled on aligned sub-intervals of length ``2^m``,
@@ -31,13 +32,13 @@ import torch
 from gpytorch.kernels import Kernel
 from torch import Tensor, nn
 
+from ..confidence.gain import GainBeta
 from ..design import information_gain
 from ..kernels import check_kernel
 from ..models.features import kernel_features
 from ..models.finite_arm import FiniteArmRidge
 from ..validation import check_positive, check_probability, match_rows, same_rows
 from .base import Policy
-from .op_baselines import GainBeta
 from .schedule import Schedule, sample_schedule
 
 __all__ = ["MasterGPUCB"]

@@ -1,4 +1,5 @@
-"""GP baselines of seed 003's experiments (spec §3.9), as thin presets of the seed-004 policies.
+"""GP baselines of the experiments of Hong, Li & Tewari (AISTATS 2023, Section 6 and Appendix E),
+as thin presets of the time-varying GP-UCB policies.
 
 The policy classes are :class:`~torchbandits.policies.time_varying.SWGPUCB`,
 :class:`~torchbandits.policies.time_varying.WGPUCB` and their base
@@ -16,7 +17,7 @@ the window or history length — the kernel-form models cost O(w²) to O(n³) pe
 
 ``γ`` is the realised information gain ``½ log det(V/λ)`` of the data the model holds.
 ``v`` is the tuned "UCB scale" (``v = 1``: theory). λ is the standard ridge. The authors' GP-UCB /
-SW-GP-UCB code (spec §7 A19) takes the reciprocal ``λ_code = 1/λ`` and scores
+SW-GP-UCB code takes the reciprocal ``λ_code = 1/λ`` and scores
 ``μ + v·β·sqrt(λ_code·φᵀV⁻¹φ) = μ + v·β·σ/λ``: with ``convention="aistats2023_code"`` the presets
 below keep our λ (pass ``1/λ_code``) and multiply the radius by ``1/λ``, so the paper's tuned
 ``v`` means what it meant there.
@@ -24,48 +25,15 @@ below keep our λ (pass ``1/λ_code``) and multiply the radius by ``1/λ``, so t
 
 from __future__ import annotations
 
-import math
-
 import torch
 from gpytorch.kernels import Kernel
-from torch import Tensor
 
-from ..confidence import RadiusRule
-from ..confidence.base import PosteriorModel
+from ..confidence.gain import GainBeta
 from ..kernels import check_kernel
 from ..models.finite_arm import FiniteArmRidge
-from ..validation import check_positive, check_probability
 from .time_varying import SWGPUCB, WGPUCB, TimeVaryingUCB
 
 __all__ = ["GainBeta", "gp_ucb", "sw_gp_ucb", "wgp_ucb"]
-
-
-class GainBeta(RadiusRule):
-    """``β_t = v·(offset + noise·sqrt(log det(V/λ) + 2·extra + 2 ln(1/δ)))`` on the **GP** sd,
-    i.e. ``v·(B + R·sqrt(2(γ + extra + ln 1/δ)))`` with the realised ``γ = ½ log det(V/λ)``.
-
-    Algorithm 8: ``offset = noise = extra = 1``; WGP-UCB (authors' code): ``offset = 0.8``,
-    ``noise = 0.1``, ``extra = 0``.
-    """
-
-    name = "gain"
-    variance = "gp"
-
-    def __init__(self, scale: float = 1.0, *, offset: float = 1.0, noise: float = 1.0,
-                 extra: float = 1.0, delta: float = 0.01) -> None:
-        self.scale = check_positive("scale", scale)
-        self.offset = float(offset)
-        self.noise = float(noise)
-        self.extra = float(extra)
-        self.delta = check_probability("delta", delta)
-        if self.offset < 0 or self.noise < 0 or self.extra < 0:
-            raise ValueError("offset, noise and extra must be >= 0")
-
-    def radius(self, model: PosteriorModel, n_candidates: int, t: int) -> Tensor:
-        logdet = float(model.log_det())
-        inner = max(logdet, 0.0) + 2.0 * self.extra + 2.0 * math.log(1.0 / self.delta)
-        return torch.tensor(self.scale * (self.offset + self.noise * math.sqrt(inner)),
-                            dtype=torch.float64)
 
 
 def _model(kernel: Kernel, lam: float, dtype: torch.dtype, device, **kw) -> FiniteArmRidge:
@@ -94,19 +62,17 @@ def sw_gp_ucb(kernel: Kernel, lam: float = 1.0, ucb_scale: float = 1.0, window: 
               dtype: torch.dtype = torch.float64, device: torch.device | str | None = None) -> SWGPUCB:
     """SW-GP-UCB (Zhou & Shroff) with the Algorithm-8 radius on the window's data."""
     rule = GainBeta(_scale(ucb_scale, lam, convention), delta=delta)
-    pol = SWGPUCB(kernel, lam, window, beta=rule, tie_break="first", seed=seed, dtype=dtype,
-                  device=device)
-    pol.model = _model(kernel, lam, dtype, device)
-    return pol
+    return SWGPUCB(kernel, lam, window, beta=rule, tie_break="first", seed=seed, dtype=dtype,
+                   device=device, model=_model(kernel, lam, dtype, device))
 
 
 def wgp_ucb(kernel: Kernel, lam: float = 0.01, ucb_scale: float = 0.5, discount: float = 0.9995, *,
             width: str = "gp", norm_bound: float = 0.8, noise_std: float = 0.1,
             delta: float = 0.01, seed: int = 0, dtype: torch.dtype = torch.float64,
             device: torch.device | str | None = None) -> WGPUCB:
-    """WGP-UCB (discounted GP-UCB, stable recursion) as in the experiments (spec §3.9)."""
+    """WGP-UCB (discounted GP-UCB, stable recursion) as in the experiments of Hong, Li & Tewari
+    (2023, Section 6)."""
     rule = GainBeta(ucb_scale, offset=norm_bound, noise=noise_std, extra=0.0, delta=delta)
-    pol = WGPUCB(kernel, lam, discount, beta=rule, width="sandwich" if width == "sandwich" else "weighted",
-                 tie_break="first", seed=seed, dtype=dtype, device=device)
-    pol.model = _model(kernel, lam, dtype, device, discount=discount, width=width)
-    return pol
+    return WGPUCB(kernel, lam, discount, beta=rule, tie_break="first", seed=seed, dtype=dtype,
+                  device=device, model=_model(kernel, lam, dtype, device, discount=discount,
+                                              width=width))

@@ -1,11 +1,11 @@
-"""Replay schedule of ADA-OPKB / ADA-OPNN (Algorithm 4, spec §3.3).
+"""Replay schedule of ADA-OPKB / ADA-OPNN (Hong, Li & Tewari 2023, Algorithm 4).
 
 For block ``j`` starting at round ``t`` with base length ``E`` the schedule holds the block itself
 ``(j, [t, t + 2^j E − 1])`` and, for every index ``m < j`` and each of the ``2^{j−m}`` aligned slots
 of length ``2^m E`` inside the block, the replay ``(m, slot)`` with probability ``2^{(m−j)/2}``
 (independent coins drawn once, at the start of the block, from the policy's generator). At round
-``s`` the **active index** is the smallest index of a scheduled interval covering ``s`` (spec §3.3).
-``min_index`` (the authors' ``j*``, spec §7 A4) schedules replays only for ``m ≥ min_index``.
+``s`` the **active index** is the smallest index of a scheduled interval covering ``s`` (their Algorithm 4).
+``min_index`` (``j*`` in the authors' code) schedules replays only for ``m ≥ min_index``.
 """
 
 from __future__ import annotations

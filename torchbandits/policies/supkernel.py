@@ -1,4 +1,4 @@
-"""SupKernelUCB (Valko et al. 2013), the textbook version of seed 000 spec §2.6 (E15).
+"""SupKernelUCB (Valko et al. 2013), the textbook version of the baseline of Zenati et al. (2022, Section 5).
 
 Levels ``s = 1..S`` (``S = ⌈log₂ T⌉``) with disjoint sets ``Ψ^s`` of past rounds, each with its own
 exact kernel ridge posterior (:class:`~torchbandits.models.ExactKernelRidge`, regulariser λ). At a
@@ -10,7 +10,7 @@ round: ``Â ← all candidates``, ``s ← 1``, repeat with the posterior of leve
 * (c) else play a candidate with ``w > 2^{−s}`` (the first, or uniformly at random with
   ``selection="random"`` as the code) and store the round in ``Ψ^s``.
 
-Past the last level the policy plays as in (a). The authors' code had three bugs (E15): it stored
+Past the last level the policy plays as in (a). The authors' reference code had three bugs: it stored
 the round under the action index instead of the level, used ``K_Ψ + 10⁻⁶ I`` instead of ``+ λI``,
 and capped the levels at the number of actions; none is reproduced. ``eta`` defaults to the code's
 ``0.1`` (``η = 0.1·b`` with ``b = 1``); the theory value is ``1 + sqrt(2 log(2TN/δ))``.

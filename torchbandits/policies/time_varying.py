@@ -1,15 +1,16 @@
-"""Time-varying GP-UCB (seed 004, Zhou & Shroff): R-GP-UCB, SW-GP-UCB, and the related
-baselines of spec §5, TV-GP-UCB and weighted (discounted) GP-UCB.
+"""Time-varying GP-UCB (Zhou & Shroff 2021): R-GP-UCB, SW-GP-UCB, and two related baselines,
+TV-GP-UCB (Bogunovic et al. 2016) and weighted (discounted) GP-UCB (Deng et al. 2022).
 
 Every policy here scores ``UCB_t(x) = μ_{S_t}(x) + β_t·σ_{S_t}(x)`` where σ is the **GP**
 posterior sd at noise variance λ (``variance="gp"``; β is *not* divided by √λ) and ``S_t`` is
 the data the method keeps:
 
-* :class:`RGPUCB` (Algorithm 1, spec §2.1): the data of the current block; the model is emptied
-  after the update of every round ``kH``, so round ``t`` sees ``(t−1) mod H`` points (spec A4)
-  and the posterior is the prior (σ² = k(x,x), spec §2.3) at ``t = 1, H+1, 2H+1, …``.
+* :class:`RGPUCB` (Algorithm 1): the data of the current block; the model is emptied after the
+  update of every round ``kH``, so round ``t`` sees ``(t−1) mod H`` points (the reset test
+  ``(t−1) mod H = 0``, which also fires for H = 1) and the posterior is the prior (σ² = k(x,x),
+  from eq. (2) with no data) at ``t = 1, H+1, 2H+1, …``.
   Default width: :class:`~torchbandits.confidence.time_varying.RestartBeta` (Lemma 1).
-* :class:`SWGPUCB` (Algorithm 2, spec §2.2): the last ``w`` observations (spec A3); the oldest
+* :class:`SWGPUCB` (Algorithm 2): the last ``w`` observations (at most ``w`` points); the oldest
   point leaves the Cholesky factor by a rank-one update (O(w²), never a refactorisation), so a
   round costs the same at every ``t`` once the window is full. Default width:
   :class:`~torchbandits.confidence.time_varying.WindowBeta` (Lemma 2, ``ln(T/δ)``).
@@ -21,7 +22,7 @@ the data the method keeps:
 ``beta`` is a float (constant radius on the GP sd), a
 :class:`~torchbandits.confidence.ConfidenceRule`, or ``None`` for the method's default theory
 width. Ties of the UCB (every candidate ties on an empty data set with a stationary kernel) are
-broken uniformly at random from the policy's generator (``tie_break="random"``, spec A5) or by
+broken uniformly at random from the policy's generator (``tie_break="random"``) or by
 the lowest index (``"first"``, like :class:`~torchbandits.policies.GPUCB`).
 """
 
@@ -41,7 +42,7 @@ from ..models import ExactKernelRidge
 from ..models.weighted import DiscountedKernelRidge, TimeDecayKernelRidge
 from ..models.window import SlidingWindowKernelRidge
 from ..validation import check_positive
-from .base import RuleUCB
+from .base import RuleUCB, check_model
 from .refit import RefitMixin
 
 __all__ = ["RGPUCB", "SWGPUCB", "TVGPUCB", "WGPUCB", "TimeVaryingUCB"]
@@ -50,11 +51,12 @@ Gamma = GammaProvider | float | str
 
 
 def _check_kernel_scale(kernel: Kernel) -> None:
-    """Spec A12: the theory widths assume ``k(x, x) ≤ 1``; warn when a stationary kernel exceeds it."""
+    """The theory widths (Zhou & Shroff 2021, Lemmas 1-2) assume ``k(x, x) ≤ 1``; warn when a
+    stationary kernel exceeds it."""
     bound = kernel_bound(kernel)
     if bound is not None and bound > 1.0 + 1e-12:
-        warnings.warn(f"the theory width assumes k(x, x) <= 1 but this kernel has sup k(x, x) = {bound:g} "
-                      "(spec A12); use outputscale <= 1 or pass beta explicitly", stacklevel=3)
+        warnings.warn(f"the theory width assumes k(x, x) <= 1 but this kernel has sup k(x, x) = {bound:g}"
+                      "; use outputscale <= 1 or pass beta explicitly [A12]", stacklevel=3)
 
 
 def _rule(beta: float | ConfidenceRule | None, default: Any) -> ConfidenceRule:
@@ -95,7 +97,8 @@ class TimeVaryingUCB(RuleUCB):
 
 
 class RGPUCB(RefitMixin, TimeVaryingUCB):
-    """R-GP-UCB: IGP-UCB restarted every ``period`` (= H) rounds (spec §2.1; β on the **GP** sd).
+    """R-GP-UCB: IGP-UCB restarted every ``period`` (= H) rounds (Zhou & Shroff 2021, Algorithm 1;
+    β on the **GP** sd).
 
     Args:
         kernel: GPyTorch kernel with ``k(x, x) ≤ 1``; lam: λ > 0 (noise variance and regulariser).
@@ -105,6 +108,9 @@ class RGPUCB(RefitMixin, TimeVaryingUCB):
             ``"realised"``), ``beta_mode`` (``"lemma"``/``"igp_ucb"``), ``gamma_index``
             (``"algorithm"``: γ_{t−t0}; ``"max"``: γ_H), ``delta_split`` (``"none"`` or
             ``"per_block"``, needs ``horizon``) and ``beta_scale``.
+        model: a posterior model instead of the default
+            :class:`~torchbandits.models.ExactKernelRidge` (see
+            :func:`~torchbandits.policies.base.check_model`).
     """
 
     def __init__(self, kernel: Kernel, lam: float = 1.0, period: int | None = None,
@@ -115,7 +121,8 @@ class RGPUCB(RefitMixin, TimeVaryingUCB):
                  beta_scale: float = 1.0, tie_break: str = "random", seed: int = 0,
                  n_warmup: int = 0, dtype: torch.dtype = torch.float64,
                  device: torch.device | str | None = None, refit_every: int = 0,
-                 refit_warmup: int = 5, refit_options: dict[str, Any] | None = None) -> None:
+                 refit_warmup: int = 5, refit_options: dict[str, Any] | None = None,
+                 model: nn.Module | None = None) -> None:
         lam = check_positive("lam", lam)
         if period is not None and int(period) < 1:
             raise ValueError(f"period must be >= 1 or None, got {period!r}")
@@ -126,8 +133,11 @@ class RGPUCB(RefitMixin, TimeVaryingUCB):
             norm_bound, noise_std, lam, gamma, delta=delta, period=self_period, horizon=horizon,
             mode=beta_mode, gamma_index=gamma_index, delta_split=delta_split,
             beta_scale=beta_scale))  # type: ignore[arg-type]
-        model = ExactKernelRidge(kernel, lam, rule.required_regularisers(lam), dtype=dtype,
-                                 device=device)
+        if model is not None:
+            check_model(model, lam=lam, rule=rule, dtype=dtype)
+        else:
+            model = ExactKernelRidge(kernel, lam, rule.required_regularisers(lam), dtype=dtype,
+                                     device=device)
         super().__init__(model, rule, tie_break=tie_break, seed=seed, n_warmup=n_warmup,
                          dtype=dtype, device=device)
         self.period = self_period
@@ -149,7 +159,8 @@ class RGPUCB(RefitMixin, TimeVaryingUCB):
 
 
 class SWGPUCB(RefitMixin, TimeVaryingUCB):
-    """SW-GP-UCB: GP-UCB on the last ``window`` (= w) observations (spec §2.2; β on the **GP** sd).
+    """SW-GP-UCB: GP-UCB on the last ``window`` (= w) observations (Zhou & Shroff 2021,
+    Algorithm 2; β on the **GP** sd).
 
     After each update the model holds ``min(t, w)`` points; the oldest leaves by
     :meth:`ExactKernelRidge.remove_oldest` (Cholesky rank-one update, O(w²)). With
@@ -162,6 +173,10 @@ class SWGPUCB(RefitMixin, TimeVaryingUCB):
         beta: float / rule / ``None`` → :class:`WindowBeta` (needs ``horizon`` T for ``ln(T/δ)``)
             from ``norm_bound``, ``noise_std``, ``delta``, ``gamma``, ``beta_mode``,
             ``gamma_index`` (``"algorithm"``: γ_{min(t,w)}; ``"max"``: γ_w) and ``beta_scale``.
+        model: a posterior model with ``remove_oldest`` instead of the default (e.g. the
+            finite-arm :class:`~torchbandits.models.finite_arm.FiniteArmRidge`, or an
+            :class:`~torchbandits.models.ExactKernelRidge` with ``removal="refactorise"``);
+            ``carry_cache`` then does not apply (see :func:`~torchbandits.policies.base.check_model`).
     """
 
     def __init__(self, kernel: Kernel, lam: float = 1.0, window: int | None = None,
@@ -172,7 +187,8 @@ class SWGPUCB(RefitMixin, TimeVaryingUCB):
                  carry_cache: bool = True, tie_break: str = "random", seed: int = 0,
                  n_warmup: int = 0, dtype: torch.dtype = torch.float64,
                  device: torch.device | str | None = None, refit_every: int = 0,
-                 refit_warmup: int = 5, refit_options: dict[str, Any] | None = None) -> None:
+                 refit_warmup: int = 5, refit_options: dict[str, Any] | None = None,
+                 model: nn.Module | None = None) -> None:
         lam = check_positive("lam", lam)
         if window is not None and int(window) < 1:
             raise ValueError(f"window must be >= 1 or None, got {window!r}")
@@ -189,8 +205,12 @@ class SWGPUCB(RefitMixin, TimeVaryingUCB):
         if beta is None:
             _check_kernel_scale(kernel)
         rule = _rule(beta, default)
-        model_cls = SlidingWindowKernelRidge if carry_cache else ExactKernelRidge
-        model = model_cls(kernel, lam, rule.required_regularisers(lam), dtype=dtype, device=device)
+        if model is not None:
+            check_model(model, lam=lam, rule=rule, dtype=dtype, needs=("remove_oldest",))
+        else:
+            model_cls = SlidingWindowKernelRidge if carry_cache else ExactKernelRidge
+            model = model_cls(kernel, lam, rule.required_regularisers(lam), dtype=dtype,
+                              device=device)
         super().__init__(model, rule, tie_break=tie_break, seed=seed, n_warmup=n_warmup,
                          dtype=dtype, device=device)
         self.window = w
@@ -203,34 +223,40 @@ class SWGPUCB(RefitMixin, TimeVaryingUCB):
 
 
 class TVGPUCB(TimeVaryingUCB):
-    """TV-GP-UCB (Bogunovic et al. 2016; spec §5.3): GP-UCB under the time-decay kernel
+    """TV-GP-UCB (Bogunovic, Scarlett & Cevher 2016): GP-UCB under the time-decay kernel
     ``k(x,x')·(1−ε)^{|i−j|/2}``, posterior of ``f_{t+1}`` (β on the **GP** sd at noise λ).
 
     Args:
         kernel: spatial kernel; lam: noise variance λ; epsilon: forgetting rate ε ∈ [0, 1)
             (ε = 0 is GP-UCB); beta: float / rule / ``None`` → Bayesian finite-domain width
-            ``sqrt(2 ln(|D| t² π²/(6δ)))`` (:class:`~torchbandits.confidence.SrinivasBeta`).
+            ``sqrt(2 ln(|D| t² π²/(6δ)))`` (:class:`~torchbandits.confidence.SrinivasBeta`);
+        model: a posterior model instead of the default
+            :class:`~torchbandits.models.weighted.TimeDecayKernelRidge` (``epsilon`` and
+            ``weight_floor`` are then the model's; see :func:`~torchbandits.policies.base.check_model`).
     """
 
     def __init__(self, kernel: Kernel, lam: float = 1.0, epsilon: float = 0.01,
                  beta: float | ConfidenceRule | None = None, *, delta: float = 0.1,
                  weight_floor: float = 1e-12, tie_break: str = "random", seed: int = 0,
                  n_warmup: int = 0, dtype: torch.dtype = torch.float64,
-                 device: torch.device | str | None = None) -> None:
+                 device: torch.device | str | None = None, model: nn.Module | None = None) -> None:
         from ..confidence import SrinivasBeta
 
         rule = _rule(beta, lambda: SrinivasBeta(delta=delta, mode="finite"))
         if rule.required_regularisers(lam):
             raise ValueError("TV-GP-UCB's model keeps one regulariser: the rule must use λ")
-        model = TimeDecayKernelRidge(kernel, lam, epsilon, weight_floor=weight_floor, dtype=dtype,
-                                     device=device)
+        if model is not None:
+            check_model(model, lam=lam, rule=rule, dtype=dtype)
+        else:
+            model = TimeDecayKernelRidge(kernel, lam, epsilon, weight_floor=weight_floor,
+                                         dtype=dtype, device=device)
         super().__init__(model, rule, tie_break=tie_break, seed=seed, n_warmup=n_warmup,
                          dtype=dtype, device=device)
         self.epsilon = float(epsilon)
 
 
 class WGPUCB(TimeVaryingUCB):
-    """Weighted / discounted GP-UCB (Deng et al. 2022, kernel D-LinUCB; spec §5.4).
+    """Weighted / discounted GP-UCB (Deng et al. 2022, kernel D-LinUCB).
 
     Weights ``γ^{t−1−s}`` (newest 1), posterior mean ``k_Sᵀ(K + λW⁻¹)⁻¹Y``, and β times the
     D-LinUCB sandwich width (GP scale: ``λ‖φ‖²_{V⁻¹ṼV⁻¹}``, equal to the GP variance when γ = 1),
@@ -238,25 +264,32 @@ class WGPUCB(TimeVaryingUCB):
 
     Args:
         kernel; lam: λ > 0; discount: γ ∈ (0, 1]; beta: float (default 1.0) or a rule (the
-            theory β of Deng et al. is not in the seed paper; spec §5.4 [verify]);
+            theory β of Deng et al. is not implemented here);
         weight_floor / max_points: bound the points kept (see
-            :class:`~torchbandits.models.weighted.DiscountedKernelRidge`).
+            :class:`~torchbandits.models.weighted.DiscountedKernelRidge`);
+        model: a posterior model instead of the default ``DiscountedKernelRidge`` (e.g. the
+            finite-arm :class:`~torchbandits.models.finite_arm.FiniteArmRidge` with
+            ``discount``; ``width``, ``weight_floor`` and ``max_points`` are then the model's;
+            see :func:`~torchbandits.policies.base.check_model`).
     """
 
     def __init__(self, kernel: Kernel, lam: float = 1.0, discount: float = 0.99,
                  beta: float | ConfidenceRule = 1.0, *, width: str = "sandwich",
                  weight_floor: float = 1e-4, max_points: int | None = None,
                  tie_break: str = "random", seed: int = 0, n_warmup: int = 0,
-                 dtype: torch.dtype = torch.float64, device: torch.device | str | None = None
-                 ) -> None:
+                 dtype: torch.dtype = torch.float64, device: torch.device | str | None = None,
+                 model: nn.Module | None = None) -> None:
         rule = _rule(beta, lambda: ConstantBeta(1.0, variance="gp"))
         if rule.required_regularisers(lam):
             raise ValueError("W-GP-UCB's model keeps one regulariser: the rule must use λ")
         if getattr(rule, "variance", "gp") != "gp":
             raise ValueError("W-GP-UCB's width is on the GP scale: use a rule with variance='gp'")
-        model = DiscountedKernelRidge(kernel, lam, discount, width=width,
-                                      weight_floor=weight_floor, max_points=max_points,
-                                      dtype=dtype, device=device)
+        if model is not None:
+            check_model(model, lam=lam, rule=rule, dtype=dtype)
+        else:
+            model = DiscountedKernelRidge(kernel, lam, discount, width=width,
+                                          weight_floor=weight_floor, max_points=max_points,
+                                          dtype=dtype, device=device)
         super().__init__(model, rule, tie_break=tie_break, seed=seed, n_warmup=n_warmup,
                          dtype=dtype, device=device)
         self.discount = float(discount)
