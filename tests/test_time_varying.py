@@ -349,9 +349,9 @@ def test_window_cache_carried_through_removals_matches_resolve():
 
 def test_theory_width_warns_on_kernel_above_one():
     big = make_kernel("rbf", 0.3, outputscale=2.0)
-    with pytest.warns(UserWarning, match="A12"):
+    with pytest.warns(UserWarning, match=r"k\(x, x\) <= 1"):
         RGPUCB(big, LAM, period=5)
-    with pytest.warns(UserWarning, match="A12"):
+    with pytest.warns(UserWarning, match=r"k\(x, x\) <= 1"):
         SWGPUCB(big, LAM, window=5, horizon=50)
 
 

@@ -56,7 +56,7 @@ def _check_kernel_scale(kernel: Kernel) -> None:
     bound = kernel_bound(kernel)
     if bound is not None and bound > 1.0 + 1e-12:
         warnings.warn(f"the theory width assumes k(x, x) <= 1 but this kernel has sup k(x, x) = {bound:g}"
-                      "; use outputscale <= 1 or pass beta explicitly [A12]", stacklevel=3)
+                      "; use outputscale <= 1 or pass beta explicitly", stacklevel=3)
 
 
 def _rule(beta: float | ConfidenceRule | None, default: Any) -> ConfidenceRule:
