@@ -105,14 +105,14 @@ def test_kernel_row_cache_matches_evaluated_kernels(lockstep) -> None:
     env_a.reset(3)
     env_b.reset(3)
     cached, plain = _bkb(env_a, seed=3), _bkb(env_b, seed=3)
-    plain.KERNEL_CACHE_ENTRIES = 0
+    plain.arm_rows.max_entries = 0
 
     def same_dictionary() -> None:
         assert torch.equal(cached.dictionary_mask, plain.dictionary_mask)
 
     assert lockstep(cached, plain, env_a, env_b, 120, same_dictionary) < 1e-10
-    assert cached._kpa is not None and cached._kpa_n == cached.n_distinct
-    assert plain._kpa is None
+    assert cached.arm_rows.rows is not None and cached.arm_rows.n_rows == cached.n_distinct
+    assert plain.arm_rows.rows is None
 
 
 def test_fresh_candidates_match_per_pull_formula() -> None:

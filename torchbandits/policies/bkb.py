@@ -40,6 +40,7 @@ from torch import Tensor
 from ..buffers import grow_rows
 from ..confidence.bkb import BetaRule, BKBBeta
 from ..kernels import check_kernel, kernel_diag
+from ..models.arm_rows import ArmRowCache
 from ..models.exact import ExactKernelRidge
 from ..models.nystrom import NystromKernelRidge
 from ..models.rls import RLSResampler, Sampler, theory_qbar
@@ -133,6 +134,7 @@ class BKB(IndexPolicy):
         self._m_theory = 0
         self._empty_dictionaries = 0
         self._last: dict[str, float] = {}
+        self.arm_rows = ArmRowCache()
         self._invalidate()
 
     # ------------------------------------------------------------------ properties
@@ -182,12 +184,7 @@ class BKB(IndexPolicy):
     def _invalidate(self) -> None:
         self._model_ok = False
         self._scored: dict[str, Any] | None = None  # variances of the current model, last forward
-        self._map_cand: Tensor | None = None  # candidate set the pulled-point map refers to
-        self._map_idx: Tensor | None = None  # row of each distinct pulled point in _map_cand (-1)
-        self._cand_changes = 0
-        # kernel rows k(pulled_j, ·) over _map_cand of the first _kpa_n distinct pulled points
-        self._kpa: Tensor | None = None
-        self._kpa_n = 0
+        self.arm_rows.clear()  # derived data: rebuilt on demand
 
     def _apply(self, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
         self._invalidate()
@@ -231,9 +228,9 @@ class BKB(IndexPolicy):
         else:
             mask = self.dictionary_mask
             kpz = kza.index_select(1, idx).mT
-            self.model._rebuild(self.pulled[mask], self.pulled, self.sums, self.counts,
-                                kzz=kpz[mask], kxz=kpz)
-        self.__dict__["_model_ok"] = True
+            self.model.rebuild_from_counts(self.pulled[mask], self.pulled, self.sums, self.counts,
+                                           kzz=kpz[mask], kxz=kpz)
+        self._model_ok = True
 
     def _residual(self, cand: Tensor) -> Tensor:
         """GP-scale Nyström residual ``k(x,x) − k_Zᵀ K_ZZ⁻¹ k_Z`` (the DTC − SoR difference),
@@ -253,7 +250,7 @@ class BKB(IndexPolicy):
         self._ensure_model(kza, idx)
         if kza is None and idx is not None and self.model.m:
             kza = self._dictionary_rows(cand, idx)
-        mean, var_gp = self.model._mean_var(cand, kza) if kza is not None else self.model.mean_var(cand)
+        mean, var_gp = self.model.score(cand, kza) if kza is not None else self.model.mean_var(cand)
         var = var_gp / self.lam
         if self.variance_kind == "dtc":
             return mean, var, var
@@ -270,71 +267,17 @@ class BKB(IndexPolicy):
         mean, _, used = self._dtc(cand)
         return mean, used, used * self.lam
 
-    # ------------------------------------------------------------------ pulled-point map
-    @staticmethod
-    def _match_rows(points: Tensor, cand: Tensor) -> Tensor:
-        """Row of ``cand`` equal to each row of ``points`` (−1 if none), in chunks."""
-        out = torch.full((points.shape[0],), -1, dtype=torch.long, device=cand.device)
-        chunk = max(1, 2_000_000 // max(cand.shape[0] * cand.shape[1], 1))
-        for s in range(0, points.shape[0], chunk):
-            eq = (points[s : s + chunk, None, :] == cand[None, :, :]).all(-1)
-            hit = eq.any(1)
-            out[s : s + chunk] = torch.where(hit, eq.to(torch.int8).argmax(1), -1)
-        return out
-
-    def _pulled_map(self, cand: Tensor) -> Tensor | None:
-        """``[n_distinct]`` rows of the pulled points in ``cand`` (cached for a fixed arm set);
-        ``None`` once the candidate set has changed more than twice (contextual use: the pulled
-        points are then evaluated directly instead of matched every round)."""
-        if (self._map_cand is not None and self._map_idx is not None
-                and self._map_cand.shape == cand.shape and torch.equal(self._map_cand, cand)):
-            return self._map_idx
-        self._cand_changes += 1
-        self._kpa, self._kpa_n = None, 0
-        if self._cand_changes > 2:
-            self._map_cand = self._map_idx = None
-            return None
-        self._map_cand = cand.clone()
-        self._map_idx = self._match_rows(self.pulled, cand)
-        return self._map_idx
-
-    #: largest kernel-row cache (entries = distinct pulled arms × arms) before falling back to
-    #: evaluating ``k_Z(arms)`` every round (2²⁵ float64 = 256 MiB)
-    KERNEL_CACHE_ENTRIES = 2**25
-
     def _dictionary_rows(self, cand: Tensor, idx: Tensor) -> Tensor | None:
-        """``K_Z,A`` ``[m, A]`` from the cache of kernel rows ``k(x_a, ·)`` of the distinct pulled
-        arms over the fixed arm set (spec §2.7 item 8: each pulled arm's row is computed once, so a
-        round gathers ``K_Z,A`` instead of evaluating ``m·A`` kernels); ``None`` past the budget."""
-        n, a = self._np, cand.shape[0]
-        if n * a > self.KERNEL_CACHE_ENTRIES:
-            return None
-        kpa = self._kpa
-        if kpa is None or kpa.shape[1] != a:
-            kpa = self._kpa = cand.new_zeros(max(16, n), a)
-            self._kpa_n = 0
-        if self._kpa_n < n:
-            kpa = self._kpa = grow_rows(kpa, n)
-            kpa[self._kpa_n : n] = self.model._k(cand.index_select(0, idx[self._kpa_n : n]), cand)
-            self._kpa_n = n
-        return kpa[:n][self.dictionary_mask]
-
-    def _fixed_rows(self, cand: Tensor) -> Tensor | None:
-        """Rows of the distinct pulled points in ``cand`` when all are among them, else ``None``."""
-        idx = self._pulled_map(cand)
-        if idx is None:
-            return None
-        ok = self.__dict__.get("_map_ok")
-        if ok is None or ok[0] is not idx:
-            ok = self.__dict__["_map_ok"] = (idx, bool((idx >= 0).all()))
-        return idx if ok[1] else None
+        """``K_Z,A`` ``[m, A]`` gathered from the cached kernel rows of the pulled arms over the
+        fixed arm set (each pulled arm's row is computed once); ``None`` past the cache budget."""
+        return self.arm_rows.dictionary_rows(self.model.kernel_block, cand, idx, self.dictionary_mask)
 
     def _pulled_variances(self, cand: Tensor, var: Tensor, used: Tensor) -> tuple[Tensor, Tensor]:
         """(DTC, used) ridge variances of the distinct pulled points, gathered from the
         candidates' when all are among them (fixed arm set), else evaluated."""
         if self._np == 0:
             return var.new_zeros(0), var.new_zeros(0)
-        idx = self._fixed_rows(cand)
+        idx = self.arm_rows.fixed_rows(self.pulled, cand)
         if idx is not None:
             return var[idx], used[idx]
         _, pv, pu = self._dtc(self.pulled)
@@ -344,12 +287,12 @@ class BKB(IndexPolicy):
     def forward(self, candidates: Tensor) -> Tensor:
         """``ũ_t(x) = μ̃_t(x) + β̃_t σ̃_t(x)`` of every candidate (ridge sd, spec §2.4)."""
         cand = self.check_candidates(candidates)
-        mean, var, used = self._dtc(cand, self._fixed_rows(cand) if self._np else None)
+        mean, var, used = self._dtc(cand, self.arm_rows.fixed_rows(self.pulled, cand) if self._np else None)
         pvar, pused = self._pulled_variances(cand, var, used)
         sum_var = float((self.counts * pused).sum()) if self._np else 0.0
         kappa2 = float(kernel_diag(self.kernel, cand).max())
         beta = self.rule.radius(sum_var, self.t, kappa2, self.lam)
-        self.__dict__["_scored"] = {"cand": cand, "var": var, "pvar": pvar}
+        self._scored = {"cand": cand, "var": var, "pvar": pvar}
         self._last.update(beta=beta, sum_var=sum_var, kappa2=kappa2)
         if self.exact is not None:
             if self.exact.n:
@@ -364,7 +307,7 @@ class BKB(IndexPolicy):
         # 1. σ̃_t² of the model that chose x, at every distinct pulled point and at x (spec §7.7)
         row = -1
         sc = self._scored
-        ref = sc["cand"] if sc is not None and self._model_ok else self._map_cand
+        ref = sc["cand"] if sc is not None and self._model_ok else self.arm_rows.arms
         if ref is not None:
             hit = (ref == x).all(-1).nonzero()
             row = int(hit[0, 0]) if hit.numel() else -1
@@ -391,8 +334,7 @@ class BKB(IndexPolicy):
             self._px[n] = x
             self._np = n + 1
             variances = torch.cat([pvar, xvar])
-            if self._map_idx is not None and self._map_cand is not None:
-                self._map_idx = torch.cat([self._map_idx, self._map_idx.new_tensor([row])])
+            self.arm_rows.push(row)
         self._counts[j] += 1.0
         self._sums[j] += reward
         if self.exact is not None:
@@ -400,12 +342,11 @@ class BKB(IndexPolicy):
         # 3. resample the dictionary from scratch (spec §2.5)
         res = self.resampler.resample(variances, self.counts, self.generator)
         self._in_dict[: self._np] = res.mask
-        d = self.__dict__  # plain attributes: bypass nn.Module.__setattr__ (hot path)
-        d["_m_theory"] = res.m_theory
+        self._m_theory = res.m_theory
         if res.size == 0:
-            d["_empty_dictionaries"] = self._empty_dictionaries + 1
-        d["_model_ok"] = False
-        d["_scored"] = None
+            self._empty_dictionaries += 1
+        self._model_ok = False
+        self._scored = None
 
     # ------------------------------------------------------------------ reporting
     def diagnostics(self) -> dict[str, float]:

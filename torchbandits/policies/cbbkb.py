@@ -115,7 +115,7 @@ class CBBKB(NystromUCB):
         """Resample the dictionary from the stored states and rebuild with ``(x, reward)``."""
         model = self.model
         if self.include_current:
-            model._append(x, reward)
+            model.append_column(x, reward)
         n = model.n
         if n:
             rows, p = self._sample_rows()
@@ -150,7 +150,7 @@ class CBBKB(NystromUCB):
         if bool((old & ~new[: old.shape[0]]).any()):
             return False
         if not self.include_current:
-            model._append(x, reward)
+            model.append_column(x, reward)
         fresh = new.clone()  # drawn rows that are not anchors yet (rows stored since included)
         fresh[: old.shape[0]] &= ~old
         for r in torch.nonzero(fresh)[:, 0].tolist():
@@ -178,12 +178,12 @@ class CBBKB(NystromUCB):
         if model.m == 0 or self.always_resample:
             self._resample(x, reward)
             return
-        _, var = model._mean_var(x[None])
+        _, var = model.score(x[None])
         self._acc += float(var[0]) / self.lam
         if 1.0 + self._acc > self.batch_threshold:
             self._resample(x, reward)
         else:
-            model._append(x, reward)
+            model.append_column(x, reward)
             if self._anchor_rows is not None:
                 self._anchor_rows = torch.cat([self._anchor_rows, self._anchor_rows.new_zeros(1)])
 
