@@ -50,7 +50,7 @@ class ArmRowCache:
             returns ``None`` (the caller then evaluates ``k_Z(arms)`` every round).
     """
 
-    __slots__ = ("max_entries", "arms", "idx", "changes", "rows", "n_rows", "complete")
+    __slots__ = ("arms", "changes", "complete", "idx", "max_entries", "n_rows", "rows")
 
     def __init__(self, max_entries: int = 2**25) -> None:
         self.max_entries = int(max_entries)

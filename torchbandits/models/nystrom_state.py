@@ -45,8 +45,21 @@ class NystromScalars:
     ``hv``/``hv_version``: variances at the data points and the version they hold for; ``cache``,
     ``last_scored``, ``view_cache``, ``row_cap``: per-version caches of the queries."""
 
-    __slots__ = ("n", "m", "logdet_a", "logdet_running", "refused", "last_residual", "version",
-                 "hv", "hv_version", "cache", "last_scored", "view_cache", "row_cap")
+    __slots__ = (
+        "cache",
+        "hv",
+        "hv_version",
+        "last_residual",
+        "last_scored",
+        "logdet_a",
+        "logdet_running",
+        "m",
+        "n",
+        "refused",
+        "row_cap",
+        "version",
+        "view_cache",
+    )
 
     def __init__(self) -> None:
         self.n = 0

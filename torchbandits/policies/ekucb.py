@@ -88,15 +88,17 @@ class NystromUCB(RuleUCB):
             return int(torch.argmax(self._ucb(cand)))
 
     def update(self, x: Any, reward: Any) -> None:
-        """As :meth:`Policy.update` (validate, then update); ``dim`` is written once (each
-        ``nn.Module.__setattr__`` costs ~5 µs, ~1% of EK-UCB's step)."""
+        """As :meth:`Policy.update` (validate, then update), with ``dim`` written once and ``t``
+        without ``nn.Module.__setattr__`` (measurable in EK-UCB's ~0.2-0.6 ms step)."""
         xv = as_point("x", x, dtype=self.dtype, device=self.device, dim=self.dim)
         r = as_scalar_reward("reward", reward)
         with torch.no_grad():
             self._update(xv, r)
         if self.dim is None:
             self.dim = xv.shape[0]
-        self.t += 1
+        # nn.Module.__setattr__ measured ~15 µs here (~3% of an EK-UCB step on Chessboard); t is a
+        # plain int of Policy, never a parameter, buffer or submodule, so the plain write is the same
+        object.__setattr__(self, "t", self.t + 1)
 
     def mean_var(self, candidates: Tensor) -> tuple[Tensor, Tensor]:
         """Posterior mean and **ridge** variance ``σ̃²`` (GP variance / λ) of every candidate."""
