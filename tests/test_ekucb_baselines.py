@@ -1,4 +1,4 @@
-"""CBKB / CBBKB / SupKernelUCB / CGP-UCB naming (seed 000 spec §2.6)."""
+"""CBKB / CBBKB / SupKernelUCB / CGP-UCB naming (Zenati et al. 2022, §5)."""
 
 from __future__ import annotations
 

@@ -1,31 +1,34 @@
-"""BKB — Budgeted Kernelized Bandit (seed 001: Calandriello et al., COLT 2019).
+"""BKB — Budgeted Kernelized Bandit (Calandriello, Carratino, Lazaric, Valko & Rosasco, COLT 2019).
 
 GP-UCB on a Nyström (DTC) posterior whose dictionary is **resampled from scratch every round** by
-ridge-leverage-score sampling over all pulled points (spec §2.5):
+ridge-leverage-score sampling over all pulled points (§3.1, Fig. 1):
 
-* score  ``ũ_t(x) = μ̃_t(x) + β̃_t · σ̃_t(x)`` (spec §2.4), where ``σ̃_t²`` is the **1/λ-scaled
-  (ridge) DTC variance** ``σ̃_t²(x) = (k(x,x) − ‖z_t(x)‖²)/λ + z_t(x)ᵀ V_t⁻¹ z_t(x)`` (spec §2.2; the
-  main trap, A1). So β̃_t multiplies the **ridge** sd ``sqrt(var_GP/λ)``, as in K-UCB; the
+* score ``ũ_t(x) = μ̃_t(x) + β̃_t · σ̃_t(x)`` (eq. 4), where ``σ̃_t²`` is the **1/λ-scaled (ridge)
+  DTC variance** ``σ̃_t²(x) = (k(x,x) − ‖z_t(x)‖²)/λ + z_t(x)ᵀ V_t⁻¹ z_t(x)`` (eq. 4, not the GP
+  variance of eq. 2). So β̃_t multiplies the **ridge** sd ``sqrt(var_GP/λ)``, as in K-UCB; the
   GP-scale variance of the model is ``λ σ̃_t²``.
-* β̃_t: :class:`~torchbandits.confidence.bkb.BKBBeta` (``"paper"``: spec §2.3 with the guarded log
-  term of A7; ``"authors_code"``; ``"constant"``), with ``S_t = Σ_a n_a σ̃_t²(a)`` (A21).
+* β̃_t: :class:`~torchbandits.confidence.bkb.BKBBeta` (``"paper"``: Theorem 2 / App. D.1 with a
+  guarded log term; ``"authors_code"``; ``"constant"``), with ``S_t = Σ_a n_a σ̃_t²(a)`` (every
+  pull counted, current model).
 * after the pull: every distinct pulled arm ``a`` gets ``c_a ~ Binomial(n_a, min(q̄ σ̃_t²(a), 1))``
-  copies with the variances of the model **that chose the new arm** (spec §7.7); the dictionary is
-  ``{a : c_a > 0}`` (:class:`~torchbandits.models.rls.RLSResampler`).
+  copies with the variances of the model **that chose the new arm** (§3.1: the probabilities are
+  those of round ``t``); the dictionary is ``{a : c_a > 0}``
+  (:class:`~torchbandits.models.rls.RLSResampler`).
 
-Count-based caching (spec §2.6 step 4, §3): the posterior only needs the distinct pulled points,
-their pull counts ``n_a`` and reward sums ``b_a``: ``V = Σ_a n_a z_a z_aᵀ + λI`` and
-``Zᵀy = Σ_a b_a z_a``. One round therefore costs ``O((A + n_distinct) m² + m³)`` with
-``n_distinct ≤ min(t, A)``, not ``O(t m²)`` — the shared
-:class:`~torchbandits.models.nystrom.NystromKernelRidge` is rebuilt from these statistics
-(``rebuild(dictionary, x, sums, counts)``). With a fixed candidate set the variances of the pulled
-arms are read off the candidates' variances (no second evaluation).
+Count-based caching (§3.2): the posterior only needs the distinct pulled points, their pull counts
+``n_a`` and reward sums ``b_a``: ``V = Σ_a n_a z_a z_aᵀ + λI`` and ``Zᵀy = Σ_a b_a z_a``. One round
+therefore costs ``O((A + n_distinct) m² + m³)`` with ``n_distinct ≤ min(t, A)``, not ``O(t m²)`` —
+the shared :class:`~torchbandits.models.nystrom.NystromKernelRidge` is rebuilt from these
+statistics (``rebuild_from_counts``). With a fixed candidate set the variances of the pulled arms
+are read off the candidates' variances (no second evaluation), and the kernel rows of the pulled
+arms are cached (:class:`~torchbandits.models.arm_rows.ArmRowCache`).
 
 ``variance="sor"`` replaces the DTC variance by the subset-of-regressors one
 ``z_t(x)ᵀ V_t⁻¹ z_t(x)`` (drops the residual term) in the score, β̃_t and :meth:`BKB.posterior`:
-the variance-starvation ablation of spec §2.2. Its dictionary is still drawn with the DTC
-(leverage) variances — sampling with the SoR ones would never leave the empty dictionary, whose SoR
-variance is 0 — so with the same seed BKB and its SoR ablation share their dictionaries.
+the variance-starvation ablation (§3.2, "Avoiding variance starvation"; Fig. 2). Its dictionary is
+still drawn with the DTC (leverage) variances — sampling with the SoR ones would never leave the
+empty dictionary, whose SoR variance is 0 — so with the same seed BKB and its SoR ablation share
+their dictionaries.
 """
 
 from __future__ import annotations
@@ -53,23 +56,23 @@ VarianceKind = Literal["dtc", "sor"]
 
 
 class BKB(IndexPolicy):
-    """BKB for a finite arm set (seed 001, Fig. 1 / spec §2.6).
+    """BKB for a finite arm set (Calandriello et al. 2019, Fig. 1).
 
     β multiplies the **ridge** (1/λ-scaled) sd ``σ̃_t(x) = sqrt(var_GP(x)/λ)``.
 
     Args:
         kernel: GPyTorch kernel on the arm features.
-        lam: regulariser λ > 0 (default ``noise_std²``, spec A15).
+        lam: regulariser λ > 0 (default ``noise_std²``, the GP reading λ = ξ² of §2.1).
         noise_std: ξ, the sub-Gaussian noise scale used in β̃_t.
         norm_bound: F ≥ ‖f‖_H.
         eps: ε ∈ (0, 1) (α = (1+ε)/(1−ε)), used by β̃_t (and the theory q̄).
         delta: δ ∈ (0, 1).
-        qbar: oversampling q̄ (float, practical default 5, spec A17) or ``"theory"``
-            (6α log(4T/δ)/ε², needs ``horizon``).
+        qbar: oversampling q̄ (float, our practical default 5) or ``"theory"``
+            (6α log(4T/δ)/ε² of Theorem 1, needs ``horizon``).
         horizon: T, only for ``qbar="theory"``.
         sampler: ``"binomial"`` (paper), ``"linearized"`` (authors' code), ``"all"`` (every pulled
             arm: the exact-GP limit), ``"uniform"`` (ablation); see :mod:`torchbandits.models.rls`.
-        beta_rule: ``"paper"`` (β̃_t, spec §2.3 + A7), ``"authors_code"``, or ``"constant"``.
+        beta_rule: ``"paper"`` (β̃_t of Theorem 2, guarded), ``"authors_code"``, or ``"constant"``.
         beta: the constant for ``beta_rule="constant"`` (ridge sd).
         beta_scale: multiplies β̃_t.
         variance: ``"dtc"`` (BKB) or ``"sor"`` (ablation: starves far from the dictionary; the
@@ -78,7 +81,7 @@ class BKB(IndexPolicy):
             candidates each round (diagnostics ``var_ratio_min/max``; O(tA) extra per round).
         jitter: passed to the Nyström model.
         seed, n_warmup, dtype, device: see :class:`~torchbandits.policies.base.Policy`
-            (the first arm is uniform and ``S_1 = {x̃_1}``, spec §2.5).
+            (the first arm is uniform and ``S_1 = {x̃_1}``, §3.1).
     """
 
     def __init__(
@@ -125,7 +128,7 @@ class BKB(IndexPolicy):
         self.track_exact = bool(track_exact)
         self.exact = (ExactKernelRidge(copy.deepcopy(self.kernel), lam, dtype=dtype, device=device)
                       if self.track_exact else None)
-        # count-based statistics over the distinct pulled points (spec §2.6 "State")
+        # count-based statistics over the distinct pulled points (§3.2)
         self.register_buffer("_px", torch.zeros(0, 0, dtype=dtype, device=device))
         self.register_buffer("_counts", torch.zeros(16, dtype=dtype, device=device))
         self.register_buffer("_sums", torch.zeros(16, dtype=dtype, device=device))
@@ -245,7 +248,7 @@ class BKB(IndexPolicy):
         """``(μ̃, DTC ridge variance, variance used for the UCB (ridge))`` — the last is the SoR one
         ``zᵀV⁻¹z`` when ``variance="sor"`` (the dictionary sampler always uses the DTC one).
         ``idx``: rows of the pulled points in ``cand`` when ``cand`` is the fixed arm set (kernel
-        rows are then read from the cache, spec §2.7 item 8)."""
+        rows are then read from the cache)."""
         kza = self._dictionary_rows(cand, idx) if idx is not None and not self._model_ok else None
         self._ensure_model(kza, idx)
         if kza is None and idx is not None and self.model.m:
@@ -261,7 +264,7 @@ class BKB(IndexPolicy):
 
     @torch.no_grad()
     def posterior(self, candidates: Any) -> tuple[Tensor, Tensor, Tensor]:
-        """``(μ̃_t, σ̃_t² (ridge, 1/λ-scaled), λσ̃_t² (GP scale))`` at ``candidates`` (spec A1);
+        """``(μ̃_t, σ̃_t² (ridge, 1/λ-scaled), λσ̃_t² (GP scale))`` at ``candidates`` (eq. 4 and its GP scale);
         the SoR variance when ``variance="sor"``."""
         cand = self.check_candidates(candidates)
         mean, _, used = self._dtc(cand)
@@ -285,7 +288,7 @@ class BKB(IndexPolicy):
 
     # ------------------------------------------------------------------ contract
     def forward(self, candidates: Tensor) -> Tensor:
-        """``ũ_t(x) = μ̃_t(x) + β̃_t σ̃_t(x)`` of every candidate (ridge sd, spec §2.4)."""
+        """``ũ_t(x) = μ̃_t(x) + β̃_t σ̃_t(x)`` of every candidate (ridge sd, eq. 4)."""
         cand = self.check_candidates(candidates)
         mean, var, used = self._dtc(cand, self.arm_rows.fixed_rows(self.pulled, cand) if self._np else None)
         pvar, pused = self._pulled_variances(cand, var, used)
@@ -304,7 +307,7 @@ class BKB(IndexPolicy):
         return mean + beta * torch.sqrt(used.clamp_min(0.0))
 
     def _update(self, x: Tensor, reward: float) -> None:
-        # 1. σ̃_t² of the model that chose x, at every distinct pulled point and at x (spec §7.7)
+        # 1. σ̃_t² of the model that chose x, at every distinct pulled point and at x (§3.1)
         row = -1
         sc = self._scored
         ref = sc["cand"] if sc is not None and self._model_ok else self.arm_rows.arms
@@ -339,7 +342,7 @@ class BKB(IndexPolicy):
         self._sums[j] += reward
         if self.exact is not None:
             self.exact.append(x, reward)
-        # 3. resample the dictionary from scratch (spec §2.5)
+        # 3. resample the dictionary from scratch (§3.1)
         res = self.resampler.resample(variances, self.counts, self.generator)
         self._in_dict[: self._np] = res.mask
         self._m_theory = res.m_theory

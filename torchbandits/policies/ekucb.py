@@ -1,13 +1,15 @@
-"""EK-UCB: Efficient Kernel UCB (seed 000, Algorithms 2 and 4; spec §2.5).
+"""EK-UCB: Efficient Kernel UCB (Zenati, Bietti, Diemert, Mairal, Martin & Gaillard, AISTATS 2022,
+§4.3, Algorithms 2 and 4).
 
 ``UCB_t(s) = μ̃_{t−1}(s) + β_t · σ̃_{t−1}(s)`` with the projected (Nyström) posterior of
 :class:`~torchbandits.models.NystromKernelRidge` on a dictionary grown by
 :class:`~torchbandits.models.KORS`. A float ``beta`` multiplies the **ridge** sd
-``σ̃ = ‖φ(s)‖_{Ṽ⁻¹}`` (GP variance divided by λ), as in the paper (spec §1.4, E1); pass
+``σ̃ = ‖φ(s)‖_{Ṽ⁻¹}`` (GP variance divided by λ), as in the paper (§3.2; UCB = mean + β·σ̃, the radius β
+multiplying the sd as in Algorithms 2–4, not ``β^{1/2}`` as eq. 6 writes); pass
 ``variance="gp"`` for the GP sd, or a :class:`~torchbandits.confidence.ConfidenceRule`
 (e.g. :class:`~torchbandits.confidence.ekucb.EKUCBTheoryBeta`).
 
-Per round (spec §2.5): scoring ``O(A m²)``; after the reward, the data update with the current
+Per round (§4.3, App. E.2): scoring ``O(A m²)``; after the reward, the data update with the current
 dictionary (Sherman–Morrison, ``O(m²)``), then the KORS decision for the played state and, if it
 is accepted, the dictionary growth (``O(nm + m²)``). The first played state is always the first
 anchor (``p̃ = 1``).
@@ -120,16 +122,18 @@ class KorsStats:
 
 
 class EKUCB(NystromUCB):
-    """Efficient Kernel UCB (seed 000 Alg. 2/4).
+    """Efficient Kernel UCB (Zenati et al. 2022, Algorithms 2 and 4).
 
     Args:
         kernel: GPyTorch kernel on joint ``[context; action]`` features.
         lam: ridge regulariser λ.
         beta: constant radius (float; multiplies the ridge sd by default) or a confidence rule.
-        kors_mu: KORS regulariser μ (default λ, spec E8).
+        kors_mu: KORS regulariser μ (default λ, as Algorithms 2/4 call KORS; §5 varies μ).
         kors_eps: KORS ε (0.5).
-        kors_gamma: KORS budget γ (default 1; the code uses ``b·λ`` with b ≤ 0.1, spec E10).
-        kors_score: ``"correct"`` (eq. 41) or ``"reference"`` (the authors' code, spec E11).
+        kors_gamma: KORS budget γ (default 1; theory ``12 log(T/δ)``, Prop. 4.1; the authors' code
+            uses ``b·λ`` with b ≤ 0.1).
+        kors_score: ``"correct"`` (eq. 41) or ``"reference"`` (the authors' code, see
+            :mod:`~torchbandits.models.kors`).
         min_residual, jitter, parametrisation: see :class:`NystromKernelRidge`.
         variance, seed, n_warmup, dtype, device: see :class:`NystromUCB` / ``Policy``.
     """
