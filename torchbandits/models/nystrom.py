@@ -53,9 +53,10 @@ from torch import Tensor
 from ..kernels import kernel_diag, kernel_matrix
 from ..validation import as_matrix
 from .nystrom_state import Parametrisation
-from .nystrom_updates import NystromUpdates
+from .nystrom_updates import NystromUpdates, border_apply, border_prepare
 
-__all__ = ["NystromKernelRidge", "Parametrisation", "nystrom_posterior_reference"]
+__all__ = ["NystromKernelRidge", "Parametrisation", "border_apply", "border_prepare",
+           "nystrom_posterior_reference"]
 
 
 class NystromKernelRidge(NystromUpdates):
