@@ -1,4 +1,5 @@
-"""BKB (seed 001): exactness limit, variance accuracy, count caching, sampler law, β̃, starvation."""
+"""BKB (Calandriello et al. 2019): exactness limit, variance accuracy, count caching, sampler law,
+β̃, starvation."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ def _bkb(env: RKHSFunctionEnv, **kw) -> BKB:
 
 
 def _spec_reference(kernel, dictionary, pulls, y, cand, lam):
-    """Spec §2.1–2.2 literally, per PULL (with repeats): eigh embedding z = (K_S^{1/2})⁺ k_S,
+    """Calandriello et al. 2019, §3.1 and eq. 4 literally, per PULL (with repeats): eigh embedding
+    z = (K_S^{1/2})⁺ k_S,
     V = ZᵀZ + λI, μ̃ = zᵀV⁻¹Zᵀy and the paper's variance form (k − zᵀZᵀZV⁻¹z)/λ."""
     if dictionary.shape[0] == 0:
         return cand.new_zeros(cand.shape[0]), kernel_diag(kernel, cand) / lam
@@ -62,7 +64,7 @@ def _drive(policy, env: RKHSFunctionEnv, steps: int):
 
 # ---------------------------------------------------------------------------- exactness limit
 def test_full_dictionary_equals_exact_gp_ucb_and_same_actions() -> None:
-    """Spec §7.1: dictionary = every pulled arm ⇒ μ̃ = μ, λσ̃² = σ²_GP (1e-8) for every arm, and
+    """Exactness limit: dictionary = every pulled arm ⇒ μ̃ = μ, λσ̃² = σ²_GP (1e-8) for every arm, and
     the same arm sequence as exact GP-UCB with the same constant β on the same (ridge) sd."""
     env = _env(150)
     bkb = _bkb(env, sampler="all", beta_rule="constant", beta=0.5, seed=3)
@@ -81,7 +83,7 @@ def test_full_dictionary_equals_exact_gp_ucb_and_same_actions() -> None:
 
 # ---------------------------------------------------------------------------- caching
 def test_count_caching_matches_per_pull_formula() -> None:
-    """Spec §7.2 and the issue: scores from distinct-arm counts equal the per-pull (uncached) paper
+    """Count caching (§3.2): scores from distinct-arm counts equal the per-pull (uncached) paper
     formula, including the β̃_t sum Σ_s σ̃²(x̃_s) over all pulls with repeats."""
     env = _env(60)
     bkb = _bkb(env, qbar=2.0, beta_rule="paper", seed=1)
@@ -99,20 +101,20 @@ def test_count_caching_matches_per_pull_formula() -> None:
 
 def test_kernel_row_cache_matches_evaluated_kernels(lockstep) -> None:
     """On a fixed arm set the dictionary's kernel rows are gathered from the cache of pulled arms'
-    rows (spec §2.7 item 8); with the cache disabled every block is evaluated: same scores (1e-10),
+    rows (§3.2); with the cache disabled every block is evaluated: same scores (1e-10),
     same actions, same dictionaries over a seeded run."""
     env_a, env_b = _env(n_arms=150), _env(n_arms=150)
     env_a.reset(3)
     env_b.reset(3)
     cached, plain = _bkb(env_a, seed=3), _bkb(env_b, seed=3)
-    plain.KERNEL_CACHE_ENTRIES = 0
+    plain.arm_rows.max_entries = 0
 
     def same_dictionary() -> None:
         assert torch.equal(cached.dictionary_mask, plain.dictionary_mask)
 
     assert lockstep(cached, plain, env_a, env_b, 120, same_dictionary) < 1e-10
-    assert cached._kpa is not None and cached._kpa_n == cached.n_distinct
-    assert plain._kpa is None
+    assert cached.arm_rows.rows is not None and cached.arm_rows.n_rows == cached.n_distinct
+    assert plain.arm_rows.rows is None
 
 
 def test_fresh_candidates_match_per_pull_formula() -> None:
@@ -140,10 +142,10 @@ def test_fresh_candidates_match_per_pull_formula() -> None:
 
 # ---------------------------------------------------------------------------- accuracy (Thm 1)
 def test_variance_within_eps_band_and_small_dictionary() -> None:
-    """Spec §7.3/§7.4 with the practical q̄ = 5 and ε = 0.5: σ̃²/σ² stays inside the (1 ± ε) band
+    """Theorem 1 (accuracy and size) with the practical q̄ = 5 and ε = 0.5: σ̃²/σ² stays inside the (1 ± ε) band
     (hence inside Theorem 1's [1/α, α]) on every arm and round of a seeded run; the dictionary stays
-    far below t. Measured band on this run: [0.995, 1.025] (with q̄ = 1: [0.19, 770]; the spec
-    reports [0.999, 1.0005] on its 400-round run)."""
+    far below t. Measured band on this run: [0.995, 1.025] (with q̄ = 1: [0.19, 770]; a
+    400-round run of ours gave [0.999, 1.0005])."""
     env = _env(300, ls=0.2)
     bkb = _bkb(env, qbar=5.0, beta_rule="constant", beta=0.3, track_exact=True, seed=0)
     res = simulate(bkb, env, 250, seed=0)
@@ -160,7 +162,7 @@ def test_variance_within_eps_band_and_small_dictionary() -> None:
 
 
 def test_width_dominates_exact_logdet_and_coverage() -> None:
-    """Spec §7.10: 2α log(κ²t) Σ_s σ̃²(x̃_s) ≥ log det(I + K_t/λ); §7.9: with the paper's β̃_t the
+    """App. D.1: 2α log(κ²t) Σ_s σ̃²(x̃_s) ≥ log det(I + K_t/λ); Theorem 2: with the paper's β̃_t the
     band |f − μ̃| ≤ β̃ σ̃ covers f on every arm (ridge sd)."""
     env = _env(200)
     bkb = _bkb(env, qbar=5.0, beta_rule="paper", track_exact=True, seed=2)
@@ -178,7 +180,8 @@ def test_width_dominates_exact_logdet_and_coverage() -> None:
 
 # ---------------------------------------------------------------------------- sampler
 def test_sampler_law_matches_binomial_inclusion() -> None:
-    """Spec §7.5: P(a ∈ D) = 1 − (1 − min(q̄σ̃², 1))^{n_a} and E[m_theory] = Σ n_a p_a."""
+    """Sampler law (§3.1, per distinct arm): P(a ∈ D) = 1 − (1 − min(q̄σ̃², 1))^{n_a} and
+    E[m_theory] = Σ n_a p_a."""
     var = torch.tensor([0.01, 0.05, 0.1, 0.3, 2.0], dtype=torch.float64)
     cnt = torch.tensor([1.0, 3.0, 2.0, 1.0, 4.0], dtype=torch.float64)
     rs = RLSResampler(qbar=2.0)
@@ -195,7 +198,7 @@ def test_sampler_law_matches_binomial_inclusion() -> None:
     assert bool(((hits / draws - p).abs() <= 4 * se).all()), (hits / draws, p)
     expected_m = float((cnt * torch.clamp(2.0 * var, max=1.0)).sum())
     assert abs(m_sum / draws - expected_m) < 0.05 * expected_m
-    assert torch.equal(p[-1:], torch.ones(1, dtype=torch.float64))  # clipped at 1 (spec A3)
+    assert torch.equal(p[-1:], torch.ones(1, dtype=torch.float64))  # clipped at 1 (App. C footnote)
     lin = inclusion_probabilities(var, cnt, 2.0, "linearized")
     assert torch.allclose(lin, torch.clamp(cnt * 2.0 * var, max=1.0))
     assert bool(RLSResampler(1.0, "all").resample(var, cnt, gen).mask.all())
@@ -205,7 +208,8 @@ def test_sampler_law_matches_binomial_inclusion() -> None:
 
 
 def test_resampling_uses_previous_model_and_ignores_previous_dictionary() -> None:
-    """Spec §7.6/§7.7: two copies differing only in the previous dictionary draw the same new
+    """Resampling from scratch with the previous model's variances (§3.1): two copies differing
+    only in the previous dictionary draw the same new
     dictionary when the probabilities (the chooser's variances) are equal: here the full-dictionary
     model at step t vs a copy whose dictionary was perturbed but whose variances we reuse."""
     env = _env(80)
@@ -225,7 +229,7 @@ def test_resampling_uses_previous_model_and_ignores_previous_dictionary() -> Non
 
 # ---------------------------------------------------------------------------- β̃
 def test_beta_golden_values_and_guard() -> None:
-    """Spec §2.3 and A7: β̃_t golden value, the guard equals log(κ²t) once κ²t ≥ 3.5."""
+    """Theorem 2 (App. D.1): β̃_t golden value, the guard equals log(κ²t) once κ²t ≥ 3.5."""
     rule = BKBBeta("paper", norm_bound=2.0, noise_std=0.5, eps=0.5, delta=0.1)
     s, t, lam = 7.0, 100, 0.04
     expected = (2 * 0.5 * math.sqrt(3.0 * math.log(100) * 7.0 + math.log(10))
@@ -242,7 +246,8 @@ def test_beta_golden_values_and_guard() -> None:
 
 # ---------------------------------------------------------------------------- starvation, prior
 def test_no_variance_starvation_dtc_vs_sor() -> None:
-    """Spec §7.8 (Fig. 2): data in [0, 0.5]; on [0.7, 1] BKB's DTC variance stays near the prior
+    """No variance starvation (§3.2, Fig. 2): data in [0, 0.5]; on [0.7, 1] BKB's DTC variance
+    stays near the prior
     k/λ (within α of the exact one), the SoR ablation's collapses."""
     kern = make_kernel("rbf", 0.1)
     gen = torch.Generator().manual_seed(0)
@@ -271,7 +276,7 @@ def test_no_variance_starvation_dtc_vs_sor() -> None:
 
 
 def test_empty_dictionary_gives_prior() -> None:
-    """Spec A12: an empty dictionary is allowed (no redraw): mean 0 and variance k(x,x)/λ."""
+    """An empty dictionary (the paper is silent) is allowed (no redraw): mean 0 and variance k(x,x)/λ."""
     env = _env(50)
     bkb = _bkb(env, qbar=1e-9, seed=0)
     _drive(bkb, env, 5)
@@ -332,7 +337,7 @@ def test_bad_input_rejected_without_state_change() -> None:
 
 
 def test_linear_kernel_sanity() -> None:
-    """Spec §7.14: with k(x,x') = xᵀx' (d = 3) BKB is OFUL-like: its posterior equals the exact one
+    """Linear kernel: with k(x,x') = xᵀx' (d = 3) BKB is OFUL-like: its posterior equals the exact one
     (the dictionary spans the data once it holds d independent arms; more than d anchors make K_ZZ
     singular, which the shared model's jittered Cholesky absorbs)."""
     g = torch.Generator().manual_seed(0)

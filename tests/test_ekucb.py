@@ -1,4 +1,4 @@
-"""EK-UCB (seed 000 spec §2.5, §6.1 items 1–3, 6, 13a)."""
+"""EK-UCB (Zenati et al. 2022, §4.3, Algorithms 2 and 4; Prop. 4.1, 4.2)."""
 
 from __future__ import annotations
 
@@ -109,7 +109,7 @@ def test_dictionary_invariants_and_kors_martingale() -> None:
     # every anchor is a played state
     same = (ek.model.dictionary[:, None, :] == played[None, :, :]).all(-1)
     assert bool(same.any(1).all())
-    # |m − 1 − Σ p̃| ≤ 4 sqrt(Σ p̃(1−p̃)) + 1  (spec §6.2 item 13a)
+    # |m − 1 − Σ p̃| ≤ 4 sqrt(Σ p̃(1−p̃)) + 1  (KORS martingale, Prop. 4.1)
     d = ek.diagnostics()
     assert 5 < d["dict_size"] < 300
     assert abs(d["dict_size"] - 1 - d["kors_prob_sum"]) <= 4 * math.sqrt(d["kors_prob_var_sum"]) + 1
@@ -126,7 +126,8 @@ def test_mu_controls_dictionary_size() -> None:
 
 @pytest.mark.parametrize("lam", [1.0, 10.0, 100.0])
 def test_kucb_inverse_after_500_updates(lam: float) -> None:
-    """Spec §6.1 item 1 on the foundation model: (K + λI)⁻¹ from the incremental factor equals
+    """Zenati et al. 2022, Algorithm 3 (bordered inverse) on the foundation model: (K + λI)⁻¹ from
+    the incremental factor equals
     the direct inverse for n = 500 joint states of a 1-D environment with σ_k = 0.1."""
     g = torch.Generator().manual_seed(0)
     x = torch.rand(500, 2, generator=g, dtype=torch.float64)
@@ -196,7 +197,7 @@ def test_bad_input_raises_and_changes_nothing() -> None:
 
 
 def test_dictionary_tracks_effective_dimension_on_bump() -> None:
-    """Spec §6.2 item 13 (b): with γ(1+ε) ≤ 1, m_t / (γ(1+ε) d_eff(μ, t)) stays in [0.25, 8]
+    """Prop. 4.1 (dictionary size): with γ(1+ε) ≤ 1, m_t / (γ(1+ε) d_eff(μ, t)) stays in [0.25, 8]
     (Bump: nearly orthogonal states, so the guard never interferes)."""
     from torchbandits.envs.contextual import BumpEnv
     from torchbandits.experiments import simulate

@@ -1,4 +1,4 @@
-"""CBKB / CBBKB / SupKernelUCB / CGP-UCB naming (seed 000 spec §2.6)."""
+"""CBKB / CBBKB / SupKernelUCB / CGP-UCB naming (Zenati et al. 2022, §5)."""
 
 from __future__ import annotations
 
@@ -207,7 +207,7 @@ def test_incremental_resampling_equals_rebuilds(cls, policy_cls, horizon: int, l
     assert torch.equal(torch.unique(fast.model.dictionary, dim=0), torch.unique(ref.model.dictionary, dim=0))
     # the tracked variances at every stored state equal a from-scratch pass
     tracked = fast.model.data_variances()
-    fresh = fast.model._mean_var(fast.model.x)[1]
+    fresh = fast.model.score(fast.model.x)[1]
     assert float((tracked - fresh).abs().max()) < 1e-9
     d = fast.diagnostics()
     assert d["resparsifications"] == ref.diagnostics()["resparsifications"]

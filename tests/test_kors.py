@@ -75,7 +75,8 @@ def test_limits_and_redundancy_ordering() -> None:
 
 
 def test_sherman_morrison_and_border_utilities() -> None:
-    """Spec §6.1 item 8: the two incremental inverse updates against torch.linalg.inv."""
+    """Zenati et al. 2022, Algorithm 5 and App. E.2: the two incremental inverse updates against
+    torch.linalg.inv."""
     g = torch.Generator().manual_seed(0)
     b = torch.randn(7, 7, generator=g, dtype=torch.float64)
     a = b @ b.T + 0.5 * torch.eye(7, dtype=torch.float64)

@@ -1,4 +1,4 @@
-"""BKB's confidence width β̃_t (seed 001 spec §2.3, Theorem 2 / App. D.1, ambiguity A7).
+"""BKB's confidence width β̃_t (Calandriello et al., COLT 2019, Theorem 2 / App. D.1).
 
 β̃_t multiplies the **ridge (1/λ-scaled)** standard deviation ``σ̃_t(x) = sqrt(var_GP(x)/λ)``:
 
@@ -9,7 +9,8 @@ model). Rules for ``L_t``:
 
 * ``"paper"`` — the guarded log term ``L_t = max{log(κ²t), ½(1 + log(1 + κ²t))}``: it equals the
   paper's ``log(κ²t)`` once ``κ²t ≥ 3.5`` and is always a valid bound on the log-determinant
-  (spec A7; the unguarded term is ≤ 0 for ``κ²t ≤ 1``).
+  (our guard: the unguarded term is ≤ 0 for ``κ²t ≤ 1``, and the paper's step
+  ``1 + log(1 + κ²t) ≤ 2 log(κ²t)`` needs ``κ²t ≳ 3.5``).
 * ``"authors_code"`` — the authors' code: ``sqrt(λ)F + ξ·sqrt(log(t)·S_t + log(1/δ))``.
 * ``"constant"`` — a user constant β.
 
@@ -64,7 +65,7 @@ class BKBBeta:
 
     @staticmethod
     def log_term(kappa2: float, t: int) -> float:
-        """Guarded ``L_t = max{log(κ²t), ½(1 + log(1 + κ²t))}`` (spec A7)."""
+        """Guarded ``L_t = max{log(κ²t), ½(1 + log(1 + κ²t))}`` (see the module docstring)."""
         kt = kappa2 * t
         guard = 0.5 * (1.0 + math.log1p(kt))
         return max(math.log(kt), guard) if kt > 0 else guard

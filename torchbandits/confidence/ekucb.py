@@ -1,4 +1,4 @@
-"""EK-UCB's theory radius (seed 000 Lemma 4.1 / Lemma 12, spec §2.1)."""
+"""EK-UCB's theory radius (Zenati et al., AISTATS 2022, Lemma 4.1 / Lemma 12, §4.3)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ class EKUCBTheoryBeta(RadiusRule):
     ``β̃_t = (√λ + √μ)·B + σ·sqrt(4 log(1/δ) + 2 log det(I + K_{t−1}/λ))``
 
     with ``B ≥ ‖θ*‖``, KORS regulariser ``μ`` (Prop. 4.1 bounds ``μ_t ≤ μ``), noise scale ``σ``
-    and per-round level ``δ`` (spec E5). The log-det is the model's running sum
+    and per-round level ``δ`` (the paper mixes ``δ``, ``1/T`` and ``1/T²``; we take one
+    ``δ`` per round). The log-det is the model's running sum
     ``Σ log(1 + σ̃²_{i−1}(s_i))`` (``log_det_running``), an upper bound of the exact one since
     ``σ̃² ≥ σ̂²``; a model without it falls back to ``log_det()``.
     """

@@ -40,7 +40,7 @@ from torch import Tensor
 from ..buffers import ResizableModule, grow_rows
 from ..kernels import kernel_matrix
 from ..validation import check_positive
-from .nystrom import border_apply, border_prepare
+from .nystrom_updates import border_apply, border_prepare
 
 __all__ = ["KORS", "kors_leverage_eq41"]
 

@@ -1,4 +1,5 @@
-"""Ridge-leverage-score (RLS) dictionary resampling of BKB (seed 001 spec §2.5, A5).
+"""Ridge-leverage-score (RLS) dictionary resampling of BKB (Calandriello et al., COLT 2019, §3.1,
+Fig. 1; per distinct arm, footnote 3).
 
 After every pull BKB draws its dictionary **from scratch** out of all pulled points: each of the
 ``t`` pulls ``x̃_i`` is kept independently with probability
@@ -17,9 +18,10 @@ Samplers:
 * ``"linearized"`` — the authors' later code: arm ``a`` enters with probability
   ``min(1, n_a q̄ σ̃²_a)`` (a first-order approximation of the binomial law); ``m_theory`` counts
   entries.
-* ``"all"`` — every pulled arm (the exactness limit of spec §7.1, for tests and ablations).
+* ``"all"`` — every pulled arm (the exact-GP limit, for tests and ablations).
 * ``"uniform"`` — ablation: every pulled arm with the same probability ``min(1, q̄ / n_distinct)``
-  (no leverage information; a DTC with uniformly sampled inducing points, spec §6).
+  (no leverage information; a DTC with uniformly sampled inducing points, the heuristic
+  inducing-point choice that Calandriello et al. 2019, §1, contrast with RLS sampling).
 
 All draws use the caller's CPU ``torch.Generator`` so seeded runs are identical on every device.
 """
@@ -68,7 +70,7 @@ class Resample:
 
 def inclusion_probabilities(variances: Tensor, counts: Tensor, qbar: float,
                             sampler: Sampler = "binomial") -> Tensor:
-    """Probability that each distinct point enters the dictionary (spec §7.5):
+    """Probability that each distinct point enters the dictionary (its law in the tests):
     ``1 − (1 − min(q̄σ̃², 1))^{n}`` for ``"binomial"``, ``min(1, n q̄ σ̃²)`` for ``"linearized"``."""
     p = torch.clamp(qbar * variances.clamp_min(0.0), max=1.0)
     if sampler == "binomial":
@@ -86,7 +88,7 @@ class RLSResampler:
     """BKB's sampler: ``resample(variances, counts, generator) -> Resample``.
 
     Args:
-        qbar: oversampling ``q̄ > 0`` (practical default 5, spec A17; Theorem 1 needs
+        qbar: oversampling ``q̄ > 0`` (our practical default 5; Theorem 1 needs
             :func:`theory_qbar`).
         sampler: ``"binomial"`` (paper), ``"linearized"`` (authors' code), ``"all"``,
             ``"uniform"`` (see the module docstring).
@@ -110,7 +112,7 @@ class RLSResampler:
 
         Args:
             variances: ``[n]`` 1/λ-scaled approximate variances ``σ̃_t²`` of the distinct points
-                (from the model that selected the newest arm, spec §7.7).
+                (from the model that selected the newest arm, §3.1).
             counts: ``[n]`` pull counts ``n_a ≥ 1``.
             generator: CPU generator (all randomness comes from it).
         """

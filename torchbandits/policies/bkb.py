@@ -1,31 +1,34 @@
-"""BKB — Budgeted Kernelized Bandit (seed 001: Calandriello et al., COLT 2019).
+"""BKB — Budgeted Kernelized Bandit (Calandriello, Carratino, Lazaric, Valko & Rosasco, COLT 2019).
 
 GP-UCB on a Nyström (DTC) posterior whose dictionary is **resampled from scratch every round** by
-ridge-leverage-score sampling over all pulled points (spec §2.5):
+ridge-leverage-score sampling over all pulled points (§3.1, Fig. 1):
 
-* score  ``ũ_t(x) = μ̃_t(x) + β̃_t · σ̃_t(x)`` (spec §2.4), where ``σ̃_t²`` is the **1/λ-scaled
-  (ridge) DTC variance** ``σ̃_t²(x) = (k(x,x) − ‖z_t(x)‖²)/λ + z_t(x)ᵀ V_t⁻¹ z_t(x)`` (spec §2.2; the
-  main trap, A1). So β̃_t multiplies the **ridge** sd ``sqrt(var_GP/λ)``, as in K-UCB; the
+* score ``ũ_t(x) = μ̃_t(x) + β̃_t · σ̃_t(x)`` (eq. 4), where ``σ̃_t²`` is the **1/λ-scaled (ridge)
+  DTC variance** ``σ̃_t²(x) = (k(x,x) − ‖z_t(x)‖²)/λ + z_t(x)ᵀ V_t⁻¹ z_t(x)`` (eq. 4, not the GP
+  variance of eq. 2). So β̃_t multiplies the **ridge** sd ``sqrt(var_GP/λ)``, as in K-UCB; the
   GP-scale variance of the model is ``λ σ̃_t²``.
-* β̃_t: :class:`~torchbandits.confidence.bkb.BKBBeta` (``"paper"``: spec §2.3 with the guarded log
-  term of A7; ``"authors_code"``; ``"constant"``), with ``S_t = Σ_a n_a σ̃_t²(a)`` (A21).
+* β̃_t: :class:`~torchbandits.confidence.bkb.BKBBeta` (``"paper"``: Theorem 2 / App. D.1 with a
+  guarded log term; ``"authors_code"``; ``"constant"``), with ``S_t = Σ_a n_a σ̃_t²(a)`` (every
+  pull counted, current model).
 * after the pull: every distinct pulled arm ``a`` gets ``c_a ~ Binomial(n_a, min(q̄ σ̃_t²(a), 1))``
-  copies with the variances of the model **that chose the new arm** (spec §7.7); the dictionary is
-  ``{a : c_a > 0}`` (:class:`~torchbandits.models.rls.RLSResampler`).
+  copies with the variances of the model **that chose the new arm** (§3.1: the probabilities are
+  those of round ``t``); the dictionary is ``{a : c_a > 0}``
+  (:class:`~torchbandits.models.rls.RLSResampler`).
 
-Count-based caching (spec §2.6 step 4, §3): the posterior only needs the distinct pulled points,
-their pull counts ``n_a`` and reward sums ``b_a``: ``V = Σ_a n_a z_a z_aᵀ + λI`` and
-``Zᵀy = Σ_a b_a z_a``. One round therefore costs ``O((A + n_distinct) m² + m³)`` with
-``n_distinct ≤ min(t, A)``, not ``O(t m²)`` — the shared
-:class:`~torchbandits.models.nystrom.NystromKernelRidge` is rebuilt from these statistics
-(``rebuild(dictionary, x, sums, counts)``). With a fixed candidate set the variances of the pulled
-arms are read off the candidates' variances (no second evaluation).
+Count-based caching (§3.2): the posterior only needs the distinct pulled points, their pull counts
+``n_a`` and reward sums ``b_a``: ``V = Σ_a n_a z_a z_aᵀ + λI`` and ``Zᵀy = Σ_a b_a z_a``. One round
+therefore costs ``O((A + n_distinct) m² + m³)`` with ``n_distinct ≤ min(t, A)``, not ``O(t m²)`` —
+the shared :class:`~torchbandits.models.nystrom.NystromKernelRidge` is rebuilt from these
+statistics (``rebuild_from_counts``). With a fixed candidate set the variances of the pulled arms
+are read off the candidates' variances (no second evaluation), and the kernel rows of the pulled
+arms are cached (:class:`~torchbandits.models.arm_rows.ArmRowCache`).
 
 ``variance="sor"`` replaces the DTC variance by the subset-of-regressors one
 ``z_t(x)ᵀ V_t⁻¹ z_t(x)`` (drops the residual term) in the score, β̃_t and :meth:`BKB.posterior`:
-the variance-starvation ablation of spec §2.2. Its dictionary is still drawn with the DTC
-(leverage) variances — sampling with the SoR ones would never leave the empty dictionary, whose SoR
-variance is 0 — so with the same seed BKB and its SoR ablation share their dictionaries.
+the variance-starvation ablation (§3.2, "Avoiding variance starvation"; Fig. 2). Its dictionary is
+still drawn with the DTC (leverage) variances — sampling with the SoR ones would never leave the
+empty dictionary, whose SoR variance is 0 — so with the same seed BKB and its SoR ablation share
+their dictionaries.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from torch import Tensor
 from ..buffers import grow_rows
 from ..confidence.bkb import BetaRule, BKBBeta
 from ..kernels import check_kernel, kernel_diag
+from ..models.arm_rows import ArmRowCache
 from ..models.exact import ExactKernelRidge
 from ..models.nystrom import NystromKernelRidge
 from ..models.rls import RLSResampler, Sampler, theory_qbar
@@ -52,23 +56,23 @@ VarianceKind = Literal["dtc", "sor"]
 
 
 class BKB(IndexPolicy):
-    """BKB for a finite arm set (seed 001, Fig. 1 / spec §2.6).
+    """BKB for a finite arm set (Calandriello et al. 2019, Fig. 1).
 
     β multiplies the **ridge** (1/λ-scaled) sd ``σ̃_t(x) = sqrt(var_GP(x)/λ)``.
 
     Args:
         kernel: GPyTorch kernel on the arm features.
-        lam: regulariser λ > 0 (default ``noise_std²``, spec A15).
+        lam: regulariser λ > 0 (default ``noise_std²``, the GP reading λ = ξ² of §2.1).
         noise_std: ξ, the sub-Gaussian noise scale used in β̃_t.
         norm_bound: F ≥ ‖f‖_H.
         eps: ε ∈ (0, 1) (α = (1+ε)/(1−ε)), used by β̃_t (and the theory q̄).
         delta: δ ∈ (0, 1).
-        qbar: oversampling q̄ (float, practical default 5, spec A17) or ``"theory"``
-            (6α log(4T/δ)/ε², needs ``horizon``).
+        qbar: oversampling q̄ (float, our practical default 5) or ``"theory"``
+            (6α log(4T/δ)/ε² of Theorem 1, needs ``horizon``).
         horizon: T, only for ``qbar="theory"``.
         sampler: ``"binomial"`` (paper), ``"linearized"`` (authors' code), ``"all"`` (every pulled
             arm: the exact-GP limit), ``"uniform"`` (ablation); see :mod:`torchbandits.models.rls`.
-        beta_rule: ``"paper"`` (β̃_t, spec §2.3 + A7), ``"authors_code"``, or ``"constant"``.
+        beta_rule: ``"paper"`` (β̃_t of Theorem 2, guarded), ``"authors_code"``, or ``"constant"``.
         beta: the constant for ``beta_rule="constant"`` (ridge sd).
         beta_scale: multiplies β̃_t.
         variance: ``"dtc"`` (BKB) or ``"sor"`` (ablation: starves far from the dictionary; the
@@ -77,7 +81,7 @@ class BKB(IndexPolicy):
             candidates each round (diagnostics ``var_ratio_min/max``; O(tA) extra per round).
         jitter: passed to the Nyström model.
         seed, n_warmup, dtype, device: see :class:`~torchbandits.policies.base.Policy`
-            (the first arm is uniform and ``S_1 = {x̃_1}``, spec §2.5).
+            (the first arm is uniform and ``S_1 = {x̃_1}``, §3.1).
     """
 
     def __init__(
@@ -124,7 +128,7 @@ class BKB(IndexPolicy):
         self.track_exact = bool(track_exact)
         self.exact = (ExactKernelRidge(copy.deepcopy(self.kernel), lam, dtype=dtype, device=device)
                       if self.track_exact else None)
-        # count-based statistics over the distinct pulled points (spec §2.6 "State")
+        # count-based statistics over the distinct pulled points (§3.2)
         self.register_buffer("_px", torch.zeros(0, 0, dtype=dtype, device=device))
         self.register_buffer("_counts", torch.zeros(16, dtype=dtype, device=device))
         self.register_buffer("_sums", torch.zeros(16, dtype=dtype, device=device))
@@ -133,6 +137,7 @@ class BKB(IndexPolicy):
         self._m_theory = 0
         self._empty_dictionaries = 0
         self._last: dict[str, float] = {}
+        self.arm_rows = ArmRowCache()
         self._invalidate()
 
     # ------------------------------------------------------------------ properties
@@ -182,12 +187,7 @@ class BKB(IndexPolicy):
     def _invalidate(self) -> None:
         self._model_ok = False
         self._scored: dict[str, Any] | None = None  # variances of the current model, last forward
-        self._map_cand: Tensor | None = None  # candidate set the pulled-point map refers to
-        self._map_idx: Tensor | None = None  # row of each distinct pulled point in _map_cand (-1)
-        self._cand_changes = 0
-        # kernel rows k(pulled_j, ·) over _map_cand of the first _kpa_n distinct pulled points
-        self._kpa: Tensor | None = None
-        self._kpa_n = 0
+        self.arm_rows.clear()  # derived data: rebuilt on demand
 
     def _apply(self, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
         self._invalidate()
@@ -231,9 +231,9 @@ class BKB(IndexPolicy):
         else:
             mask = self.dictionary_mask
             kpz = kza.index_select(1, idx).mT
-            self.model._rebuild(self.pulled[mask], self.pulled, self.sums, self.counts,
-                                kzz=kpz[mask], kxz=kpz)
-        self.__dict__["_model_ok"] = True
+            self.model.rebuild_from_counts(self.pulled[mask], self.pulled, self.sums, self.counts,
+                                           kzz=kpz[mask], kxz=kpz)
+        self._model_ok = True
 
     def _residual(self, cand: Tensor) -> Tensor:
         """GP-scale Nyström residual ``k(x,x) − k_Zᵀ K_ZZ⁻¹ k_Z`` (the DTC − SoR difference),
@@ -248,12 +248,12 @@ class BKB(IndexPolicy):
         """``(μ̃, DTC ridge variance, variance used for the UCB (ridge))`` — the last is the SoR one
         ``zᵀV⁻¹z`` when ``variance="sor"`` (the dictionary sampler always uses the DTC one).
         ``idx``: rows of the pulled points in ``cand`` when ``cand`` is the fixed arm set (kernel
-        rows are then read from the cache, spec §2.7 item 8)."""
+        rows are then read from the cache)."""
         kza = self._dictionary_rows(cand, idx) if idx is not None and not self._model_ok else None
         self._ensure_model(kza, idx)
         if kza is None and idx is not None and self.model.m:
             kza = self._dictionary_rows(cand, idx)
-        mean, var_gp = self.model._mean_var(cand, kza) if kza is not None else self.model.mean_var(cand)
+        mean, var_gp = self.model.score(cand, kza) if kza is not None else self.model.mean_var(cand)
         var = var_gp / self.lam
         if self.variance_kind == "dtc":
             return mean, var, var
@@ -264,77 +264,23 @@ class BKB(IndexPolicy):
 
     @torch.no_grad()
     def posterior(self, candidates: Any) -> tuple[Tensor, Tensor, Tensor]:
-        """``(μ̃_t, σ̃_t² (ridge, 1/λ-scaled), λσ̃_t² (GP scale))`` at ``candidates`` (spec A1);
+        """``(μ̃_t, σ̃_t² (ridge, 1/λ-scaled), λσ̃_t² (GP scale))`` at ``candidates`` (eq. 4 and its GP scale);
         the SoR variance when ``variance="sor"``."""
         cand = self.check_candidates(candidates)
         mean, _, used = self._dtc(cand)
         return mean, used, used * self.lam
 
-    # ------------------------------------------------------------------ pulled-point map
-    @staticmethod
-    def _match_rows(points: Tensor, cand: Tensor) -> Tensor:
-        """Row of ``cand`` equal to each row of ``points`` (−1 if none), in chunks."""
-        out = torch.full((points.shape[0],), -1, dtype=torch.long, device=cand.device)
-        chunk = max(1, 2_000_000 // max(cand.shape[0] * cand.shape[1], 1))
-        for s in range(0, points.shape[0], chunk):
-            eq = (points[s : s + chunk, None, :] == cand[None, :, :]).all(-1)
-            hit = eq.any(1)
-            out[s : s + chunk] = torch.where(hit, eq.to(torch.int8).argmax(1), -1)
-        return out
-
-    def _pulled_map(self, cand: Tensor) -> Tensor | None:
-        """``[n_distinct]`` rows of the pulled points in ``cand`` (cached for a fixed arm set);
-        ``None`` once the candidate set has changed more than twice (contextual use: the pulled
-        points are then evaluated directly instead of matched every round)."""
-        if (self._map_cand is not None and self._map_idx is not None
-                and self._map_cand.shape == cand.shape and torch.equal(self._map_cand, cand)):
-            return self._map_idx
-        self._cand_changes += 1
-        self._kpa, self._kpa_n = None, 0
-        if self._cand_changes > 2:
-            self._map_cand = self._map_idx = None
-            return None
-        self._map_cand = cand.clone()
-        self._map_idx = self._match_rows(self.pulled, cand)
-        return self._map_idx
-
-    #: largest kernel-row cache (entries = distinct pulled arms × arms) before falling back to
-    #: evaluating ``k_Z(arms)`` every round (2²⁵ float64 = 256 MiB)
-    KERNEL_CACHE_ENTRIES = 2**25
-
     def _dictionary_rows(self, cand: Tensor, idx: Tensor) -> Tensor | None:
-        """``K_Z,A`` ``[m, A]`` from the cache of kernel rows ``k(x_a, ·)`` of the distinct pulled
-        arms over the fixed arm set (spec §2.7 item 8: each pulled arm's row is computed once, so a
-        round gathers ``K_Z,A`` instead of evaluating ``m·A`` kernels); ``None`` past the budget."""
-        n, a = self._np, cand.shape[0]
-        if n * a > self.KERNEL_CACHE_ENTRIES:
-            return None
-        kpa = self._kpa
-        if kpa is None or kpa.shape[1] != a:
-            kpa = self._kpa = cand.new_zeros(max(16, n), a)
-            self._kpa_n = 0
-        if self._kpa_n < n:
-            kpa = self._kpa = grow_rows(kpa, n)
-            kpa[self._kpa_n : n] = self.model._k(cand.index_select(0, idx[self._kpa_n : n]), cand)
-            self._kpa_n = n
-        return kpa[:n][self.dictionary_mask]
-
-    def _fixed_rows(self, cand: Tensor) -> Tensor | None:
-        """Rows of the distinct pulled points in ``cand`` when all are among them, else ``None``."""
-        idx = self._pulled_map(cand)
-        if idx is None:
-            return None
-        ok = self.__dict__.get("_map_ok")
-        if ok is None or ok[0] is not idx:
-            ok = self.__dict__["_map_ok"] = (idx, bool((idx >= 0).all()))
-        return idx if ok[1] else None
+        """``K_Z,A`` ``[m, A]`` gathered from the cached kernel rows of the pulled arms over the
+        fixed arm set (each pulled arm's row is computed once); ``None`` past the cache budget."""
+        return self.arm_rows.dictionary_rows(self.model.kernel_block, cand, idx, self.dictionary_mask)
 
     def _pulled_variances(self, cand: Tensor, var: Tensor, used: Tensor) -> tuple[Tensor, Tensor]:
         """(DTC, used) ridge variances of the distinct pulled points, gathered from the
         candidates' when all are among them (fixed arm set), else evaluated."""
         if self._np == 0:
             return var.new_zeros(0), var.new_zeros(0)
-        idx = self._fixed_rows(cand)
+        idx = self.arm_rows.fixed_rows(self.pulled, cand)
         if idx is not None:
             return var[idx], used[idx]
         _, pv, pu = self._dtc(self.pulled)
@@ -342,14 +288,14 @@ class BKB(IndexPolicy):
 
     # ------------------------------------------------------------------ contract
     def forward(self, candidates: Tensor) -> Tensor:
-        """``ũ_t(x) = μ̃_t(x) + β̃_t σ̃_t(x)`` of every candidate (ridge sd, spec §2.4)."""
+        """``ũ_t(x) = μ̃_t(x) + β̃_t σ̃_t(x)`` of every candidate (ridge sd, eq. 4)."""
         cand = self.check_candidates(candidates)
-        mean, var, used = self._dtc(cand, self._fixed_rows(cand) if self._np else None)
+        mean, var, used = self._dtc(cand, self.arm_rows.fixed_rows(self.pulled, cand) if self._np else None)
         pvar, pused = self._pulled_variances(cand, var, used)
         sum_var = float((self.counts * pused).sum()) if self._np else 0.0
         kappa2 = float(kernel_diag(self.kernel, cand).max())
         beta = self.rule.radius(sum_var, self.t, kappa2, self.lam)
-        self.__dict__["_scored"] = {"cand": cand, "var": var, "pvar": pvar}
+        self._scored = {"cand": cand, "var": var, "pvar": pvar}
         self._last.update(beta=beta, sum_var=sum_var, kappa2=kappa2)
         if self.exact is not None:
             if self.exact.n:
@@ -361,10 +307,10 @@ class BKB(IndexPolicy):
         return mean + beta * torch.sqrt(used.clamp_min(0.0))
 
     def _update(self, x: Tensor, reward: float) -> None:
-        # 1. σ̃_t² of the model that chose x, at every distinct pulled point and at x (spec §7.7)
+        # 1. σ̃_t² of the model that chose x, at every distinct pulled point and at x (§3.1)
         row = -1
         sc = self._scored
-        ref = sc["cand"] if sc is not None and self._model_ok else self._map_cand
+        ref = sc["cand"] if sc is not None and self._model_ok else self.arm_rows.arms
         if ref is not None:
             hit = (ref == x).all(-1).nonzero()
             row = int(hit[0, 0]) if hit.numel() else -1
@@ -391,21 +337,19 @@ class BKB(IndexPolicy):
             self._px[n] = x
             self._np = n + 1
             variances = torch.cat([pvar, xvar])
-            if self._map_idx is not None and self._map_cand is not None:
-                self._map_idx = torch.cat([self._map_idx, self._map_idx.new_tensor([row])])
+            self.arm_rows.push(row)
         self._counts[j] += 1.0
         self._sums[j] += reward
         if self.exact is not None:
             self.exact.append(x, reward)
-        # 3. resample the dictionary from scratch (spec §2.5)
+        # 3. resample the dictionary from scratch (§3.1)
         res = self.resampler.resample(variances, self.counts, self.generator)
         self._in_dict[: self._np] = res.mask
-        d = self.__dict__  # plain attributes: bypass nn.Module.__setattr__ (hot path)
-        d["_m_theory"] = res.m_theory
+        self._m_theory = res.m_theory
         if res.size == 0:
-            d["_empty_dictionaries"] = self._empty_dictionaries + 1
-        d["_model_ok"] = False
-        d["_scored"] = None
+            self._empty_dictionaries += 1
+        self._model_ok = False
+        self._scored = None
 
     # ------------------------------------------------------------------ reporting
     def diagnostics(self) -> dict[str, float]:

@@ -1,4 +1,5 @@
-"""CBKB and CBBKB: contextual (batched) BKB as run in seed 000 (spec §2.6, E13, E14).
+"""CBKB and CBBKB: contextual (batched) BKB as run by Zenati et al. (AISTATS 2022, §5), after
+Calandriello et al. (COLT 2019; ICML 2020).
 
 Both score like EK-UCB, ``UCB = μ̃ + β σ̃`` on the Nyström posterior
 (:class:`~torchbandits.models.NystromKernelRidge`), a float ``beta`` multiplying the **ridge** sd
@@ -7,13 +8,15 @@ Both score like EK-UCB, ``UCB = μ̃ + β σ̃`` on the Nyström posterior
 ``p_i = min(q̄ σ̃²(s_i), 1)`` (the ridge variance under the current model), then the model is
 rebuilt (``O(n m² + m³)``).
 
-* **CBBKB** ("lazy resparsification", the authors' reference variant, E13): after each reward the
+* **CBBKB** ("lazy resparsification", the authors' reference variant): after each reward the
   played state's variance is accumulated, ``acc += σ̃²(s_t)``; when ``1 + acc > C_b`` the
   dictionary is resampled and ``acc = 0``, otherwise the model takes a Sherman–Morrison update.
   Feedback is used every round (no delayed feedback inside a batch). ``q̄ = 10·C_b`` by default.
-* **CBKB** = CBBKB resampling every round with ``q̄ = 10`` (E14).
+* **CBKB** = CBBKB resampling every round with ``q̄ = 10`` (Zenati et al. 2022, §5: CBKB is CBBKB with
+  ``C_b = 1``).
 
-Incremental resampling ([ours], semantics-preserving, seed 001 spec §2.7 item 8): the model keeps the
+Incremental resampling (ours, semantics-preserving; Calandriello et al. 2019, §3.2, suggest such
+caches): the model keeps the
 variances of all stored states current (``track_data_variances``, ``O(nm)`` per update instead of an
 ``O(nm²)`` pass), and when a resampling keeps every current anchor, the new anchors are bordered in
 one by one (``O(nm + m²)`` each) instead of a rebuild (``O(nm² + m³)``) — the same posterior up to
@@ -23,7 +26,7 @@ state has ``p_i = 1``, this turns CBKB's round from ``O(n³)`` into ``O(n²)``.
 Reference details kept as defaults: the just-played state is not a resampling candidate
 (``include_current=False``), its sampling variances come from the model before ``s_t`` is added,
 the first stored state is always kept, and ``K_ZZ`` gets a ``1e-6`` nugget. Anchors are
-deduplicated (duplicates do not change the span, E12).
+deduplicated (duplicates do not change the span).
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ __all__ = ["CBBKB", "CBKB"]
 
 
 class CBBKB(NystromUCB):
-    """Contextual batched BKB with lazy resparsification (seed 000 spec §2.6).
+    """Contextual batched BKB with lazy resparsification (Zenati et al. 2022, §5).
 
     Args:
         kernel, lam, beta: as :class:`~torchbandits.policies.ekucb.EKUCB`.
@@ -115,7 +118,7 @@ class CBBKB(NystromUCB):
         """Resample the dictionary from the stored states and rebuild with ``(x, reward)``."""
         model = self.model
         if self.include_current:
-            model._append(x, reward)
+            model.append_column(x, reward)
         n = model.n
         if n:
             rows, p = self._sample_rows()
@@ -150,7 +153,7 @@ class CBBKB(NystromUCB):
         if bool((old & ~new[: old.shape[0]]).any()):
             return False
         if not self.include_current:
-            model._append(x, reward)
+            model.append_column(x, reward)
         fresh = new.clone()  # drawn rows that are not anchors yet (rows stored since included)
         fresh[: old.shape[0]] &= ~old
         for r in torch.nonzero(fresh)[:, 0].tolist():
@@ -178,12 +181,12 @@ class CBBKB(NystromUCB):
         if model.m == 0 or self.always_resample:
             self._resample(x, reward)
             return
-        _, var = model._mean_var(x[None])
+        _, var = model.score(x[None])
         self._acc += float(var[0]) / self.lam
         if 1.0 + self._acc > self.batch_threshold:
             self._resample(x, reward)
         else:
-            model._append(x, reward)
+            model.append_column(x, reward)
             if self._anchor_rows is not None:
                 self._anchor_rows = torch.cat([self._anchor_rows, self._anchor_rows.new_zeros(1)])
 
@@ -221,8 +224,8 @@ class CBBKB(NystromUCB):
 
 
 class CBKB(CBBKB):
-    """Contextual BKB (seed 000 §2.6): the dictionary is resampled after every reward, ``q̄ = 10``
-    (= CBBKB with ``C_b = 1``, spec E14)."""
+    """Contextual BKB (Zenati et al. 2022, §5): the dictionary is resampled after every reward, ``q̄ = 10``
+    (= CBBKB with ``C_b = 1``)."""
 
     def __init__(self, kernel: Kernel, lam: float = 1.0, beta: float | ConfidenceRule = 0.1, *,
                  qbar: float = 10.0, **kwargs: Any) -> None:
