@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name in names:
         rows.extend(bench_env(name, runs, horizon, repeats))
-        print(table([r for r in rows if r["env"] == name]).splitlines()[-len(runs):][0], flush=True)
+        print("\n".join(table(rows).splitlines()[-len(runs):]), flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     meta = {"threads": torch.get_num_threads(), "torch": torch.__version__, "repeats": repeats,

@@ -134,3 +134,16 @@ def test_random_policy_batched_mode_checks_and_state() -> None:
     double = RandomPolicy().to(torch.float32)
     double.reset(seed=[0, 1])
     assert double.select(cand[:2]).shape == (2,)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_batched_run_on_cuda_equals_sequential_cpu_run() -> None:
+    """Environment and policy on the GPU: run r still plays the CPU sequential run's actions
+    (the generators stay on the CPU)."""
+    gpu_env = make_env("rkhs", dim=2, n_arms=20, device="cuda")
+    runs = simulate_batch(RandomPolicy(device="cuda"), gpu_env, 30, [0, 1, 2])
+    cpu_env = make_env("rkhs", dim=2, n_arms=20)
+    for res in runs:
+        seq = simulate(RandomPolicy(), cpu_env, 30, res.seed)
+        assert res.actions == seq.actions
+        assert res.rewards == pytest.approx(seq.rewards, abs=1e-10, rel=0)
