@@ -146,6 +146,12 @@ class RunStreams:
 
 
 # ---------------------------------------------------------------------- input checks
+def _all_finite(x: Tensor) -> bool:
+    """Every entry finite: one reduction (a NaN or ±inf makes the sum non-finite); the entries
+    are looked at one by one only when the sum is not finite (or overflows)."""
+    return math.isfinite(float(x.sum())) or bool(torch.isfinite(x).all())
+
+
 def _tensor(name: str, value: Any) -> Tensor:
     if isinstance(value, Tensor):
         return value
@@ -172,7 +178,7 @@ def check_batched_candidates(name: str, value: Any, n_runs: int, *, dtype: torch
     if dim is not None and x.shape[2] != dim:
         raise ValueError(f"{name} must have d = {dim} columns, got {x.shape[2]}")
     x = x.to(dtype=dtype, device=device)
-    if not bool(torch.isfinite(x).all()):
+    if not _all_finite(x):
         raise ValueError(f"{name} must be finite (found NaN or inf)")
     return x
 
@@ -188,7 +194,7 @@ def check_batch_points(name: str, value: Any, n_runs: int, *, dtype: torch.dtype
     if dim is not None and x.shape[1] != dim:
         raise ValueError(f"{name} must have d = {dim} columns, got {x.shape[1]}")
     x = x.to(dtype=dtype, device=device)
-    if not bool(torch.isfinite(x).all()):
+    if not _all_finite(x):
         raise ValueError(f"{name} must be finite (found NaN or inf)")
     return x
 
@@ -202,9 +208,8 @@ def check_batch_rewards(name: str, value: Any, n_runs: int, *, dtype: torch.dtyp
     if y.shape != (n_runs,):
         raise ValueError(f"{name} must be [R] with R = {n_runs}, got shape {tuple(y.shape)}")
     y = y.to(dtype=dtype, device=device)
-    bad = ~torch.isfinite(y)
-    if bool(bad.any()):
-        run = int(bad.nonzero()[0, 0])
+    if not _all_finite(y):
+        run = int((~torch.isfinite(y)).nonzero()[0, 0])
         raise ValueError(f"{name} must be finite: run {run} has {float(y[run])}")
     return y
 
@@ -218,6 +223,7 @@ def check_batch_index(name: str, value: Any, n_runs: int, n_candidates: int,
     if i.shape != (n_runs,):
         raise ValueError(f"{name} must be [R] with R = {n_runs}, got shape {tuple(i.shape)}")
     i = i.to(device=device, dtype=torch.long)
-    if bool(((i < 0) | (i >= n_candidates)).any()):
+    lo, hi = torch.aminmax(i)
+    if int(lo) < 0 or int(hi) >= n_candidates:
         raise ValueError(f"{name} must lie in [0, {n_candidates}), got {i.tolist()}")
     return i
