@@ -204,6 +204,13 @@ class MovingBumpEnv(TimeVaryingRKHSEnv):
     def _centre(self, t: int) -> Tensor:
         return self.centres[min(int(t), self.centres.shape[0]) - 1]
 
+    batch_fields = ("arms", "centres")
+
+    def batch_means(self, b: BatchedEnv, t: int) -> Tensor:
+        """``B k(x, c_{r,t})`` on every run's arms ``[R, A]`` (each run's centre path)."""
+        c = b.fields["centres"][:, min(int(t), self.centres.shape[0]) - 1]
+        return kernel_matrix(self.kernel, b.fields["arms"], c[:, None, :])[:, :, 0] * self.norm
+
     def expansion(self, t: int) -> tuple[Tensor, Tensor]:
         return self._centre(t)[None], torch.full((1,), self.norm, dtype=self.dtype,
                                                   device=self.device)
