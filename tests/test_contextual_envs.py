@@ -1,4 +1,4 @@
-"""Bump, Chessboard, Step Diagonal (seed 000 spec §4.1–4.4, §6.1 item 9, §6.3)."""
+"""Bump, Chessboard, Step Diagonal (Zenati et al. 2022, §5 and App. F.2.2, and their released code)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ F64 = torch.float64
 
 
 def test_code_constants_from_randomstate_123() -> None:
-    """The grid, a*, x*, w* are the authors' RandomState(123) draws (spec §4.1–4.2)."""
+    """The grid, a*, x*, w* are the authors' RandomState(123) draws (Zenati et al. 2022, §5)."""
     rs = np.random.RandomState(123)
     grid = rs.choice(np.arange(0, 1, 0.01), 10, replace=False)
     assert np.array_equal(grid, np.array(ACTION_GRID))
@@ -79,7 +79,7 @@ def test_monte_carlo_reference_numbers(cls, best: float, random_regret: float) -
     means = env.f(ctx, env.actions)
     assert float(means.max(1).values.mean()) == pytest.approx(best, abs=0.01)
     assert float((means.max(1).values[:, None] - means).mean()) == pytest.approx(random_regret, abs=0.01)
-    if cls is BumpEnv:  # f exceeds 1 for about 29% of contexts (E19)
+    if cls is BumpEnv:  # f exceeds 1 for about 29% of contexts (the code's constants)
         assert float((means.max(1).values > 1).double().mean()) == pytest.approx(0.29, abs=0.02)
         # a* = 0.81 is the best grid action whenever the best reward is positive
         pos = means.max(1).values > 0
@@ -115,7 +115,7 @@ def test_contract_and_seeds(cls) -> None:
 
 
 def test_reference_regret_offset_on_chessboard() -> None:
-    """The code's regret ≈ pseudo-regret + 0.25 per round on Chessboard (best ≡ 1, spec E17)."""
+    """The code's regret ≈ pseudo-regret + 0.25 per round on Chessboard (best ≡ 1 in the released code)."""
     env = ChessboardEnv(regret_mode="reference")
     res = simulate(RandomPolicy(), env, 3000, seed=1)
     offset = (sum(env.reference_regret) - res.final_regret) / 3000

@@ -1,4 +1,4 @@
-"""RKHS test-function environment (seed 002 spec §5.1) and the joint helper."""
+"""RKHS test-function environment (Flynn & Reeb 2024, §7) and the joint helper."""
 
 from __future__ import annotations
 

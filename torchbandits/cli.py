@@ -6,6 +6,7 @@ Examples::
     torchbandits run --env rkhs --policy kucb,gpucb,random --horizon 300 --seeds 0 1 2 \\
         --set env.dim=2 --out results/demo
     torchbandits run --env rkhs --policy kucb --set kucb.beta=0.5 --out results/beta
+    torchbandits run --env rkhs --policy random --seeds 0 1 2 3 --batch on --out results/batch
     torchbandits plot results/demo
     torchbandits reproduce NAME --quick
     torchbandits reproduce NAME --help
@@ -80,9 +81,9 @@ def _bad_set(name: str, scope: str, given: dict[str, Any], err: Exception) -> in
 def _cmd_run(args: argparse.Namespace) -> int:
     import torch
 
+    from .experiments.batch import run_grid_batched
     from .experiments.registry import ENVIRONMENTS, POLICIES, make_env, make_policy, resolve
     from .experiments.report import write_report
-    from .experiments.runner import run_grid
 
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("--device cuda requested but CUDA is not available on this machine")
@@ -127,8 +128,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 return _bad_set(p, p, sets.get(p, {}), err)
     out = Path(args.out)
     config = {"argv": sys.argv[1:], "sets": sets}
-    results = run_grid(policies, envs, args.seeds, args.horizon, out=out,
-                       progress=not args.no_progress, config=config)
+    results = run_grid_batched(policies, envs, args.seeds, args.horizon, batch=args.batch,
+                               out=out, progress=not args.no_progress, config=config)
     table = write_report(results, out, title=f"torchbandits run: {', '.join(env_names)}")
     print(table)
     print(f"\nwrote {len(results)} runs (JSON), table.md, regret.png, time.png to {out}/")
@@ -208,6 +209,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--set", action="append", default=[], metavar="SCOPE.NAME=VALUE",
                      help="keyword argument for the env (env.dim=2) or a policy (kucb.lam=0.1)")
     run.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
+    run.add_argument("--batch", choices=("auto", "on", "off"), default="auto",
+                     help="run the seeds of a policy as one batch (docs/batch.md): auto = when "
+                          "the policy and env can and there is more than one seed; on = whenever "
+                          "they can; off = one run at a time")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     plot = sub.add_parser("plot", help="re-draw table and plots of a results directory")
     plot.add_argument("directory")

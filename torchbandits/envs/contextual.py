@@ -34,6 +34,7 @@ from torch import Tensor
 from ..kernels import make_kernel
 from ..validation import check_positive
 from .base import gaussian_reward, joint
+from .batched import BatchedEnv, gaussian_noise
 
 __all__ = [
     "ACTION_GRID",
@@ -150,6 +151,30 @@ class ContextualGridEnv:
         self.t += 1
         self._draw_context()
         return reward
+
+    # ------------------------------------------------------------------ batched runs
+    batch_fields = ("_cands", "_means")
+
+    def why_not_batched(self) -> str | None:
+        if self.regret_mode == "reference":
+            return "regret_mode='reference' records the authors' regret run by run (not batched)"
+        return None
+
+    def batch_generators(self) -> dict[str, torch.Generator]:
+        return {"context": self._g_ctx, "noise": self._g_noise}
+
+    def batch_round(self, b: BatchedEnv) -> tuple[Tensor, Tensor]:
+        """Round ``b.t``: the contexts drawn by ``reset`` first, then one ``U[0,1]^{d_x}`` context
+        per run; candidates ``[x_r; a]`` ``[R, A, d_x + 1]``, means ``f(x_r, a)`` ``[R, A]``."""
+        if b.t == 0:
+            return b.fields["_cands"], b.fields["_means"]
+        ctx = b.streams["context"].uniform(self.context_dim, dtype=self.dtype).to(self.device)
+        acts = self.actions.reshape(1, -1, 1).expand(ctx.shape[0], -1, 1)
+        cands = torch.cat([ctx[:, None, :].expand(-1, acts.shape[1], -1), acts], dim=-1)
+        return cands, self.f(ctx, self.actions)
+
+    def batch_noise(self, b: BatchedEnv, means: Tensor) -> Tensor:
+        return gaussian_noise(b, self.noise_std, torch.float64)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(d_x={self.context_dim}, actions={self.n_actions}, "

@@ -156,6 +156,10 @@ class DigitsEnv:
     def mean_rewards(self) -> Tensor:
         return self._means
 
+    def why_not_batched(self) -> str | None:
+        """Why :class:`~torchbandits.envs.batched.BatchedEnv` refuses this environment."""
+        return "its contexts are drawn without replacement from the data set (not batched yet)"
+
     def pull(self, index: int) -> float:
         reward = gaussian_reward(self._means, index, self._g_noise, self.noise_std, self.dtype)
         self.t += 1

@@ -35,6 +35,7 @@ from torch import Tensor
 
 from ..kernels import kernel_matrix, make_kernel
 from ..validation import check_positive
+from .batched import BatchedEnv, gaussian_noise
 
 __all__ = ["CosineBandit", "SwitchingKernelEnv", "slow_phase"]
 
@@ -101,6 +102,29 @@ class _FixedArmEnv:
     def means_at(self, t: int) -> Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    # ------------------------------------------------------------------ batched runs
+    def why_not_batched(self) -> str | None:
+        if self.noise == "rejected":
+            return "noise='rejected' redraws a run-dependent number of times (not batched)"
+        return None
+
+    def batch_generators(self) -> dict[str, torch.Generator]:
+        return {"noise": self._g_noise}
+
+    def batch_noise(self, b: BatchedEnv, means: Tensor) -> Tensor:
+        """The noise of :meth:`_noise` for every run ``[R]`` (float64), from one draw per run."""
+        if self.noise == "gaussian":
+            return gaussian_noise(b, self.noise_std, torch.float64)
+        u = b.streams["noise"].uniform(dtype=torch.float64).to(b.device)
+        mean = means.to(torch.float64)
+        width = (1.0 - mean.abs()).clamp_min(0.0)
+        if self.noise_std == 0.0:
+            return torch.zeros_like(mean)
+        lo = torch.special.ndtr(-(width / self.noise_std))
+        eps = self.noise_std * torch.special.ndtri(lo + u * (1.0 - 2.0 * lo))
+        eps = torch.minimum(torch.maximum(eps, -width), width)
+        return torch.where(width == 0.0, torch.zeros_like(eps), eps)
+
     def pull(self, index: int) -> float:
         if not 0 <= int(index) < self.n_arms:
             raise ValueError(f"index must lie in [0, {self.n_arms}), got {index}")
@@ -163,6 +187,12 @@ class SwitchingKernelEnv(_FixedArmEnv):
     def means_at(self, t: int) -> Tensor:
         return self.reward_vectors[self.segment(t)]
 
+    batch_fields = ("arms", "reward_vectors")
+
+    def batch_round(self, b: BatchedEnv) -> tuple[Tensor, Tensor]:
+        """Fixed arms ``[R, N, d]``; every run's reward vector of segment ``segment(b.t)``."""
+        return b.fields["arms"], b.fields["reward_vectors"][:, self.segment(b.t)]
+
     def __repr__(self) -> str:
         return (f"SwitchingKernelEnv(n_arms={self.n_arms}, dim={self.dim}, ls={self.lengthscale}, "
                 f"switches={self.switches}, mode={self.mode!r}, noise={self.noise!r})")
@@ -224,6 +254,13 @@ class CosineBandit(_FixedArmEnv):
         if self._cache is None or self._cache[0] != phi:
             self._cache = (phi, self.amplitude * torch.cos(self._proj + phi))
         return self._cache[1]
+
+    batch_fields = ("arms", "_proj")
+
+    def batch_round(self, b: BatchedEnv) -> tuple[Tensor, Tensor]:
+        """Fixed arms ``[R, N, d]``; ``amplitude·cos(frequency·x_iᵀθ_r + φ(b.t))`` ``[R, N]``."""
+        phi = float(self._phase(b.t))
+        return b.fields["arms"], self.amplitude * torch.cos(b.fields["_proj"] + phi)
 
     def __repr__(self) -> str:
         return (f"CosineBandit(n_arms={self.n_arms}, dim={self.dim}, phase={self.phase_name!r}, "

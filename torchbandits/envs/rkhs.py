@@ -19,6 +19,7 @@ from torch import Tensor
 from ..kernels import kernel_matrix, make_kernel
 from ..validation import check_positive
 from .base import gaussian_reward
+from .batched import BatchedEnv, gaussian_noise
 
 __all__ = ["RKHSFunctionEnv"]
 
@@ -112,6 +113,27 @@ class RKHSFunctionEnv:
             self._arms = self._rand(self._g_arms, self.n_arms, self.dim)
             self._means = self.f(self._arms)
         return reward
+
+    # ------------------------------------------------------------------ batched runs
+    batch_fields = ("inducing", "coefficients", "_arms", "_means")
+
+    def why_not_batched(self) -> str | None:
+        return None
+
+    def batch_generators(self) -> dict[str, torch.Generator]:
+        return {"arms": self._g_arms, "noise": self._g_noise}
+
+    def batch_round(self, b: BatchedEnv) -> tuple[Tensor, Tensor]:
+        """Round ``b.t``: the stacked arms of ``reset`` first (every round with fixed arms), then
+        a fresh ``U[0,1]^d`` set per run; means ``f*_r(x) = k(x, Z_r) c_r`` ``[R, A]``."""
+        if self.fixed_arms or b.t == 0:
+            return b.fields["_arms"], b.fields["_means"]
+        arms = b.streams["arms"].uniform(self.n_arms, self.dim, dtype=self.dtype).to(self.device)
+        k = kernel_matrix(self.kernel, arms, b.fields["inducing"])
+        return arms, (k @ b.fields["coefficients"][:, :, None])[:, :, 0]
+
+    def batch_noise(self, b: BatchedEnv, means: Tensor) -> Tensor:
+        return gaussian_noise(b, self.noise_std, self.dtype)
 
     def __repr__(self) -> str:
         return (f"RKHSFunctionEnv(dim={self.dim}, n_arms={self.n_arms}, norm={self.norm}, "

@@ -185,6 +185,11 @@ class TestFunctionEnv:
             self._draw_arms()
         return reward
 
+    def why_not_batched(self) -> str | None:
+        """Why :class:`~torchbandits.envs.batched.BatchedEnv` refuses this environment."""
+        return ("its arm sets are scrambled Sobol points drawn per run and it logs round_metrics "
+                "(not batched yet)")
+
     def round_metrics(self) -> dict[str, float]:
         """Extra quantities of the last round: ``optimum_regret = g(x_t) − g*``."""
         return {"optimum_regret": self.optimum_regret[-1] if self.optimum_regret else float("nan")}

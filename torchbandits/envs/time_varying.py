@@ -28,6 +28,7 @@ from gpytorch.kernels import Kernel
 from torch import Tensor
 
 from ..kernels import kernel_matrix
+from .batched import BatchedEnv
 from .time_varying_base import TimeVaryingRKHSEnv, rkhs_distance
 
 __all__ = [
@@ -97,6 +98,13 @@ class RotatingRKHSEnv(TimeVaryingRKHSEnv):
     def _means_at(self, t: int) -> Tensor:
         w = self.omega * t
         return math.cos(w) * self._fa + math.sin(w) * self._fb
+
+    batch_fields = ("arms", "_fa", "_fb")
+
+    def batch_means(self, b: BatchedEnv, t: int) -> Tensor:
+        """``cos(ωt) F_a + sin(ωt) F_b`` ``[R, A]`` (ω is the same for every run)."""
+        w = self.omega * t
+        return math.cos(w) * b.fields["_fa"] + math.sin(w) * b.fields["_fb"]
 
 
 class StationaryRKHSEnv(RotatingRKHSEnv):
@@ -196,6 +204,13 @@ class MovingBumpEnv(TimeVaryingRKHSEnv):
     def _centre(self, t: int) -> Tensor:
         return self.centres[min(int(t), self.centres.shape[0]) - 1]
 
+    batch_fields = ("arms", "centres")
+
+    def batch_means(self, b: BatchedEnv, t: int) -> Tensor:
+        """``B k(x, c_{r,t})`` on every run's arms ``[R, A]`` (each run's centre path)."""
+        c = b.fields["centres"][:, min(int(t), self.centres.shape[0]) - 1]
+        return kernel_matrix(self.kernel, b.fields["arms"], c[:, None, :])[:, :, 0] * self.norm
+
     def expansion(self, t: int) -> tuple[Tensor, Tensor]:
         return self._centre(t)[None], torch.full((1,), self.norm, dtype=self.dtype,
                                                   device=self.device)
@@ -277,3 +292,9 @@ class SwitchingRKHSEnv(TimeVaryingRKHSEnv):
 
     def _means_at(self, t: int) -> Tensor:
         return self._segment_means[:, self.segment(t)]
+
+    batch_fields = ("arms", "_segment_means")
+
+    def batch_means(self, b: BatchedEnv, t: int) -> Tensor:
+        """Every run's segment ``segment(t)`` means ``[R, A]`` (switch times depend on T only)."""
+        return b.fields["_segment_means"][:, :, self.segment(t)]

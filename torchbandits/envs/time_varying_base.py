@@ -24,6 +24,7 @@ from torch import Tensor
 from ..kernels import kernel_bound, kernel_matrix, make_kernel
 from ..validation import check_positive
 from .base import gaussian_reward
+from .batched import BatchedEnv, gaussian_noise
 
 __all__ = ["TimeVaryingRKHSEnv", "rkhs_distance"]
 
@@ -171,6 +172,27 @@ class TimeVaryingRKHSEnv:
         self.t += 1
         self._means = self._means_at(self.t + 1)
         return reward
+
+    # ------------------------------------------------------------------ batched runs
+    batch_fields: tuple[str, ...] = ("arms",)
+
+    def why_not_batched(self) -> str | None:
+        return None
+
+    def batch_generators(self) -> dict[str, torch.Generator]:
+        return {"noise": self._g_noise}
+
+    def batch_means(self, b: BatchedEnv, t: int) -> Tensor:
+        """``f_t`` of every run on its arms ``[R, A]`` (round ``t ≥ 1``). This default asks each
+        run's copy (:meth:`_means_at`); subclasses with stacked fields override it."""
+        return torch.stack([run._means_at(t) for run in b.copies])
+
+    def batch_round(self, b: BatchedEnv) -> tuple[Tensor, Tensor]:
+        """Fixed arms ``[R, A, d]`` and ``f_{t+1}`` on them for ``t = b.t`` rounds played."""
+        return b.fields["arms"], self.batch_means(b, b.t + 1)
+
+    def batch_noise(self, b: BatchedEnv, means: Tensor) -> Tensor:
+        return gaussian_noise(b, self.noise_std, self.dtype)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(kernel={self.kernel_name!r}, dim={self.dim}, "

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from ..lazy import lazy_attributes
 
 if TYPE_CHECKING:  # the lazy names, for type checkers and documentation tools
+    from .batch import can_batch, run_grid_batched, simulate_batch
     from .registry import ENVIRONMENTS, POLICIES, make_env, make_policy
     from .report import markdown_table, plot_diagnostic, plot_regret, plot_time, write_report
     from .results import RunResult, load_results, summarize
@@ -18,6 +19,7 @@ if TYPE_CHECKING:  # the lazy names, for type checkers and documentation tools
     from .sweeps import run_trial, sweep
 
 _LAZY: dict[str, str] = {
+    "can_batch": "batch", "run_grid_batched": "batch", "simulate_batch": "batch",
     "ENVIRONMENTS": "registry", "POLICIES": "registry", "make_env": "registry",
     "make_policy": "registry",
     "markdown_table": "report", "plot_diagnostic": "report", "plot_regret": "report",
@@ -31,6 +33,7 @@ __all__ = [
     "ENVIRONMENTS",
     "POLICIES",
     "RunResult",
+    "can_batch",
     "load_results",
     "make_env",
     "make_policy",
@@ -39,8 +42,10 @@ __all__ = [
     "plot_regret",
     "plot_time",
     "run_grid",
+    "run_grid_batched",
     "run_trial",
     "simulate",
+    "simulate_batch",
     "summarize",
     "sweep",
     "write_report",

@@ -1,32 +1,97 @@
-"""Uniform random policy (the baseline every paper plots)."""
+"""Uniform random policy (the baseline every paper plots), sequential or batched."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from ..batching import (
+    RunStreams,
+    check_batch_points,
+    check_batch_rewards,
+    check_batched_candidates,
+    check_seeds,
+)
 from .base import Policy
 
 __all__ = ["RandomPolicy"]
 
 
 class RandomPolicy(Policy):
-    """Plays a uniformly random candidate each round, from its own generator."""
+    """Plays a uniformly random candidate each round, from its own generator.
+
+    Batched mode (``reset(seed=[s_1, …, s_R])``): ``select(candidates [R, A, d])`` returns a
+    ``LongTensor [R]`` on the policy's device and ``update(x [R, d], reward [R])`` checks its
+    input; run ``r`` draws from a generator seeded ``s_r``, so it plays exactly what the
+    sequential policy reset with ``seed=s_r`` plays. ``reset(seed=int)`` returns to one run.
+    """
+
+    #: the policy runs with a leading run dimension (see :mod:`torchbandits.experiments.batch`)
+    batchable = True
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("n_warmup", 0)
         super().__init__(**kwargs)
+        self.run_streams: RunStreams | None = None
+
+    @property
+    def n_runs(self) -> int | None:
+        """``R`` in batched mode, ``None`` for a single run."""
+        return None if self.run_streams is None else self.run_streams.n_runs
+
+    def reset(self, seed: int | Sequence[int] | Tensor | None = None) -> None:
+        """Forget all observations; an int seeds one run, a sequence of seeds starts a batch."""
+        if seed is None or isinstance(seed, int) or (isinstance(seed, Tensor) and seed.ndim == 0):
+            if seed is not None:
+                self.run_streams = None
+            super().reset(None if seed is None else int(seed))
+            return
+        seeds = check_seeds(seed)
+        super().reset(None)
+        self.run_streams = RunStreams.from_seeds(seeds)
 
     def forward(self, candidates: Tensor) -> Tensor:
         """Uniform random scores (their argmax is a uniform choice)."""
         cand = self.check_candidates(candidates)
         return torch.rand(cand.shape[0], generator=self.generator, dtype=self.dtype).to(self.device)
 
-    def select(self, candidates: Any) -> int:
-        cand = self.check_candidates(candidates)
-        return int(torch.randint(cand.shape[0], (1,), generator=self.generator))
+    def select(self, candidates: Any) -> Any:
+        """One index (single run), or ``LongTensor [R]`` for candidates ``[R, A, d]`` (batch)."""
+        if self.run_streams is None:
+            cand = self.check_candidates(candidates)
+            return int(torch.randint(cand.shape[0], (1,), generator=self.generator))
+        cand = check_batched_candidates("candidates", candidates, self.run_streams.n_runs,
+                                        dtype=self.dtype, device=self.device, dim=self.dim)
+        return self.run_streams.randint(cand.shape[1]).to(self.device)
+
+    def update(self, x: Any, reward: Any) -> None:
+        """Single run: as :meth:`Policy.update`. Batch: ``x [R, d]``, ``reward [R]`` checked."""
+        if self.run_streams is None:
+            super().update(x, reward)
+            return
+        n = self.run_streams.n_runs
+        xv = check_batch_points("x", x, n, dtype=self.dtype, device=self.device, dim=self.dim)
+        check_batch_rewards("reward", reward, n, dtype=self.dtype, device=self.device)
+        self.dim = xv.shape[1]
+        self.t += 1
 
     def _update(self, x: Tensor, reward: float) -> None:
         pass
+
+    def _extra_state(self) -> dict[str, Any]:
+        if self.run_streams is None:
+            return {"run_rng": None}
+        return {"run_rng": [g.get_state() for g in self.run_streams.sync()]}
+
+    def _set_extra_state(self, state: dict[str, Any]) -> None:
+        rngs = state.get("run_rng")
+        if rngs is None:
+            self.run_streams = None
+            return
+        gens = [torch.Generator() for _ in rngs]
+        for g, s in zip(gens, rngs, strict=True):
+            g.set_state(s)
+        self.run_streams = RunStreams(gens)

@@ -1,0 +1,229 @@
+"""Per-run random streams and input checks for batched runs (a leading run dimension ``R``).
+
+A batch of ``R`` runs must make, in run ``r``, exactly the draws that a sequential run with seed
+``r`` makes. :class:`RunStreams` keeps one ``torch.Generator`` per run and hands out draws of the
+shape one round uses, ``[R, *shape]``, from a buffer refilled in chunks of many rounds, so the
+per-generator call overhead is paid once per chunk instead of once per round.
+
+Chunks are exact because of how the CPU generators fill a tensor (checked in
+``tests/test_batch_streams.py``): ``rand`` and ``randint`` fill element by element, so one call
+for ``K`` rounds returns the ``K`` per-round draws back to back; ``randn`` does so only for fewer
+than 16 elements per call (16 and more take a vectorised Box–Muller path whose order differs), so
+normal draws are made by calls of at most 15 elements, and a round of 16 or more normals is drawn
+alone. When the spec of a stream changes (another shape, range or dtype), the stream rewinds to
+the state saved at the start of its chunk and redraws only what was consumed, so no draw is lost
+or invented.
+
+The checks raise ``ValueError`` naming the argument, before any state changes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "RunStreams",
+    "check_batch_index",
+    "check_batch_points",
+    "check_batch_rewards",
+    "check_batched_candidates",
+    "check_seeds",
+]
+
+_NORMAL_SERIAL = 15  # randn fills at most this many elements per call in generator order
+
+
+def check_seeds(seeds: Any) -> list[int]:
+    """``seeds`` as a non-empty list of ints (one per run)."""
+    if isinstance(seeds, Tensor):
+        seeds = seeds.tolist()
+    try:
+        out = [int(s) for s in seeds]
+    except (TypeError, ValueError):
+        raise ValueError(f"seeds must be a sequence of ints, got {seeds!r}") from None
+    if not out:
+        raise ValueError("seeds must hold at least one seed")
+    if any(isinstance(s, bool) for s in seeds):
+        raise ValueError(f"seeds must be ints, got {seeds!r}")
+    return out
+
+
+def _draw(gen: torch.Generator, kind: str, n: int, dtype: torch.dtype, high: int) -> Tensor:
+    if kind == "uniform":
+        return torch.rand(n, generator=gen, dtype=dtype)
+    if kind == "randint":
+        return torch.randint(high, (n,), generator=gen)
+    return torch.randn(n, generator=gen, dtype=dtype)   # one call: callers keep n <= 15 to chunk
+
+
+class RunStreams:
+    """One generator per run; ``uniform``/``normal``/``randint`` give ``[R, *shape]`` per round.
+
+    Args:
+        generators: the runs' generators (``R`` of them), used from their current state.
+        chunk: rounds drawn per refill (64).
+
+    Draw ``n`` rounds of ``shape`` and run ``r`` gets what ``n`` calls of
+    ``torch.rand(*shape, generator=g_r)`` (or ``randn``, ``randint(high, shape)``) would give.
+    """
+
+    def __init__(self, generators: Sequence[torch.Generator], *, chunk: int = 64) -> None:
+        self.generators = list(generators)
+        if not self.generators:
+            raise ValueError("generators must hold at least one generator")
+        if int(chunk) < 1:
+            raise ValueError(f"chunk must be >= 1, got {chunk}")
+        self.chunk = int(chunk)
+        self._spec: tuple[Any, ...] | None = None
+        self._buffer: Tensor | None = None   # [R, K, numel]
+        self._used = 0
+        self._states: list[Tensor] = []
+
+    @classmethod
+    def from_seeds(cls, seeds: Sequence[int], *, chunk: int = 64) -> RunStreams:
+        """Fresh generators ``torch.Generator().manual_seed(s)`` for every seed."""
+        return cls([torch.Generator().manual_seed(int(s)) for s in check_seeds(seeds)],
+                   chunk=chunk)
+
+    @property
+    def n_runs(self) -> int:
+        return len(self.generators)
+
+    def _flush(self) -> None:
+        """Rewind every generator to the start of the open chunk and redraw what was used."""
+        if self._spec is None or self._buffer is None:
+            return
+        kind, numel, dtype, high = self._spec
+        for g, state in zip(self.generators, self._states, strict=True):
+            g.set_state(state)
+            for _ in range(self._used):
+                _draw(g, kind, numel, dtype, high)
+        self._spec, self._buffer, self._used = None, None, 0
+
+    def _take(self, kind: str, shape: tuple[int, ...], dtype: torch.dtype, high: int) -> Tensor:
+        numel = math.prod(shape)
+        spec = (kind, numel, dtype, high)
+        if spec != self._spec:
+            self._flush()
+        if self._buffer is None or self._used == self._buffer.shape[1]:
+            # rounds per generator call, and calls per refill
+            per_call = self.chunk if kind != "normal" else max(_NORMAL_SERIAL // numel, 1)
+            calls = 1 if kind != "normal" else max(self.chunk // per_call, 1)
+            rounds = per_call * calls
+            self._states = [g.get_state() for g in self.generators]
+            rows = []
+            for g in self.generators:
+                parts = [_draw(g, kind, per_call * numel, dtype, high) for _ in range(calls)]
+                rows.append(torch.cat(parts) if calls > 1 else parts[0])
+            self._buffer = torch.stack(rows).reshape(self.n_runs, rounds, numel)
+            self._spec, self._used = spec, 0
+        out = self._buffer[:, self._used]
+        self._used += 1
+        return out.reshape(self.n_runs, *shape)
+
+    def uniform(self, *shape: int, dtype: torch.dtype = torch.float64) -> Tensor:
+        """``U[0, 1)`` draws ``[R, *shape]`` (one round of ``torch.rand(*shape)`` per run)."""
+        return self._take("uniform", tuple(shape), dtype, 0)
+
+    def normal(self, *shape: int, dtype: torch.dtype = torch.float64) -> Tensor:
+        """``N(0, 1)`` draws ``[R, *shape]`` (one round of ``torch.randn(*shape)`` per run)."""
+        return self._take("normal", tuple(shape), dtype, 0)
+
+    def randint(self, high: int, *shape: int) -> Tensor:
+        """Integers in ``[0, high)`` ``[R, *shape]`` (``torch.randint(high, shape)`` per run)."""
+        return self._take("randint", tuple(shape), torch.int64, int(high))
+
+    def sync(self) -> list[torch.Generator]:
+        """The generators rewound to exactly the draws handed out so far (for a hand-over to
+        sequential code or a state save)."""
+        self._flush()
+        return self.generators
+
+
+# ---------------------------------------------------------------------- input checks
+def _all_finite(x: Tensor) -> bool:
+    """Every entry finite: one reduction (a NaN or ±inf makes the sum non-finite); the entries
+    are looked at one by one only when the sum is not finite (or overflows)."""
+    return math.isfinite(float(x.sum())) or bool(torch.isfinite(x).all())
+
+
+def _tensor(name: str, value: Any) -> Tensor:
+    if isinstance(value, Tensor):
+        return value
+    try:
+        return torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError):
+        raise ValueError(f"{name} must be a tensor, got {type(value).__name__}") from None
+
+
+def check_batched_candidates(name: str, value: Any, n_runs: int, *, dtype: torch.dtype,
+                             device: torch.device, dim: int | None = None) -> Tensor:
+    """Candidates ``[R, A, d]`` (finite, real) on ``device``/``dtype``; raises naming ``name``."""
+    x = _tensor(name, value)
+    if x.is_complex() or x.dtype == torch.bool:
+        raise ValueError(f"{name} must be real numbers, got dtype {x.dtype}")
+    if x.ndim != 3:
+        raise ValueError(f"{name} must be [R, A, d] for a batch of R = {n_runs} runs, "
+                         f"got shape {tuple(x.shape)}")
+    if x.shape[0] != n_runs:
+        raise ValueError(f"{name} has leading dimension {x.shape[0]} but the batch has "
+                         f"R = {n_runs} runs")
+    if x.shape[1] < 1:
+        raise ValueError(f"{name} must hold at least one candidate per run")
+    if dim is not None and x.shape[2] != dim:
+        raise ValueError(f"{name} must have d = {dim} columns, got {x.shape[2]}")
+    x = x.to(dtype=dtype, device=device)
+    if not _all_finite(x):
+        raise ValueError(f"{name} must be finite (found NaN or inf)")
+    return x
+
+
+def check_batch_points(name: str, value: Any, n_runs: int, *, dtype: torch.dtype,
+                       device: torch.device, dim: int | None = None) -> Tensor:
+    """Played points ``[R, d]``, finite, on ``device``/``dtype``; raises naming ``name``."""
+    x = _tensor(name, value)
+    if x.is_complex() or x.dtype == torch.bool:
+        raise ValueError(f"{name} must be real numbers, got dtype {x.dtype}")
+    if x.ndim != 2 or x.shape[0] != n_runs:
+        raise ValueError(f"{name} must be [R, d] with R = {n_runs}, got shape {tuple(x.shape)}")
+    if dim is not None and x.shape[1] != dim:
+        raise ValueError(f"{name} must have d = {dim} columns, got {x.shape[1]}")
+    x = x.to(dtype=dtype, device=device)
+    if not _all_finite(x):
+        raise ValueError(f"{name} must be finite (found NaN or inf)")
+    return x
+
+
+def check_batch_rewards(name: str, value: Any, n_runs: int, *, dtype: torch.dtype,
+                        device: torch.device) -> Tensor:
+    """Rewards ``[R]``, finite, on ``device``/``dtype``; names the first bad run."""
+    y = _tensor(name, value)
+    if y.is_complex() or y.dtype == torch.bool:
+        raise ValueError(f"{name} must be real numbers, got dtype {y.dtype}")
+    if y.shape != (n_runs,):
+        raise ValueError(f"{name} must be [R] with R = {n_runs}, got shape {tuple(y.shape)}")
+    y = y.to(dtype=dtype, device=device)
+    if not _all_finite(y):
+        run = int((~torch.isfinite(y)).nonzero()[0, 0])
+        raise ValueError(f"{name} must be finite: run {run} has {float(y[run])}")
+    return y
+
+
+def check_batch_index(name: str, value: Any, n_runs: int, n_candidates: int,
+                      device: torch.device) -> Tensor:
+    """Chosen indices ``[R]`` (integers in ``[0, n_candidates)``) as a LongTensor on ``device``."""
+    i = _tensor(name, value)
+    if i.is_floating_point() or i.is_complex() or i.dtype == torch.bool:
+        raise ValueError(f"{name} must be integers, got dtype {i.dtype}")
+    if i.shape != (n_runs,):
+        raise ValueError(f"{name} must be [R] with R = {n_runs}, got shape {tuple(i.shape)}")
+    i = i.to(device=device, dtype=torch.long)
+    lo, hi = torch.aminmax(i)
+    if int(lo) < 0 or int(hi) >= n_candidates:
+        raise ValueError(f"{name} must lie in [0, {n_candidates}), got {i.tolist()}")
+    return i
