@@ -90,9 +90,10 @@ def _build(trial: TrialSpec) -> tuple[Any, Any]:
 def run_seeds(trial: TrialSpec, save: Callable[[RunResult], None]) -> list[RunResult]:
     """The runs of one trial, ``save``-d as they finish.
 
-    One batch through ``experiments.simulate_batch(policy, env, horizon, seeds)`` where that
-    function exists and the policy can be batched (it raises ``NotImplementedError`` otherwise),
-    else ``simulate`` seed after seed with a fresh environment and policy each (as ``run_grid``).
+    One batch through ``experiments.simulate_batch(policy, env, horizon, seeds)`` where the
+    policy and environment can be batched (``experiments.can_batch``; run r equals the sequential
+    run with seed r), else ``simulate`` seed after seed with a fresh environment and policy each
+    (as ``run_grid``).
     """
     from .. import experiments
 
@@ -100,18 +101,14 @@ def run_seeds(trial: TrialSpec, save: Callable[[RunResult], None]) -> list[RunRe
     cfg = {"trial_id": trial.trial_id, "policy_name": trial.policy, "env_name": trial.env,
            "params": dict(trial.params), "policy_kwargs": dict(trial.policy_kwargs),
            "env_kwargs": dict(trial.env_kwargs)}
-    batch = getattr(experiments, "simulate_batch", None) if trial.batch else None
-    if batch is not None and len(trial.seeds) > 1:
+    if trial.batch and len(trial.seeds) > 1:
         env, policy = _build(trial)
-        try:
-            runs = list(batch(policy, env, trial.horizon, list(trial.seeds)))
-        except NotImplementedError:
-            runs = []
-        for r in runs:
-            r.policy, r.env = name, trial.env_label
-            r.config.update(cfg, batched=True)
-            save(r)
-        if runs:
+        if experiments.can_batch(policy, env):
+            runs = experiments.simulate_batch(policy, env, trial.horizon, list(trial.seeds))
+            for r in runs:
+                r.policy, r.env = name, trial.env_label
+                r.config.update(cfg, batched=True)
+                save(r)
             return runs
     runs = []
     for seed in trial.seeds:
