@@ -73,12 +73,12 @@ def test_border_equals_fresh_eigh_to_1e10():
     m, q = _model(90, seed=3)
     kq, kd = kernel_matrix(m.kernel, m.x, q), kernel_diag(m.kernel, q)
     r2 = torch.tensor(2.5, dtype=F64)
-    fu, fl, fs = dual_bounds(spectrum(m), kq, kd, r2, 10.0, 0.07)
+    fu, fl, _ = dual_bounds(spectrum(m), kq, kd, r2, 10.0, 0.07)
     for s in (89, 85, 74):  # borders of 1, 5 and 16 points
         stale = stale_spectrum(m.kernel, m.x[:s], m.y[:s], None, 16)
         stale = stale_spectrum(m.kernel, m.x, m.y, stale, 16)
         assert stale.s == s
-        bu, bl, bs = border_dual_bounds(stale, m.kernel, m.x, m.y, q, kd, r2, 10.0, 0.07)
+        bu, bl, _ = border_dual_bounds(stale, m.kernel, m.x, m.y, q, kd, r2, 10.0, 0.07)
         assert torch.allclose(bu, fu, rtol=0, atol=1e-10) and torch.allclose(bl, fl, rtol=0, atol=1e-10)
 
 

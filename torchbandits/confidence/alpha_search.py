@@ -74,12 +74,13 @@ def min_over_alpha(h_at: Callable[[Tensor], Tensor], grid: Tensor, h_grid: Tenso
     fa, fb, fc = h_grid[lo_i, cols], best.clone(), h_grid[hi_i, cols]
     for _ in range(steps):
         d1, d2 = pb - pa, pb - pc
-        num = d1 * d1 * (fb - fc) - d2 * d2 * (fb - fa)
-        den = d1 * (fb - fc) - d2 * (fb - fa)
-        u = pb - 0.5 * num / den
-        gold = torch.where(pc - pb > pb - pa, pb + _GOLDEN * (pc - pb), pb - _GOLDEN * (pb - pa))
-        bad = ~torch.isfinite(u) | (u <= pa) | (u >= pc) | ((u - pb).abs() < 1e-10)
-        u = torch.where(bad, gold, u)
+        e1, e2 = d1 * (fb - fc), d2 * (fb - fa)
+        u = pb - 0.5 * (d1 * e1 - d2 * e2) / (e1 - e2)  # vertex of the parabola through a, b, c
+        long_right = pc - pb > pb - pa
+        gold = pb + _GOLDEN * torch.where(long_right, pc - pb, pa - pb)
+        # a NaN or infinite vertex fails both comparisons with the bracket
+        ok = (u > pa) & (u < pc) & ((u - pb).abs() >= 1e-10)
+        u = torch.where(ok, u, gold)
         fu = h_at(u)
         better = fu < best
         best = torch.where(better, fu, best)
