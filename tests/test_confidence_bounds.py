@@ -1,4 +1,5 @@
-"""Seed 002 bounds: golden values (spec §2.10), orderings (§4), recursion vs scratch, coverage."""
+"""Bounds of Flynn & Reeb (2024): golden values (from an independent numpy/CVXPY check), the ordering
+CMM ≤ DMM ≤ AMM < AY (their Lemma 4.2, Cor. 4.3, Thm. 6.3), recursion vs scratch, coverage."""
 
 from __future__ import annotations
 
@@ -72,7 +73,7 @@ def test_golden_posterior_and_closed_form_bounds():
 def test_golden_dual_cmm():
     m = _golden_model()
     u, l = CMMBound(SIGMA, B, DELTA, C).bounds(m, Q, 6)
-    # the spec's values come from a fine log-grid (upper bounds of the exact minimum)
+    # the golden values come from a fine log-grid (upper bounds of the exact minimum)
     assert torch.allclose(u, _t([1.573077, 0.693866, 7.733671]), atol=2e-6)
     assert torch.allclose(l, _t([0.336612, -0.512368, -5.877202]), atol=2e-6)
 

@@ -1,4 +1,5 @@
-"""Foundation radius rules: formulas and the golden values of seed 002 spec §2.10."""
+"""Foundation radius rules: formulas and golden values (computed for the bounds of Flynn & Reeb 2024
+by an independent numpy/CVXPY check, not taken from the paper)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def _model(lam: float) -> ExactKernelRidge:
         (AYBeta(10.0, 0.1, lam=0.01, delta=0.01), 0.01, [2.039949, 1.345510, 11.026216]),
     ],
 )
-def test_golden_ucbs_seed002(rule, lam, expected):
+def test_golden_ucbs_flynn_reeb(rule, lam, expected):
     ucb, lcb = rule.bounds(_model(lam), Q, t=6)
     assert torch.allclose(ucb, torch.tensor(expected, dtype=torch.float64), atol=1e-6)
     mean = _model(lam).mean_var(Q)[0]

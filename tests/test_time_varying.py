@@ -178,7 +178,7 @@ def test_restart_and_window_beta_formulas():
         ExactKernelRidge(make_kernel("rbf", 0.3), LAM), 1)
     realised = RestartBeta(B, R, LAM, "realised", delta=DELTA).beta_at(model, 6)
     assert realised == pytest.approx(tv_beta(0.5 * float(model.log_det()), B, R, LAM, 1 / DELTA))
-    with pytest.raises(ValueError, match="A11"):
+    with pytest.raises(ValueError, match="same λ"):
         RestartBeta(B, R, LAM, GreedyGamma(torch.rand(4, 1, dtype=torch.float64),
                                            make_kernel("rbf", 0.3), lam=2 * LAM))
 

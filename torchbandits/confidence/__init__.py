@@ -3,7 +3,7 @@
 from .base import ConfidenceRule, ConstantBeta, PosteriorModel, RadiusRule, Variance, as_rule
 from .bkb import BKBBeta  # seed 001
 from .ekucb import EKUCBTheoryBeta  # seed 000
-from .mixture import AMMBound, CMMBound, DMMBound, MixtureBound, default_c  # seed 002
+from .mixture import AMMBound, CMMBound, DMMBound, MixtureBound, default_c  # Flynn & Reeb 2024
 from .radii import AYBeta, IGPBeta, KernelUCBTheoryBeta, SrinivasBeta
 
 __all__ = [
@@ -25,7 +25,7 @@ __all__ = [
     "as_rule",
     "default_c",
 ]
-from .time_varying import (  # seed 004
+from .time_varying import (  # Zhou & Shroff
     AnalyticGamma,
     ConstantGamma,
     GreedyGamma,
@@ -33,4 +33,4 @@ from .time_varying import (  # seed 004
     WindowBeta,
 )
 
-__all__ += ["AnalyticGamma", "ConstantGamma", "GreedyGamma", "RestartBeta", "WindowBeta"]  # seed 004
+__all__ += ["AnalyticGamma", "ConstantGamma", "GreedyGamma", "RestartBeta", "WindowBeta"]  # Zhou & Shroff

@@ -5,8 +5,8 @@ A rule turns a model and a candidate set into upper and lower confidence bounds.
 rule's ``variance`` attribute:
 
 * ``"gp"``    — ``sd = ρ_λ``, the GP posterior standard deviation (noise variance λ);
-* ``"ridge"`` — ``sd = ρ_λ / √λ``, the kernel-ridge width ``‖φ(x)‖_{V⁻¹}`` of seed 000 §1.4 and
-  seed 001 §1.3.
+* ``"ridge"`` — ``sd = ρ_λ / √λ``, the kernel-ridge width ``‖φ(x)‖_{V⁻¹}`` of Zenati et al. (2022,
+  §3.2) and of Calandriello et al. (2019, whose BKB uses the 1/λ-scaled variance throughout).
 
 The same β therefore means ``√λ`` times more exploration under ``"ridge"`` than under ``"gp"``.
 """
@@ -88,7 +88,8 @@ class RadiusRule(ConfidenceRule):
 
 
 class ConstantBeta(RadiusRule):
-    """``β_t ≡ beta`` (the experiments of seeds 000, 001, 003 use a constant)."""
+    """``β_t ≡ beta`` (the experiments of Zenati et al. 2022, Calandriello et al. 2019
+    and Hong et al. 2023 use a constant)."""
 
     name = "constant"
 

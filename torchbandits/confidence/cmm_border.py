@@ -10,27 +10,24 @@ approximation): with ``D = Λ + αI``, ``B̃ = Qᵀ K(x_{1:s}, x_new)``, ``C = K
 
     aᵀ(K_t + αI)⁻¹b = ã₁ᵀ D⁻¹ b̃₁ + (a₂ − B̃ᵀD⁻¹ã₁)ᵀ S(α)⁻¹ (b₂ − B̃ᵀD⁻¹b̃₁).
 
-A shared log-grid of α (batched over grid points) brackets each query's minimum; successive
-parabolic interpolation on ``log α`` (golden-section fallback) refines it, one batched
-per-query evaluation (O(A·s·m²)) per step. Every evaluated α gives a valid bound; the smallest
-is returned. Cost per round O(s²A + G·s·m·A + steps·A·s·m²) plus ``eigh`` once per
-``refresh_every`` rounds (spec §2.5; a speed-up of ours, not in the paper).
+The minimum over ``log α`` is found by the same search as with a fresh eigenbasis
+(:func:`~torchbandits.confidence.alpha_search.min_over_alpha`): the shared log-grid is batched
+over grid points, each refining step is one batched per-query evaluation (O(A·s·m²)). Cost per
+round O(s²A + G·s·m·A + steps·A·s·m²) plus ``eigh`` once per ``refresh_every`` rounds (a
+speed-up of ours, not in Flynn & Reeb 2024, whose dual is their Thm. 4.5 / Eq. 12).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from ..kernels import kernel_matrix
+from .alpha_search import SIDES, dual_objective, log_alpha_grid, min_over_alpha, split_sides
 
 __all__ = ["StaleSpectrum", "border_dual_bounds", "stale_spectrum"]
-
-_GOLDEN = (3.0 - math.sqrt(5.0)) / 2.0
-
 
 @dataclass
 class StaleSpectrum:
@@ -86,59 +83,44 @@ def border_dual_bounds(
 ) -> tuple[Tensor | None, Tensor | None, Tensor]:
     """Exact CMM bounds (Eq. 12) with a border of ``m = len(x) − spec.s ≥ 1`` points.
 
-    Same contract as :func:`~torchbandits.confidence.mixture.dual_bounds`:
-    returns ``(ucb, lcb, log_alpha_ucb)``.
+    Same contract and search as :func:`~torchbandits.confidence.cmm_dual.dual_bounds`:
+    ``cand`` ``[A, d]``, ``kdiag`` ``[A]``; returns ``(ucb, lcb, log_alpha_ucb)``, ``[A]`` each.
     """
     s = spec.s
     lam, ytil, q_mat, bt = spec.evals, spec.ytil, spec.evecs, spec.bt
     x_new, y2 = x[s:], y[s:]
     m = x_new.shape[0]
     c_new = kernel_matrix(kernel, x_new, x_new)
-    p1 = q_mat.mT @ kernel_matrix(kernel, spec.x, cand)  # [s, A]
-    k2 = kernel_matrix(kernel, x_new, cand)  # [m, A]
-    signs = {"both": (1.0, -1.0), "ucb": (1.0,), "lcb": (-1.0,)}[which]
+    signs = SIDES[which]
     n_a = cand.shape[0]
     ns = len(signs)
     sgn = torch.cat([torch.full((n_a,), sg, dtype=cand.dtype, device=cand.device) for sg in signs])
-    p1 = p1.repeat(1, ns)
-    k2 = k2.repeat(1, ns)
+    p1 = (q_mat.mT @ kernel_matrix(kernel, spec.x, cand)).repeat(1, ns)  # [s, Q]
+    k2 = kernel_matrix(kernel, x_new, cand).repeat(1, ns)  # [m, Q]
     kd = kdiag.repeat(ns)
     p1y = p1 * ytil[:, None]
     p1sq = p1 * p1
     y2til = ytil * ytil
     eye = torch.eye(m, dtype=cand.dtype, device=cand.device)
-    b2 = norm_bound**2
-    limit = norm_bound * torch.sqrt(torch.clamp(kd, min=0.0))
-
-    def h_of(mu: Tensor, b: Tensor, q: Tensor, a: Tensor) -> Tensor:
-        rt2 = torch.clamp(r2 + a * b2 - a * q, min=0.0)
-        return sgn * mu + torch.sqrt(rt2 / a) * torch.sqrt(torch.clamp(kd - b, min=0.0))
+    outer = (bt[:, :, None] * bt[:, None, :]).reshape(s, m * m)  # rows b_i b_iᵀ, [s, m²]
 
     # ---- shared grid: batched over grid points
-    n_grid = int(2 * grid_decades * grid_per_decade) + 1
-    log_a0 = math.log(alpha0)
-    grid = torch.linspace(log_a0 - grid_decades * math.log(10.0), log_a0 + grid_decades * math.log(10.0),
-                          n_grid, dtype=cand.dtype, device=cand.device)
+    grid = log_alpha_grid(alpha0, grid_decades, grid_per_decade, dtype=cand.dtype, device=cand.device)
     ag = torch.exp(grid)
     w = torch.reciprocal(lam[None, :] + ag[:, None])  # [G, s]
     mg = bt.mT[None] * w[:, None, :]  # [G, m, s]
     r = k2[None] - mg @ p1  # [G, m, Q]
     ry = y2[None] - mg @ ytil  # [G, m]
-    sch = c_new[None] + ag[:, None, None] * eye - (w @ (bt[:, :, None] * bt[:, None, :]).reshape(s, m * m)
-                                                  ).reshape(-1, m, m)  # [G, m, m]
-    chol = torch.linalg.cholesky(sch)
-    z = torch.cholesky_solve(torch.cat([r, ry[..., None]], dim=-1), chol)  # [G, m, Q+1]
-    b = w @ p1sq + (r * z[..., :-1]).sum(1)
-    mu = w @ p1y + (ry[..., None] * z[..., :-1]).sum(1)
-    q = w @ y2til + (ry * z[..., -1]).sum(1)
-    h_grid = h_of(mu, b, q[:, None], ag[:, None])  # [G, Q]
-    best, j = h_grid.min(0)
-    s_best = grid[j].clone()
+    sch = c_new[None] + ag[:, None, None] * eye - (w @ outer).reshape(-1, m, m)  # S(α), [G, m, m]
+    z = torch.cholesky_solve(torch.cat([r, ry[..., None]], dim=-1), torch.linalg.cholesky(sch))
+    b = w @ p1sq + (r * z[..., :-1]).sum(1)  # kᵀ(K+αI)⁻¹k, [G, Q]
+    mu = w @ p1y + (ry[..., None] * z[..., :-1]).sum(1)  # μ_α, [G, Q]
+    q = w @ y2til + (ry * z[..., -1]).sum(1)  # yᵀ(K+αI)⁻¹y, [G]
+    h_grid = dual_objective(sgn * mu, b, q[:, None], ag[:, None], r2, norm_bound, kd)  # [G, Q]
 
-    outer = (bt[:, :, None] * bt[:, None, :]).reshape(s, m * m)  # rows b_i b_iᵀ, [s, m²]
     p1y_t, p1sq_t = p1y.mT.contiguous(), p1sq.mT.contiguous()  # [Q, s]
 
-    def h_at(sv: Tensor) -> Tensor:  # per-query log α [Q]; every product is one GEMM
+    def h_at(sv: Tensor) -> Tensor:  # one log α per query, [Q] -> [Q]; every product one GEMM
         a = torch.exp(sv)
         wq = torch.reciprocal(lam[None, :] + a[:, None])  # [Q, s]
         rq = k2.mT - (wq * p1.mT) @ bt  # [Q, m]
@@ -148,33 +130,9 @@ def border_dual_bounds(
         bq = (wq * p1sq_t).sum(1) + (rq * zq[..., 0]).sum(1)
         muq = (wq * p1y_t).sum(1) + (ryq * zq[..., 0]).sum(1)
         qq = wq @ y2til + (ryq * zq[..., 1]).sum(1)
-        return h_of(muq, bq, qq, a)
+        return dual_objective(sgn * muq, bq, qq, a, r2, norm_bound, kd)
 
-    # ---- successive parabolic interpolation in log α inside [grid[j-1], grid[j+1]]
-    lo_i, hi_i = torch.clamp(j - 1, min=0), torch.clamp(j + 1, max=n_grid - 1)
-    pa, pb, pc = grid[lo_i], grid[j], grid[hi_i]
-    qcols = torch.arange(h_grid.shape[1], device=cand.device)
-    fa, fb, fc = h_grid[lo_i, qcols], best.clone(), h_grid[hi_i, qcols]
-    for _ in range(steps):
-        d1, d2 = pb - pa, pb - pc
-        num = d1 * d1 * (fb - fc) - d2 * d2 * (fb - fa)
-        den = d1 * (fb - fc) - d2 * (fb - fa)
-        u = pb - 0.5 * num / den
-        gold = torch.where(pc - pb > pb - pa, pb + _GOLDEN * (pc - pb), pb - _GOLDEN * (pb - pa))
-        bad = ~torch.isfinite(u) | (u <= pa) | (u >= pc) | ((u - pb).abs() < 1e-10)
-        u = torch.where(bad, gold, u)
-        fu = h_at(u)
-        better = fu < best
-        best = torch.where(better, fu, best)
-        s_best = torch.where(better, u, s_best)
-        right, improve = u > pb, fu < fb
-        # new bracket (a, b, c) with f(b) the smallest of the three
-        na = torch.where(right, torch.where(improve, pb, pa), torch.where(improve, pa, u))
-        nfa = torch.where(right, torch.where(improve, fb, fa), torch.where(improve, fa, fu))
-        nc = torch.where(right, torch.where(improve, pc, u), torch.where(improve, pb, pc))
-        nfc = torch.where(right, torch.where(improve, fc, fu), torch.where(improve, fb, fc))
-        pb, fb = torch.where(improve, u, pb), torch.where(improve, fu, fb)
-        pa, fa, pc, fc = na, nfa, nc, nfc
-    val = torch.minimum(best, limit) * sgn
-    out = {sg: val[i * n_a:(i + 1) * n_a] for i, sg in enumerate(signs)}
-    return out.get(1.0), out.get(-1.0), s_best[:n_a]
+    best, s_best = min_over_alpha(h_at, grid, h_grid, steps)
+    limit = norm_bound * torch.sqrt(torch.clamp(kd, min=0.0))
+    ucb, lcb = split_sides(best, limit, signs, n_a)
+    return ucb, lcb, s_best[:n_a]

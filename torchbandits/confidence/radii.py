@@ -18,12 +18,13 @@ __all__ = ["AYBeta", "IGPBeta", "KernelUCBTheoryBeta", "SrinivasBeta"]
 
 
 class KernelUCBTheoryBeta(RadiusRule):
-    """K-UCB radius of Lemma 3.1 (seed 000 spec §2.1), multiplying the **ridge** sd:
+    """K-UCB radius of Zenati et al. (2022, Lemma 3.1), multiplying the **ridge** sd:
 
     ``β_t = √λ·B + σ·sqrt(2 log(1/δ) + log det(I + K_{t−1}/λ))``
 
     with ``B ≥ ‖θ*‖``, noise scale ``σ`` (the paper's proofs take σ = 1) and per-round level δ
-    (spec E5: pass ``δ_total / T``). The log-det is read off the model's Cholesky factor.
+    (that lemma holds with probability ``1 − Tδ``: pass ``δ_total / T``). The log-det is read off
+    the model's Cholesky factor.
     """
 
     name = "kucb_theory"
@@ -74,7 +75,7 @@ class IGPBeta(RadiusRule):
 
     ``β_t = B + σ·sqrt(log det(I + K_{t−1}/(1+η)) + c_η + 2 log(1/δ))``
 
-    where ``c_η = 2`` (the official experiments of seed 002 with η = 2/T; spec §7.4) or, with
+    where ``c_η = 2`` (the experiments of Flynn & Reeb 2024, §7, with η = 2/T) or, with
     ``use_t_eta=True``, ``c_η = (t−1)·η`` (App. C.2). This is ``B + σ sqrt(2(γ + 1 + ln 1/δ))``
     with the realised log-det in place of γ.
     """
@@ -107,7 +108,7 @@ class IGPBeta(RadiusRule):
 class AYBeta(RadiusRule):
     """Abbasi-Yadkori (2012, Thm 3.11) radius, multiplying the **GP** sd at regulariser λ:
 
-    ``β_t = σ·sqrt(log det(I + K_{t−1}/λ) + 2 log(1/δ)) / √λ + B``   (seed 002 spec §2.7)
+    ``β_t = σ·sqrt(log det(I + K_{t−1}/λ) + 2 log(1/δ)) / √λ + B``   (as in Flynn & Reeb 2024, §6.1)
     """
 
     name = "ay"

@@ -1,21 +1,22 @@
-"""Confidence widths, information-gain providers and forgetting lengths of seed 004
-(Zhou & Shroff, time-varying Bayesian optimisation: R-GP-UCB and SW-GP-UCB).
+"""Confidence widths and forgetting lengths of Zhou & Shroff, "No-Regret Algorithms for
+Time-Varying Bayesian Optimization" (R-GP-UCB, their Algorithm 1, and SW-GP-UCB, Algorithm 2).
 
 All widths here multiply the **GP** posterior sd ``σ_S(x)`` (noise variance λ), as in the
 paper's Lemmas 1–2: ``UCB_t(x) = μ_S(x) + β_t σ_S(x)``.
 
-* :class:`RestartBeta` (Lemma 1, spec §2.1):
-  ``β_t = B + (R/√λ)·sqrt(2 γ_{t−t0} + 2 ln(1/δ))`` — ``t − t0`` points in the current block;
-* :class:`WindowBeta` (Lemma 2, spec §2.2, A2): ``β_t = B + (R/√λ)·sqrt(2 γ_{min(t,w)} + 2 ln(T/δ))``;
-* ``mode="igp_ucb"`` (Algorithms 1–2 as printed, A1): ``β = B + R·sqrt(2(γ + 1 + ln(1/δ)))``.
+* :class:`RestartBeta` (Lemma 1): ``β_t = B + (R/√λ)·sqrt(2 γ_{t−t0} + 2 ln(1/δ))`` —
+  ``t − t0`` points in the current block;
+* :class:`WindowBeta` (Lemma 2 and Theorem 2, which need ``ln(T/δ)`` where Algorithm 2 prints
+  ``ln(1/δ)``): ``β_t = B + (R/√λ)·sqrt(2 γ_{min(t,w)} + 2 ln(T/δ))``;
+* ``mode="igp_ucb"`` (Algorithms 1–2 as printed, the IGP-UCB form of Chowdhury & Gopalan 2017,
+  whose "+1" comes from their λ = 1 + 2/T): ``β = B + R·sqrt(2(γ + 1 + ln(1/δ)))``.
 
-γ-providers (spec §2.4, not in the paper): :class:`AnalyticGamma`, :class:`GreedyGamma` (greedy
-max-variance selection on a finite candidate set, a (1 − 1/e) certificate of the maximum
-information gain there), :class:`ConstantGamma`, and ``"realised"`` — the information gain of the
-data actually held, ``½ log det(I + K_S/λ)``.
+γ comes from a provider of :mod:`.info_gain` (re-exported here) or is ``"realised"`` — the
+information gain of the data actually held, ``½ log det(I + K_S/λ)``.
 
-Forgetting lengths (spec §2.5, A8): :func:`theoretical_length` (known / unknown ``P_T``),
-:func:`regret_bound` (the explicit bound of spec §3.3) and :func:`tune_by_bound`.
+Forgetting lengths (the paper's Remark after Theorem 2, its Õ constants exposed as ``c``):
+:func:`theoretical_length` (known / unknown ``P_T``), :func:`regret_bound` (an explicit form of
+Theorem 1 assembled from its proof, constants ours) and :func:`tune_by_bound`.
 """
 
 from __future__ import annotations
@@ -25,12 +26,11 @@ from collections.abc import Callable
 from typing import Literal
 
 import torch
-from gpytorch.kernels import Kernel
 from torch import Tensor
 
-from ..kernels import kernel_diag, kernel_matrix
-from ..validation import as_matrix, check_positive, check_probability
+from ..validation import check_positive, check_probability
 from .base import PosteriorModel, RadiusRule
+from .info_gain import AnalyticGamma, ConstantGamma, GammaProvider, GreedyGamma, as_provider
 
 __all__ = [
     "AnalyticGamma",
@@ -49,158 +49,10 @@ __all__ = [
 BetaMode = Literal["lemma", "igp_ucb"]
 
 
-# ---------------------------------------------------------------------------------- γ providers
-class GammaProvider:
-    """``γ(t)``: an upper bound (or proxy) of the maximum information gain after ``t`` points,
-    ``γ_t = max_{|A|=t} ½ ln det(I + λ⁻¹ K_A)`` (spec §1.7), with ``γ(0) = 0``.
-
-    ``lam`` is the λ the value was computed for (``None``: λ-free proxy); spec A11 asks that the
-    same λ serve the posterior and γ.
-    """
-
-    lam: float | None = None
-
-    def __call__(self, t: int) -> float:
-        raise NotImplementedError
-
-    def values(self, horizon: int) -> Tensor:
-        """``[γ(0), …, γ(horizon)]`` as a float64 tensor."""
-        return torch.tensor([self(t) for t in range(int(horizon) + 1)], dtype=torch.float64)
-
-
-class ConstantGamma(GammaProvider):
-    """``γ(t) = value`` for ``t ≥ 1`` (and 0 at ``t = 0``), for experiments."""
-
-    def __init__(self, value: float) -> None:
-        self.value = float(value)
-        if not math.isfinite(self.value) or self.value < 0:
-            raise ValueError(f"value must be a finite number >= 0, got {value!r}")
-
-    def __call__(self, t: int) -> float:
-        return 0.0 if t <= 0 else self.value
-
-
-class AnalyticGamma(GammaProvider):
-    """Rates of Srinivas et al. quoted in spec §1.7, times a user constant ``C``:
-
-    * ``"linear"``: ``C·d·ln(1+t)``, or with ``exact=True`` the bound ``(d/2)·ln(1 + t/(dλ))``
-      (valid when ``‖x‖ ≤ 1``; needs ``lam``);
-    * ``"rbf"`` (SE): ``C·(ln(1+t))^{d+1}``;
-    * ``"matern"``: ``C·t^{d(d+1)/(2ν+d(d+1))}·ln(1+t)``.
-    """
-
-    def __init__(self, kind: str, dim: int, *, nu: float = 2.5, scale: float = 1.0,
-                 lam: float | None = None, exact: bool = False) -> None:
-        kind = kind.lower()
-        if kind in ("se", "gaussian"):
-            kind = "rbf"
-        if kind.startswith("matern"):
-            kind = "matern"
-        if kind not in ("linear", "rbf", "matern"):
-            raise ValueError(f"kind must be 'linear', 'rbf' or 'matern', got {kind!r}")
-        if int(dim) < 1:
-            raise ValueError(f"dim must be >= 1, got {dim}")
-        self.kind, self.dim = kind, int(dim)
-        self.nu = check_positive("nu", nu)
-        self.scale = check_positive("scale", scale)
-        self.exact = bool(exact)
-        if self.exact and kind != "linear":
-            raise ValueError("exact=True is only available for kind='linear'")
-        self.lam = None if lam is None else check_positive("lam", lam)
-        if self.exact and self.lam is None:
-            raise ValueError("exact=True needs lam (the bound (d/2)·ln(1 + t/(dλ)) depends on λ)")
-
-    def __call__(self, t: int) -> float:
-        if t <= 0:
-            return 0.0
-        d = self.dim
-        if self.kind == "linear":
-            if self.exact:
-                return 0.5 * d * math.log1p(t / (d * self.lam))  # type: ignore[operator]
-            return self.scale * d * math.log1p(t)
-        if self.kind == "rbf":
-            return self.scale * math.log1p(t) ** (d + 1)
-        c = d * (d + 1) / (2.0 * self.nu + d * (d + 1))
-        return self.scale * t**c * math.log1p(t)
-
-
-class GreedyGamma(GammaProvider):
-    """Greedy max-variance information gain on a finite candidate set (spec §2.4, item 2).
-
-    Picks, ``T`` times and with repeats allowed, the candidate of largest GP posterior variance
-    (noise ``λ``) and accumulates ``g_t = Σ_{s≤t} ½ ln(1 + σ²_{s−1}(x_s)/λ)``. The set function
-    ``½ ln det(I + λ⁻¹K_A)`` is monotone submodular, so ``γ_t(candidates) ≤ g_t/(1 − 1/e)``:
-    that certified bound is returned by default (``tight=False``); ``tight=True`` returns ``g_t``.
-    Values are computed on demand and cached (O(t·A) per new ``t``, a one-off cost).
-    """
-
-    def __init__(self, candidates: Tensor, kernel: Kernel, lam: float, *, tight: bool = False,
-                 horizon: int = 0) -> None:
-        self.lam = check_positive("lam", lam)
-        self.kernel = kernel
-        self.candidates = as_matrix("candidates", candidates, dtype=torch.float64,
-                                    device=torch.device("cpu"))
-        self.tight = bool(tight)
-        self._var = kernel_diag(kernel, self.candidates).clone()
-        self._rows = self.candidates.new_zeros(16, self.candidates.shape[0])
-        self._g = [0.0]
-        self.picks: list[int] = []
-        if horizon:
-            self._extend(int(horizon))
-
-    @torch.no_grad()
-    def _extend(self, t: int) -> None:
-        from ..buffers import grow_rows
-
-        while len(self._g) <= t:
-            n = len(self.picks)
-            i = int(torch.argmax(self._var))
-            var_i = float(self._var[i].clamp_min(0.0))
-            k_col = kernel_matrix(self.kernel, self.candidates, self.candidates[i : i + 1])[:, 0]
-            v = (k_col - self._rows[:n].mT @ self._rows[:n, i]) / math.sqrt(var_i + self.lam)
-            self._rows = grow_rows(self._rows, n + 1)
-            self._rows[n] = v
-            self._var = (self._var - v * v).clamp_min(0.0)
-            self.picks.append(i)
-            self._g.append(self._g[-1] + 0.5 * math.log1p(var_i / self.lam))
-
-    def greedy_value(self, t: int) -> float:
-        """``g_t`` (the information gain of the greedy set itself, a lower bound of ``γ_t``)."""
-        if t <= 0:
-            return 0.0
-        self._extend(int(t))
-        return self._g[int(t)]
-
-    def __call__(self, t: int) -> float:
-        g = self.greedy_value(t)
-        return g if self.tight else g / (1.0 - math.exp(-1.0))
-
-
-def _as_provider(gamma: GammaProvider | float | str | Callable[[int], float]) -> GammaProvider | str:
-    if isinstance(gamma, str):
-        if gamma != "realised":
-            raise ValueError(f"gamma must be a GammaProvider, a number, a callable or 'realised', "
-                             f"got {gamma!r}")
-        return gamma
-    if isinstance(gamma, GammaProvider):
-        return gamma
-    if callable(gamma):
-        return _CallableGamma(gamma)
-    return ConstantGamma(float(gamma))
-
-
-class _CallableGamma(GammaProvider):
-    def __init__(self, fn: Callable[[int], float]) -> None:
-        self.fn = fn
-
-    def __call__(self, t: int) -> float:
-        return 0.0 if t <= 0 else float(self.fn(t))
-
-
 # ---------------------------------------------------------------------------------- β formulas
 def tv_beta(gamma: float, norm_bound: float, noise_std: float, lam: float, log_arg: float,
             mode: BetaMode = "lemma", delta: float | None = None) -> float:
-    """The two β forms of spec A1 as plain numbers.
+    """The two β forms of Zhou & Shroff as plain numbers (Lemmas 1–2 vs Algorithms 1–2).
 
     * ``"lemma"``: ``B + (R/√λ)·sqrt(2γ + 2 ln(log_arg))`` with ``log_arg = 1/δ`` (Lemma 1) or
       ``T/δ`` (Lemma 2);
@@ -216,8 +68,8 @@ def tv_beta(gamma: float, norm_bound: float, noise_std: float, lam: float, log_a
 
 
 def xi_factor(length: int, lam: float, gamma: float) -> float:
-    """Drift-bias factor of Lemma 1 (spec §3.1): ``ξ_H = (1/λ)·sqrt(2H(1+λ)γ_H)``; the same with
-    ``w`` for SW-GP-UCB (spec A7)."""
+    """Drift-bias factor of Lemma 1 (Zhou & Shroff): ``ξ_H = (1/λ)·sqrt(2H(1+λ)γ_H)``; the same
+    with ``w`` for SW-GP-UCB (Theorem 2's statement, which has the factor that Lemma 2 omits)."""
     return math.sqrt(2.0 * length * (1.0 + lam) * gamma) / lam
 
 
@@ -235,7 +87,7 @@ class _TVBeta(RadiusRule):
         if not math.isfinite(self.noise_std) or self.noise_std < 0:
             raise ValueError(f"noise_std must be a finite number >= 0, got {noise_std!r}")
         self.lam = check_positive("lam", lam)
-        self.reg = self.lam  # the posterior is always taken at the λ of the width (spec A11)
+        self.reg = self.lam  # the posterior is always taken at the λ of the width and of γ
         self.delta = check_probability("delta", delta)
         if mode not in ("lemma", "igp_ucb"):
             raise ValueError(f"mode must be 'lemma' or 'igp_ucb', got {mode!r}")
@@ -244,11 +96,11 @@ class _TVBeta(RadiusRule):
             raise ValueError(f"gamma_index must be 'algorithm' or 'max', got {gamma_index!r}")
         self.gamma_index = gamma_index
         self.beta_scale = check_positive("beta_scale", beta_scale)
-        self.gamma = _as_provider(gamma)
+        self.gamma = as_provider(gamma)
         g_lam = getattr(self.gamma, "lam", None)
         if g_lam is not None and abs(g_lam - self.lam) > 1e-12 * max(1.0, self.lam):
-            raise ValueError(f"gamma was computed with λ={g_lam} but lam={self.lam} (spec A11: the "
-                             "same λ must serve the posterior and γ)")
+            raise ValueError(f"gamma was computed with λ={g_lam} but lam={self.lam} (Zhou & Shroff, "
+                             "Lemmas 1–2: the same λ must serve the posterior and γ)")
 
     def _gamma_value(self, model: PosteriorModel, index: int) -> float:
         if self.gamma == "realised":
@@ -276,15 +128,15 @@ class _TVBeta(RadiusRule):
 
 
 class RestartBeta(_TVBeta):
-    """R-GP-UCB width (Lemma 1, spec §2.1), multiplying the **GP** sd at λ:
+    """R-GP-UCB width (Zhou & Shroff, Lemma 1), multiplying the **GP** sd at λ:
 
     ``β_t = B + (R/√λ)·sqrt(2 γ_{t−t0} + 2 ln(1/δ'))``
 
     where ``t − t0`` is the number of points in the current block (``model.n``), or ``H`` with
-    ``gamma_index="max"`` (spec A13, the theorem's γ_H); ``δ' = δ`` (the paper's literal δ) or
-    ``δ/⌈T/H⌉`` with ``delta_split="per_block"`` (spec A6). ``mode="igp_ucb"`` is the printed
-    ``B + R·sqrt(2(γ + 1 + ln(1/δ')))`` (spec A1). With ``gamma="realised"`` the block's own
-    ``½ log det(I + K_S/λ)`` replaces γ.
+    ``gamma_index="max"`` (Theorem 1's γ_H); ``δ' = δ`` (the paper's literal δ, Lemma 1 holds per
+    block) or ``δ/⌈T/H⌉`` with ``delta_split="per_block"`` (a union bound over the blocks).
+    ``mode="igp_ucb"`` is Algorithm 1's printed ``B + R·sqrt(2(γ + 1 + ln(1/δ')))``. With
+    ``gamma="realised"`` the block's own ``½ log det(I + K_S/λ)`` replaces γ.
     """
 
     name = "restart_beta"
@@ -321,7 +173,7 @@ class RestartBeta(_TVBeta):
 
 
 class WindowBeta(_TVBeta):
-    """SW-GP-UCB width (Lemma 2, spec §2.2 and A2), multiplying the **GP** sd at λ:
+    """SW-GP-UCB width (Zhou & Shroff, Lemma 2 and Theorem 2), multiplying the **GP** sd at λ:
 
     ``β_t = B + (R/√λ)·sqrt(2 γ_{min(t, w)} + 2 ln(T/δ))``
 
@@ -355,7 +207,7 @@ class WindowBeta(_TVBeta):
 # ---------------------------------------------------------------------------------- tuning
 def theoretical_length(horizon: int, gamma_T: float, budget: float | None = None,
                        c: float = 1.0) -> int:
-    """Restart period / window of the paper's Remark (spec §2.5), clipped to ``[1, T]``:
+    """Restart period / window of the Remark after Theorem 2 (Zhou & Shroff), clipped to ``[1, T]``:
 
     * known ``P_T > 0``: ``c·γ_T^{1/4}·(T/P_T)^{1/2}``;
     * ``P_T = 0``: ``T`` (no forgetting);
@@ -380,7 +232,8 @@ def theoretical_length(horizon: int, gamma_T: float, budget: float | None = None
 
 def regret_bound(length: int | Tensor, horizon: int, budget: float, gamma: float | Tensor,
                  beta: float | Tensor, lam: float) -> Tensor:
-    """Explicit bound of spec §3.3 (constants of the spec, not of the paper):
+    """An explicit form of Theorems 1–2 (Zhou & Shroff), assembled from the proof of Theorem 1
+    (Lemma 1 summed over blocks, ``Σσ² ≤ 2(1+λ)γ`` for ``k ≤ 1``; constants ours, not the paper's):
 
     ``R(T) ≤ (2/λ)·sqrt(2(1+λ)γ_H)·H^{3/2}·P_T + 2·β·⌈T/H⌉·sqrt(2(1+λ)·H·γ_H)``
     """
@@ -395,14 +248,14 @@ def regret_bound(length: int | Tensor, horizon: int, budget: float, gamma: float
 def tune_by_bound(horizon: int, budget: float, gamma: GammaProvider, norm_bound: float,
                   noise_std: float, lam: float, delta: float = 0.01,
                   kind: str = "restart") -> int:
-    """``tune="bound"`` (spec §2.5, not in the paper): the integer ``H ∈ [1, T]`` minimising
+    """``tune="bound"`` (ours, not in the paper): the integer ``H ∈ [1, T]`` minimising
     :func:`regret_bound`, with ``γ_H`` from ``gamma`` and ``β(δ)`` of Theorem 1 (``kind="restart"``,
     ``ln(1/δ)``) or Theorem 2 (``kind="window"``, ``ln(T/δ)``).
 
     The drift term grows like ``H^{3/2}·sqrt(H γ_H)``, so at moderate T the minimiser can be tiny:
-    on the seed-004 benchmark (T = 2000, SE ℓ = 0.1, λ = 1, greedy γ) it is ``H = 1`` for every
-    ``P_T ≥ 1``, where the bound already exceeds the trivial ``2BT`` — prefer
-    :func:`theoretical_length` there."""
+    on the rotating-function benchmark of :mod:`torchbandits.presets.zhou2021` (T = 2000, SE
+    ℓ = 0.1, λ = 1, greedy γ) it is ``H = 1`` for every ``P_T ≥ 1``, where the bound already
+    exceeds the trivial ``2BT`` — prefer :func:`theoretical_length` there."""
     T = int(horizon)
     if kind not in ("restart", "window"):
         raise ValueError(f"kind must be 'restart' or 'window', got {kind!r}")
