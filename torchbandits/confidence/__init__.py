@@ -1,8 +1,9 @@
 """Confidence rules (how wide to be) on top of a posterior model."""
 
 from .base import ConfidenceRule, ConstantBeta, PosteriorModel, RadiusRule, Variance, as_rule
-from .bkb import BKBBeta  # seed 001
-from .ekucb import EKUCBTheoryBeta  # seed 000
+from .bkb import BKBBeta  # Calandriello et al. 2019
+from .ekucb import EKUCBTheoryBeta  # Zenati et al. 2022
+from .gain import GainBeta  # Hong, Li & Tewari 2023 (GP-UCB baselines)
 from .mixture import AMMBound, CMMBound, DMMBound, MixtureBound, default_c  # Flynn & Reeb 2024
 from .radii import AYBeta, IGPBeta, KernelUCBTheoryBeta, SrinivasBeta
 
@@ -15,6 +16,7 @@ __all__ = [
     "ConstantBeta",
     "DMMBound",
     "EKUCBTheoryBeta",
+    "GainBeta",
     "IGPBeta",
     "KernelUCBTheoryBeta",
     "MixtureBound",
