@@ -47,7 +47,7 @@ from typing import Any  # noqa: E402
 
 import torch  # noqa: E402
 
-from torchbandits.envs.contextual import BumpEnv  # noqa: E402
+from torchbandits.envs.contextual import BumpEnv, ChessboardEnv  # noqa: E402
 from torchbandits.envs.rkhs import RKHSFunctionEnv  # noqa: E402
 from torchbandits.envs.time_varying import RotatingRKHSEnv  # noqa: E402
 from torchbandits.models.exact import exact_posterior_reference  # noqa: E402
@@ -75,11 +75,15 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).abs().max() / b.abs().max().clamp_min(1e-300))
 
 
-def _make(name: str, horizon: int, window: int) -> tuple[Any, Any, Callable[[Any, Any], dict]]:
+def _make(name: str, horizon: int, window: int, ekucb_env: str = "chessboard"
+          ) -> tuple[Any, Any, Callable[[Any, Any], dict]]:
     """(policy, environment, check) of one soak run; ``check(policy, env)`` returns the relative
     differences of the incremental posterior from a from-scratch one on the final candidates."""
     if name == "ekucb":
-        env = BumpEnv()
+        # Chessboard (d_x = 1): the dictionary saturates (m ≈ 44), so a flat step time and memory
+        # are what a leak-free implementation must show; on Bump (d_x = 5, a 6-D joint RBF with
+        # ℓ = 0.1) m grows about t/8 and a step costs O(A m²) by design (docs/soak.md)
+        env = ChessboardEnv() if ekucb_env == "chessboard" else BumpEnv()
         pol = EKUCB(env.kernel, lam=10.0, beta=0.1, kors_gamma=1.0)
 
         def check(p: EKUCB, e: Any) -> dict:
@@ -121,10 +125,10 @@ def _make(name: str, horizon: int, window: int) -> tuple[Any, Any, Callable[[Any
 
 
 def soak(name: str, horizon: int, samples: int, window: int, seed: int = 0,
-         progress: Callable[[dict], None] | None = None) -> dict:
+         progress: Callable[[dict], None] | None = None, ekucb_env: str = "chessboard") -> dict:
     """Run one policy for ``horizon`` rounds; return its samples and final check.
     ``progress(partial)`` is called at every sample with the samples so far (``final`` absent)."""
-    pol, env, check = _make(name, horizon, window)
+    pol, env, check = _make(name, horizon, window, ekucb_env)
     env.reset(seed)
     pol.reset(seed=seed)
     every = max(horizon // samples, 1)
@@ -162,7 +166,8 @@ def soak(name: str, horizon: int, samples: int, window: int, seed: int = 0,
     return {"policy": name, "horizon": horizon, "rounds": rounds, "rss_mib": rss,
             "step_ms_median": wall_ms, "step_cpu_ms_mean": cpu_ms, "model_size": size,
             "rss_start_mib": rss0,
-            "seconds": total, "final": final, "diagnostics": pol.diagnostics()}
+            "seconds": total, "final": final, "diagnostics": pol.diagnostics(),
+            "env": type(env).__name__}
 
 
 def plot(results: list[dict], path: Path) -> None:
@@ -203,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policies", nargs="+", default=list(POLICIES), choices=POLICIES)
     ap.add_argument("--samples", type=int, default=100, help="memory/time samples per run")
     ap.add_argument("--window", type=int, default=500, help="SW-GP-UCB window w")
+    ap.add_argument("--ekucb-env", choices=("chessboard", "bump"), default="chessboard",
+                    help="EK-UCB's environment (Chessboard: bounded dictionary; Bump: grows)")
     ap.add_argument("--out", type=Path, default=Path("results/soak"))
     ap.add_argument("--merge", type=Path, nargs="+", default=None, metavar="SOAK_JSON",
                     help="combine the results of earlier runs (e.g. one process per policy) into "
@@ -227,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
             write_json({"horizon": horizon, "threads": 1, "results": [*results, res]},
                        args.out / "soak_partial.json")
 
-        res = soak(name, horizon, args.samples, args.window, progress=partial)
+        res = soak(name, horizon, args.samples, args.window, progress=partial,
+                   ekucb_env=args.ekucb_env)
         results.append(res)
         fin = res["final"]
         print(f"{name:8s} T={horizon} {res['seconds']:.1f}s  rss {res['rss_mib'][0]:.0f}→"
