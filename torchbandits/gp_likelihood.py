@@ -99,14 +99,15 @@ def _stationary(kernel: Kernel, xs: Tensor, ls: Tensor) -> tuple[Tensor, Backwar
     z = xs / ls.reshape(-1)
     sq = (z * z).sum(-1, keepdim=True) - 2.0 * z @ z.mT + (z * z).sum(-1)[None, :]
     sq = sq.clamp_min(0.0)
+    sq.diagonal().zero_()  # exact zeros, as GPyTorch's distance for x1 = x2 (no rounding residue)
     if isinstance(kernel, RBFKernel):
         k = torch.exp(-0.5 * sq)
         g = k
     else:
-        r = torch.sqrt(sq + 1e-30)  # the floor keeps r > 0 on the diagonal (Matérn-1/2's G)
+        r = torch.sqrt(sq + 1e-30)  # the floor keeps r > 0 on the diagonal
         if kernel.nu == 0.5:
             k = torch.exp(-r)
-            g = torch.where(sq > 0, k / r, torch.zeros_like(r))
+            g = k / r
         elif kernel.nu == 1.5:
             s = math.sqrt(3.0) * r
             e = torch.exp(-s)
@@ -118,21 +119,31 @@ def _stationary(kernel: Kernel, xs: Tensor, ls: Tensor) -> tuple[Tensor, Backwar
 
     def backward(w: Tensor) -> dict[int, Tensor]:
         m_mat = 0.5 * w * g
-        zc = z - z.mean(0)  # translation-invariant: centring avoids cancellation
-        per_dim = 2.0 * (m_mat.sum(1) @ (zc * zc)) - 2.0 * ((m_mat @ zc) * zc).sum(0)
+        if isinstance(kernel, MaternKernel) and kernel.nu == 0.5:
+            # G = e^{−r}/r is unbounded as r → 0: sum M ⊙ (z_ij − z_kj)² elementwise, so that
+            # coinciding inputs contribute an exact 0 (O(n² d) memory-light loop over dims)
+            per_dim = torch.stack([(m_mat * (zj[:, None] - zj[None, :]) ** 2).sum()
+                                   for zj in z.mT])
+        else:
+            zc = z - z.mean(0)  # translation-invariant: centring avoids cancellation
+            per_dim = 2.0 * (m_mat.sum(1) @ (zc * zc)) - 2.0 * ((m_mat @ zc) * zc).sum(0)
         grad = per_dim / ls.reshape(-1) if ls.numel() > 1 else per_dim.sum() / ls.reshape(())
         return {id(kernel): grad.reshape(ls.shape)}
 
     return k, backward
 
 
-def gram(kernel: Kernel, x: Tensor, vals: dict[int, Tensor]) -> tuple[Tensor, Backward]:
+def gram(kernel: Kernel, x: Tensor, vals: dict[int, Tensor],
+         select: bool = True) -> tuple[Tensor, Backward]:
     """``K(x, x)`` ``[n, n]`` with the parameter values ``vals[id(leaf module)]``, and the map
-    ``W ↦ ½ tr(W ∂K/∂v)`` for every value ``v`` of every leaf (``W`` symmetric ``[n, n]``)."""
-    xs = _cols(kernel, x)
+    ``W ↦ ½ tr(W ∂K/∂v)`` for every value ``v`` of every leaf (``W`` symmetric ``[n, n]``).
+
+    ``active_dims`` are applied as GPyTorch does: by each kernel called, not by the base of a
+    ``ScaleKernel`` (which inherits them and is evaluated on the columns already selected)."""
+    xs = _cols(kernel, x) if select else x
     if isinstance(kernel, ScaleKernel):
         s = vals[id(kernel)].reshape(())
-        kb, back_b = gram(kernel.base_kernel, xs, vals)
+        kb, back_b = gram(kernel.base_kernel, xs, vals, select=False)
 
         def back_scale(w: Tensor) -> dict[int, Tensor]:
             out = back_b(s * w)
