@@ -13,7 +13,7 @@ same ``2d + 1`` random candidates played first), and then choose ``T − (2d + 1
 * ``tb-refit1`` / ``tb-refit20`` — :class:`~torchbandits.policies.GPUCB` with the same model (RBF
   ARD template, the same priors and lower bounds: lengthscale ≥ 0.025, noise ≥ 1e-4 relative,
   fitted constant mean, standardised fit) refit by :func:`~torchbandits.fitting.fit_kernel`
-  every 1 / 20 rounds (warm-started), and ``β = sqrt(beta)`` on the **GP** sd — the same UCB as
+  every 1 / 20 rounds (warm-started, SciPy's L-BFGS-B on the closed-form gradient), and ``β = sqrt(beta)`` on the **GP** sd — the same UCB as
   BoTorch's. Between refits the posterior is updated incrementally.
 
 Reported per function: cumulative pseudo-regret at T (against the candidate set's best), simple
@@ -89,7 +89,7 @@ def run_one(fn: str, seed: int, method: str, horizon: int, n_arms: int, beta: fl
         policy = GPUCB(template, lam=1e-2, beta=math.sqrt(beta), refit_every=every,
                        refit_warmup=len(init), refit_options=dict(FIT_OPTIONS), n_warmup=0,
                        seed=seed)
-    xs, ys, regret, opt_regret, seconds = [], [], [], [], []
+    xs, ys, regret, opt_regret, seconds, select_s = [], [], [], [], [], []
     for t in range(horizon):
         c0 = time.process_time()
         if t < len(init):
@@ -106,13 +106,15 @@ def run_one(fn: str, seed: int, method: str, horizon: int, n_arms: int, beta: fl
             policy.update(cand[idx], reward)
         c3 = time.process_time()
         seconds.append((c1 - c0) + (c3 - c2))
+        select_s.append(c1 - c0)
         xs.append(idx)
         ys.append(reward)
         regret.append(best - float(means[idx]))
         opt_regret.append(env.optimum_regret[-1])
     out = {"function": fn, "seed": seed, "method": method, "horizon": horizon,
            "n_arms": n_arms, "beta_botorch": beta, "regret": regret,
-           "optimum_regret": opt_regret, "seconds": seconds, "actions": xs,
+           "optimum_regret": opt_regret, "seconds": seconds, "select_seconds": select_s,
+           "actions": xs,
            "candidate_gap": env.candidate_gap()}
     if policy is not None:
         out["diagnostics"] = policy.diagnostics()

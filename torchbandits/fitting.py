@@ -43,6 +43,7 @@ import torch
 from gpytorch.kernels import Kernel, ScaleKernel
 from torch import Tensor
 
+from .fit_optimizers import scipy_lbfgs, torch_optimise, warm_bfgs
 from .gp_likelihood import Box, FitObjective, exact_mll, kernel_leaves
 
 __all__ = ["DegenerateDataError", "FitResult", "exact_mll", "fit_kernel", "kernel_hyperparameters"]
@@ -66,6 +67,8 @@ class FitResult:
             GPyTorch's convention) at the initial and the returned values.
         n_evals: objective evaluations; improved: whether the fit beat the initial values.
         state: unconstrained parameters, for warm-starting the next fit (``init=``).
+        curvature: ``optimizer="bfgs"`` only: the inverse-Hessian approximation ``[p, p]`` over
+            the trainable parameters, handed to the next fit with ``init=``.
     """
 
     kernel: Kernel
@@ -78,6 +81,7 @@ class FitResult:
     n_evals: int
     improved: bool
     state: list[Tensor] = field(repr=False, default_factory=list)
+    curvature: Tensor | None = field(repr=False, default=None)
 
 
 def _current(module: Kernel, kind: str) -> Tensor:
@@ -152,17 +156,21 @@ def fit_kernel(
         prior: ``"botorch"`` (Hvarfner et al. 2024 priors) or ``None`` (pure likelihood).
         *_bounds: boxes of the parameters; output scale and noise relative to ``var(y)``.
         optimizer: ``"lbfgs"`` (SciPy's L-BFGS-B, as BoTorch's ``fit_gpytorch_mll``, at most
-            ``max_iter`` iterations; closed-form gradients), ``"torch-lbfgs"``
-            (``torch.optim.LBFGS``, strong-Wolfe line search; no SciPy round trips, for GPU
-            tensors) or ``"adam"`` (``max_iter`` steps of size ``lr``).
+            ``max_iter`` iterations; closed-form gradients), ``"bfgs"`` (dense BFGS that
+            passes its curvature to the next fit through ``init=``: the cheap choice for
+            refits every step, same optimum to the optimiser's tolerance, see
+            :mod:`torchbandits.fit_optimizers`), ``"torch-lbfgs"`` (``torch.optim.LBFGS``,
+            strong-Wolfe line search; no SciPy round trips, for GPU tensors) or ``"adam"``
+            (``max_iter`` steps of size ``lr``).
         init: a previous :class:`FitResult` of the same kernel structure: the fit starts from
             the better (higher objective) of its optimum and the template's values, and from
             the template alone when every lengthscale of the previous optimum sits at its lower
             bound — the all-noise plateau (``K ≈ I``, large noise) that a fit on few points can
             fall into and where the gradient vanishes, so a warm start would never leave it.
     """
-    if optimizer not in ("lbfgs", "torch-lbfgs", "adam"):
-        raise ValueError(f"optimizer must be 'lbfgs', 'torch-lbfgs' or 'adam', got {optimizer!r}")
+    if optimizer not in ("lbfgs", "bfgs", "torch-lbfgs", "adam"):
+        raise ValueError(f"optimizer must be 'lbfgs', 'bfgs', 'torch-lbfgs' or 'adam', "
+                         f"got {optimizer!r}")
     if prior not in ("botorch", None):
         raise ValueError(f"prior must be 'botorch' or None, got {prior!r}")
     if int(max_iter) < 1:
@@ -206,84 +214,25 @@ def fit_kernel(
         if math.isfinite(obj_warm) and obj_warm >= obj0:
             obj0, params = obj_warm, warm
     start = [p.clone() for p in params]
+    curvature, obj1 = None, obj0
     if trainable:
         if optimizer == "lbfgs":
-            params = _scipy_lbfgs(params, trainable, objective, int(max_iter), evals)
+            params, obj1 = scipy_lbfgs(params, trainable, objective, int(max_iter), evals)
+        elif optimizer == "bfgs":
+            params, curvature, obj1 = warm_bfgs(params, trainable, objective, int(max_iter),
+                                                evals, None if init is None else init.curvature)
         else:
-            params = _torch_optimise(params, trainable, objective, optimizer, int(max_iter),
-                                     float(lr), evals)
-    finite = all(bool(torch.isfinite(p).all()) for p in params)
-    obj1 = float(objective(params, grad=False)[0]) if finite else -math.inf
+            params = torch_optimise(params, trainable, objective, optimizer, int(max_iter),
+                                    float(lr), evals)
+            finite = all(bool(torch.isfinite(p).all()) for p in params)
+            obj1 = float(objective(params, grad=False)[0]) if finite else -math.inf
     improved = math.isfinite(obj1) and obj1 >= obj0
     if not improved:
         params, obj1 = start, obj0
-    return _result(work, leaves, boxes, noise_box, params, y_mean, y_sd, obj0, obj1,
-                   evals[0], improved)
-
-
-def _scipy_lbfgs(params: list[Tensor], trainable: list[int], objective: FitObjective,
-                 max_iter: int, evals: list[int]) -> list[Tensor]:
-    """Maximise ``objective`` over ``params[i]``, ``i ∈ trainable``, with SciPy's L-BFGS-B;
-    returns the new parameter list."""
-    from scipy.optimize import minimize
-
-    params = [p.clone() for p in params]
-    shapes = [params[i].shape for i in trainable]
-    sizes = [params[i].numel() for i in trainable]
-    x0 = torch.cat([params[i].reshape(-1) for i in trainable]).cpu().numpy()
-
-    def set_flat(flat) -> None:  # type: ignore[no-untyped-def]
-        vec = torch.as_tensor(flat, dtype=params[0].dtype).to(params[0].device)
-        for i, chunk, shape in zip(trainable, vec.split(sizes), shapes):
-            params[i] = chunk.reshape(shape)
-
-    def fun(flat):  # type: ignore[no-untyped-def]
-        set_flat(flat)
-        obj, grads = objective(params)
-        evals[0] += 1
-        if grads is None:
-            return float("inf"), flat * 0.0
-        grad = torch.cat([grads[i].reshape(-1) for i in trainable])
-        return -float(obj), (-grad).cpu().numpy()
-
-    res = minimize(fun, x0, jac=True, method="L-BFGS-B",
-                   options={"maxiter": max_iter, "gtol": 1e-5, "ftol": 1e-10})
-    set_flat(res.x)
-    return params
-
-
-def _torch_optimise(params: list[Tensor], trainable: list[int], objective: FitObjective,
-                    optimizer: str, max_iter: int, lr: float, evals: list[int]) -> list[Tensor]:
-    """``torch.optim.LBFGS`` (strong-Wolfe line search) or Adam on the closed-form gradient."""
-    params = [p.clone() for p in params]
-    leaves = [params[i] for i in trainable]
-
-    def closure() -> Tensor:
-        obj, grads = objective(params)
-        evals[0] += 1
-        if grads is None:
-            raise FloatingPointError
-        for i in trainable:
-            params[i].grad = -grads[i]
-        return -obj
-
-    if optimizer == "torch-lbfgs":
-        opt: torch.optim.Optimizer = torch.optim.LBFGS(
-            leaves, lr=1.0, max_iter=max_iter, history_size=10, line_search_fn="strong_wolfe",
-            tolerance_grad=1e-5, tolerance_change=1e-9)
-        try:
-            opt.step(closure)
-        except FloatingPointError:
-            pass
-    else:
-        opt = torch.optim.Adam(leaves, lr=lr)
-        for _ in range(max_iter):
-            try:
-                closure()
-            except FloatingPointError:
-                break
-            opt.step()
-    return params
+    res = _result(work, leaves, boxes, noise_box, params, y_mean, y_sd, obj0, obj1, evals[0],
+                  improved)
+    res.curvature = curvature
+    return res
 
 
 def _result(work: Kernel, leaves: Sequence[tuple[Kernel, str]], boxes: Sequence[Box],

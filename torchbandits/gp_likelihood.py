@@ -179,13 +179,14 @@ def gram(kernel: Kernel, x: Tensor, vals: dict[int, Tensor],
 
 def jittered_cholesky(cov: Tensor) -> Tensor:
     """Lower Cholesky factor of ``cov`` (jitter added only if the plain factorisation fails)."""
-    eye = torch.eye(cov.shape[0], dtype=cov.dtype, device=cov.device)
-    jitter = 0.0
-    for _ in range(6):
-        chol, info = torch.linalg.cholesky_ex(cov + jitter * eye)
+    chol, info = torch.linalg.cholesky_ex(cov)
+    jitter = 1e-10
+    for _ in range(5):
         if int(info) == 0:
             break
-        jitter = 1e-10 if jitter == 0.0 else jitter * 100.0
+        eye = torch.eye(cov.shape[0], dtype=cov.dtype, device=cov.device)
+        chol, info = torch.linalg.cholesky_ex(cov + jitter * eye)
+        jitter *= 100.0
     return chol
 
 
@@ -237,7 +238,6 @@ class FitObjective:
         self.boxes, self.noise_box, self.prior = boxes, noise_box, prior
         d = x.shape[1]
         self.ls_loc, self.ls_scale = math.sqrt(2.0) + 0.5 * math.log(d), math.sqrt(3.0)
-        self.eye = torch.eye(x.shape[0], dtype=x.dtype, device=x.device)
 
     def __call__(self, u: list[Tensor], grad: bool = True) -> tuple[Tensor, list[Tensor] | None]:
         """``(objective (0-dim), [∂objective/∂u_i] or None)``; the gradient list matches ``u``."""
@@ -245,7 +245,9 @@ class FitObjective:
         vals = {id(m): b.value(p) for (m, _), b, p in zip(self.leaves, self.boxes, u)}
         sigma2 = self.noise_box.value(u[-2]).reshape(())
         k, backward = gram(self.kernel, self.x, vals)
-        chol = jittered_cholesky(k + sigma2 * self.eye)
+        cov = k.clone()  # k may be held by the backward (RBF: G = K)
+        cov.diagonal().add_(sigma2)
+        chol = jittered_cholesky(cov)
         obj, alpha = _gauss_logpdf(self.ys - u[-1].reshape(()), chol)
         prior_dlog: dict[int, Tensor] = {}
         if self.prior == "botorch":
