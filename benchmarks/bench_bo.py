@@ -13,7 +13,8 @@ same ``2d + 1`` random candidates played first), and then choose ``T − (2d + 1
 * ``tb-refit1`` / ``tb-refit20`` — :class:`~torchbandits.policies.GPUCB` with the same model (RBF
   ARD template, the same priors and lower bounds: lengthscale ≥ 0.025, noise ≥ 1e-4 relative,
   fitted constant mean, standardised fit) refit by :func:`~torchbandits.fitting.fit_kernel`
-  every 1 / 20 rounds (warm-started, SciPy's L-BFGS-B on the closed-form gradient), and ``β = sqrt(beta)`` on the **GP** sd — the same UCB as
+  every 1 / 20 rounds (warm-started, SciPy's L-BFGS-B on the closed-form gradient), and
+  ``β = sqrt(beta)`` on the **GP** sd — the same UCB as
   BoTorch's. Between refits the posterior is updated incrementally.
 
 Reported per function: cumulative pseudo-regret at T (against the candidate set's best), simple
