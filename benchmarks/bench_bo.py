@@ -123,9 +123,10 @@ def run_one(fn: str, seed: int, method: str, horizon: int, n_arms: int, beta: fl
 
 
 def summarize(runs: list[dict]) -> tuple[str, dict]:
-    table = ["| function | method | seeds | cum. regret at T (mean ± std) | simple regret at T "
-             "(median) | agent CPU s / run (mean) | CPU time ratio botorch / method |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+    table = ["| function | method | seeds | simple regret at T (mean ± std) | cum. regret at T "
+             "(mean ± std) | agent CPU s / run (mean ± std) | of which scoring (select) | "
+             "CPU time ratio botorch / method |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
     summary: dict = {}
     for fn in sorted({r["function"] for r in runs}):
         by = {m: [r for r in runs if r["function"] == fn and r["method"] == m] for m in METHODS}
@@ -135,14 +136,19 @@ def summarize(runs: list[dict]) -> tuple[str, dict]:
                 continue
             cum = np.array([sum(r["regret"]) for r in rs])
             simple = np.array([min(r["optimum_regret"]) for r in rs])
-            cpu = float(np.mean([sum(r["seconds"]) for r in rs]))
+            cpus = np.array([sum(r["seconds"]) for r in rs])
+            cpu = float(cpus.mean())
+            sel = float(np.mean([sum(r.get("select_seconds", [math.nan])) for r in rs]))
             ratio = bt_time / cpu if cpu > 0 else math.nan
             summary.setdefault(fn, {})[m] = {
                 "seeds": sorted(r["seed"] for r in rs), "cum_mean": float(cum.mean()),
-                "cum_std": float(cum.std()), "simple_median": float(np.median(simple)),
-                "cpu_mean": cpu, "ratio_vs_botorch": float(ratio)}
-            table.append(f"| {fn} | {m} | {len(rs)} | {cum.mean():.3g} ± {cum.std():.2g} | "
-                         f"{np.median(simple):.3g} | {cpu:.3g} | {ratio:.1f}× |")
+                "cum_std": float(cum.std()), "simple_mean": float(simple.mean()),
+                "simple_std": float(simple.std()), "simple_median": float(np.median(simple)),
+                "cpu_mean": cpu, "cpu_std": float(cpus.std()), "select_cpu_mean": sel,
+                "ratio_vs_botorch": float(ratio)}
+            table.append(f"| {fn} | {m} | {len(rs)} | {simple.mean():.3g} ± {simple.std():.2g} | "
+                         f"{cum.mean():.3g} ± {cum.std():.2g} | {cpu:.3g} ± {cpus.std():.2g} | "
+                         f"{sel:.3g} | {ratio:.1f}× |")
     return "\n".join(table), summary
 
 
