@@ -21,7 +21,8 @@ Reported per function: cumulative pseudo-regret at T (against the candidate set'
 regret at T (best ``g(x_s) − g*`` so far, against the known optimum), agent process time
 (``time.process_time``; the machine is shared, so ratios of process times are the meaningful
 number). Each run is saved as JSON under ``OUT/runs`` as soon as it ends (a rerun skips finished
-runs), then ``bench.md``, ``bench.json``, ``regret_simple.png`` and ``regret_cumulative.png``.
+runs), then ``bench.md``, ``bench.json``, ``regret_simple.png`` and ``regret_cumulative.png``
+over the seeds that every requested method has finished (per function).
 
     python benchmarks/bench_bo.py                 # T = 300, 10 seeds, 3 functions (long)
     python benchmarks/bench_bo.py --quick         # T = 20, 1 seed, Branin (the test)
@@ -217,7 +218,10 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{fn} {m} seed {seed}: cum regret {sum(res['regret']):.3g}, "
                           f"CPU {sum(res['seconds']):.2f} s", flush=True)
     runs = [json.loads(p.read_text()) for p in sorted((out / "runs").glob("*.json"))]
-    runs = [r for r in runs if r["horizon"] == args.horizon and r["function"] in args.functions]
+    runs = [r for r in runs if r["horizon"] == args.horizon and r["function"] in args.functions
+            and r["seed"] in args.seeds and r["method"] in args.methods]
+    done = {(r["function"], r["seed"], r["method"]) for r in runs}  # seeds every method finished
+    runs = [r for r in runs if all((r["function"], r["seed"], m) in done for m in args.methods)]
     table, summary = summarize(runs)
     (out / "bench.md").write_text(table + "\n")
     (out / "bench.json").write_text(json.dumps(summary, indent=1))
