@@ -13,14 +13,16 @@ same ``2d + 1`` random candidates played first), and then choose ``T − (2d + 1
 * ``tb-refit1`` / ``tb-refit20`` — :class:`~torchbandits.policies.GPUCB` with the same model (RBF
   ARD template, the same priors and lower bounds: lengthscale ≥ 0.025, noise ≥ 1e-4 relative,
   fitted constant mean, standardised fit) refit by :func:`~torchbandits.fitting.fit_kernel`
-  every 1 / 20 rounds (warm-started), and ``β = sqrt(beta)`` on the **GP** sd — the same UCB as
+  every 1 / 20 rounds (warm-started, SciPy's L-BFGS-B on the closed-form gradient), and
+  ``β = sqrt(beta)`` on the **GP** sd — the same UCB as
   BoTorch's. Between refits the posterior is updated incrementally.
 
 Reported per function: cumulative pseudo-regret at T (against the candidate set's best), simple
 regret at T (best ``g(x_s) − g*`` so far, against the known optimum), agent process time
 (``time.process_time``; the machine is shared, so ratios of process times are the meaningful
 number). Each run is saved as JSON under ``OUT/runs`` as soon as it ends (a rerun skips finished
-runs), then ``bench.md``, ``bench.json``, ``regret_simple.png`` and ``regret_cumulative.png``.
+runs), then ``bench.md``, ``bench.json``, ``regret_simple.png`` and ``regret_cumulative.png``
+over the seeds that every requested method has finished (per function).
 
     python benchmarks/bench_bo.py                 # T = 300, 10 seeds, 3 functions (long)
     python benchmarks/bench_bo.py --quick         # T = 20, 1 seed, Branin (the test)
@@ -89,7 +91,7 @@ def run_one(fn: str, seed: int, method: str, horizon: int, n_arms: int, beta: fl
         policy = GPUCB(template, lam=1e-2, beta=math.sqrt(beta), refit_every=every,
                        refit_warmup=len(init), refit_options=dict(FIT_OPTIONS), n_warmup=0,
                        seed=seed)
-    xs, ys, regret, opt_regret, seconds = [], [], [], [], []
+    xs, ys, regret, opt_regret, seconds, select_s = [], [], [], [], [], []
     for t in range(horizon):
         c0 = time.process_time()
         if t < len(init):
@@ -106,13 +108,15 @@ def run_one(fn: str, seed: int, method: str, horizon: int, n_arms: int, beta: fl
             policy.update(cand[idx], reward)
         c3 = time.process_time()
         seconds.append((c1 - c0) + (c3 - c2))
+        select_s.append(c1 - c0)
         xs.append(idx)
         ys.append(reward)
         regret.append(best - float(means[idx]))
         opt_regret.append(env.optimum_regret[-1])
     out = {"function": fn, "seed": seed, "method": method, "horizon": horizon,
            "n_arms": n_arms, "beta_botorch": beta, "regret": regret,
-           "optimum_regret": opt_regret, "seconds": seconds, "actions": xs,
+           "optimum_regret": opt_regret, "seconds": seconds, "select_seconds": select_s,
+           "actions": xs,
            "candidate_gap": env.candidate_gap()}
     if policy is not None:
         out["diagnostics"] = policy.diagnostics()
@@ -120,9 +124,10 @@ def run_one(fn: str, seed: int, method: str, horizon: int, n_arms: int, beta: fl
 
 
 def summarize(runs: list[dict]) -> tuple[str, dict]:
-    table = ["| function | method | seeds | cum. regret at T (mean ± std) | simple regret at T "
-             "(median) | agent CPU s / run (mean) | CPU time ratio botorch / method |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+    table = ["| function | method | seeds | simple regret at T (mean ± std) | cum. regret at T "
+             "(mean ± std) | agent CPU s / run (mean ± std) | of which scoring (select) | "
+             "CPU time ratio botorch / method |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
     summary: dict = {}
     for fn in sorted({r["function"] for r in runs}):
         by = {m: [r for r in runs if r["function"] == fn and r["method"] == m] for m in METHODS}
@@ -132,14 +137,19 @@ def summarize(runs: list[dict]) -> tuple[str, dict]:
                 continue
             cum = np.array([sum(r["regret"]) for r in rs])
             simple = np.array([min(r["optimum_regret"]) for r in rs])
-            cpu = float(np.mean([sum(r["seconds"]) for r in rs]))
+            cpus = np.array([sum(r["seconds"]) for r in rs])
+            cpu = float(cpus.mean())
+            sel = float(np.mean([sum(r.get("select_seconds", [math.nan])) for r in rs]))
             ratio = bt_time / cpu if cpu > 0 else math.nan
             summary.setdefault(fn, {})[m] = {
                 "seeds": sorted(r["seed"] for r in rs), "cum_mean": float(cum.mean()),
-                "cum_std": float(cum.std()), "simple_median": float(np.median(simple)),
-                "cpu_mean": cpu, "ratio_vs_botorch": float(ratio)}
-            table.append(f"| {fn} | {m} | {len(rs)} | {cum.mean():.3g} ± {cum.std():.2g} | "
-                         f"{np.median(simple):.3g} | {cpu:.3g} | {ratio:.1f}× |")
+                "cum_std": float(cum.std()), "simple_mean": float(simple.mean()),
+                "simple_std": float(simple.std()), "simple_median": float(np.median(simple)),
+                "cpu_mean": cpu, "cpu_std": float(cpus.std()), "select_cpu_mean": sel,
+                "ratio_vs_botorch": float(ratio)}
+            table.append(f"| {fn} | {m} | {len(rs)} | {simple.mean():.3g} ± {simple.std():.2g} | "
+                         f"{cum.mean():.3g} ± {cum.std():.2g} | {cpu:.3g} ± {cpus.std():.2g} | "
+                         f"{sel:.3g} | {ratio:.1f}× |")
     return "\n".join(table), summary
 
 
@@ -208,7 +218,10 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{fn} {m} seed {seed}: cum regret {sum(res['regret']):.3g}, "
                           f"CPU {sum(res['seconds']):.2f} s", flush=True)
     runs = [json.loads(p.read_text()) for p in sorted((out / "runs").glob("*.json"))]
-    runs = [r for r in runs if r["horizon"] == args.horizon and r["function"] in args.functions]
+    runs = [r for r in runs if r["horizon"] == args.horizon and r["function"] in args.functions
+            and r["seed"] in args.seeds and r["method"] in args.methods]
+    done = {(r["function"], r["seed"], r["method"]) for r in runs}  # seeds every method finished
+    runs = [r for r in runs if all((r["function"], r["seed"], m) in done for m in args.methods)]
     table, summary = summarize(runs)
     (out / "bench.md").write_text(table + "\n")
     (out / "bench.json").write_text(json.dumps(summary, indent=1))
