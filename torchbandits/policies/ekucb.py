@@ -79,6 +79,7 @@ class NystromUCB(RuleUCB):
 
     @property
     def kernel(self) -> Kernel:
+        """The model's kernel (GPyTorch)."""
         return self.model.kernel
 
     def _ucb(self, cand: Tensor) -> Tensor:

@@ -145,11 +145,13 @@ class MasterGPUCB(Policy):
 
     # ------------------------------------------------------------------ constants
     def rho(self, tau: float) -> float:
+        """``ρ(τ) = β̄·sqrt(γ̄ log(T/δ)/τ)`` (module docstring), ``τ`` clipped below at 1."""
         g = self.gamma_bar
         beta = 1.0 + math.sqrt(2.0 * (g + 1.0 + math.log(1.0 / self.delta)))
         return beta * math.sqrt(g * math.log(self.horizon / self.delta) / max(tau, 1.0))
 
     def rho_hat(self, tau: float) -> float:
+        """``ρ̂(τ) = C_M·log(T/δ)·log₂T·ρ(τ)``, the scale of both restart tests."""
         return (self.c_master * math.log(self.horizon / self.delta) * math.log2(self.horizon)
                 * self.rho(tau))
 
