@@ -30,11 +30,31 @@ class PosteriorModel(Protocol):
     regularisers: tuple[float, ...]
 
     @property
-    def n(self) -> int: ...
+    def n(self) -> int:
+        """Number of observations held."""
+        ...
+
     @property
-    def lam(self) -> float: ...
-    def mean_var(self, candidates: Tensor, reg: float | None = None) -> tuple[Tensor, Tensor]: ...
-    def log_det(self, reg: float | None = None) -> Tensor: ...
+    def lam(self) -> float:
+        """The model's own regulariser λ (its noise variance in GP terms)."""
+        ...
+
+    def mean_var(self, candidates: Tensor, reg: float | None = None) -> tuple[Tensor, Tensor]:
+        """Posterior mean ``μ_reg`` and GP variance ``ρ²_reg`` of ``candidates`` ``[A, d]``.
+
+        Args:
+            candidates: ``[A, d]`` points.
+            reg: regulariser the posterior is taken at (``None``: λ; otherwise one of
+                ``regularisers``).
+
+        Returns:
+            ``(mean [A], var [A])``.
+        """
+        ...
+
+    def log_det(self, reg: float | None = None) -> Tensor:
+        """``log det(I + K/reg)`` of the held points (0-d tensor; ``reg=None``: λ)."""
+        ...
 
 
 class ConfidenceRule:
@@ -47,9 +67,20 @@ class ConfidenceRule:
         return ()
 
     def bounds(self, model: PosteriorModel, candidates: Tensor, t: int) -> tuple[Tensor, Tensor]:
+        """Upper and lower confidence bounds of ``candidates`` at round ``t``.
+
+        Args:
+            model: the posterior model (holds the first ``t − 1`` observations).
+            candidates: ``[A, d]`` points.
+            t: the round being played (1-based).
+
+        Returns:
+            ``(ucb [A], lcb [A])``.
+        """
         raise NotImplementedError
 
     def diagnostics(self) -> dict[str, float]:
+        """Numbers of the last :meth:`bounds` call worth logging (e.g. ``{"beta": β_t}``)."""
         return {}
 
     def __repr__(self) -> str:
@@ -68,12 +99,20 @@ class RadiusRule(ConfidenceRule):
     reg: float | None = None
 
     def radius(self, model: PosteriorModel, n_candidates: int, t: int) -> Tensor:
+        """The radius ``β_t`` (0-d float64 tensor) at round ``t`` (1-based).
+
+        Args:
+            model: the posterior model (its ``n``, ``lam``, ``log_det`` may enter β_t).
+            n_candidates: ``A``, the number of candidates this round (finite-domain widths).
+            t: the round being played.
+        """
         raise NotImplementedError
 
     def required_regularisers(self, lam: float) -> tuple[float, ...]:
         return () if self.reg is None or self.reg == lam else (self.reg,)
 
     def bounds(self, model: PosteriorModel, candidates: Tensor, t: int) -> tuple[Tensor, Tensor]:
+        """``(μ + β_t·sd, μ − β_t·sd)``, each ``[A]``, for ``candidates`` ``[A, d]`` at round ``t``."""
         reg = model.lam if self.reg is None else self.reg
         mean, var = model.mean_var(candidates, reg=reg)
         if self.variance == "ridge":
@@ -84,6 +123,7 @@ class RadiusRule(ConfidenceRule):
         return mean + width, mean - width
 
     def diagnostics(self) -> dict[str, float]:
+        """``{"beta": β}`` of the last :meth:`bounds` call (``nan`` before the first)."""
         return {"beta": getattr(self, "_last_beta", float("nan"))}
 
 
@@ -102,6 +142,7 @@ class ConstantBeta(RadiusRule):
         self.variance = variance
 
     def radius(self, model: PosteriorModel, n_candidates: int, t: int) -> Tensor:
+        """``beta`` at every round (0-d float64 tensor)."""
         return torch.tensor(self.beta, dtype=torch.float64)
 
 

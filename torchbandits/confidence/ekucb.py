@@ -35,6 +35,9 @@ class EKUCBTheoryBeta(RadiusRule):
         self.noise_scale = check_positive("noise_scale", noise_scale)
 
     def radius(self, model: PosteriorModel, n_candidates: int, t: int) -> Tensor:
+        """``(√λ + √μ)·B + noise_scale·sqrt(4 log(1/δ) + 2 max(log det, 0))`` (the running log det of
+        the Nyström model when it keeps one).
+        """
         logdet = getattr(model, "log_det_running", None)
         logdet = float(model.log_det()) if logdet is None else float(logdet)
         inner = 4.0 * math.log(1.0 / self.delta) + 2.0 * max(logdet, 0.0)

@@ -36,6 +36,7 @@ class KernelUCBTheoryBeta(RadiusRule):
         self.noise_scale = check_positive("noise_scale", noise_scale)
 
     def radius(self, model: PosteriorModel, n_candidates: int, t: int) -> Tensor:
+        """``√λ·B + noise_scale·sqrt(2 log(1/δ) + log det(I + K/λ))``."""
         logdet = model.log_det()
         inner = 2.0 * math.log(1.0 / self.delta) + logdet
         return math.sqrt(model.lam) * self.norm_bound + self.noise_scale * torch.sqrt(inner)
@@ -62,6 +63,9 @@ class SrinivasBeta(RadiusRule):
         self.norm_bound = check_positive("norm_bound", norm_bound)
 
     def radius(self, model: PosteriorModel, n_candidates: int, t: int) -> Tensor:
+        """Finite domain: ``sqrt(2 log(A t² π²/(6δ)))``; else ``sqrt(2B² + 300 γ_t log³(t/δ))`` with
+        ``γ_t = ½ log det(I + K/λ)``.
+        """
         if self.mode == "finite":
             beta = 2.0 * math.log(n_candidates * t * t * math.pi**2 / (6.0 * self.delta))
             return torch.tensor(math.sqrt(max(beta, 0.0)), dtype=torch.float64)
@@ -99,6 +103,9 @@ class IGPBeta(RadiusRule):
         self.reg = 1.0 + self.eta
 
     def radius(self, model: PosteriorModel, n_candidates: int, t: int) -> Tensor:
+        """``B + noise_scale·sqrt(log det(I + K/reg) + 2 + 2 log(1/δ))`` (``2`` → ``n·η`` with
+        ``use_t_eta``).
+        """
         logdet = model.log_det(reg=self.reg)
         extra = model.n * self.eta if self.use_t_eta else 2.0
         inner = logdet + extra + 2.0 * math.log(1.0 / self.delta)
@@ -121,6 +128,7 @@ class AYBeta(RadiusRule):
         self.delta = check_probability("delta", delta)
 
     def radius(self, model: PosteriorModel, n_candidates: int, t: int) -> Tensor:
+        """``noise_scale·sqrt(log det(I + K/reg) + 2 log(1/δ))/√reg + B``."""
         logdet = model.log_det(reg=self.reg)
         inner = logdet + 2.0 * math.log(1.0 / self.delta)
         return self.noise_scale * torch.sqrt(inner) / math.sqrt(self.reg) + self.norm_bound

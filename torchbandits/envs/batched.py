@@ -111,14 +111,17 @@ class BatchedEnv:
     # ------------------------------------------------------------------ shape and place
     @property
     def n_runs(self) -> int:
+        """``R``, the number of runs (one per seed)."""
         return len(self.seeds)
 
     @property
     def device(self) -> torch.device:
+        """Device of the template environment (CPU when it names none)."""
         return torch.device(getattr(self.template, "device", "cpu"))
 
     @property
     def dtype(self) -> torch.dtype:
+        """Dtype of the template environment (float64 when it names none)."""
         return getattr(self.template, "dtype", torch.float64)
 
     # ------------------------------------------------------------------ the batched contract

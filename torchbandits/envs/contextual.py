@@ -103,6 +103,7 @@ class ContextualGridEnv:
     # ------------------------------------------------------------------ the problem
     @property
     def n_actions(self) -> int:
+        """``A``, the number of actions on the grid (candidates per round)."""
         return int(self.actions.numel())
 
     def f(self, contexts: Tensor, actions: Tensor) -> Tensor:  # pragma: no cover - abstract
@@ -156,11 +157,17 @@ class ContextualGridEnv:
     batch_fields = ("_cands", "_means")
 
     def why_not_batched(self) -> str | None:
+        """Why :class:`~torchbandits.envs.batched.BatchedEnv` refuses this configuration (``None``: it
+        accepts it).
+        """
         if self.regret_mode == "reference":
             return "regret_mode='reference' records the authors' regret run by run (not batched)"
         return None
 
     def batch_generators(self) -> dict[str, torch.Generator]:
+        """The per-round generators after ``reset`` (``context`` and ``noise``), for
+        :class:`~torchbandits.envs.batched.BatchedEnv`.
+        """
         return {"context": self._g_ctx, "noise": self._g_noise}
 
     def batch_round(self, b: BatchedEnv) -> tuple[Tensor, Tensor]:
@@ -174,6 +181,7 @@ class ContextualGridEnv:
         return cands, self.f(ctx, self.actions)
 
     def batch_noise(self, b: BatchedEnv, means: Tensor) -> Tensor:
+        """Gaussian noise ``[R]`` (float64) for the chosen means ``[R]`` of every run, one draw per run."""
         return gaussian_noise(b, self.noise_std, torch.float64)
 
     def __repr__(self) -> str:

@@ -151,9 +151,13 @@ class DigitsEnv:
         return self.features[self.index]
 
     def candidates(self) -> Tensor:
+        """This round's candidates ``[10, d]``: the image joined to each class's one-hot action (their
+        NTK features when a ``network`` is given).
+        """
         return self._cand
 
     def mean_rewards(self) -> Tensor:
+        """Noiseless means ``[A]`` of this round's candidates (1 for the true class, 0 otherwise)."""
         return self._means
 
     def why_not_batched(self) -> str | None:
@@ -161,6 +165,7 @@ class DigitsEnv:
         return "its contexts are drawn without replacement from the data set (not batched yet)"
 
     def pull(self, index: int) -> float:
+        """Noisy reward of candidate ``index`` (in ``[0, A)``); moves to the next context."""
         reward = gaussian_reward(self._means, index, self._g_noise, self.noise_std, self.dtype)
         self.t += 1
         self._pos += 1

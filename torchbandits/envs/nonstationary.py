@@ -94,21 +94,30 @@ class _FixedArmEnv:
         return max(-width, min(width, eps))
 
     def candidates(self) -> Tensor:
+        """The fixed arm set ``[N, d]`` (the same every round)."""
         return self.arms
 
     def mean_rewards(self) -> Tensor:
+        """Noiseless means ``[N]`` of the arms at the current round."""
         return self.means_at(self.t)
 
     def means_at(self, t: int) -> Tensor:  # pragma: no cover - abstract
+        """Noiseless means ``[N]`` of the arms at round ``t`` (0-based rounds played)."""
         raise NotImplementedError
 
     # ------------------------------------------------------------------ batched runs
     def why_not_batched(self) -> str | None:
+        """Why :class:`~torchbandits.envs.batched.BatchedEnv` refuses this configuration (``None``: it
+        accepts it).
+        """
         if self.noise == "rejected":
             return "noise='rejected' redraws a run-dependent number of times (not batched)"
         return None
 
     def batch_generators(self) -> dict[str, torch.Generator]:
+        """The per-round generators after ``reset`` (``noise``), for
+        :class:`~torchbandits.envs.batched.BatchedEnv`.
+        """
         return {"noise": self._g_noise}
 
     def batch_noise(self, b: BatchedEnv, means: Tensor) -> Tensor:
@@ -126,6 +135,7 @@ class _FixedArmEnv:
         return torch.where(width == 0.0, torch.zeros_like(eps), eps)
 
     def pull(self, index: int) -> float:
+        """Noisy reward of arm ``index`` (in ``[0, N)``, noise per ``noise``); time advances one round."""
         if not 0 <= int(index) < self.n_arms:
             raise ValueError(f"index must lie in [0, {self.n_arms}), got {index}")
         mean = float(self.means_at(self.t)[int(index)])
@@ -168,6 +178,7 @@ class SwitchingKernelEnv(_FixedArmEnv):
         return r * (self.max_abs / r.abs().max())
 
     def reset(self, seed: int) -> None:
+        """Draw the arms and the reward vectors of every segment from ``seed``; restart at round 0."""
         g = self._generators(seed)
         arms = _sphere(self.n_arms, self.dim, g, self.dtype)
         k = kernel_matrix(self.kernel.cpu(), arms, arms)
@@ -243,6 +254,7 @@ class CosineBandit(_FixedArmEnv):
         self.reset(seed)
 
     def reset(self, seed: int) -> None:
+        """Draw the arms and ``θ`` from ``seed``; restart at round 0."""
         g = self._generators(seed)
         self.arms = _sphere(self.n_arms, self.dim, g, self.dtype).to(self.device)
         self.theta = _sphere(1, self.dim, g, self.dtype).flatten().to(self.device)

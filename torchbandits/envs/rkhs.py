@@ -101,12 +101,17 @@ class RKHSFunctionEnv:
         return float(torch.sqrt(self.coefficients @ k_zz @ self.coefficients))
 
     def candidates(self) -> Tensor:
+        """This round's arm set ``[A, d]`` (fixed, or redrawn every round)."""
         return self._arms
 
     def mean_rewards(self) -> Tensor:
+        """Noiseless means ``f*(x)`` ``[A]`` of this round's arms."""
         return self._means
 
     def pull(self, index: int) -> float:
+        """Noisy reward ``f*(x_index) + ε`` of arm ``index``; time advances (and fresh arms are drawn
+        unless ``fixed_arms``).
+        """
         reward = gaussian_reward(self._means, index, self._g_noise, self.noise_std, self.dtype)
         self.t += 1
         if not self.fixed_arms:
@@ -118,9 +123,15 @@ class RKHSFunctionEnv:
     batch_fields = ("inducing", "coefficients", "_arms", "_means")
 
     def why_not_batched(self) -> str | None:
+        """Always ``None``: every configuration runs under
+        :class:`~torchbandits.envs.batched.BatchedEnv`.
+        """
         return None
 
     def batch_generators(self) -> dict[str, torch.Generator]:
+        """The per-round generators after ``reset`` (``arms`` and ``noise``), for
+        :class:`~torchbandits.envs.batched.BatchedEnv`.
+        """
         return {"arms": self._g_arms, "noise": self._g_noise}
 
     def batch_round(self, b: BatchedEnv) -> tuple[Tensor, Tensor]:
@@ -133,6 +144,7 @@ class RKHSFunctionEnv:
         return arms, (k @ b.fields["coefficients"][:, :, None])[:, :, 0]
 
     def batch_noise(self, b: BatchedEnv, means: Tensor) -> Tensor:
+        """Gaussian noise ``[R]`` for the chosen means ``[R]`` of every run, one draw per run."""
         return gaussian_noise(b, self.noise_std, self.dtype)
 
     def __repr__(self) -> str:

@@ -172,12 +172,17 @@ class TestFunctionEnv:
         self._draw_arms()
 
     def candidates(self) -> Tensor:
+        """This round's candidate points ``[A, d]`` in the unit cube."""
         return self._arms
 
     def mean_rewards(self) -> Tensor:
+        """Noiseless means ``[A]`` of this round's candidates."""
         return self._means
 
     def pull(self, index: int) -> float:
+        """Noisy reward of candidate ``index``; logs its regret against the function's optimum and
+        advances one round.
+        """
         reward = gaussian_reward(self._means, index, self._g_noise, self.noise_std, self.dtype)
         self.optimum_regret.append(float(self._g[int(index)]) - self.optimal_value)
         self.t += 1

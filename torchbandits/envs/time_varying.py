@@ -86,6 +86,9 @@ class RotatingRKHSEnv(TimeVaryingRKHSEnv):
 
     @property
     def budget(self) -> float:
+        """The variation budget ``P_T``: ``T − 1`` times the per-round variation ``step_variation(1)``
+        (the same every round).
+        """
         return (self.horizon - 1) * self.step_variation(1)
 
     def expansion(self, t: int) -> tuple[Tensor, Tensor]:
@@ -199,6 +202,7 @@ class MovingBumpEnv(TimeVaryingRKHSEnv):
 
     @property
     def budget(self) -> float:
+        """The variation budget ``P_T = Σ_{t<T} step_variation(t)`` of the moving bump."""
         return float(sum(self.step_variation(t) for t in range(1, self.horizon)))
 
     def _centre(self, t: int) -> Tensor:
@@ -276,6 +280,7 @@ class SwitchingRKHSEnv(TimeVaryingRKHSEnv):
 
     @property
     def budget(self) -> float:
+        """The variation budget ``P_T``: the declared ``budget``, or the sum of the switches' steps."""
         if self._budget_arg is not None:
             return self._budget_arg  # exact by construction: S switches of P/S each
         return float(sum(self.step_variation(s) for s in self.switch_times))

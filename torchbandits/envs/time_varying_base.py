@@ -123,6 +123,7 @@ class TimeVaryingRKHSEnv:
 
     @property
     def variation_budget(self) -> float:
+        """Alias of :attr:`budget`."""
         return self.budget
 
     def expansion(self, t: int) -> tuple[Tensor, Tensor]:
@@ -162,12 +163,15 @@ class TimeVaryingRKHSEnv:
 
     # ------------------------------------------------------------------ bandit contract
     def candidates(self) -> Tensor:
+        """The fixed arm set ``[A, d]``."""
         return self.arms
 
     def mean_rewards(self) -> Tensor:
+        """Noiseless means ``f_t(x)`` ``[A]`` of the arms at the current round ``t``."""
         return self._means
 
     def pull(self, index: int) -> float:
+        """Noisy reward ``f_t(x_index) + ε`` of arm ``index``; moves to ``f_{t+1}``."""
         reward = gaussian_reward(self._means, index, self._g_noise, self.noise_std, self.dtype)
         self.t += 1
         self._means = self._means_at(self.t + 1)
@@ -177,9 +181,15 @@ class TimeVaryingRKHSEnv:
     batch_fields: tuple[str, ...] = ("arms",)
 
     def why_not_batched(self) -> str | None:
+        """Always ``None``: every configuration runs under
+        :class:`~torchbandits.envs.batched.BatchedEnv`.
+        """
         return None
 
     def batch_generators(self) -> dict[str, torch.Generator]:
+        """The per-round generators after ``reset`` (``noise``), for
+        :class:`~torchbandits.envs.batched.BatchedEnv`.
+        """
         return {"noise": self._g_noise}
 
     def batch_means(self, b: BatchedEnv, t: int) -> Tensor:
@@ -192,6 +202,7 @@ class TimeVaryingRKHSEnv:
         return b.fields["arms"], self.batch_means(b, b.t + 1)
 
     def batch_noise(self, b: BatchedEnv, means: Tensor) -> Tensor:
+        """Gaussian noise ``[R]`` for the chosen means ``[R]`` of every run, one draw per run."""
         return gaussian_noise(b, self.noise_std, self.dtype)
 
     def __repr__(self) -> str:

@@ -97,6 +97,7 @@ class ExactKernelRidge(StoredData):
     # ------------------------------------------------------------------ properties / state
     @property
     def lam(self) -> float:
+        """The model's own regulariser λ (the first of ``regularisers``)."""
         return self.regularisers[0]
 
     def get_extra_state(self) -> dict:

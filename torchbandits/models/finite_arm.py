@@ -83,18 +83,22 @@ class FiniteArmRidge(ResizableModule):
     # ------------------------------------------------------------------ properties
     @property
     def n(self) -> int:
+        """Number of observations held (a sliding window's removals leave it)."""
         return self._n
 
     @property
     def lam(self) -> float:
+        """The regulariser λ."""
         return self.lam_
 
     @property
     def dtype(self) -> torch.dtype:
+        """Dtype of the state (that of the design matrix ``V``)."""
         return self.v.dtype
 
     @property
     def device(self) -> torch.device:
+        """Device of the state (that of the design matrix ``V``)."""
         return self.v.device
 
     def get_extra_state(self) -> dict:
@@ -122,6 +126,7 @@ class FiniteArmRidge(ResizableModule):
         return int(match_rows("x", self.arms, x)[0])
 
     def reset(self) -> None:
+        """Forget all observations; the arm set and its features are kept."""
         if self.arms.numel():
             self._set_arms(self.arms, self.phi)
         self._n = 0

@@ -85,6 +85,7 @@ class KORS(ResizableModule):
 
     @property
     def m(self) -> int:
+        """``m``, the number of points in the dictionary."""
         return self._m
 
     @property
@@ -105,6 +106,7 @@ class KORS(ResizableModule):
         self._m = int(state["m"])
 
     def reset(self) -> None:
+        """Empty the dictionary."""
         self._m = 0
 
     def leverage(self, kz: Tensor, kss: Tensor | float) -> float:

@@ -54,6 +54,7 @@ class ReLUNetwork(nn.Module):
 
     @property
     def n_params(self) -> int:
+        """Number of trainable weights ``p`` (the length of :meth:`flat` and of a gradient feature)."""
         return sum(w.numel() for w in self.weights)
 
     def net(self, x: Tensor) -> Tensor:
@@ -68,6 +69,7 @@ class ReLUNetwork(nn.Module):
         return math.sqrt(self.width) * self.net(x)
 
     def flat(self) -> Tensor:
+        """All weights, detached, as one vector ``[p]`` (the order of the gradient features)."""
         return torch.cat([w.detach().flatten() for w in self.weights])
 
 

@@ -157,6 +157,7 @@ class DiscountedKernelRidge(_HistoryModule):
         return int(cap) if math.isfinite(cap) else -1
 
     def reset(self) -> None:
+        """Forget all observations (the posterior returns to the prior)."""
         self._n = 0
         self._seen = 0
         self._version += 1
@@ -264,6 +265,7 @@ class TimeDecayKernelRidge(_HistoryModule):
         self._cache = None
 
     def reset(self) -> None:
+        """Forget all observations (the posterior returns to the prior)."""
         self.factor.reset()
         self._n = 0
         self._seen = 0

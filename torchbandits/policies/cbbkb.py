@@ -59,6 +59,23 @@ class CBBKB(NystromUCB):
             ``False`` rebuilds after every resampling, as the reference code.
         **kwargs: ``variance``, ``min_residual``, ``parametrisation``, ``seed``, ``n_warmup``,
             ``dtype``, ``device``.
+
+    Examples:
+        >>> import torch
+        >>> from torchbandits import make_kernel
+        >>> from torchbandits.policies import CBBKB
+        >>> arms = torch.linspace(0, 1, 11).unsqueeze(1)  # [A, d] = [11, 1]
+        >>> f = lambda x: torch.exp(-((x - 0.7) ** 2).sum(-1) / 0.02)  # noiseless, best arm 7
+        >>> policy = CBBKB(make_kernel("rbf", 0.2), lam=0.01, beta=0.1, batch_threshold=2.0)
+        >>> for _ in range(30):
+        ...     i = policy.select(arms)
+        ...     policy.update(arms[i], f(arms[i]))
+        >>> policy.select(arms) == int(f(arms).argmax())  # the best arm after the loop
+        True
+        >>> policy(arms).shape  # one UCB per candidate
+        torch.Size([11])
+        >>> sorted(policy.diagnostics())
+        ['acc', 'beta', 'dict_size', 'n', 'rebuilds', 'resample_prob_mean', 'resparsifications']
     """
 
     def __init__(
@@ -225,7 +242,25 @@ class CBBKB(NystromUCB):
 
 class CBKB(CBBKB):
     """Contextual BKB (Zenati et al. 2022, §5): the dictionary is resampled after every reward, ``q̄ = 10``
-    (= CBBKB with ``C_b = 1``)."""
+    (= CBBKB with ``C_b = 1``).
+
+    Examples:
+        >>> import torch
+        >>> from torchbandits import make_kernel
+        >>> from torchbandits.policies import CBKB
+        >>> arms = torch.linspace(0, 1, 11).unsqueeze(1)  # [A, d] = [11, 1]
+        >>> f = lambda x: torch.exp(-((x - 0.7) ** 2).sum(-1) / 0.02)  # noiseless, best arm 7
+        >>> policy = CBKB(make_kernel("rbf", 0.2), lam=0.01, beta=0.1, seed=0)
+        >>> for _ in range(30):
+        ...     i = policy.select(arms)
+        ...     policy.update(arms[i], f(arms[i]))
+        >>> policy.select(arms) == int(f(arms).argmax())  # the best arm after the loop
+        True
+        >>> policy(arms).shape  # one UCB per candidate
+        torch.Size([11])
+        >>> policy.diagnostics()['n']  # rewards seen
+        30.0
+    """
 
     def __init__(self, kernel: Kernel, lam: float = 1.0, beta: float | ConfidenceRule = 0.1, *,
                  qbar: float = 10.0, **kwargs: Any) -> None:

@@ -57,6 +57,23 @@ class CMMUCB(_MixtureUCB):
         kernel: GPyTorch kernel; noise_std σ; norm_bound B; delta δ; c mixture scale.
         method: ``"dual"`` (default, torch) or ``"socp"`` (CVXPY reference).
         rule_kwargs: further :class:`~torchbandits.confidence.mixture.CMMBound` options.
+
+    Examples:
+        >>> import torch
+        >>> from torchbandits import make_kernel
+        >>> from torchbandits.policies import CMMUCB
+        >>> arms = torch.linspace(0, 1, 11).unsqueeze(1)  # [A, d] = [11, 1]
+        >>> f = lambda x: torch.exp(-((x - 0.7) ** 2).sum(-1) / 0.02)  # noiseless, best arm 7
+        >>> policy = CMMUCB(make_kernel("rbf", 0.2), noise_std=0.1, norm_bound=1.0)
+        >>> for _ in range(30):
+        ...     i = policy.select(arms)
+        ...     policy.update(arms[i], f(arms[i]))
+        >>> policy.select(arms) == int(f(arms).argmax())  # the best arm after the loop
+        True
+        >>> policy(arms).shape  # one UCB per candidate
+        torch.Size([11])
+        >>> sorted(policy.diagnostics())
+        ['log_alpha_ratio', 'n', 'r2']
     """
 
     def __init__(self, kernel: Kernel, noise_std: float = 0.1, norm_bound: float = 10.0,
@@ -67,7 +84,23 @@ class CMMUCB(_MixtureUCB):
 
 
 class DMMUCB(_MixtureUCB):
-    """Kernel DMM-UCB (§5.4): per arm the min over ``α ∈ grid·σ²/c`` of Eq. (14) (GP sd)."""
+    """Kernel DMM-UCB (§5.4): per arm the min over ``α ∈ grid·σ²/c`` of Eq. (14) (GP sd).
+
+    Examples:
+        >>> import torch
+        >>> from torchbandits import make_kernel
+        >>> from torchbandits.policies import DMMUCB
+        >>> arms = torch.linspace(0, 1, 11).unsqueeze(1)  # [A, d] = [11, 1]
+        >>> f = lambda x: torch.exp(-((x - 0.7) ** 2).sum(-1) / 0.02)  # noiseless, best arm 7
+        >>> policy = DMMUCB(make_kernel("rbf", 0.2), noise_std=0.1, norm_bound=1.0)
+        >>> for _ in range(30):
+        ...     i = policy.select(arms)
+        ...     policy.update(arms[i], f(arms[i]))
+        >>> policy.select(arms) == int(f(arms).argmax())  # the best arm after the loop
+        True
+        >>> policy(arms).shape  # one UCB per candidate
+        torch.Size([11])
+    """
 
     def __init__(self, kernel: Kernel, noise_std: float = 0.1, norm_bound: float = 10.0,
                  delta: float = 0.01, c: float = 1.0, grid: Sequence[float] = DMM_GRID,
@@ -76,7 +109,23 @@ class DMMUCB(_MixtureUCB):
 
 
 class AMMUCB(_MixtureUCB):
-    """Kernel AMM-UCB (§5.5): ``μ_{σ²/c} + sqrt(c log det(I + cK/σ²) + 2c log(1/δ) + B²) ρ_{σ²/c}``."""
+    """Kernel AMM-UCB (§5.5): ``μ_{σ²/c} + sqrt(c log det(I + cK/σ²) + 2c log(1/δ) + B²) ρ_{σ²/c}``.
+
+    Examples:
+        >>> import torch
+        >>> from torchbandits import make_kernel
+        >>> from torchbandits.policies import AMMUCB
+        >>> arms = torch.linspace(0, 1, 11).unsqueeze(1)  # [A, d] = [11, 1]
+        >>> f = lambda x: torch.exp(-((x - 0.7) ** 2).sum(-1) / 0.02)  # noiseless, best arm 7
+        >>> policy = AMMUCB(make_kernel("rbf", 0.2), noise_std=0.1, norm_bound=1.0)
+        >>> for _ in range(30):
+        ...     i = policy.select(arms)
+        ...     policy.update(arms[i], f(arms[i]))
+        >>> policy.select(arms) == int(f(arms).argmax())  # the best arm after the loop
+        True
+        >>> policy(arms).shape  # one UCB per candidate
+        torch.Size([11])
+    """
 
     def __init__(self, kernel: Kernel, noise_std: float = 0.1, norm_bound: float = 10.0,
                  delta: float = 0.01, c: float = 1.0, **kwargs: Any) -> None:
@@ -89,6 +138,22 @@ def AYGPUCB(kernel: Kernel, noise_std: float = 0.1, norm_bound: float = 10.0, de
 
     A preset of :class:`GPUCB` with :class:`~torchbandits.confidence.AYBeta`. ``lam`` defaults to
     ``σ²/c`` (Flynn & Reeb 2024, §7); further keywords go to :class:`GPUCB`.
+
+    Examples:
+        >>> import torch
+        >>> from torchbandits import make_kernel
+        >>> from torchbandits.policies import AYGPUCB
+        >>> arms = torch.linspace(0, 1, 11).unsqueeze(1)  # [A, d] = [11, 1]
+        >>> f = lambda x: torch.exp(-((x - 0.7) ** 2).sum(-1) / 0.02)  # noiseless, best arm 7
+        >>> policy = AYGPUCB(make_kernel("rbf", 0.2), noise_std=0.1, norm_bound=1.0)
+        >>> for _ in range(30):
+        ...     i = policy.select(arms)
+        ...     policy.update(arms[i], f(arms[i]))
+        >>> ucb, lcb = policy.bounds(arms)  # [A] each; the UCB still explores
+        >>> int(lcb.argmax()) == int(f(arms).argmax())  # the best arm is the surest
+        True
+        >>> ucb.shape
+        torch.Size([11])
     """
     lam = noise_std**2 / check_positive("c", c) if lam is None else lam
     return GPUCB(kernel, lam, AYBeta(norm_bound, noise_std, lam=lam, delta=delta), **kwargs)
@@ -101,6 +166,21 @@ def IGPUCB(kernel: Kernel, noise_std: float = 0.1, norm_bound: float = 10.0, del
 
     A preset of :class:`GPUCB` with :class:`~torchbandits.confidence.IGPBeta` at ``λ = 1 + η``;
     further keywords go to :class:`GPUCB`.
+
+    Examples:
+        >>> import torch
+        >>> from torchbandits import make_kernel
+        >>> from torchbandits.policies import IGPUCB
+        >>> arms = torch.linspace(0, 1, 11).unsqueeze(1)  # [A, d] = [11, 1]
+        >>> f = lambda x: torch.exp(-((x - 0.7) ** 2).sum(-1) / 0.02)  # noiseless, best arm 7
+        >>> policy = IGPUCB(make_kernel("rbf", 0.2), noise_std=0.1, norm_bound=1.0)
+        >>> for _ in range(30):
+        ...     i = policy.select(arms)
+        ...     policy.update(arms[i], f(arms[i]))
+        >>> policy.select(arms) == int(f(arms).argmax())  # the best arm after the loop
+        True
+        >>> policy(arms).shape  # one UCB per candidate
+        torch.Size([11])
     """
     rule = IGPBeta(norm_bound, noise_std, delta=delta, eta=eta, use_t_eta=use_t_eta)
     return GPUCB(kernel, 1.0 + rule.eta, rule, **kwargs)

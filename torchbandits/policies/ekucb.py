@@ -37,7 +37,20 @@ __all__ = ["EKUCB", "NystromUCB"]
 class NystromUCB(RuleUCB):
     """Shared part of the Nyström UCB policies (EK-UCB, CBKB, CBBKB): a
     :class:`NystromKernelRidge` model and a confidence rule (float ``beta`` → constant radius on
-    the ``variance`` sd, ridge by default)."""
+    the ``variance`` sd, ridge by default).
+
+    Examples:
+        >>> import torch
+        >>> from torchbandits import make_kernel
+        >>> from torchbandits.policies import NystromUCB
+        >>> arms = torch.linspace(0, 1, 11).unsqueeze(1)  # [A, d] = [11, 1]
+        >>> policy = NystromUCB(make_kernel("rbf", 0.2), lam=0.01, beta=0.1)
+        >>> policy.update(arms[3], 0.5)  # the base class adds no anchor (subclasses choose them)
+        >>> policy(arms).shape
+        torch.Size([11])
+        >>> sorted(policy.diagnostics())
+        ['beta', 'n']
+    """
 
     def __init__(
         self,
@@ -66,6 +79,7 @@ class NystromUCB(RuleUCB):
 
     @property
     def kernel(self) -> Kernel:
+        """The model's kernel (GPyTorch)."""
         return self.model.kernel
 
     def _ucb(self, cand: Tensor) -> Tensor:
@@ -136,6 +150,23 @@ class EKUCB(NystromUCB):
             :mod:`~torchbandits.models.kors`).
         min_residual, jitter, parametrisation: see :class:`NystromKernelRidge`.
         variance, seed, n_warmup, dtype, device: see :class:`NystromUCB` / ``Policy``.
+
+    Examples:
+        >>> import torch
+        >>> from torchbandits import make_kernel
+        >>> from torchbandits.policies import EKUCB
+        >>> arms = torch.linspace(0, 1, 11).unsqueeze(1)  # [A, d] = [11, 1]
+        >>> f = lambda x: torch.exp(-((x - 0.7) ** 2).sum(-1) / 0.02)  # noiseless, best arm 7
+        >>> policy = EKUCB(make_kernel("rbf", 0.2), lam=0.01, beta=0.1, seed=0)
+        >>> for _ in range(30):
+        ...     i = policy.select(arms)
+        ...     policy.update(arms[i], f(arms[i]))
+        >>> policy.select(arms) == int(f(arms).argmax())  # the best arm after the loop
+        True
+        >>> policy(arms).shape  # one UCB per candidate
+        torch.Size([11])
+        >>> sorted(policy.diagnostics())
+        ['beta', 'dict_size', 'kors_prob', 'kors_prob_sum', 'kors_prob_var_sum', 'n', 'refused']
     """
 
     def __init__(

@@ -50,6 +50,21 @@ class MasterGPUCB(Policy):
     Args:
         kernel: known kernel; horizon: ``T``; lam: GP-UCB ridge λ; ucb_scale: ``v``;
         delta: δ; c_master: ``C_M``.
+
+    Examples:
+        >>> import torch
+        >>> from torchbandits import make_kernel
+        >>> from torchbandits.policies.master import MasterGPUCB
+        >>> arms = torch.linspace(0, 1, 11).unsqueeze(1)  # [A, d] = [11, 1]
+        >>> f = lambda x: torch.exp(-((x - 0.7) ** 2).sum(-1) / 0.02)  # noiseless, best arm 7
+        >>> policy = MasterGPUCB(make_kernel("rbf", 0.2), 40, lam=0.01)
+        >>> for _ in range(30):
+        ...     i = policy.select(arms)
+        ...     policy.update(arms[i], f(arms[i]))
+        >>> policy(arms).shape  # the active GP-UCB instance's UCB
+        torch.Size([11])
+        >>> sorted(policy.diagnostics())
+        ['block', 'epoch', 'last_restart', 'restarts']
     """
 
     def __init__(self, kernel: Kernel, horizon: int, lam: float = 1.0, ucb_scale: float = 1.0, *,
@@ -130,11 +145,13 @@ class MasterGPUCB(Policy):
 
     # ------------------------------------------------------------------ constants
     def rho(self, tau: float) -> float:
+        """``ρ(τ) = β̄·sqrt(γ̄ log(T/δ)/τ)`` (module docstring), ``τ`` clipped below at 1."""
         g = self.gamma_bar
         beta = 1.0 + math.sqrt(2.0 * (g + 1.0 + math.log(1.0 / self.delta)))
         return beta * math.sqrt(g * math.log(self.horizon / self.delta) / max(tau, 1.0))
 
     def rho_hat(self, tau: float) -> float:
+        """``ρ̂(τ) = C_M·log(T/δ)·log₂T·ρ(τ)``, the scale of both restart tests."""
         return (self.c_master * math.log(self.horizon / self.delta) * math.log2(self.horizon)
                 * self.rho(tau))
 

@@ -94,15 +94,21 @@ class OPConstants:
         }
 
     def mu(self, j: int) -> float:
+        """``μ_j = c₁·s_μ·2^{−j/2}``, the exploration floor of block ``j``."""
         return self.c1 * self.mu_scale * 2.0 ** (-j / 2.0)
 
     def beta(self, j: int, gamma: float, alpha: float) -> float:
+        """``β_j = s_β·γ·2^{j/2}/(10 + 4√α)`` of block ``j`` (information gain ``gamma``, ``α``)."""
         return self.beta_scale * gamma * 2.0 ** (j / 2.0) / (10.0 + 4.0 * math.sqrt(alpha))
 
     def a_threshold(self, j: int, alpha: float) -> float:
+        """Gap threshold of the near-optimal set of block ``j``: ``2α·s_g·(10 + 4√α)·2^{−j/2}``."""
         return 2.0 * alpha * self.a_scale * (10.0 + 4.0 * math.sqrt(alpha)) * 2.0 ** (-j / 2.0)
 
     def test_threshold(self, m: int, k: int, c0: float) -> float:
+        """Change-test threshold ``4·s_ε·c₀·c₁·f(m, k)`` for replay order ``m`` against block ``k``
+        (``f`` per ``threshold_mode``, module docstring).
+        """
         if self.threshold_mode == "min":
             f = 2.0 ** (-min(m, k) / 2.0)
         else:
@@ -110,6 +116,7 @@ class OPConstants:
         return 4.0 * self.test_scale * c0 * self.c1 * f
 
     def as_dict(self) -> dict[str, Any]:
+        """Every field as a plain ``dict`` (for results files)."""
         return asdict(self)
 
 

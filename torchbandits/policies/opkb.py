@@ -338,6 +338,24 @@ class ADAOPKB(OPPolicyBase):
         kkt_tol: Frank–Wolfe gap every solve is certified to.
         jitter: added to ``K`` before its Cholesky factorisation.
         **overrides: any field of :class:`~.op_presets.OPConstants` (``sigma``, ``j_star``, …).
+
+    Examples:
+        >>> import torch
+        >>> from torchbandits import make_kernel
+        >>> from torchbandits.policies import ADAOPKB
+        >>> arms = torch.linspace(0, 1, 11).unsqueeze(1)  # [A, d] = [11, 1]
+        >>> f = lambda x: torch.exp(-((x - 0.7) ** 2).sum(-1) / 0.02)  # noiseless, best arm 7
+        >>> policy = ADAOPKB(make_kernel("rbf", 0.2), 40, seed=0)
+        >>> for _ in range(30):
+        ...     i = policy.select(arms)
+        ...     policy.update(arms[i], f(arms[i]))
+        >>> p = policy.distribution(arms)  # sampling distribution of the next round, [A]
+        >>> p.shape, round(float(p.sum()), 6)
+        (torch.Size([11]), 1.0)
+        >>> bool(p[6:9].sum() > 0.5)  # most of the mass next to the best arm
+        True
+        >>> policy.diagnostics()['restarts']  # a stationary function: no change detected
+        0.0
     """
 
     adaptive = True
@@ -354,6 +372,25 @@ class ADAOPKB(OPPolicyBase):
 
 class OPKB(ADAOPKB):
     """OPKB, the stationary algorithm (Hong, Li & Tewari 2023, Algorithm 2): doubling blocks, no replays and
-    no change tests. Same arguments as :class:`ADAOPKB`."""
+    no change tests. Same arguments as :class:`ADAOPKB`.
+
+    Examples:
+        >>> import torch
+        >>> from torchbandits import make_kernel
+        >>> from torchbandits.policies import OPKB
+        >>> arms = torch.linspace(0, 1, 11).unsqueeze(1)  # [A, d] = [11, 1]
+        >>> f = lambda x: torch.exp(-((x - 0.7) ** 2).sum(-1) / 0.02)  # noiseless, best arm 7
+        >>> policy = OPKB(make_kernel("rbf", 0.2), 40, seed=0)
+        >>> for _ in range(30):
+        ...     i = policy.select(arms)
+        ...     policy.update(arms[i], f(arms[i]))
+        >>> p = policy.distribution(arms)  # sampling distribution of the next round, [A]
+        >>> p.shape, round(float(p.sum()), 6)
+        (torch.Size([11]), 1.0)
+        >>> bool(p[6:9].sum() > 0.5)  # most of the mass next to the best arm
+        True
+        >>> policy.diagnostics()['block']  # doubling blocks 1, 2, 4, 8, 16 rounds: block 4 is under way
+        4.0
+    """
 
     adaptive = False

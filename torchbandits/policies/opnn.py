@@ -44,6 +44,22 @@ class ADAOPNN(OPPolicyBase):
         net_dtype: dtype of the network (float32); Grams and all OP algebra stay in float64.
         jitter: added to ``K^W`` before the Cholesky factorisation.
         preset, constants, solver, **overrides: as :class:`~.opkb.ADAOPKB` (family ``"opnn"``).
+
+    Examples:
+        >>> import torch
+        >>> from torchbandits import make_kernel
+        >>> from torchbandits.policies import ADAOPNN
+        >>> arms = torch.linspace(0, 1, 11).unsqueeze(1)  # [A, d] = [11, 1]
+        >>> f = lambda x: torch.exp(-((x - 0.7) ** 2).sum(-1) / 0.02)  # noiseless, best arm 7
+        >>> policy = ADAOPNN(16, width=8, n_square_layers=0, train_steps=2, eta=1e-4)
+        >>> for _ in range(10):
+        ...     i = policy.select(arms)
+        ...     policy.update(arms[i], f(arms[i]))
+        >>> p = policy.distribution(arms)  # sampling distribution of the next round, [A]
+        >>> p.shape, round(float(p.sum()), 6)
+        (torch.Size([11]), 1.0)
+        >>> 'train_seconds' in policy.diagnostics()
+        True
     """
 
     adaptive = True
@@ -160,12 +176,46 @@ class ADAOPNN(OPPolicyBase):
 
 
 class OPNN(ADAOPNN):
-    """OPNN (Algorithm 5): doubling blocks without replays or change tests."""
+    """OPNN (Algorithm 5): doubling blocks without replays or change tests.
+
+    Examples:
+        >>> import torch
+        >>> from torchbandits import make_kernel
+        >>> from torchbandits.policies import OPNN
+        >>> arms = torch.linspace(0, 1, 11).unsqueeze(1)  # [A, d] = [11, 1]
+        >>> f = lambda x: torch.exp(-((x - 0.7) ** 2).sum(-1) / 0.02)  # noiseless, best arm 7
+        >>> policy = OPNN(16, width=8, n_square_layers=0, train_steps=2, eta=1e-4)
+        >>> for _ in range(10):
+        ...     i = policy.select(arms)
+        ...     policy.update(arms[i], f(arms[i]))
+        >>> p = policy.distribution(arms)  # sampling distribution of the next round, [A]
+        >>> p.shape, round(float(p.sum()), 6)
+        (torch.Size([11]), 1.0)
+        >>> 'train_seconds' in policy.diagnostics()
+        True
+    """
 
     adaptive = False
 
 
 class OPNN0(OPNN):
-    """OPNN0 (App. J.2 ablation): OPNN with the feature map frozen at ``W⁽⁰⁾``."""
+    """OPNN0 (App. J.2 ablation): OPNN with the feature map frozen at ``W⁽⁰⁾``.
+
+    Examples:
+        >>> import torch
+        >>> from torchbandits import make_kernel
+        >>> from torchbandits.policies import OPNN0
+        >>> arms = torch.linspace(0, 1, 11).unsqueeze(1)  # [A, d] = [11, 1]
+        >>> f = lambda x: torch.exp(-((x - 0.7) ** 2).sum(-1) / 0.02)  # noiseless, best arm 7
+        >>> policy = OPNN0(16, width=8, n_square_layers=0, train_steps=2, eta=1e-4)
+        >>> for _ in range(10):
+        ...     i = policy.select(arms)
+        ...     policy.update(arms[i], f(arms[i]))
+        >>> p = policy.distribution(arms)  # sampling distribution of the next round, [A]
+        >>> p.shape, round(float(p.sum()), 6)
+        (torch.Size([11]), 1.0)
+        >>> 'train_seconds' in policy.diagnostics()
+        True
+    """
 
     trains = False

@@ -27,6 +27,17 @@ class RandomPolicy(Policy):
     ``LongTensor [R]`` on the policy's device and ``update(x [R, d], reward [R])`` checks its
     input; run ``r`` draws from a generator seeded ``s_r``, so it plays exactly what the
     sequential policy reset with ``seed=s_r`` plays. ``reset(seed=int)`` returns to one run.
+
+    Examples:
+        >>> import torch
+        >>> from torchbandits.policies import RandomPolicy
+        >>> arms = torch.linspace(0, 1, 11).unsqueeze(1)  # [A, d] = [11, 1]
+        >>> policy = RandomPolicy(seed=0)
+        >>> 0 <= policy.select(arms) < 11
+        True
+        >>> policy.reset(seed=[0, 1, 2])  # three runs at once
+        >>> policy.select(arms.expand(3, 11, 1)).shape  # LongTensor [R]
+        torch.Size([3])
     """
 
     #: the policy runs with a leading run dimension (see :mod:`torchbandits.experiments.batch`)

@@ -46,6 +46,21 @@ class SupKernelUCB(Policy):
         horizon: T, which sets ``S = ⌈log₂ T⌉`` and the threshold ``1/√T``.
         selection: ``"first"`` or ``"random"`` in case (c).
         seed, n_warmup, dtype, device: see :class:`~torchbandits.policies.base.Policy`.
+
+    Examples:
+        >>> import torch
+        >>> from torchbandits import make_kernel
+        >>> from torchbandits.policies import SupKernelUCB
+        >>> arms = torch.linspace(0, 1, 11).unsqueeze(1)  # [A, d] = [11, 1]
+        >>> f = lambda x: torch.exp(-((x - 0.7) ** 2).sum(-1) / 0.02)  # noiseless, best arm 7
+        >>> policy = SupKernelUCB(make_kernel("rbf", 0.2), lam=0.01, eta=0.1, horizon=40)
+        >>> for _ in range(30):
+        ...     i = policy.select(arms)
+        ...     policy.update(arms[i], f(arms[i]))
+        >>> policy.select(arms) == int(f(arms).argmax())  # the best arm after the loop
+        True
+        >>> policy(arms).shape  # one UCB per candidate
+        torch.Size([11])
     """
 
     def __init__(

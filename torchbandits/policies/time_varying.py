@@ -111,6 +111,23 @@ class RGPUCB(RefitMixin, TimeVaryingUCB):
         model: a posterior model instead of the default
             :class:`~torchbandits.models.ExactKernelRidge` (see
             :func:`~torchbandits.policies.base.check_model`).
+
+    Examples:
+        >>> import torch
+        >>> from torchbandits import make_kernel
+        >>> from torchbandits.policies import RGPUCB
+        >>> arms = torch.linspace(0, 1, 11).unsqueeze(1)  # [A, d] = [11, 1]
+        >>> f = lambda x: torch.exp(-((x - 0.7) ** 2).sum(-1) / 0.02)  # noiseless, best arm 7
+        >>> policy = RGPUCB(make_kernel("rbf", 0.2), lam=0.01, period=20, seed=0)
+        >>> for _ in range(30):
+        ...     i = policy.select(arms)
+        ...     policy.update(arms[i], f(arms[i]))
+        >>> policy.select(arms) == int(f(arms).argmax())  # the best arm after the loop
+        True
+        >>> policy(arms).shape  # one UCB per candidate
+        torch.Size([11])
+        >>> policy.restarts  # the posterior was emptied at round 21
+        1
     """
 
     def __init__(self, kernel: Kernel, lam: float = 1.0, period: int | None = None,
@@ -177,6 +194,23 @@ class SWGPUCB(RefitMixin, TimeVaryingUCB):
             finite-arm :class:`~torchbandits.models.finite_arm.FiniteArmRidge`, or an
             :class:`~torchbandits.models.ExactKernelRidge` with ``removal="refactorise"``);
             ``carry_cache`` then does not apply (see :func:`~torchbandits.policies.base.check_model`).
+
+    Examples:
+        >>> import torch
+        >>> from torchbandits import make_kernel
+        >>> from torchbandits.policies import SWGPUCB
+        >>> arms = torch.linspace(0, 1, 11).unsqueeze(1)  # [A, d] = [11, 1]
+        >>> f = lambda x: torch.exp(-((x - 0.7) ** 2).sum(-1) / 0.02)  # noiseless, best arm 7
+        >>> policy = SWGPUCB(make_kernel("rbf", 0.2), lam=0.01, window=20, horizon=40)
+        >>> for _ in range(30):
+        ...     i = policy.select(arms)
+        ...     policy.update(arms[i], f(arms[i]))
+        >>> policy.select(arms) == int(f(arms).argmax())  # the best arm after the loop
+        True
+        >>> policy(arms).shape  # one UCB per candidate
+        torch.Size([11])
+        >>> policy.diagnostics()['n']  # the window's points
+        20.0
     """
 
     def __init__(self, kernel: Kernel, lam: float = 1.0, window: int | None = None,
@@ -233,6 +267,22 @@ class TVGPUCB(TimeVaryingUCB):
         model: a posterior model instead of the default
             :class:`~torchbandits.models.weighted.TimeDecayKernelRidge` (``epsilon`` and
             ``weight_floor`` are then the model's; see :func:`~torchbandits.policies.base.check_model`).
+
+    Examples:
+        >>> import torch
+        >>> from torchbandits import make_kernel
+        >>> from torchbandits.policies import TVGPUCB
+        >>> arms = torch.linspace(0, 1, 11).unsqueeze(1)  # [A, d] = [11, 1]
+        >>> f = lambda x: torch.exp(-((x - 0.7) ** 2).sum(-1) / 0.02)  # noiseless, best arm 7
+        >>> policy = TVGPUCB(make_kernel("rbf", 0.2), lam=0.01, epsilon=0.01)
+        >>> for _ in range(30):
+        ...     i = policy.select(arms)
+        ...     policy.update(arms[i], f(arms[i]))
+        >>> ucb, lcb = policy.bounds(arms)  # [A] each; the UCB still explores
+        >>> int(lcb.argmax()) == int(f(arms).argmax())  # the best arm is the surest
+        True
+        >>> ucb.shape
+        torch.Size([11])
     """
 
     def __init__(self, kernel: Kernel, lam: float = 1.0, epsilon: float = 0.01,
@@ -271,6 +321,21 @@ class WGPUCB(TimeVaryingUCB):
             finite-arm :class:`~torchbandits.models.finite_arm.FiniteArmRidge` with
             ``discount``; ``width``, ``weight_floor`` and ``max_points`` are then the model's;
             see :func:`~torchbandits.policies.base.check_model`).
+
+    Examples:
+        >>> import torch
+        >>> from torchbandits import make_kernel
+        >>> from torchbandits.policies import WGPUCB
+        >>> arms = torch.linspace(0, 1, 11).unsqueeze(1)  # [A, d] = [11, 1]
+        >>> f = lambda x: torch.exp(-((x - 0.7) ** 2).sum(-1) / 0.02)  # noiseless, best arm 7
+        >>> policy = WGPUCB(make_kernel("rbf", 0.2), lam=0.01, discount=0.95)
+        >>> for _ in range(30):
+        ...     i = policy.select(arms)
+        ...     policy.update(arms[i], f(arms[i]))
+        >>> policy.select(arms) == int(f(arms).argmax())  # the best arm after the loop
+        True
+        >>> policy(arms).shape  # one UCB per candidate
+        torch.Size([11])
     """
 
     def __init__(self, kernel: Kernel, lam: float = 1.0, discount: float = 0.99,
