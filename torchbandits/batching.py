@@ -92,6 +92,7 @@ class RunStreams:
 
     @property
     def n_runs(self) -> int:
+        """Number of runs R (one generator each)."""
         return len(self.generators)
 
     def _flush(self) -> None:

@@ -226,6 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The ``torchbandits`` command (``list``, ``run``, ``reproduce``, ``sweep``); returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     if len(argv) >= 2 and argv[0] == "reproduce" and not argv[1].startswith("-"):

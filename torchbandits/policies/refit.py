@@ -120,9 +120,11 @@ class RefitMixin:
 
     # ------------------------------------------------------------------ scores, state, logs
     def forward(self, candidates: Tensor) -> Tensor:
+        """UCB ``[A]`` of ``candidates [A, d]`` plus the fitted constant mean (``refit_offset``)."""
         return super().forward(candidates) + self.refit_offset  # type: ignore[misc]
 
     def bounds(self, candidates: Tensor) -> tuple[Tensor, Tensor]:
+        """``(UCB, LCB)``, each ``[A]``, shifted by the fitted constant mean."""
         ucb, lcb = super().bounds(candidates)  # type: ignore[misc]
         return ucb + self.refit_offset, lcb + self.refit_offset
 
@@ -170,6 +172,7 @@ class RefitMixin:
         self.n_refit_skips = 0
 
     def diagnostics(self) -> dict[str, float]:
+        """The policy's diagnostics plus the fitted hyper-parameters and the refit count."""
         out = dict(super().diagnostics())  # type: ignore[misc]
         if not self.refit_every:
             return out

@@ -60,10 +60,12 @@ class Schedule:
         return out
 
     def to_state(self) -> tuple:
+        """Plain-data state ``(start, j, base, [(index, start, end), ...])`` for ``get_extra_state``."""
         return (self.start, self.j, self.base, [(r.index, r.start, r.end) for r in self.replays])
 
     @classmethod
     def from_state(cls, state: tuple) -> Schedule:
+        """Inverse of :meth:`to_state`."""
         start, j, base, reps = state
         return cls(start, j, base, [Replay(*r) for r in reps])
 
