@@ -179,7 +179,8 @@ class KernelUCB(RefitMixin, RuleUCB):
         radius, ``beta`` ``[R]`` (>= 0); ``None`` clears one (the policy's value for every run).
         Run ``r`` of a batch then plays what a sequential policy built with ``lam[r]``,
         ``beta[r]`` plays. Validated here (``ValueError`` naming the argument); their length
-        must be the batch's ``R`` at ``reset(seed=[…])``."""
+        must be the batch's ``R`` at ``reset(seed=[…])``. Values are held in float64 (a float32
+        tensor brings its float32 rounding: ``torch.tensor([0.1])`` is not 0.1)."""
         if beta is not None and type(self.rule) is not ConstantBeta:
             raise ValueError(f"beta: per-run β needs a constant radius, not {type(self.rule).__name__}")
         if lam is not None and getattr(self.rule, "reg", None) is not None:
