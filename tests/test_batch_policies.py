@@ -257,3 +257,21 @@ def test_state_dict_round_trip_mid_batch() -> None:
     assert fresh.n_runs is None and fresh.batch_model is None
     fresh.reset(seed=3)
     assert isinstance(fresh.select(first[0]), int)
+
+
+def test_to_dtype_mid_batch_moves_the_batched_posterior() -> None:
+    env = _env("bump")
+    seeds = [0, 1]
+    policy = _started(make_policy("gpucb", env), seeds)
+    _lockstep(env, None, seeds, 6, batch=policy,
+              seqs=[_seeded(make_policy("gpucb", env), s) for s in seeds])
+    cand = BatchedEnv(env, seeds).candidates()
+    before = policy(cand)
+    policy.to(torch.float32)
+    assert policy.batch_model is not None and policy.batch_model.cholesky().dtype == torch.float32
+    ucb = policy(cand)
+    assert ucb.dtype == torch.float32
+    torch.testing.assert_close(ucb.double(), before, atol=1e-5, rtol=0)
+    policy.double()
+    torch.testing.assert_close(policy(cand), before, atol=1e-5, rtol=0)
+    assert policy.select(cand).shape == (2,)
