@@ -90,11 +90,11 @@ def test_unbatchable_pairs_fall_back_to_sequential_runs() -> None:
     runs = simulate_batch(policy, env, 20, [3, 4])
     seq = simulate(RandomPolicy(), env, 20, 4)
     assert runs[1].actions == seq.actions and runs[1].rewards == seq.rewards
-    kucb_env = _env("rkhs")
-    kucb = make_policy("kucb", kucb_env)
-    assert "no batched mode" in why_not_batch(kucb, kucb_env)
-    runs = simulate_batch(kucb, kucb_env, 8, [0, 1])
-    assert runs[1].actions == simulate(make_policy("kucb", kucb_env), kucb_env, 8, 1).actions
+    amm_env = _env("rkhs")
+    amm = make_policy("amm-ucb", amm_env)   # a mixture bound (Flynn & Reeb 2024): sequential
+    assert "no batched width" in why_not_batch(amm, amm_env)
+    runs = simulate_batch(amm, amm_env, 8, [0, 1])
+    assert runs[1].actions == simulate(make_policy("amm-ucb", amm_env), amm_env, 8, 1).actions
 
 
 def test_random_policy_batched_mode_checks_and_state() -> None:

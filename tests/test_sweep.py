@@ -63,7 +63,10 @@ def test_sweep_runs_equal_simulate(uninterrupted):
             ref = simulate(make_policy(name, env, **row["params"]), env, 60, seed)
             got = next(r for (tid, _, s), r in runs.items() if tid == row["trial_id"] and s == seed)
             assert got.actions == ref.actions
-            assert got.regret == ref.regret and got.rewards == ref.rewards
+            # K-UCB / GP-UCB seeds run as one batch: the RKHS environment's batched kernel
+            # product may round its means differently from the sequential one (docs/batch.md)
+            assert got.regret == pytest.approx(ref.regret, abs=1e-12, rel=0)
+            assert got.rewards == pytest.approx(ref.rewards, abs=1e-12, rel=0)
     # the lam/beta values matter: the four configurations do not all coincide
     assert len({r["final_regret_mean"] for r in uninterrupted.rows}) > 1
     for name in ("table.md", "trials.csv", "trials.json", "regret_vs_run_K-UCB_lam.png"):

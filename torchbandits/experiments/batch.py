@@ -28,7 +28,12 @@ BatchMode = Literal["auto", "on", "off"]
 
 
 def why_not_batch(policy: Any, env: Any) -> str | None:
-    """``None`` if ``policy`` on ``env`` can run batched, else the reason."""
+    """``None`` if ``policy`` on ``env`` can run batched, else the reason (a policy's own
+    ``why_not_batched()`` first, e.g. a K-UCB whose confidence rule has no batched width)."""
+    why = getattr(policy, "why_not_batched", None)
+    reason = why() if callable(why) else None
+    if reason is not None:
+        return reason
     if not getattr(policy, "batchable", False):
         return f"{type(policy).__name__} has no batched mode yet (it runs sequentially)"
     if getattr(env, "round_metrics", None) is not None:

@@ -11,24 +11,81 @@ Both score ``UCB_t(x) = μ_{t−1}(x) + β_t · sd_{t−1}(x)`` with the exact k
 
 Any :class:`~torchbandits.confidence.ConfidenceRule` may be passed as ``beta`` (Algorithm 1 of
 Flynn & Reeb 2024): the model then also maintains the regularisers the rule needs.
+
+**Batched mode** (a leading run dimension, :mod:`torchbandits.experiments.batch`):
+``reset(seed=[s_1, …, s_R])`` starts ``R`` runs on a
+:class:`~torchbandits.models.batched_exact.BatchedExactKernelRidge`; ``select(candidates
+[R, A, d])`` returns a ``LongTensor [R]`` (first index on ties) and ``update(x [R, d],
+reward [R])`` appends to every run. Run ``r`` plays what the sequential policy reset with
+``seed=s_r`` plays. Batched widths: a constant β (per run ``[R]`` allowed), the K-UCB radius of
+Zenati et al. (2022, Lemma 3.1) and IGP-UCB's (Chowdhury & Gopalan 2017, Thm 2), both with each
+run's own log-det; per-run λ ``[R]`` with the rules that take the posterior at the model's λ
+(:meth:`KernelUCB.set_per_run`). Other rules (the mixture bounds of Flynn & Reeb 2024, …),
+refits, ``refresh_every`` and custom models say why in :meth:`KernelUCB.why_not_batched`, and the
+runner falls back to sequential runs.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from gpytorch.kernels import Kernel
-from torch import nn
+from torch import Tensor, nn
 
-from ..confidence import ConfidenceRule, IGPBeta, Variance, as_rule
+from ..batching import (
+    RunStreams,
+    check_batch_points,
+    check_batch_rewards,
+    check_batched_candidates,
+    check_seeds,
+)
+from ..confidence import (
+    ConfidenceRule,
+    ConstantBeta,
+    IGPBeta,
+    KernelUCBTheoryBeta,
+    Variance,
+    as_rule,
+)
 from ..kernels import check_kernel
 from ..models import ExactKernelRidge
+from ..models.batched_exact import BatchedExactKernelRidge, check_run_values
 from ..validation import check_positive
 from .base import RuleUCB, check_model
 from .refit import RefitMixin
 
-__all__ = ["GPUCB", "KernelUCB"]
+__all__ = ["BATCHED_RULES", "GPUCB", "KernelUCB", "batched_radius"]
+
+#: the confidence rules whose width :func:`batched_radius` computes for ``R`` runs at once
+BATCHED_RULES = (ConstantBeta, KernelUCBTheoryBeta, IGPBeta)
+
+
+def batched_radius(rule: ConfidenceRule, model: BatchedExactKernelRidge,
+                   beta: Tensor | None = None) -> Tensor:
+    """β_t of every run ``[R]`` for one of :data:`BATCHED_RULES` (the same formulas, in the same
+    order of operations, as the rules' sequential ``radius``):
+
+    * :class:`~torchbandits.confidence.ConstantBeta`: ``β`` (or the per-run ``beta`` ``[R]``);
+    * :class:`~torchbandits.confidence.KernelUCBTheoryBeta` (Zenati et al. 2022, Lemma 3.1):
+      ``√λ_r·B + σ·sqrt(2 log(1/δ) + log det(I + K_r/λ_r))``;
+    * :class:`~torchbandits.confidence.IGPBeta` (Chowdhury & Gopalan 2017, Thm 2):
+      ``B + σ·sqrt(log det(I + K_r/(1+η)) + c_η + 2 log(1/δ))``, the model's λ being ``1 + η``.
+    """
+    kind = type(rule)
+    if kind is ConstantBeta:
+        return beta if beta is not None else model.lam.new_full((model.n_runs,), rule.beta)
+    if kind is KernelUCBTheoryBeta:
+        inner = 2.0 * math.log(1.0 / rule.delta) + model.log_det()
+        return torch.sqrt(model.lam) * rule.norm_bound + rule.noise_scale * torch.sqrt(inner)
+    if kind is IGPBeta:
+        extra = model.n * rule.eta if rule.use_t_eta else 2.0
+        inner = model.log_det() + extra + 2.0 * math.log(1.0 / rule.delta)
+        return rule.norm_bound + rule.noise_scale * torch.sqrt(inner)
+    raise ValueError(f"{kind.__name__} has no batched width (batched: "
+                     f"{', '.join(k.__name__ for k in BATCHED_RULES)})")
 
 
 class KernelUCB(RefitMixin, RuleUCB):
@@ -78,6 +135,203 @@ class KernelUCB(RefitMixin, RuleUCB):
             refresh_every=refresh_every,
         )
         self.init_refit(kernel, refit_every, refit_warmup, refit_options)
+        self.run_streams: RunStreams | None = None
+        self.per_run: dict[str, Tensor | None] = {"lam": None, "beta": None}
+        self._batch_beta: Tensor | None = None   # β_t [R] of the last batched bounds
+
+    # ---------------------------------------------------------------- batched mode
+    def why_not_batched(self) -> str | None:
+        """``None`` if this policy can step a batch of runs, else the reason."""
+        rule = type(self.rule).__name__
+        if type(self.rule) not in BATCHED_RULES:
+            return (f"{rule} has no batched width (batched: constant β, K-UCB theory, IGP); "
+                    f"{type(self).__name__} runs sequentially")
+        if type(self) not in (KernelUCB, GPUCB):
+            return f"{type(self).__name__} changes KernelUCB's steps (runs sequentially)"
+        if self.refit_every:
+            return "marginal-likelihood refits (refit_every > 0) run sequentially"
+        if type(self.model) is not ExactKernelRidge:
+            return f"a custom model ({type(self.model).__name__}) runs sequentially"
+        if self.model.refresh_every:
+            return "refresh_every > 0 (periodic refactorisation) runs sequentially"
+        if len(self.model.regularisers) > 1:
+            return (f"{rule} takes the posterior at a second regulariser "
+                    f"{self.model.regularisers[1:]} (not batched)")
+        return None
+
+    @property
+    def batchable(self) -> bool:  # type: ignore[override]
+        """Whether ``reset(seed=[…])`` can start a batch (see :meth:`why_not_batched`)."""
+        return self.why_not_batched() is None
+
+    @property
+    def n_runs(self) -> int | None:
+        """``R`` in batched mode, ``None`` for a single run."""
+        return None if self.run_streams is None else self.run_streams.n_runs
+
+    @property
+    def batch_model(self) -> BatchedExactKernelRidge | None:
+        """The posterior of the ``R`` runs in batched mode (a submodule), else ``None``."""
+        return self._modules.get("batched")  # type: ignore[return-value]
+
+    def set_per_run(self, *, lam: Any = None, beta: Any = None) -> None:
+        """Per-run settings of the next batches: ``lam`` ``[R]`` (> 0) and, with a constant
+        radius, ``beta`` ``[R]`` (>= 0); ``None`` clears one (the policy's value for every run).
+        Run ``r`` of a batch then plays what a sequential policy built with ``lam[r]``,
+        ``beta[r]`` plays. Validated here (``ValueError`` naming the argument); their length
+        must be the batch's ``R`` at ``reset(seed=[…])``. Values are held in float64 (a float32
+        tensor brings its float32 rounding: ``torch.tensor([0.1])`` is not 0.1)."""
+        if beta is not None and type(self.rule) is not ConstantBeta:
+            raise ValueError(f"beta: per-run β needs a constant radius, not {type(self.rule).__name__}")
+        if lam is not None and getattr(self.rule, "reg", None) is not None:
+            raise ValueError(f"lam: {type(self.rule).__name__} takes the posterior at its own "
+                             f"regulariser {self.rule.reg}; per-run λ is not batched with it")
+        new = {}
+        for name, value, positive in (("lam", lam, True), ("beta", beta, False)):
+            if value is None:
+                new[name] = None
+                continue
+            n = torch.as_tensor(value).numel() if not isinstance(value, (int, float)) else 0
+            if n < 1 or torch.as_tensor(value).ndim != 1:
+                raise ValueError(f"{name} must be a 1-D sequence or tensor [R] of per-run values")
+            new[name] = check_run_values(name, value, n, positive=positive, dtype=torch.float64)
+        self.per_run = new
+
+    def _start_batch(self, seeds: list[int]) -> None:
+        reason = self.why_not_batched()
+        if reason is not None:
+            raise ValueError(f"seed: a list of seeds starts a batch, but {reason}")
+        n = len(seeds)
+        settings = {}
+        for name in ("lam", "beta"):
+            v = self.per_run[name]
+            if v is not None and v.shape[0] != n:
+                raise ValueError(f"{name} holds {v.shape[0]} per-run values but the batch has "
+                                 f"R = {n} seeds")
+            settings[name] = v
+        lam = settings["lam"] if settings["lam"] is not None else self.lam
+        super().reset(None)
+        self.batched = BatchedExactKernelRidge(self.model.kernel, lam, n, dtype=self.dtype,
+                                               device=self.device,
+                                               cache_candidates=self.model.cache_candidates)
+        self.run_streams = RunStreams.from_seeds(seeds)
+        self._batch_settings = settings
+        self._batch_beta = None
+
+    def _leave_batch(self) -> None:
+        if "batched" in self._modules:
+            del self.batched
+        self.run_streams = None
+        self._batch_beta = None
+
+    def reset(self, seed: int | Sequence[int] | Tensor | None = None) -> None:
+        """Forget all observations; an int seeds one run, a sequence of seeds starts a batch
+        (``ValueError`` naming ``seed`` if the policy cannot batch, see :meth:`why_not_batched`)."""
+        if seed is None or isinstance(seed, int) or (isinstance(seed, Tensor) and seed.ndim == 0):
+            if seed is not None:
+                self._leave_batch()
+            super().reset(None if seed is None else int(seed))
+            if self.batch_model is not None:
+                self.batch_model.reset()
+            return
+        self._start_batch(check_seeds(seed))
+
+    def _batch_bounds(self, cand: Tensor) -> tuple[Tensor, Tensor]:
+        """``(UCB, LCB)`` ``[R, A]`` of checked candidates ``[R, A, d]``."""
+        model = self.batch_model
+        assert model is not None
+        mean, var = model.mean_var(cand, self.rule.variance, validate=False)
+        beta = self._batch_settings["beta"]
+        beta = batched_radius(self.rule, model, None if beta is None else beta.to(var))
+        beta = beta.to(var)
+        self._batch_beta = beta
+        width = beta[:, None] * torch.sqrt(var)
+        return mean + width, mean - width
+
+    def _check_batch(self, candidates: Any) -> Tensor:
+        assert self.run_streams is not None
+        return check_batched_candidates("candidates", candidates, self.run_streams.n_runs,
+                                        dtype=self.dtype, device=self.device, dim=self.dim)
+
+    def forward(self, candidates: Tensor) -> Tensor:
+        """UCB ``[A]`` of candidates ``[A, d]``; in batched mode ``[R, A]`` of ``[R, A, d]``."""
+        if self.run_streams is None:
+            return super().forward(candidates)
+        return self._batch_bounds(self._check_batch(candidates))[0]
+
+    def bounds(self, candidates: Tensor) -> tuple[Tensor, Tensor]:
+        """``(UCB, LCB)``, ``[A]`` each (``[R, A]`` in batched mode)."""
+        if self.run_streams is None:
+            return super().bounds(candidates)
+        return self._batch_bounds(self._check_batch(candidates))
+
+    def select(self, candidates: Any) -> Any:
+        """One index (single run), or a ``LongTensor [R]`` for candidates ``[R, A, d]``: each
+        run's UCB argmax (first index on ties), uniform from its own stream in the warm-up."""
+        if self.run_streams is None:
+            return super().select(candidates)
+        cand = self._check_batch(candidates)
+        if self.t < self.n_warmup:
+            index = self.warmup_index
+            if index is None:
+                return self.run_streams.randint(cand.shape[1]).to(self.device)
+            if index >= cand.shape[1]:
+                raise ValueError(f"warmup_index {index} is out of range for {cand.shape[1]} "
+                                 f"candidates")
+            return torch.full((cand.shape[0],), index, dtype=torch.long, device=self.device)
+        with torch.no_grad():
+            return torch.argmax(self._batch_bounds(cand)[0], dim=1)
+
+    def update(self, x: Any, reward: Any) -> None:
+        """Single run: as before. Batch: ``x [R, d]`` and ``reward [R]``, both checked before
+        any run's state changes (``ValueError`` naming the argument)."""
+        model = self.batch_model
+        if self.run_streams is None or model is None:
+            super().update(x, reward)
+            return
+        n = self.run_streams.n_runs
+        xv = check_batch_points("x", x, n, dtype=self.dtype, device=self.device, dim=self.dim)
+        y = check_batch_rewards("reward", reward, n, dtype=self.dtype, device=self.device)
+        model.append(xv, y, validate=False)
+        self.dim = xv.shape[1]
+        self.t += 1
+
+    def diagnostics(self) -> dict[str, Any]:
+        """As before; in batched mode ``n`` and ``beta`` per run (``beta`` a tensor ``[R]``)."""
+        model = self.batch_model
+        if self.run_streams is None or model is None:
+            return super().diagnostics()
+        beta = self._batch_beta if self._batch_beta is not None else float("nan")
+        return {"n": float(model.n), "beta": beta}
+
+    def _extra_state(self) -> dict[str, Any]:
+        out = dict(super()._extra_state())
+        out["per_run"] = dict(self.per_run)
+        model = self.batch_model
+        if self.run_streams is None or model is None:
+            out["batch"] = None
+            return out
+        out["batch"] = {"rng": [g.get_state() for g in self.run_streams.sync()],
+                        "lam": model.lam.detach().cpu(), "settings": dict(self._batch_settings)}
+        return out
+
+    def _set_extra_state(self, state: dict[str, Any]) -> None:
+        """Restores the batch: an empty batched model of the right ``R`` is installed here, its
+        buffers load right after (children load after their parent's extra state)."""
+        super()._set_extra_state(state)
+        self.per_run = dict(state.get("per_run") or {"lam": None, "beta": None})
+        batch = state.get("batch")
+        self._leave_batch()
+        if batch is None:
+            return
+        gens = [torch.Generator() for _ in batch["rng"]]
+        for g, s in zip(gens, batch["rng"], strict=True):
+            g.set_state(s)
+        self.batched = BatchedExactKernelRidge(self.model.kernel, batch["lam"], len(gens),
+                                               dtype=self.dtype, device=self.device,
+                                               cache_candidates=self.model.cache_candidates)
+        self.run_streams = RunStreams(gens)
+        self._batch_settings = dict(batch["settings"])
 
 
 class GPUCB(KernelUCB):

@@ -1,0 +1,260 @@
+"""``R`` runs of exact kernel ridge regression stepped together (a leading run dimension).
+
+The math is :class:`~torchbandits.models.ExactKernelRidge`'s, run by run: for run ``r`` with data
+``S_r = (s_1..s_n)``, targets ``Y_r`` and regulariser ``λ_r > 0`` (the GP noise variance),
+
+* mean      ``μ_r(x) = k_{S_r}(x)ᵀ (K_r + λ_r I)⁻¹ Y_r``
+* variance  ``ρ²_r(x) = k(x, x) − k_{S_r}(x)ᵀ (K_r + λ_r I)⁻¹ k_{S_r}(x)`` (the **GP** variance);
+  the kernel-ridge ("ridge") variance of Zenati et al. (2022, §3.2) and Calandriello et al.
+  (2019, §3.1) is ``ρ²_r(x) / λ_r``;
+* ``log det(I + K_r/λ_r) = 2 Σ log L_ii − n log λ_r``.
+
+Every run holds the same number of points ``n`` (one per round), so the state stacks: lower
+Cholesky factors ``L`` ``[R, cap, cap]`` of ``K_r + λ_r I``, inputs ``[R, cap, d]``, targets and
+whitened targets ``z = L⁻¹Y`` ``[R, cap]``, the capacity doubling as in the sequential model.
+An append borders every factor at once (one batched triangular solve, O(n²) per run; the
+Cholesky form of the recursive update of Flynn & Reeb 2024, App. E.2); scoring candidates
+``[R, A, d]`` is one batched kernel product and one batched triangular solve,
+``V = L⁻¹ K_SC`` ``[R, n, A]``, ``μ = zᵀV``, ``ρ² = k_CC − colsum(V ⊙ V)``. A fixed candidate
+set (the same tensor values as the previous call) keeps ``V`` and gains one row per append, as
+:class:`~torchbandits.models.posterior.CandidateCache` does for one run (O(n·A) per round).
+
+``λ`` may be one float for all runs or a tensor ``[R]`` (a λ grid as one batch). The numbers
+equal the sequential model's up to rounding (batched BLAS may sum in another order).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from gpytorch.kernels import Kernel
+from torch import Tensor
+
+from ..batching import check_batch_points, check_batch_rewards, check_batched_candidates
+from ..buffers import ResizableModule, grow_rows
+from ..kernels import kernel_diag, kernel_matrix
+
+__all__ = ["BatchedExactKernelRidge", "check_run_values"]
+
+
+def check_run_values(name: str, value: Any, n_runs: int, *, positive: bool,
+                     dtype: torch.dtype = torch.float64) -> Tensor:
+    """A per-run setting as a finite tensor ``[R]`` (a number is repeated ``R`` times);
+    ``positive``: every entry > 0, else every entry >= 0. Raises ``ValueError`` naming ``name``."""
+    try:
+        v = torch.as_tensor(value, dtype=dtype).detach().cpu()
+    except (TypeError, ValueError, RuntimeError):
+        raise ValueError(f"{name} must be a number or a tensor [R], got {value!r}") from None
+    if v.ndim == 0:
+        v = v.expand(n_runs).clone()
+    if v.shape != (n_runs,):
+        raise ValueError(f"{name} must be [R] with R = {n_runs}, got shape {tuple(v.shape)}")
+    bad = ~torch.isfinite(v) | ((v <= 0) if positive else (v < 0))
+    if bool(bad.any()):
+        run = int(bad.nonzero()[0, 0])
+        bound = "> 0" if positive else ">= 0"
+        raise ValueError(f"{name} must be finite and {bound}: run {run} has {float(v[run])}")
+    return v
+
+
+class BatchedExactKernelRidge(ResizableModule):
+    """Exact kernel ridge regression / GP posterior of ``R`` runs with one kernel.
+
+    Args:
+        kernel: a GPyTorch kernel (shared by every run; kept as a submodule).
+        lam: the regulariser, a float or a tensor ``[R]`` of per-run values (all > 0).
+        n_runs: ``R``.
+        dtype, device: of all state (float64 by default).
+        cache_candidates: keep ``V = L⁻¹K_SC`` of the last fixed candidate set.
+    """
+
+    def __init__(self, kernel: Kernel, lam: float | Tensor, n_runs: int, *,
+                 dtype: torch.dtype = torch.float64, device: torch.device | str | None = None,
+                 cache_candidates: bool = True) -> None:
+        super().__init__()
+        if int(n_runs) < 1:
+            raise ValueError(f"n_runs must be >= 1, got {n_runs}")
+        r = int(n_runs)
+        self.kernel = kernel.to(dtype=dtype, device=device)
+        self.register_buffer("_lam", check_run_values("lam", lam, r, positive=True, dtype=dtype))
+        self.register_buffer("_L", torch.zeros(r, 16, 16, dtype=dtype))
+        self.register_buffer("_x", torch.zeros(r, 16, 0, dtype=dtype))
+        self.register_buffer("_y", torch.zeros(r, 16, dtype=dtype))
+        self.register_buffer("_z", torch.zeros(r, 16, dtype=dtype))
+        self.cache_candidates = bool(cache_candidates)
+        self._n = 0
+        self._cache: dict[str, Any] | None = None
+        if device is not None:
+            self.to(device)
+
+    # ------------------------------------------------------------------ properties / state
+    @property
+    def n_runs(self) -> int:
+        return int(self._lam.shape[0])
+
+    @property
+    def n(self) -> int:
+        """Number of points per run."""
+        return self._n
+
+    @property
+    def lam(self) -> Tensor:
+        """Per-run regularisers ``[R]``."""
+        return self._lam
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self._lam.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self._lam.device
+
+    @property
+    def dim(self) -> int | None:
+        return int(self._x.shape[2]) if self._n else None
+
+    @property
+    def x(self) -> Tensor:
+        """Stored inputs ``[R, n, d]`` (a view)."""
+        return self._x[:, : self._n]
+
+    @property
+    def y(self) -> Tensor:
+        """Stored targets ``[R, n]`` (a view)."""
+        return self._y[:, : self._n]
+
+    def cholesky(self) -> Tensor:
+        """Lower factors of ``K_r + λ_r I`` ``[R, n, n]`` (a copy)."""
+        return self._L[:, : self._n, : self._n].clone()
+
+    def get_extra_state(self) -> dict:
+        return {"n": self._n}
+
+    def set_extra_state(self, state: dict) -> None:
+        self._n = int(state["n"])
+        self._cache = None
+
+    def _apply(self, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+        self._cache = None
+        return super()._apply(fn, *args, **kwargs)
+
+    def reset(self) -> None:
+        """Forget all data of every run (the posteriors return to the prior)."""
+        self._n = 0
+        self._cache = None
+
+    # ------------------------------------------------------------------ kernel helpers
+    def _kdiag(self, x: Tensor) -> Tensor:
+        """``k(x, x)`` ``[R, m]`` of points ``[R, m, d]``."""
+        return kernel_diag(self.kernel, x.reshape(-1, x.shape[-1])).reshape(x.shape[:2])
+
+    # ------------------------------------------------------------------ updates
+    @torch.no_grad()
+    def append(self, x: Any, y: Any, *, validate: bool = True) -> None:
+        """Add one observation per run, ``x [R, d]``, ``y [R]``: a bordered Cholesky step,
+        ``row = L⁻¹ k_S(x)``, ``d = sqrt(k(x,x) + λ − ‖row‖²)``, ``z_n = (y − row·z)/d``.
+
+        Validates first (shapes, finiteness, positive pivots; ``validate=False``: the caller has
+        checked ``x`` and ``y`` already); a rejected call changes nothing.
+        """
+        n, r = self._n, self.n_runs
+        if validate:
+            x = check_batch_points("x", x, r, dtype=self.dtype, device=self.device, dim=self.dim)
+            y = check_batch_rewards("y", y, r, dtype=self.dtype, device=self.device)
+        yv = y
+        kxx = self._kdiag(x[:, None])[:, 0]
+        if n:
+            k_col = kernel_matrix(self.kernel, self._x[:, :n], x[:, None])     # [R, n, 1]
+            row = torch.linalg.solve_triangular(self._L[:, :n, :n], k_col, upper=False)[..., 0]
+            d2 = kxx + self._lam - (row * row).sum(-1)
+        else:
+            row = x.new_zeros(r, 0)
+            d2 = kxx + self._lam
+        if not bool((d2 > 0).all()):
+            run = int((d2 <= 0).nonzero()[0, 0])
+            raise ValueError(f"append: pivot {float(d2[run]):.3e} not positive in run {run} "
+                             f"(λ = {float(self._lam[run])})")
+        d = torch.sqrt(d2)
+        if self._x.shape[2] != x.shape[1]:
+            self._x = x.new_zeros(r, self._x.shape[1], x.shape[1])
+        self._L = grow_rows(self._L, n + 1, dims=(1, 2))
+        self._x = grow_rows(self._x, n + 1, dims=(1,))
+        self._y = grow_rows(self._y, n + 1, dims=(1,))
+        self._z = grow_rows(self._z, n + 1, dims=(1,))
+        self._L[:, n, :n] = row
+        self._L[:, n, n] = d
+        self._x[:, n] = x
+        self._y[:, n] = yv
+        self._z[:, n] = (yv - (row * self._z[:, :n]).sum(-1)) / d
+        self._n = n + 1
+
+    # ------------------------------------------------------------------ queries
+    def _whitened(self, cand: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``(V [R, n, A], k_CC [R, A], colsum(V ⊙ V) [R, A])`` for candidates ``[R, A, d]``."""
+        n = self._n
+        c = self._cache
+        if (c is not None and c["cand"].shape == cand.shape and c["n_at"] <= n
+                and torch.equal(c["cand"], cand)):
+            a = c["n_at"]
+            if a < n:   # the rows of V for the points appended since the last call
+                kq_new = kernel_matrix(self.kernel, self._x[:, a:n], cand)     # [R, n−a, A]
+                rows = self._L[:, a:n, :n]
+                rhs = kq_new - rows[:, :, :a] @ c["v"][:, :a] if a else kq_new
+                v_new = torch.linalg.solve_triangular(rows[:, :, a:n], rhs, upper=False)
+                c["v"] = grow_rows(c["v"], n, dims=(1,))
+                c["v"][:, a:n] = v_new
+                c["sumsq"] = c["sumsq"] + (v_new * v_new).sum(1)
+                c["n_at"] = n
+            return c["v"][:, :n], c["kdiag"], c["sumsq"]
+        kq = kernel_matrix(self.kernel, self._x[:, :n], cand)                  # [R, n, A]
+        kdiag = self._kdiag(cand)
+        v = torch.linalg.solve_triangular(self._L[:, :n, :n], kq, upper=False)
+        sumsq = (v * v).sum(1)
+        if self.cache_candidates:
+            buf = v.new_zeros(v.shape[0], max(2 * n, 16), v.shape[2])
+            buf[:, :n] = v
+            self._cache = {"cand": cand.clone(), "kdiag": kdiag, "v": buf, "sumsq": sumsq,
+                           "n_at": n}
+        return v, kdiag, sumsq
+
+    @torch.no_grad()
+    def mean_var(self, candidates: Any, variance: str = "gp", *, validate: bool = True
+                 ) -> tuple[Tensor, Tensor]:
+        """Posterior mean ``μ_r`` and variance (clamped at 0) of every run at its candidates
+        ``[R, A, d]``; both ``[R, A]``. ``variance="gp"``: ``ρ²_r``; ``"ridge"``: ``ρ²_r/λ_r``.
+        ``validate=False``: the caller has checked ``candidates`` already."""
+        if variance not in ("gp", "ridge"):
+            raise ValueError(f"variance must be 'gp' or 'ridge', got {variance!r}")
+        cand = candidates
+        if validate:
+            cand = check_batched_candidates("candidates", candidates, self.n_runs,
+                                            dtype=self.dtype, device=self.device, dim=self.dim)
+        if self._n == 0:
+            mean, var = cand.new_zeros(cand.shape[:2]), self._kdiag(cand)
+        else:
+            v, kdiag, sumsq = self._whitened(cand)
+            mean = (self._z[:, None, : self._n] @ v)[:, 0]
+            var = torch.clamp(kdiag - sumsq, min=0.0)
+        if variance == "ridge":
+            var = var / self._lam[:, None]
+        return mean, var
+
+    @torch.no_grad()
+    def log_det(self) -> Tensor:
+        """``log det(I + K_r/λ_r)`` of every run ``[R]`` (0 when empty)."""
+        n = self._n
+        if n == 0:
+            return self._lam.new_zeros(self.n_runs)
+        diag = torch.diagonal(self._L[:, :n, :n], dim1=-2, dim2=-1)
+        return 2.0 * torch.log(diag).sum(-1) - n * torch.log(self._lam)
+
+    @torch.no_grad()
+    def quad_y(self) -> Tensor:
+        """``Y_rᵀ (K_r + λ_r I)⁻¹ Y_r = ‖z_r‖²`` ``[R]`` (0 when empty)."""
+        z = self._z[:, : self._n]
+        return (z * z).sum(-1)
+
+    def extra_repr(self) -> str:
+        return f"n_runs={self.n_runs}, n={self._n}"
