@@ -1,5 +1,6 @@
 """Models: what is known about the reward function."""
 
+from .batched_exact import BatchedExactKernelRidge  # R runs stepped together
 from .exact import ExactKernelRidge, exact_posterior_reference
 from .kors import KORS, kors_leverage_eq41
 from .nystrom import NystromKernelRidge, nystrom_posterior_reference
@@ -7,6 +8,7 @@ from .rls import RLSResampler, theory_qbar  # BKB (Calandriello et al. 2019)
 
 __all__ = [
     "KORS",
+    "BatchedExactKernelRidge",
     "ExactKernelRidge",
     "NystromKernelRidge",
     "RLSResampler",
