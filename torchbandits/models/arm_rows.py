@@ -50,7 +50,7 @@ class ArmRowCache:
             returns ``None`` (the caller then evaluates ``k_Z(arms)`` every round).
     """
 
-    __slots__ = ("arms", "changes", "complete", "idx", "max_entries", "n_rows", "rows")
+    __slots__ = ("arms", "changes", "complete", "idx", "max_entries", "n_rows", "rows", "where")
 
     def __init__(self, max_entries: int = 2**25) -> None:
         self.max_entries = int(max_entries)
@@ -64,6 +64,7 @@ class ArmRowCache:
         self.rows: Tensor | None = None  # [cap, A] kernel rows of the first n_rows pulled points
         self.n_rows = 0
         self.complete: tuple[Tensor, bool] | None = None  # (idx, every pulled point is an arm)
+        self.where: dict[int, int] = {}  # arm row -> position among the pulled points
 
     def pulled_rows(self, pulled: Tensor, arms: Tensor) -> Tensor | None:
         """``[n_distinct]`` rows of the ``pulled`` points in ``arms`` (cached while the arm set
@@ -73,12 +74,20 @@ class ArmRowCache:
             return self.idx
         self.changes += 1
         self.rows, self.n_rows = None, 0
+        self.where = {}
         if self.changes > 2:
             self.arms = self.idx = None
             return None
         self.arms = arms.clone()
         self.idx = match_rows(pulled, arms)
+        for j, r in enumerate(self.idx.tolist()):
+            if r >= 0:
+                self.where.setdefault(r, j)
         return self.idx
+
+    def position(self, row: int) -> int:
+        """Position among the pulled points of the one at arm row ``row`` (−1 if none)."""
+        return self.where.get(row, -1)
 
     def fixed_rows(self, pulled: Tensor, arms: Tensor) -> Tensor | None:
         """:meth:`pulled_rows` when every pulled point is one of ``arms``, else ``None``."""
@@ -93,6 +102,8 @@ class ArmRowCache:
     def push(self, row: int) -> None:
         """A new distinct pulled point, at row ``row`` of the arm set (−1 if not an arm)."""
         if self.idx is not None and self.arms is not None:
+            if row >= 0:
+                self.where.setdefault(row, self.idx.shape[0])
             self.idx = torch.cat([self.idx, self.idx.new_tensor([row])])
 
     def dictionary_rows(self, kernel_block: Callable[[Tensor, Tensor], Tensor], arms: Tensor,

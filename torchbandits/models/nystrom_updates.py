@@ -34,9 +34,10 @@ __all__ = ["NystromUpdates", "border_apply", "border_prepare", "whitening"]
 PIVOT_TOL = 1e-14
 
 
-def whitening(kzz: Tensor, eye: Tensor) -> Tensor:
+def whitening(kzz: Tensor, eye: Tensor, scale: float | None = None) -> Tensor:
     """``P`` ``[m, m]`` with ``e(x) = P k_Z(x)`` the whitened embedding of the span of the anchors:
-    ``P = L⁻¹`` for the lower Cholesky factor ``L`` of ``K_ZZ`` (``eye`` = ``I_m``).
+    ``P = L⁻¹`` for the lower Cholesky factor ``L`` of ``K_ZZ`` (``eye`` = ``I_m``; ``scale`` =
+    ``max k(z,z)`` when known, e.g. the constant of a stationary kernel, else read off ``K_ZZ``).
 
     When ``K_ZZ`` is numerically singular (plain Cholesky fails, or a pivot² falls below
     ``PIVOT_TOL·max k(z,z)``: on dense dictionaries, e.g. every pulled arm of 260 in [0, 1]² with
@@ -48,9 +49,11 @@ def whitening(kzz: Tensor, eye: Tensor) -> Tensor:
     of every query). The full-dictionary posterior then matches the exact kernel ridge one to
     ~1e-10 instead of ~1e-7."""
     chol, info = torch.linalg.cholesky_ex(kzz)
-    # one host sync: a failed factor (info > 0) holds NaNs or garbage past the failure, so test both
-    if bool((info == 0) & (torch.diagonal(chol).min().square() > PIVOT_TOL * torch.diagonal(kzz).max())):
-        return torch.linalg.solve_triangular(chol, eye, upper=False)
+    if not int(info):
+        if scale is None:
+            scale = float(torch.diagonal(kzz).max())
+        if float(torch.diagonal(chol).min()) ** 2 > PIVOT_TOL * scale:
+            return torch.linalg.solve_triangular(chol, eye, upper=False)
     chol_r, piv = pivoted_cholesky(kzz, PIVOT_TOL)
     r = piv.shape[0]
     out = torch.zeros_like(eye)
@@ -301,9 +304,10 @@ class NystromUpdates(NystromState):
         sc = self._sc
         self._ensure_rows(n, d)
         self._ensure_anchors(max(m, 1), d)
+        if sc.n > n:  # rows beyond n count as one pull each (see _c)
+            self._c[n:] = 1.0
         self._x[:n] = x
         self._c[:n] = c
-        self._c[n:] = 1.0
         self._s[:n] = s
         self._z[:m] = zs
         sc.n, sc.m = n, m
@@ -313,7 +317,8 @@ class NystromUpdates(NystromState):
             kzz_j = kzz + self.jitter * eye if self.jitter else kzz
             kxz = self.kernel_block(x, zs) if kxz is None else kxz
             if self.parametrisation == "whitened":
-                linv = whitening(kzz_j, eye)
+                kc = self._kconst
+                linv = whitening(kzz_j, eye, None if kc is None else kc + self.jitter)
                 feat = kxz @ linv.mT  # E = K_SZ L⁻ᵀ
                 a = feat.mT @ (c[:, None] * feat) + lam * eye
                 self._p[:m, :m] = linv
@@ -323,7 +328,8 @@ class NystromUpdates(NystromState):
                 feat = kxz
                 a = feat.mT @ (c[:, None] * feat) + lam * kzz_j
                 self._p[:m, :m] = linv.mT @ linv
-            chol_a, _ = safe_cholesky(a)
+            # whitened: A = EᵀCE + λI has eigenvalues ≥ λ, no nugget can be needed
+            chol_a = torch.linalg.cholesky(a) if self.parametrisation == "whitened" else safe_cholesky(a)[0]
             self._q[:m, :m] = torch.cholesky_inverse(chol_a)
             self._g[:m] = feat.mT @ s
             self._f[:n, :m] = feat

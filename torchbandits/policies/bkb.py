@@ -52,6 +52,15 @@ from .base import IndexPolicy
 
 __all__ = ["BKB"]
 
+
+def _is_row(x: Tensor, arms: Tensor | None, i: int) -> bool:
+    """Whether ``x`` ``[d]`` is the view ``arms[i]`` (what ``update(arms[i], r)`` passes): a
+    pointer comparison, no tensor op."""
+    if arms is None or i < 0 or x.ndim != 1 or x.shape[0] != arms.shape[1]:
+        return False
+    return (x.data_ptr() == arms.data_ptr() + i * arms.stride(0) * arms.element_size()
+            and x.stride(0) == arms.stride(1) and x.dtype == arms.dtype and x.device == arms.device)
+
 VarianceKind = Literal["dtc", "sor"]
 
 
@@ -275,27 +284,47 @@ class BKB(IndexPolicy):
         fixed arm set (each pulled arm's row is computed once); ``None`` past the cache budget."""
         return self.arm_rows.dictionary_rows(self.model.kernel_block, cand, idx, self.dictionary_mask)
 
-    def _pulled_variances(self, cand: Tensor, var: Tensor, used: Tensor) -> tuple[Tensor, Tensor]:
+    def _pulled_variances(self, cand: Tensor, var: Tensor, used: Tensor,
+                          idx: Tensor | None) -> tuple[Tensor, Tensor]:
         """(DTC, used) ridge variances of the distinct pulled points, gathered from the
-        candidates' when all are among them (fixed arm set), else evaluated."""
+        candidates' when all are among them (``idx``: their rows in the fixed arm set), else
+        evaluated."""
         if self._np == 0:
             return var.new_zeros(0), var.new_zeros(0)
-        idx = self.arm_rows.fixed_rows(self.pulled, cand)
         if idx is not None:
             return var[idx], used[idx]
         _, pv, pu = self._dtc(self.pulled)
         return pv, pu
 
     # ------------------------------------------------------------------ contract
+    def select(self, candidates: Any) -> int:
+        """Index of the arm to play (argmax of :meth:`forward`, first on ties); the candidates are
+        validated once, and the choice is remembered so that :meth:`update` finds its row
+        without a search."""
+        cand = self.check_candidates(candidates)
+        if self.t < self.n_warmup:
+            return self.warmup_choice(cand)
+        with torch.no_grad():
+            i = int(torch.argmax(self._ucb(cand)))
+        if self._scored is not None:
+            self._scored["choice"] = i
+        return i
+
     def forward(self, candidates: Tensor) -> Tensor:
         """``ũ_t(x) = μ̃_t(x) + β̃_t σ̃_t(x)`` of every candidate (ridge sd, eq. 4)."""
-        cand = self.check_candidates(candidates)
-        mean, var, used = self._dtc(cand, self.arm_rows.fixed_rows(self.pulled, cand) if self._np else None)
-        pvar, pused = self._pulled_variances(cand, var, used)
-        sum_var = float((self.counts * pused).sum()) if self._np else 0.0
-        kappa2 = float(kernel_diag(self.kernel, cand).max())
+        return self._ucb(self.check_candidates(candidates))
+
+    def _ucb(self, cand: Tensor) -> Tensor:
+        """:meth:`forward` on validated candidates ``[A, d]``."""
+        np_ = self._np
+        idx = self.arm_rows.fixed_rows(self._px[:np_], cand) if np_ else None
+        mean, var, used = self._dtc(cand, idx)
+        pvar, pused = self._pulled_variances(cand, var, used, idx)
+        sum_var = float((self._counts[:np_] * pused).sum()) if np_ else 0.0
+        kc = self.model.kernel_constant
+        kappa2 = kc if kc is not None else float(kernel_diag(self.kernel, cand).max())
         beta = self.rule.radius(sum_var, self.t, kappa2, self.lam)
-        self._scored = {"cand": cand, "var": var, "pvar": pvar}
+        self._scored = {"cand": cand, "var": var, "pvar": pvar, "idx": idx}
         self._last.update(beta=beta, sum_var=sum_var, kappa2=kappa2)
         if self.exact is not None:
             if self.exact.n:
@@ -310,21 +339,28 @@ class BKB(IndexPolicy):
         # 1. σ̃_t² of the model that chose x, at every distinct pulled point and at x (§3.1)
         row = -1
         sc = self._scored
-        ref = sc["cand"] if sc is not None and self._model_ok else self.arm_rows.arms
-        if ref is not None:
+        n = self._np
+        known = sc is not None and self._model_ok
+        ref = sc["cand"] if known else self.arm_rows.arms  # type: ignore[index]
+        if known and _is_row(x, ref, sc.get("choice", -1)):  # type: ignore[union-attr]
+            row = sc["choice"]  # type: ignore[index]  # the arm just selected (no search)
+        elif ref is not None:
             hit = (ref == x).all(-1).nonzero()
             row = int(hit[0, 0]) if hit.numel() else -1
-        if row >= 0 and sc is not None and self._model_ok:
-            pvar, xvar = sc["pvar"], sc["var"][row:row + 1]
+        if row >= 0 and known:
+            pvar, xvar = sc["pvar"], sc["var"][row:row + 1]  # type: ignore[index]
         else:
-            pts = torch.cat([self.pulled, x[None]]) if self._np else x[None]
+            pts = torch.cat([self.pulled, x[None]]) if n else x[None]
             allv = self._dtc(pts)[1]
             pvar, xvar = allv[:-1], allv[-1:]
-        # 2. count statistics
-        n = self._np
-        same = (self.pulled == x).all(-1).nonzero() if n else x.new_zeros(0, 1)
-        if same.numel():
-            j = int(same[0, 0])
+        # 2. count statistics (which distinct point x is: by its arm row when every pulled point
+        # is a row of the scored arm set, else by comparison)
+        if known and row >= 0 and sc["idx"] is not None:  # type: ignore[index]
+            j = self.arm_rows.position(row)
+        else:
+            same = (self.pulled == x).all(-1).nonzero() if n else x.new_zeros(0, 1)
+            j = int(same[0, 0]) if same.numel() else -1
+        if j >= 0:
             variances = pvar.clone()
         else:
             j = n
