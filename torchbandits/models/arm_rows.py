@@ -108,9 +108,10 @@ class ArmRowCache:
 
     def dictionary_rows(self, kernel_block: Callable[[Tensor, Tensor], Tensor], arms: Tensor,
                         idx: Tensor, mask: Tensor) -> Tensor | None:
-        """``K_Z,A`` ``[m, A]``: the cached rows of the pulled points selected by ``mask``
-        ``[n_distinct]`` (the dictionary), computing with ``kernel_block(a, b) = k(a, b)`` the rows
-        of pulled points not seen yet; ``None`` past ``max_entries``."""
+        """``K_Z,A`` ``[m, A]``: the cached rows of the pulled points selected by ``mask`` (the
+        dictionary: a boolean ``[n_distinct]`` mask or their ``[m]`` positions), computing with
+        ``kernel_block(a, b) = k(a, b)`` the rows of pulled points not seen yet; ``None`` past
+        ``max_entries``."""
         n, a = idx.shape[0], arms.shape[0]
         if n * a > self.max_entries:
             return None
@@ -122,4 +123,6 @@ class ArmRowCache:
             rows = self.rows = grow_rows(rows, n)
             rows[self.n_rows : n] = kernel_block(arms.index_select(0, idx[self.n_rows : n]), arms)
             self.n_rows = n
-        return rows[:n][mask]
+        if mask.dtype == torch.bool:
+            return rows[:n][mask]
+        return rows.index_select(0, mask)

@@ -320,7 +320,8 @@ class NystromUpdates(NystromState):
                 kc = self._kconst
                 linv = whitening(kzz_j, eye, None if kc is None else kc + self.jitter)
                 feat = kxz @ linv.mT  # E = K_SZ L⁻ᵀ
-                a = feat.mT @ (c[:, None] * feat) + lam * eye
+                a = feat.mT @ (c[:, None] * feat)
+                a.diagonal().add_(lam)  # + λI (the off-diagonal zeros of λI add nothing)
                 self._p[:m, :m] = linv
             else:
                 chol, _ = safe_cholesky(kzz_j)

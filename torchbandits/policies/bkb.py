@@ -227,21 +227,24 @@ class BKB(IndexPolicy):
         self._invalidate()
 
     # ------------------------------------------------------------------ posterior
-    def _ensure_model(self, kza: Tensor | None = None, idx: Tensor | None = None) -> None:
+    def _ensure_model(self, kza: Tensor | None = None, idx: Tensor | None = None,
+                      sel: Tensor | None = None) -> None:
         """Rebuild the Nyström posterior from the count statistics (O(n m² + m³)); with the
-        dictionary's cached kernel rows ``kza`` ``[m, A]`` and the candidate rows ``idx`` of the
-        pulled points, ``K_ZZ`` and ``K_PZ`` are gathered instead of evaluated."""
+        dictionary's cached kernel rows ``kza`` ``[m, A]``, the candidate rows ``idx`` of the
+        pulled points and the dictionary's positions ``sel`` ``[m]`` among them, ``K_ZZ`` and
+        ``K_PZ`` are gathered instead of evaluated."""
         if self._model_ok:
             return
-        if self._np == 0:
+        np_ = self._np
+        if np_ == 0:
             self.model.reset()
-        elif kza is None or idx is None:
+        elif kza is None or idx is None or sel is None:
             self.model.rebuild(self.dictionary, self.pulled, self.sums, self.counts)
         else:
-            mask = self.dictionary_mask
+            pulled = self._px[:np_]
             kpz = kza.index_select(1, idx).mT
-            self.model.rebuild_from_counts(self.pulled[mask], self.pulled, self.sums, self.counts,
-                                           kzz=kpz[mask], kxz=kpz)
+            self.model.rebuild_from_counts(pulled.index_select(0, sel), pulled, self._sums[:np_],
+                                           self._counts[:np_], kzz=kpz.index_select(0, sel), kxz=kpz)
         self._model_ok = True
 
     def _residual(self, cand: Tensor) -> Tensor:
@@ -258,10 +261,13 @@ class BKB(IndexPolicy):
         ``zᵀV⁻¹z`` when ``variance="sor"`` (the dictionary sampler always uses the DTC one).
         ``idx``: rows of the pulled points in ``cand`` when ``cand`` is the fixed arm set (kernel
         rows are then read from the cache)."""
-        kza = self._dictionary_rows(cand, idx) if idx is not None and not self._model_ok else None
-        self._ensure_model(kza, idx)
+        kza = sel = None
+        if idx is not None and not self._model_ok:
+            sel = self._in_dict[: self._np].nonzero()[:, 0]  # the dictionary's positions
+            kza = self._dictionary_rows(cand, idx, sel)
+        self._ensure_model(kza, idx, sel)
         if kza is None and idx is not None and self.model.m:
-            kza = self._dictionary_rows(cand, idx)
+            kza = self._dictionary_rows(cand, idx, self._in_dict[: self._np].nonzero()[:, 0])
         mean, var_gp = self.model.score(cand, kza) if kza is not None else self.model.mean_var(cand)
         var = var_gp / self.lam
         if self.variance_kind == "dtc":
@@ -279,10 +285,11 @@ class BKB(IndexPolicy):
         mean, _, used = self._dtc(cand)
         return mean, used, used * self.lam
 
-    def _dictionary_rows(self, cand: Tensor, idx: Tensor) -> Tensor | None:
+    def _dictionary_rows(self, cand: Tensor, idx: Tensor, sel: Tensor) -> Tensor | None:
         """``K_Z,A`` ``[m, A]`` gathered from the cached kernel rows of the pulled arms over the
-        fixed arm set (each pulled arm's row is computed once); ``None`` past the cache budget."""
-        return self.arm_rows.dictionary_rows(self.model.kernel_block, cand, idx, self.dictionary_mask)
+        fixed arm set (each pulled arm's row is computed once; ``sel``: the dictionary's positions
+        among the pulled points); ``None`` past the cache budget."""
+        return self.arm_rows.dictionary_rows(self.model.kernel_block, cand, idx, sel)
 
     def _pulled_variances(self, cand: Tensor, var: Tensor, used: Tensor,
                           idx: Tensor | None) -> tuple[Tensor, Tensor]:
