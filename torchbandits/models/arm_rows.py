@@ -24,7 +24,7 @@ from torch import Tensor
 
 from ..buffers import grow_rows
 
-__all__ = ["ArmRowCache", "match_rows"]
+__all__ = ["ArmRowCache", "is_row_view", "match_rows"]
 
 
 def match_rows(points: Tensor, arms: Tensor) -> Tensor:
@@ -37,6 +37,15 @@ def match_rows(points: Tensor, arms: Tensor) -> Tensor:
         hit = eq.any(1)
         out[s : s + chunk] = torch.where(hit, eq.to(torch.int8).argmax(1), -1)
     return out
+
+
+def is_row_view(x: Tensor, arms: Tensor | None, i: int) -> bool:
+    """Whether ``x`` ``[d]`` is the view ``arms[i]`` (what ``update(arms[i], r)`` passes): a
+    pointer comparison, no tensor op."""
+    if arms is None or i < 0 or x.ndim != 1 or x.shape[0] != arms.shape[1]:
+        return False
+    return (x.data_ptr() == arms.data_ptr() + i * arms.stride(0) * arms.element_size()
+            and x.stride(0) == arms.stride(1) and x.dtype == arms.dtype and x.device == arms.device)
 
 
 class ArmRowCache:

@@ -236,11 +236,13 @@ class NystromKernelRidge(NystromUpdates):
         m = self._sc.m
         if self.parametrisation == "plain":
             return self._g[:m].clone()
-        return torch.linalg.solve_triangular(self._p[:m, :m], self._g[:m, None], upper=False)[:, 0]
+        # K_ZS s directly: after a pivoted rebuild ``P`` is not the invertible ``L⁻¹``
+        return self.kernel_block(self._z[:m], self.x) @ self.target_sums
 
     @property
     def kzz_inverse(self) -> Tensor:
-        """``(K_ZZ + ηI)⁻¹`` (a new tensor)."""
+        """``(K_ZZ + ηI)⁻¹`` (a new tensor; whitened ``PᵀP``, a generalised inverse when a
+        numerically singular ``K_ZZ`` was whitened by the pivoted factor)."""
         m = self._sc.m
         if self.parametrisation == "plain":
             return self._p[:m, :m].clone()

@@ -43,7 +43,7 @@ from torch import Tensor
 from ..buffers import grow_rows
 from ..confidence.bkb import BetaRule, BKBBeta
 from ..kernels import check_kernel, kernel_diag
-from ..models.arm_rows import ArmRowCache
+from ..models.arm_rows import ArmRowCache, is_row_view
 from ..models.exact import ExactKernelRidge
 from ..models.nystrom import NystromKernelRidge
 from ..models.rls import RLSResampler, Sampler, theory_qbar
@@ -51,15 +51,6 @@ from ..validation import check_positive
 from .base import IndexPolicy
 
 __all__ = ["BKB"]
-
-
-def _is_row(x: Tensor, arms: Tensor | None, i: int) -> bool:
-    """Whether ``x`` ``[d]`` is the view ``arms[i]`` (what ``update(arms[i], r)`` passes): a
-    pointer comparison, no tensor op."""
-    if arms is None or i < 0 or x.ndim != 1 or x.shape[0] != arms.shape[1]:
-        return False
-    return (x.data_ptr() == arms.data_ptr() + i * arms.stride(0) * arms.element_size()
-            and x.stride(0) == arms.stride(1) and x.dtype == arms.dtype and x.device == arms.device)
 
 VarianceKind = Literal["dtc", "sor"]
 
@@ -305,9 +296,8 @@ class BKB(IndexPolicy):
 
     # ------------------------------------------------------------------ contract
     def select(self, candidates: Any) -> int:
-        """Index of the arm to play (argmax of :meth:`forward`, first on ties); the candidates are
-        validated once, and the choice is remembered so that :meth:`update` finds its row
-        without a search."""
+        """Argmax of :meth:`forward` (first on ties), validating once; the choice is remembered
+        so that :meth:`update` finds its row without a search."""
         cand = self.check_candidates(candidates)
         if self.t < self.n_warmup:
             return self.warmup_choice(cand)
@@ -321,8 +311,7 @@ class BKB(IndexPolicy):
         """``ũ_t(x) = μ̃_t(x) + β̃_t σ̃_t(x)`` of every candidate (ridge sd, eq. 4)."""
         return self._ucb(self.check_candidates(candidates))
 
-    def _ucb(self, cand: Tensor) -> Tensor:
-        """:meth:`forward` on validated candidates ``[A, d]``."""
+    def _ucb(self, cand: Tensor) -> Tensor:  # forward on validated candidates [A, d]
         np_ = self._np
         idx = self.arm_rows.fixed_rows(self._px[:np_], cand) if np_ else None
         mean, var, used = self._dtc(cand, idx)
@@ -349,7 +338,7 @@ class BKB(IndexPolicy):
         n = self._np
         known = sc is not None and self._model_ok
         ref = sc["cand"] if known else self.arm_rows.arms  # type: ignore[index]
-        if known and _is_row(x, ref, sc.get("choice", -1)):  # type: ignore[union-attr]
+        if known and is_row_view(x, ref, sc.get("choice", -1)):  # type: ignore[union-attr]
             row = sc["choice"]  # type: ignore[index]  # the arm just selected (no search)
         elif ref is not None:
             hit = (ref == x).all(-1).nonzero()
@@ -360,8 +349,7 @@ class BKB(IndexPolicy):
             pts = torch.cat([self.pulled, x[None]]) if n else x[None]
             allv = self._dtc(pts)[1]
             pvar, xvar = allv[:-1], allv[-1:]
-        # 2. count statistics (which distinct point x is: by its arm row when every pulled point
-        # is a row of the scored arm set, else by comparison)
+        # 2. count statistics (x's distinct point: by arm row on a fixed arm set, else compared)
         if known and row >= 0 and sc["idx"] is not None:  # type: ignore[index]
             j = self.arm_rows.position(row)
         else:
