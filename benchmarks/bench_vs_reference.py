@@ -32,6 +32,7 @@ timing, the UCB vectors of the two sides on the same data are compared (max abs 
 re-statement computes what ours computes.
 
     python benchmarks/bench_vs_reference.py [--ts 50 100 200 1000] [--repeats 30] [--out DIR]
+    python benchmarks/bench_vs_reference.py --methods bkb --bkb-horizon 1000   # BKB only
     python benchmarks/bench_vs_reference.py --quick       # small sizes (run by the tests)
 """
 
