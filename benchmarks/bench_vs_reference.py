@@ -32,6 +32,7 @@ timing, the UCB vectors of the two sides on the same data are compared (max abs 
 re-statement computes what ours computes.
 
     python benchmarks/bench_vs_reference.py [--ts 50 100 200 1000] [--repeats 30] [--out DIR]
+    python benchmarks/bench_vs_reference.py --methods bkb --bkb-horizon 1000   # BKB only
     python benchmarks/bench_vs_reference.py --quick       # small sizes (run by the tests)
 """
 
@@ -283,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="t ∈ {20, 40}, 5 repeats, BKB A = 100, T = 60")
     ap.add_argument("--ts", type=int, nargs="+", default=[50, 100, 200, 1000])
     ap.add_argument("--repeats", type=int, default=30)
-    ap.add_argument("--methods", nargs="+", default=["AMM", "AY", "IGP", "DMM"])
+    ap.add_argument("--methods", nargs="+", default=["AMM", "AY", "IGP", "DMM", "BKB"],
+                    help="any of AMM AY IGP DMM (the bound family) and BKB (case-insensitive)")
     ap.add_argument("--bkb-horizon", type=int, default=2000)
     ap.add_argument("--bkb-arms", type=int, default=1000)
     ap.add_argument("--qbar", type=float, nargs="+", default=[1.0, 5.0])
@@ -292,9 +294,11 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     if args.quick:
         args.ts, args.repeats, args.bkb_horizon, args.bkb_arms = [20, 40], 5, 60, 100
-    rows = bounds(args.ts, args.repeats, args.methods)
-    checkpoints = sorted({c for c in (500, 1000, 2000) if c <= args.bkb_horizon} or {args.bkb_horizon})
-    rows += bkb(args.bkb_horizon, args.bkb_arms, checkpoints, args.qbar)
+    methods = [m.upper() for m in args.methods]
+    rows = bounds(args.ts, args.repeats, [m for m in methods if m != "BKB"])
+    if "BKB" in methods:
+        checkpoints = sorted({c for c in (500, 1000, 2000) if c <= args.bkb_horizon} or {args.bkb_horizon})
+        rows += bkb(args.bkb_horizon, args.bkb_arms, checkpoints, args.qbar)
     args.out.mkdir(parents=True, exist_ok=True)
     table = markdown(rows)
     tmp = args.out / "bench.json.tmp"

@@ -269,7 +269,10 @@ def test_no_variance_starvation_dtc_vs_sor() -> None:
     assert bool((ratio >= 1 / 3).all() and (ratio <= 3).all())
     assert float(v_dtc[far].min()) > 0.9 * 100  # prior k/λ = 100
     very_far = grid[:, 0] >= 0.9
-    assert float(v_sor[very_far].max()) < 1e-3 * float(v_dtc[very_far].min())
+    # K_ZZ is numerically singular here (36 anchors on [0, 0.5], ℓ = 0.1): the pivoted whitening
+    # keeps the span to 1e-14, where the SoR variance at 0.9 is 0.29 (the exact projection's
+    # ‖e‖² = 2.9e-3, checked in extended precision); a 1e-10 nugget had shrunk it to 0.016
+    assert float(v_sor[very_far].max()) < 1e-2 * float(v_dtc[very_far].min())
     assert float(v_sor[far].mean()) < 0.3 * float(v_dtc[far].mean())
     assert dtc.dictionary_size < 40
     assert torch.equal(dtc.dictionary, sor.dictionary)  # the sampler uses DTC variances in both

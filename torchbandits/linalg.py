@@ -28,6 +28,7 @@ __all__ = [
     "cholesky_remove_first",
     "logdet_from_cholesky",
     "logdet_from_diagonal",
+    "pivoted_cholesky",
     "safe_cholesky",
 ]
 
@@ -138,6 +139,25 @@ def safe_cholesky(a: Tensor, jitter: float = 0.0, max_tries: int = 6) -> tuple[T
         f"safe_cholesky: matrix not positive definite even with jitter {current:.3e}"
         f" ({max_tries} tries)"
     )
+
+
+def pivoted_cholesky(a: Tensor, rel_tol: float = 1e-14) -> tuple[Tensor, Tensor]:
+    """Greedy (diagonal-pivoted) Cholesky of a PSD ``a`` ``[m, m]`` stopped at a small pivot:
+    ``a[piv][:, piv] ≈ L Lᵀ`` with ``L`` ``[r, r]`` lower and ``piv`` ``[r]`` the rows taken, in
+    order of decreasing residual; it stops once every remaining residual variance (Schur-complement
+    diagonal) is ``≤ rel_tol · max_i a_ii``, so the ``m − r`` rows left out lie in the span of the
+    ``r`` taken to that accuracy. LAPACK ``?pstrf`` (through SciPy, on the CPU; the result goes back
+    to ``a``'s device). For numerically singular kernel matrices, where plain Cholesky fails."""
+    from scipy.linalg.lapack import get_lapack_funcs
+
+    arr = a.detach().to("cpu").numpy()
+    pstrf = get_lapack_funcs("pstrf", (arr,))
+    scale = float(arr.diagonal().max()) if arr.shape[0] else 1.0
+    u, piv, rank, info = pstrf(arr, lower=1, tol=rel_tol * scale)
+    if info < 0:
+        raise RuntimeError(f"pivoted_cholesky: LAPACK pstrf failed (info={info})")
+    chol = torch.from_numpy(u[:rank, :rank]).tril_().to(a.device)
+    return chol, torch.from_numpy(piv[:rank].astype("int64") - 1).to(a.device)
 
 
 def log1p_safe(x: Tensor) -> Tensor:

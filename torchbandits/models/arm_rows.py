@@ -24,7 +24,7 @@ from torch import Tensor
 
 from ..buffers import grow_rows
 
-__all__ = ["ArmRowCache", "match_rows"]
+__all__ = ["ArmRowCache", "is_row_view", "match_rows"]
 
 
 def match_rows(points: Tensor, arms: Tensor) -> Tensor:
@@ -39,6 +39,15 @@ def match_rows(points: Tensor, arms: Tensor) -> Tensor:
     return out
 
 
+def is_row_view(x: Tensor, arms: Tensor | None, i: int) -> bool:
+    """Whether ``x`` ``[d]`` is the view ``arms[i]`` (what ``update(arms[i], r)`` passes): a
+    pointer comparison, no tensor op."""
+    if arms is None or i < 0 or x.ndim != 1 or x.shape[0] != arms.shape[1]:
+        return False
+    return (x.data_ptr() == arms.data_ptr() + i * arms.stride(0) * arms.element_size()
+            and x.stride(0) == arms.stride(1) and x.dtype == arms.dtype and x.device == arms.device)
+
+
 class ArmRowCache:
     """The pulled-arm map and kernel-row cache of BKB on a fixed arm set (module docstring).
 
@@ -50,7 +59,7 @@ class ArmRowCache:
             returns ``None`` (the caller then evaluates ``k_Z(arms)`` every round).
     """
 
-    __slots__ = ("arms", "changes", "complete", "idx", "max_entries", "n_rows", "rows")
+    __slots__ = ("arms", "changes", "complete", "idx", "max_entries", "n_rows", "rows", "where")
 
     def __init__(self, max_entries: int = 2**25) -> None:
         self.max_entries = int(max_entries)
@@ -64,6 +73,7 @@ class ArmRowCache:
         self.rows: Tensor | None = None  # [cap, A] kernel rows of the first n_rows pulled points
         self.n_rows = 0
         self.complete: tuple[Tensor, bool] | None = None  # (idx, every pulled point is an arm)
+        self.where: dict[int, int] = {}  # arm row -> position among the pulled points
 
     def pulled_rows(self, pulled: Tensor, arms: Tensor) -> Tensor | None:
         """``[n_distinct]`` rows of the ``pulled`` points in ``arms`` (cached while the arm set
@@ -73,12 +83,20 @@ class ArmRowCache:
             return self.idx
         self.changes += 1
         self.rows, self.n_rows = None, 0
+        self.where = {}
         if self.changes > 2:
             self.arms = self.idx = None
             return None
         self.arms = arms.clone()
         self.idx = match_rows(pulled, arms)
+        for j, r in enumerate(self.idx.tolist()):
+            if r >= 0:
+                self.where.setdefault(r, j)
         return self.idx
+
+    def position(self, row: int) -> int:
+        """Position among the pulled points of the one at arm row ``row`` (−1 if none)."""
+        return self.where.get(row, -1)
 
     def fixed_rows(self, pulled: Tensor, arms: Tensor) -> Tensor | None:
         """:meth:`pulled_rows` when every pulled point is one of ``arms``, else ``None``."""
@@ -93,13 +111,16 @@ class ArmRowCache:
     def push(self, row: int) -> None:
         """A new distinct pulled point, at row ``row`` of the arm set (−1 if not an arm)."""
         if self.idx is not None and self.arms is not None:
+            if row >= 0:
+                self.where.setdefault(row, self.idx.shape[0])
             self.idx = torch.cat([self.idx, self.idx.new_tensor([row])])
 
     def dictionary_rows(self, kernel_block: Callable[[Tensor, Tensor], Tensor], arms: Tensor,
                         idx: Tensor, mask: Tensor) -> Tensor | None:
-        """``K_Z,A`` ``[m, A]``: the cached rows of the pulled points selected by ``mask``
-        ``[n_distinct]`` (the dictionary), computing with ``kernel_block(a, b) = k(a, b)`` the rows
-        of pulled points not seen yet; ``None`` past ``max_entries``."""
+        """``K_Z,A`` ``[m, A]``: the cached rows of the pulled points selected by ``mask`` (the
+        dictionary: a boolean ``[n_distinct]`` mask or their ``[m]`` positions), computing with
+        ``kernel_block(a, b) = k(a, b)`` the rows of pulled points not seen yet; ``None`` past
+        ``max_entries``."""
         n, a = idx.shape[0], arms.shape[0]
         if n * a > self.max_entries:
             return None
@@ -111,4 +132,6 @@ class ArmRowCache:
             rows = self.rows = grow_rows(rows, n)
             rows[self.n_rows : n] = kernel_block(arms.index_select(0, idx[self.n_rows : n]), arms)
             self.n_rows = n
-        return rows[:n][mask]
+        if mask.dtype == torch.bool:
+            return rows[:n][mask]
+        return rows.index_select(0, mask)

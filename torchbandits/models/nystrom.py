@@ -236,11 +236,13 @@ class NystromKernelRidge(NystromUpdates):
         m = self._sc.m
         if self.parametrisation == "plain":
             return self._g[:m].clone()
-        return torch.linalg.solve_triangular(self._p[:m, :m], self._g[:m, None], upper=False)[:, 0]
+        # K_ZS s directly: after a pivoted rebuild ``P`` is not the invertible ``L⁻¹``
+        return self.kernel_block(self._z[:m], self.x) @ self.target_sums
 
     @property
     def kzz_inverse(self) -> Tensor:
-        """``(K_ZZ + ηI)⁻¹`` (a new tensor)."""
+        """``(K_ZZ + ηI)⁻¹`` (a new tensor; whitened ``PᵀP``, a generalised inverse when a
+        numerically singular ``K_ZZ`` was whitened by the pivoted factor)."""
         m = self._sc.m
         if self.parametrisation == "plain":
             return self._p[:m, :m].clone()
@@ -260,14 +262,67 @@ def nystrom_posterior_reference(
     candidates: Tensor,
     lam: float,
     counts: Tensor | None = None,
+    *,
+    extended: bool = False,
 ) -> tuple[Tensor, Tensor]:
-    """Zenati et al. (2022), Prop. 4.2, from scratch with explicit inverses: ``(μ̃, λσ̃²)`` (tests only)."""
+    """Zenati et al. (2022), Prop. 4.2, from scratch: ``(μ̃, λσ̃²)`` (tests only).
+
+    Default: the formula as printed, with explicit inverses of ``K_ZZ`` and
+    ``K_ZS C K_SZ + λK_ZZ`` (fine while ``K_ZZ`` is well conditioned; far off on numerically
+    singular dictionaries). ``extended=True``: the same posterior in the whitened form
+    ``λσ̃² = k − ‖e‖² + λ eᵀ(EᵀCE + λI)⁻¹e``, ``e = L⁻¹k_Z``, in numpy's extended precision
+    (``longdouble``, 64-bit mantissa on x86) with a greedy diagonal-pivoted Cholesky of ``K_ZZ``
+    written out here, stopped at pivots ``≤ 1e-15·max k(z,z)`` — an independent computation for
+    checking the model on ill-conditioned dictionaries to ~1e-10."""
     c = torch.ones(x.shape[0], dtype=x.dtype) if counts is None else counts
     kzz = kernel_matrix(kernel, dictionary, dictionary)
     ksz = kernel_matrix(kernel, x, dictionary)
+    kz = kernel_matrix(kernel, dictionary, candidates)
+    if extended:
+        return _whitened_extended(kzz, ksz, kz, kernel_diag(kernel, candidates), c, target_sums, lam)
     lam_m = torch.linalg.inv(ksz.mT @ (c[:, None] * ksz) + lam * kzz)
     gam = ksz.mT @ target_sums
-    kz = kernel_matrix(kernel, dictionary, candidates)
     mean = kz.mT @ (lam_m @ gam)
     var = kernel_diag(kernel, candidates) / lam + (kz * ((lam_m - torch.linalg.inv(kzz) / lam) @ kz)).sum(0)
     return mean, lam * var
+
+
+def _whitened_extended(kzz: Tensor, ksz: Tensor, kz: Tensor, kdiag: Tensor, c: Tensor, s: Tensor,
+                       lam: float) -> tuple[Tensor, Tensor]:
+    """:func:`nystrom_posterior_reference` with ``extended=True`` (numpy ``longdouble``)."""
+    import numpy as np
+
+    ld = np.longdouble
+    kzz_l, ksz_l, kz_l = (t.detach().cpu().numpy().astype(ld) for t in (kzz, ksz, kz))
+    c_l, s_l = c.detach().cpu().numpy().astype(ld), s.detach().cpu().numpy().astype(ld)
+    m = kzz_l.shape[0]
+    resid, cols, piv = np.diag(kzz_l).copy(), np.zeros((m, m), dtype=ld), []
+    tol = 1e-15 * (resid.max() if m else 1.0)
+    for j in range(m):  # greedy pivoted Cholesky: cols[:, j] = L's column j, rows in Z's order
+        i = int(np.argmax(np.where(np.isin(np.arange(m), piv), -np.inf, resid)))
+        if resid[i] <= tol:
+            break
+        cols[:, j] = (kzz_l[:, i] - cols[:, :j] @ cols[i, :j]) / np.sqrt(resid[i])
+        piv.append(i)
+        resid = resid - cols[:, j] ** 2
+
+    def lsolve(low: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+        out = np.zeros_like(rhs)
+        for i in range(low.shape[0]):
+            out[i] = (rhs[i] - low[i, :i] @ out[:i]) / low[i, i]
+        return out
+
+    chol = cols[piv][:, : len(piv)]
+    emb = lsolve(chol, ksz_l.T[piv])  # [r, n]
+    f = lsolve(chol, kz_l[piv])  # [r, N]
+    a = (emb * c_l) @ emb.T + lam * np.eye(len(piv), dtype=ld)
+    la = np.zeros_like(a)
+    for j in range(a.shape[0]):  # Cholesky of A (eigenvalues ≥ λ) in extended precision
+        la[j, j] = np.sqrt(a[j, j] - la[j, :j] @ la[j, :j])
+        la[j + 1:, j] = (a[j + 1:, j] - la[j + 1:, :j] @ la[j, :j]) / la[j, j]
+    g = lsolve(la, (emb @ s_l)[:, None])[:, 0]
+    h = lsolve(la, f)
+    mean = h.T @ g
+    var = kdiag.detach().cpu().numpy().astype(ld) - (f * f).sum(0) + lam * (h * h).sum(0)
+    return (torch.from_numpy(mean.astype(np.float64)).to(kz),
+            torch.from_numpy(var.astype(np.float64)).to(kz))

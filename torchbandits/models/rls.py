@@ -72,11 +72,10 @@ def inclusion_probabilities(variances: Tensor, counts: Tensor, qbar: float,
                             sampler: Sampler = "binomial") -> Tensor:
     """Probability that each distinct point enters the dictionary (its law in the tests):
     ``1 − (1 − min(q̄σ̃², 1))^{n}`` for ``"binomial"``, ``min(1, n q̄ σ̃²)`` for ``"linearized"``."""
-    p = torch.clamp(qbar * variances.clamp_min(0.0), max=1.0)
-    if sampler == "binomial":
-        return 1.0 - (1.0 - p) ** counts
     if sampler == "linearized":
         return torch.clamp(counts * qbar * variances.clamp_min(0.0), max=1.0)
+    if sampler == "binomial":
+        return 1.0 - (1.0 - torch.clamp(qbar * variances.clamp_min(0.0), max=1.0)) ** counts
     if sampler == "all":
         return torch.ones_like(variances)
     if sampler == "uniform":

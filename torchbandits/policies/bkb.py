@@ -43,7 +43,7 @@ from torch import Tensor
 from ..buffers import grow_rows
 from ..confidence.bkb import BetaRule, BKBBeta
 from ..kernels import check_kernel, kernel_diag
-from ..models.arm_rows import ArmRowCache
+from ..models.arm_rows import ArmRowCache, is_row_view
 from ..models.exact import ExactKernelRidge
 from ..models.nystrom import NystromKernelRidge
 from ..models.rls import RLSResampler, Sampler, theory_qbar
@@ -218,21 +218,24 @@ class BKB(IndexPolicy):
         self._invalidate()
 
     # ------------------------------------------------------------------ posterior
-    def _ensure_model(self, kza: Tensor | None = None, idx: Tensor | None = None) -> None:
+    def _ensure_model(self, kza: Tensor | None = None, idx: Tensor | None = None,
+                      sel: Tensor | None = None) -> None:
         """Rebuild the Nyström posterior from the count statistics (O(n m² + m³)); with the
-        dictionary's cached kernel rows ``kza`` ``[m, A]`` and the candidate rows ``idx`` of the
-        pulled points, ``K_ZZ`` and ``K_PZ`` are gathered instead of evaluated."""
+        dictionary's cached kernel rows ``kza`` ``[m, A]``, the candidate rows ``idx`` of the
+        pulled points and the dictionary's positions ``sel`` ``[m]`` among them, ``K_ZZ`` and
+        ``K_PZ`` are gathered instead of evaluated."""
         if self._model_ok:
             return
-        if self._np == 0:
+        np_ = self._np
+        if np_ == 0:
             self.model.reset()
-        elif kza is None or idx is None:
+        elif kza is None or idx is None or sel is None:
             self.model.rebuild(self.dictionary, self.pulled, self.sums, self.counts)
         else:
-            mask = self.dictionary_mask
+            pulled = self._px[:np_]
             kpz = kza.index_select(1, idx).mT
-            self.model.rebuild_from_counts(self.pulled[mask], self.pulled, self.sums, self.counts,
-                                           kzz=kpz[mask], kxz=kpz)
+            self.model.rebuild_from_counts(pulled.index_select(0, sel), pulled, self._sums[:np_],
+                                           self._counts[:np_], kzz=kpz.index_select(0, sel), kxz=kpz)
         self._model_ok = True
 
     def _residual(self, cand: Tensor) -> Tensor:
@@ -249,10 +252,13 @@ class BKB(IndexPolicy):
         ``zᵀV⁻¹z`` when ``variance="sor"`` (the dictionary sampler always uses the DTC one).
         ``idx``: rows of the pulled points in ``cand`` when ``cand`` is the fixed arm set (kernel
         rows are then read from the cache)."""
-        kza = self._dictionary_rows(cand, idx) if idx is not None and not self._model_ok else None
-        self._ensure_model(kza, idx)
+        kza = sel = None
+        if idx is not None and not self._model_ok:
+            sel = self._in_dict[: self._np].nonzero()[:, 0]  # the dictionary's positions
+            kza = self._dictionary_rows(cand, idx, sel)
+        self._ensure_model(kza, idx, sel)
         if kza is None and idx is not None and self.model.m:
-            kza = self._dictionary_rows(cand, idx)
+            kza = self._dictionary_rows(cand, idx, self._in_dict[: self._np].nonzero()[:, 0])
         mean, var_gp = self.model.score(cand, kza) if kza is not None else self.model.mean_var(cand)
         var = var_gp / self.lam
         if self.variance_kind == "dtc":
@@ -270,32 +276,51 @@ class BKB(IndexPolicy):
         mean, _, used = self._dtc(cand)
         return mean, used, used * self.lam
 
-    def _dictionary_rows(self, cand: Tensor, idx: Tensor) -> Tensor | None:
+    def _dictionary_rows(self, cand: Tensor, idx: Tensor, sel: Tensor) -> Tensor | None:
         """``K_Z,A`` ``[m, A]`` gathered from the cached kernel rows of the pulled arms over the
-        fixed arm set (each pulled arm's row is computed once); ``None`` past the cache budget."""
-        return self.arm_rows.dictionary_rows(self.model.kernel_block, cand, idx, self.dictionary_mask)
+        fixed arm set (each pulled arm's row is computed once; ``sel``: the dictionary's positions
+        among the pulled points); ``None`` past the cache budget."""
+        return self.arm_rows.dictionary_rows(self.model.kernel_block, cand, idx, sel)
 
-    def _pulled_variances(self, cand: Tensor, var: Tensor, used: Tensor) -> tuple[Tensor, Tensor]:
+    def _pulled_variances(self, cand: Tensor, var: Tensor, used: Tensor,
+                          idx: Tensor | None) -> tuple[Tensor, Tensor]:
         """(DTC, used) ridge variances of the distinct pulled points, gathered from the
-        candidates' when all are among them (fixed arm set), else evaluated."""
+        candidates' when all are among them (``idx``: their rows in the fixed arm set), else
+        evaluated."""
         if self._np == 0:
             return var.new_zeros(0), var.new_zeros(0)
-        idx = self.arm_rows.fixed_rows(self.pulled, cand)
         if idx is not None:
             return var[idx], used[idx]
         _, pv, pu = self._dtc(self.pulled)
         return pv, pu
 
     # ------------------------------------------------------------------ contract
+    def select(self, candidates: Any) -> int:
+        """Argmax of :meth:`forward` (first on ties), validating once; the choice is remembered
+        so that :meth:`update` finds its row without a search."""
+        cand = self.check_candidates(candidates)
+        if self.t < self.n_warmup:
+            return self.warmup_choice(cand)
+        with torch.no_grad():
+            i = int(torch.argmax(self._ucb(cand)))
+        if self._scored is not None:
+            self._scored["choice"] = i
+        return i
+
     def forward(self, candidates: Tensor) -> Tensor:
         """``ũ_t(x) = μ̃_t(x) + β̃_t σ̃_t(x)`` of every candidate (ridge sd, eq. 4)."""
-        cand = self.check_candidates(candidates)
-        mean, var, used = self._dtc(cand, self.arm_rows.fixed_rows(self.pulled, cand) if self._np else None)
-        pvar, pused = self._pulled_variances(cand, var, used)
-        sum_var = float((self.counts * pused).sum()) if self._np else 0.0
-        kappa2 = float(kernel_diag(self.kernel, cand).max())
+        return self._ucb(self.check_candidates(candidates))
+
+    def _ucb(self, cand: Tensor) -> Tensor:  # forward on validated candidates [A, d]
+        np_ = self._np
+        idx = self.arm_rows.fixed_rows(self._px[:np_], cand) if np_ else None
+        mean, var, used = self._dtc(cand, idx)
+        pvar, pused = self._pulled_variances(cand, var, used, idx)
+        sum_var = float((self._counts[:np_] * pused).sum()) if np_ else 0.0
+        kc = self.model.kernel_constant
+        kappa2 = kc if kc is not None else float(kernel_diag(self.kernel, cand).max())
         beta = self.rule.radius(sum_var, self.t, kappa2, self.lam)
-        self._scored = {"cand": cand, "var": var, "pvar": pvar}
+        self._scored = {"cand": cand, "var": var, "pvar": pvar, "idx": idx}
         self._last.update(beta=beta, sum_var=sum_var, kappa2=kappa2)
         if self.exact is not None:
             if self.exact.n:
@@ -310,21 +335,27 @@ class BKB(IndexPolicy):
         # 1. σ̃_t² of the model that chose x, at every distinct pulled point and at x (§3.1)
         row = -1
         sc = self._scored
-        ref = sc["cand"] if sc is not None and self._model_ok else self.arm_rows.arms
-        if ref is not None:
+        n = self._np
+        known = sc is not None and self._model_ok
+        ref = sc["cand"] if known else self.arm_rows.arms  # type: ignore[index]
+        if known and is_row_view(x, ref, sc.get("choice", -1)):  # type: ignore[union-attr]
+            row = sc["choice"]  # type: ignore[index]  # the arm just selected (no search)
+        elif ref is not None:
             hit = (ref == x).all(-1).nonzero()
             row = int(hit[0, 0]) if hit.numel() else -1
-        if row >= 0 and sc is not None and self._model_ok:
-            pvar, xvar = sc["pvar"], sc["var"][row:row + 1]
+        if row >= 0 and known:
+            pvar, xvar = sc["pvar"], sc["var"][row:row + 1]  # type: ignore[index]
         else:
-            pts = torch.cat([self.pulled, x[None]]) if self._np else x[None]
+            pts = torch.cat([self.pulled, x[None]]) if n else x[None]
             allv = self._dtc(pts)[1]
             pvar, xvar = allv[:-1], allv[-1:]
-        # 2. count statistics
-        n = self._np
-        same = (self.pulled == x).all(-1).nonzero() if n else x.new_zeros(0, 1)
-        if same.numel():
-            j = int(same[0, 0])
+        # 2. count statistics (x's distinct point: by arm row on a fixed arm set, else compared)
+        if known and row >= 0 and sc["idx"] is not None:  # type: ignore[index]
+            j = self.arm_rows.position(row)
+        else:
+            same = (self.pulled == x).all(-1).nonzero() if n else x.new_zeros(0, 1)
+            j = int(same[0, 0]) if same.numel() else -1
+        if j >= 0:
             variances = pvar.clone()
         else:
             j = n
