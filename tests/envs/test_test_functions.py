@@ -82,7 +82,7 @@ def test_fitted_gpucb_beats_random_on_hartmann6() -> None:
 
 
 def test_bench_bo_quick(tmp_path: Path) -> None:
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_bo.py"
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_bo.py"
     spec = importlib.util.spec_from_file_location("bench_bo", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

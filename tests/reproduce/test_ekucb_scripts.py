@@ -10,9 +10,9 @@ from pathlib import Path
 from torchbandits.experiments.registry import resolve
 from torchbandits.reproduce import REPRODUCTIONS
 
-from .figure_checks import assert_readable_figures
+from ..figure_checks import assert_readable_figures
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_reproduce_quick(tmp_path, capsys) -> None:

@@ -5,7 +5,7 @@ reorganised (one home for each thing) and guards that reorganisations change no 
 policy of the registry plays 100 rounds on a fixed-arm environment (a rotating RKHS function,
 24 arms, d = 2) and, where it accepts fresh candidates, 100 rounds of the Chessboard contextual
 problem. Re-record (only for an intended change of behaviour, stated in the commit) with
-``python tests/test_golden_actions.py --record``.
+``python tests/policies/test_golden_actions.py --record``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 
 from torchbandits.experiments.registry import POLICIES, make_env, make_policy
 
-GOLDEN = Path(__file__).parent / "data" / "golden_actions.json"
+GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden_actions.json"
 ROUNDS = 100
 FAST = {
     "opkb": {"horizon": ROUNDS},
@@ -88,7 +88,7 @@ def test_golden_file_covers_the_registry_at_recording():
 
 if __name__ == "__main__":
     if "--record" not in sys.argv:
-        sys.exit("usage: python tests/test_golden_actions.py --record")
+        sys.exit("usage: python tests/policies/test_golden_actions.py --record")
     out = {f"{p}/{e}": play(p, e) for p, e in CASES}
     GOLDEN.write_text(json.dumps(out, indent=0) + "\n")
     print(f"recorded {sum(v is not None for v in out.values())} runs to {GOLDEN}")

@@ -28,7 +28,7 @@ from torchbandits.policies import AYGPUCB, GPUCB, IGPUCB, KernelUCB
 from torchbandits.presets.from_env import DEFAULT_NOISE, env_horizon, env_kernel, env_noise, env_norm
 from torchbandits.reproduce import REPRODUCTIONS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "torchbandits"
 HEAVY = ("torch", "gpytorch", "linear_operator", "cvxpy", "botorch", "matplotlib", "sklearn", "ray",
          "numpy", "scipy")

@@ -39,7 +39,7 @@ from torchbandits.policies.base import check_model
 from torchbandits.policies.op_baselines import sw_gp_ucb, wgp_ucb
 from torchbandits.policies.time_varying import RGPUCB, SWGPUCB, TVGPUCB, WGPUCB
 
-from .conftest import rand
+from ..conftest import rand
 
 F64 = torch.float64
 

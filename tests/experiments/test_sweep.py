@@ -22,7 +22,7 @@ from torchbandits.experiments.results import RunResult  # noqa: E402
 from torchbandits.experiments.sweep_report import DETERMINISTIC  # noqa: E402
 from torchbandits.experiments.sweeps import sweep  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SPEC = {
     "name": "equal", "horizon": 60, "seeds": [0, 1, 2],
     "environments": [{"name": "rkhs", "kwargs": {"dim": 2, "n_arms": 15}}],

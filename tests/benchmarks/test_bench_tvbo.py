@@ -6,9 +6,9 @@ import importlib.util
 import json
 from pathlib import Path
 
-from .figure_checks import figure_problems
+from ..figure_checks import figure_problems
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_bench_tvbo_quick(tmp_path):

@@ -7,7 +7,7 @@ import json
 
 from torchbandits.reproduce.tvbo import main
 
-from .figure_checks import assert_readable_figures
+from ..figure_checks import assert_readable_figures
 
 
 def test_reproduce_tvbo_quick(tmp_path, capsys):

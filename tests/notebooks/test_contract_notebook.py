@@ -25,7 +25,7 @@ CELLS = [
 
 def test_notebook_shows_figures_and_no_tqdm_warning(monkeypatch, tmp_path):
     monkeypatch.delenv("MPLBACKEND", raising=False)   # the notebook's own (inline) backend
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     monkeypatch.setenv("PYTHONPATH", root + os.pathsep + os.environ.get("PYTHONPATH", ""))
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(src) for src in CELLS]

@@ -260,7 +260,7 @@ def test_reproduce_opkb_quick(tmp_path):
     run = json.loads((tmp_path / "fig1a" / "runs" / "ADA-OPKB__seed0.json").read_text())
     assert "restart_times" in run["config"] and len(run["regret"]) == 300
     assert (tmp_path / "tables.md").exists()
-    from .figure_checks import assert_readable_figures
+    from ..figure_checks import assert_readable_figures
 
     assert_readable_figures(tmp_path, quick=True, at_least=4)
     from PIL import Image
@@ -275,7 +275,7 @@ def test_notebook_runs_quick(monkeypatch):
     import nbformat
     from nbclient import NotebookClient
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     monkeypatch.setenv("TORCHBANDITS_QUICK", "1")
     monkeypatch.setenv("MPLBACKEND", "Agg")
     nb = nbformat.read(root / "notebooks" / "nonstationary.ipynb", as_version=4)

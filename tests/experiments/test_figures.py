@@ -20,7 +20,7 @@ from torchbandits.experiments.figures import (
     setting_title,
 )
 
-from .figure_checks import figure_problems
+from ..figure_checks import figure_problems
 
 
 def test_setting_title_and_band_label_say_the_actual_values():

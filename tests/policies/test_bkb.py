@@ -379,7 +379,7 @@ def test_reproduce_quick_writes_tables_and_figures(tmp_path, capsys) -> None:
     assert min(stats["far_var_ratio_dtc"]) > 0.9 and max(stats["far_var_ratio_sor"][1:]) < 0.3
     text = capsys.readouterr().out
     assert "Fig. 2" in text and text.startswith("QUICK RUN (T = 60")
-    from .figure_checks import assert_readable_figures
+    from ..figure_checks import assert_readable_figures
 
     assert_readable_figures(out, quick=True, at_least=4)
 
@@ -398,7 +398,7 @@ def test_bench_quick(tmp_path) -> None:
     import json
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     spec = importlib.util.spec_from_file_location("bench_bkb", root / "benchmarks" / "bench_bkb.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -127,9 +127,9 @@ def test_reproduce_quick(tmp_path):
     from torchbandits.experiments.results import load_results
     from torchbandits.reproduce.cmm import _table
 
-    from .figure_checks import assert_readable_figures
+    from ..figure_checks import assert_readable_figures
 
-    script = Path(__file__).resolve().parents[1] / "scripts" / "reproduce_confidence_bounds.py"
+    script = Path(__file__).resolve().parents[2] / "scripts" / "reproduce_confidence_bounds.py"
     out = tmp_path / "cmm"
     proc = subprocess.run([sys.executable, str(script), "--quick", "--seeds", "0", "--out", str(out),
                            "--no-progress"], capture_output=True, text=True, timeout=300)

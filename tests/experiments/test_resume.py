@@ -20,7 +20,7 @@ from torchbandits.experiments.results import atomic_write_text, resumable_run
 from torchbandits.kernels import make_kernel
 from torchbandits.policies import KernelUCB, RandomPolicy
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _env():

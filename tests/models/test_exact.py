@@ -8,7 +8,7 @@ import torch
 from torchbandits.kernels import kernel_matrix, make_kernel
 from torchbandits.models import ExactKernelRidge, exact_posterior_reference
 
-from .conftest import rand
+from ..conftest import rand
 
 
 def _fit(kernel, x, y, lam, **kw):
