@@ -60,6 +60,7 @@ class Box:
         self.a, self.b = math.log(lo), math.log(hi)
 
     def value(self, u: Tensor) -> Tensor:
+        """Box value ``exp(a + (b − a)·sigmoid(u))`` of the unconstrained parameter ``u`` (any shape)."""
         return torch.exp(self.a + (self.b - self.a) * torch.sigmoid(u))
 
     def dlog_du(self, u: Tensor) -> Tensor:
@@ -68,6 +69,7 @@ class Box:
         return (self.b - self.a) * s * (1.0 - s)
 
     def inverse(self, v: Tensor) -> Tensor:
+        """Unconstrained ``u`` with ``value(u) = v`` (clamped 1e-6 inside the box)."""
         s = ((torch.log(v) - self.a) / (self.b - self.a)).clamp(1e-6, 1.0 - 1e-6)
         return torch.log(s) - torch.log1p(-s)
 

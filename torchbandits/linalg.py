@@ -188,6 +188,7 @@ class GrowingCholesky(ResizableModule):
     # -- state ---------------------------------------------------------------------------------
     @property
     def n(self) -> int:
+        """Size n of the factored matrix."""
         return self.head.shape[0] + self.m
 
     def get_extra_state(self) -> dict:
@@ -198,6 +199,7 @@ class GrowingCholesky(ResizableModule):
         self.block = int(state["block"])
 
     def reset(self) -> None:
+        """Forget every row (n = 0), keeping dtype and device."""
         self.head = self.head.new_zeros(0, 0)
         self.tail = self.head.new_zeros(self.block, self.block)
         self.m = 0
@@ -256,6 +258,7 @@ class GrowingCholesky(ResizableModule):
         return out
 
     def diagonal(self) -> Tensor:
+        """Diagonal of the lower factor L, shape ``[n]``."""
         n0, m = self.head.shape[0], self.m
         tail_diag = self.tail[torch.arange(m), n0 + torch.arange(m)] if m else self.head.new_zeros(0)
         return torch.cat([torch.diagonal(self.head), tail_diag])

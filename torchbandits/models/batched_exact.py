@@ -91,6 +91,7 @@ class BatchedExactKernelRidge(ResizableModule):
     # ------------------------------------------------------------------ properties / state
     @property
     def n_runs(self) -> int:
+        """Number of runs R stepped together."""
         return int(self._lam.shape[0])
 
     @property
@@ -105,14 +106,17 @@ class BatchedExactKernelRidge(ResizableModule):
 
     @property
     def dtype(self) -> torch.dtype:
+        """Floating dtype of the model's tensors."""
         return self._lam.dtype
 
     @property
     def device(self) -> torch.device:
+        """Device of the model's tensors."""
         return self._lam.device
 
     @property
     def dim(self) -> int | None:
+        """Input dimension d of the stored points (None while empty)."""
         return int(self._x.shape[2]) if self._n else None
 
     @property

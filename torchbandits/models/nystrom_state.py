@@ -163,6 +163,7 @@ class NystromState(ResizableModule):
     # ------------------------------------------------------------------ properties / state
     @property
     def lam(self) -> float:
+        """The ridge regulariser λ."""
         return self.regularisers[0]
 
     @property
@@ -188,14 +189,17 @@ class NystromState(ResizableModule):
 
     @property
     def dtype(self) -> torch.dtype:
+        """Floating dtype of the model's tensors."""
         return self._c.dtype
 
     @property
     def device(self) -> torch.device:
+        """Device of the model's tensors."""
         return self._c.device
 
     @property
     def dim(self) -> int | None:
+        """Input dimension d of the stored points (None while empty)."""
         if self._sc.n:
             return self._x.shape[1]
         if self._sc.m:
@@ -214,10 +218,12 @@ class NystromState(ResizableModule):
 
     @property
     def counts(self) -> Tensor:
+        """Multiplicity of each distinct stored point, shape ``[n]``."""
         return self._c[: self._sc.n]
 
     @property
     def target_sums(self) -> Tensor:
+        """Sum of the rewards observed at each distinct stored point, shape ``[n]``."""
         return self._s[: self._sc.n]
 
     def get_extra_state(self) -> dict:

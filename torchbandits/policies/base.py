@@ -109,10 +109,12 @@ class Policy(ResizableModule):
     # ---------------------------------------------------------------- dtype / device / state
     @property
     def dtype(self) -> torch.dtype:
+        """Floating dtype the policy computes in (follows ``.to(...)``)."""
         return self._probe.dtype
 
     @property
     def device(self) -> torch.device:
+        """Device of the policy's state (follows ``.to(...)``)."""
         return self._probe.device
 
     def get_extra_state(self) -> dict[str, Any]:
@@ -202,6 +204,7 @@ class RuleUCB(IndexPolicy):
 
     @property
     def lam(self) -> float:
+        """The model's ridge regulariser λ."""
         return float(self.model.lam)
 
     def forward(self, candidates: Tensor) -> Tensor:

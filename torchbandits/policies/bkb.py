@@ -143,10 +143,12 @@ class BKB(IndexPolicy):
     # ------------------------------------------------------------------ properties
     @property
     def lam(self) -> float:
+        """The model's ridge regulariser λ."""
         return float(self.model.lam)
 
     @property
     def qbar(self) -> float:
+        """The oversampling constant q̄ of the ridge-leverage resampling."""
         return self.resampler.qbar
 
     @property
@@ -181,6 +183,7 @@ class BKB(IndexPolicy):
 
     @property
     def dictionary_size(self) -> int:
+        """Number of arms in the current dictionary (m_t)."""
         return int(self.dictionary_mask.sum())
 
     # ------------------------------------------------------------------ state
