@@ -10,9 +10,18 @@ approximation): with ``D = Λ + αI``, ``B̃ = Qᵀ K(x_{1:s}, x_new)``, ``C = K
 
     aᵀ(K_t + αI)⁻¹b = ã₁ᵀ D⁻¹ b̃₁ + (a₂ − B̃ᵀD⁻¹ã₁)ᵀ S(α)⁻¹ (b₂ − B̃ᵀD⁻¹b̃₁).
 
+α-derivatives for the Newton search. With ``M = (K_t+αI)⁻¹``, ``dM/dα = −M²``, so
+``d/dα aᵀMb = −(Ma)ᵀ(Mb)`` and ``d²/dα² aᵀMb = 2aᵀM³b = 2(Ma)ᵀM(Mb)``. The block solve gives
+``Ma`` in the same coordinates: ``z = S⁻¹(a₂ − B̃ᵀD⁻¹ã₁)`` (new block) and
+``x₁ = D⁻¹(ã₁ − B̃z)`` (old block, eigen-coordinates; ``Q`` is orthogonal, so inner products
+are kept), hence ``(Ma)ᵀ(Mb) = x₁(a)ᵀx₁(b) + z(a)ᵀz(b)``; applying the same solve to
+``[x₁; z]`` (the Schur identity above with ``ã₁ → x₁``, ``a₂ → z``, the Cholesky factor of
+``S(α)`` reused) gives ``(Ma)ᵀM(Mb)``. For ``a, b ∈ {k_t(x), y}`` that is the three quadratic
+forms and their first and second α-derivatives, from two ``m × 2`` triangular solve pairs.
+
 The minimum over ``log α`` is found by the same search as with a fresh eigenbasis
 (:func:`~torchbandits.confidence.alpha_search.min_over_alpha`): the shared log-grid is batched
-over grid points, each refining step is one batched per-query evaluation (O(A·s·m²)). Cost per
+over grid points, each Newton step is one batched per-query evaluation (O(A·s·m²)). Cost per
 round O(s²A + G·s·m·A + steps·A·s·m²) plus ``eigh`` once per ``refresh_every`` rounds (a
 speed-up of ours, not in Flynn & Reeb 2024, whose dual is their Thm. 4.5 / Eq. 12).
 """
