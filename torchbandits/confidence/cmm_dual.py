@@ -24,7 +24,7 @@ from torch import Tensor
 
 from ..kernels import kernel_diag, kernel_matrix
 from ..validation import check_positive
-from .alpha_search import SIDES, dual_objective, log_alpha_grid, min_over_alpha, split_sides
+from .alpha_search import SIDES, dual_objective, dual_slopes, log_alpha_grid, min_over_alpha, split_sides
 from .amm_dmm import DMMBound, MixtureBound
 from .base import PosteriorModel
 
@@ -66,16 +66,17 @@ def dual_bounds(
     which: str = "both",
     grid_decades: float = 6.0,
     grid_per_decade: int = 4,
-    steps: int = 7,
+    steps: int = 3,
 ) -> tuple[Tensor | None, Tensor | None, Tensor]:
     """Exact CMM bounds by the 1-D dual (Eq. 12) for all queries at once.
 
     ``kq = K_{S,queries}`` ``[t, A]``, ``kdiag = k(x, x)`` ``[A]``, ``r2 = R_t²``. Minimises
     ``h(α) = ±μ_α + sqrt(R̃²_α/α) ρ_α`` over ``log α`` by
     :func:`~torchbandits.confidence.alpha_search.min_over_alpha` (a shared log-grid
-    ``α₀·10^[−grid_decades, grid_decades]`` by matrix products, then ``steps`` parabolic steps
-    per query, each O(t)). Returns ``(ucb, lcb, log_alpha_ucb)``, ``[A]`` each (``None`` for a
-    side not asked for).
+    ``α₀·10^[−grid_decades, grid_decades]`` by matrix products, then ``steps`` safeguarded Newton
+    steps per query, each O(t) with the exact derivatives
+    ``d^k/dα^k Σ cᵢ/(λᵢ+α) = (−1)^k k! Σ cᵢ/(λᵢ+α)^{k+1}``). Returns
+    ``(ucb, lcb, log_alpha_ucb)``, ``[A]`` each (``None`` for a side not asked for).
     """
     lam, ytil = spec.evals, spec.ytil
     p = spec.evecs.mT @ kq  # [t, A]
@@ -99,7 +100,14 @@ def dual_bounds(
         mu, sp, sq = torch.bmm(w[:, None, :], coef)[:, 0].unbind(1)
         return dual_objective(mu, sp, sq, a, r2, norm_bound, kd)
 
-    best, s_best = min_over_alpha(h_at, grid, h_grid, steps)
+    def h_slopes_at(s: Tensor) -> tuple[Tensor, Tensor, Tensor]:  # h, dh/ds, d²h/ds², [Q] each
+        a = torch.exp(s)
+        w = torch.reciprocal(lam[None, :] + a[:, None])  # [Q, t]
+        sums = torch.bmm(torch.stack([w, w * w, w * w * w], dim=1), coef)  # [Q, power, quantity]
+        mean, drop, quad = (torch.stack([sums[:, 0, i], -sums[:, 1, i], 2 * sums[:, 2, i]]) for i in range(3))
+        return dual_slopes(mean, drop, quad, a, r2, norm_bound, kd)
+
+    best, s_best = min_over_alpha(h_slopes_at, h_at, grid, h_grid, steps)
     limit = (norm_bound * torch.sqrt(torch.clamp(kdiag, min=0.0))).repeat(len(signs))
     ucb, lcb = split_sides(best, limit, signs, n_a)
     return ucb, lcb, s_best[:n_a]
@@ -138,9 +146,11 @@ class CMMBound(MixtureBound):
     Args:
         noise_std, norm_bound, delta, c: see :class:`MixtureBound`.
         method: ``"dual"`` or ``"socp"``.
-        search_steps, grid_decades, grid_per_decade: the α search
-            (:func:`~torchbandits.confidence.alpha_search.min_over_alpha`), the same for the
-            fresh and the bordered eigenbasis.
+        newton_steps, grid_decades, grid_per_decade: the α search
+            (:func:`~torchbandits.confidence.alpha_search.min_over_alpha`: a shared log-grid
+            ``α₀·10^[−grid_decades, grid_decades]``, then ``newton_steps`` safeguarded Newton
+            steps on ``log α`` with exact first and second derivatives), the same for the fresh
+            and the bordered eigenbasis.
         refresh_every, border_min_n: from ``border_min_n`` observations on, the ``eigh`` is
             refreshed only every ``refresh_every`` rounds and the newer points are an exact
             Schur-complement border (:mod:`.cmm_border`; same values, O(t³) work amortised);
@@ -152,16 +162,16 @@ class CMMBound(MixtureBound):
     name = "cmm"
 
     def __init__(self, noise_std: float, norm_bound: float, delta: float = 0.01, c: float = 1.0,
-                 method: str = "dual", *, search_steps: int = 7, grid_decades: float = 6.0,
+                 method: str = "dual", *, newton_steps: int = 3, grid_decades: float = 6.0,
                  grid_per_decade: int = 4, refresh_every: int = 16, border_min_n: int = 256,
                  jitter: float = 1e-6, factor: str = "chol", solver: str = "CLARABEL") -> None:
         super().__init__(noise_std, norm_bound, delta, c)
         if method not in ("dual", "socp"):
             raise ValueError(f"method must be 'dual' or 'socp', got {method!r}")
-        if int(search_steps) < 0:
-            raise ValueError(f"search_steps must be >= 0, got {search_steps}")
+        if int(newton_steps) < 0:
+            raise ValueError(f"newton_steps must be >= 0, got {newton_steps}")
         self.method = method
-        self.search_steps = int(search_steps)
+        self.newton_steps = int(newton_steps)
         if int(refresh_every) < 0:
             raise ValueError(f"refresh_every must be >= 0, got {refresh_every}")
         self.refresh_every = int(refresh_every)
@@ -206,7 +216,7 @@ class CMMBound(MixtureBound):
         if self.method == "socp":
             return self._socp_bounds(model, candidates, r2, which)
         search = dict(grid_decades=self.grid_decades, grid_per_decade=self.grid_per_decade,
-                      steps=self.search_steps)
+                      steps=self.newton_steps)
         if self.refresh_every > 0 and model.n >= self.border_min_n:
             from .cmm_border import border_dual_bounds, stale_spectrum
 
