@@ -209,6 +209,7 @@ class DMMBound(MixtureBound):
 
     @property
     def alphas(self) -> tuple[float, ...]:
+        """The regularisers α = grid·α₀ over which DMM takes its minimum."""
         return tuple(g * self.alpha0 for g in self.grid)
 
     def required_regularisers(self, lam: float) -> tuple[float, ...]:

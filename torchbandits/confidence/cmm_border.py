@@ -51,6 +51,7 @@ class StaleSpectrum:
 
     @property
     def s(self) -> int:
+        """Number of points s in the stale eigenbasis."""
         return self.x.shape[0]
 
 
