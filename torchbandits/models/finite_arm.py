@@ -60,7 +60,7 @@ class FiniteArmRidge(ResizableModule):
                  device: torch.device | str | None = None) -> None:
         super().__init__()
         self.kernel = kernel.to(dtype=dtype, device=device)
-        self.lam_ = check_positive("lam", lam)
+        self._lam = check_positive("lam", lam)
         self.discount = float(discount)
         if not 0.0 < self.discount <= 1.0:
             raise ValueError(f"discount must lie in (0, 1], got {discount!r}")
@@ -89,7 +89,7 @@ class FiniteArmRidge(ResizableModule):
     @property
     def lam(self) -> float:
         """The regulariser λ."""
-        return self.lam_
+        return self._lam
 
     @property
     def dtype(self) -> torch.dtype:
@@ -116,8 +116,8 @@ class FiniteArmRidge(ResizableModule):
                     else features.to(dtype=self.dtype, device=self.device))
         r = self.phi.shape[1]
         eye = torch.eye(r, dtype=self.dtype, device=self.device)
-        self.v = self.lam_ * eye
-        self.v2 = self.lam_ * eye.clone()
+        self.v = self._lam * eye
+        self.v2 = self._lam * eye.clone()
         self.b = torch.zeros(r, dtype=self.dtype, device=self.device)
         self._version += 1
         self._cache = None
@@ -145,7 +145,7 @@ class FiniteArmRidge(ResizableModule):
         eta = self.discount
         phi = self.phi[arm]
         if eta < 1.0:
-            lam_eye = torch.eye(self.phi.shape[1], dtype=self.dtype, device=self.device) * self.lam_
+            lam_eye = torch.eye(self.phi.shape[1], dtype=self.dtype, device=self.device) * self._lam
             self.v = eta * (self.v - lam_eye) + lam_eye
             self.v2 = (eta * eta) * (self.v2 - lam_eye) + lam_eye
             self.b = eta * self.b
@@ -192,8 +192,8 @@ class FiniteArmRidge(ResizableModule):
     @torch.no_grad()
     def mean_var(self, candidates: Tensor, reg: float | None = None) -> tuple[Tensor, Tensor]:
         """Mean and GP-scale variance (or sandwich width²) of the candidates (rows of the arms)."""
-        if reg is not None and float(reg) != self.lam_:
-            raise ValueError(f"reg must be None or the model's λ={self.lam_}, got {reg!r}")
+        if reg is not None and float(reg) != self._lam:
+            raise ValueError(f"reg must be None or the model's λ={self._lam}, got {reg!r}")
         cand = as_matrix("candidates", candidates, dtype=self.dtype, device=self.device)
         if not self.arms.numel():
             self._set_arms(cand)
@@ -202,10 +202,10 @@ class FiniteArmRidge(ResizableModule):
         w = whitened_solve(chol, self.b)                                      # L⁻¹b
         mean = z.T @ w
         if self.width == "gp":
-            var = self.lam_ * colsum_sq(z)
+            var = self._lam * colsum_sq(z)
         else:
             a = torch.linalg.solve_triangular(chol.T, z, upper=True)           # V⁻¹Φᵀ
-            var = self.lam_ * (a * (self.v2 @ a)).sum(0)
+            var = self._lam * (a * (self.v2 @ a)).sum(0)
         var = var.clamp_min(0.0)
         if idx is not None:
             mean, var = mean[idx], var[idx]
@@ -214,9 +214,9 @@ class FiniteArmRidge(ResizableModule):
     @torch.no_grad()
     def log_det(self, reg: float | None = None) -> Tensor:
         """``log det(V/λ) = log det(I + W^{1/2}K_SW^{1/2}/λ)``."""
-        if reg is not None and float(reg) != self.lam_:
-            raise ValueError(f"reg must be None or the model's λ={self.lam_}, got {reg!r}")
+        if reg is not None and float(reg) != self._lam:
+            raise ValueError(f"reg must be None or the model's λ={self._lam}, got {reg!r}")
         if not self.arms.numel():
             return torch.zeros((), dtype=self.dtype, device=self.device)
         chol, _ = self._factor()
-        return logdet_from_cholesky(chol) - chol.shape[0] * math.log(self.lam_)
+        return logdet_from_cholesky(chol) - chol.shape[0] * math.log(self._lam)

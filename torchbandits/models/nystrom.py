@@ -226,16 +226,16 @@ class NystromKernelRidge(NystromUpdates):
         """``Λ = (K_ZS C K_SZ + λ K_ZZ)⁻¹`` (a new tensor; for tests and inspection)."""
         m = self._sc.m
         if self.parametrisation == "plain":
-            return self._q[:m, :m].clone()
-        linv = self._p[:m, :m]
-        return linv.mT @ self._q[:m, :m] @ linv
+            return self._system_inv[:m, :m].clone()
+        linv = self._coord_map[:m, :m]
+        return linv.mT @ self._system_inv[:m, :m] @ linv
 
     @property
     def Gamma(self) -> Tensor:
         """``Γ = K_ZS s`` (a new tensor)."""
         m = self._sc.m
         if self.parametrisation == "plain":
-            return self._g[:m].clone()
+            return self._rhs[:m].clone()
         # K_ZS s directly: after a pivoted rebuild ``P`` is not the invertible ``L⁻¹``
         return self.kernel_block(self._z[:m], self.x) @ self.target_sums
 
@@ -245,8 +245,8 @@ class NystromKernelRidge(NystromUpdates):
         numerically singular ``K_ZZ`` was whitened by the pivoted factor)."""
         m = self._sc.m
         if self.parametrisation == "plain":
-            return self._p[:m, :m].clone()
-        linv = self._p[:m, :m]
+            return self._coord_map[:m, :m].clone()
+        linv = self._coord_map[:m, :m]
         return linv.mT @ linv
 
     def extra_repr(self) -> str:

@@ -9,9 +9,13 @@ Buffers (capacity-doubling, so ``.to()``/``state_dict()`` see all state):
 
 * ``_z`` ``[cap_m, d]`` dictionary, ``_x`` ``[cap_n, d]`` data points, ``_c`` ``[cap_n]`` pull
   counts (1 beyond ``n``: an append is one pull), ``_s`` ``[cap_n]`` reward sums;
-* whitened: ``_p = L⁻¹`` (``L`` the lower Cholesky factor of ``K_ZZ + ηI``), ``_q = A⁻¹`` with
-  ``A = EᵀCE + λI``, ``_g = Eᵀs``, ``_f = E`` ``[cap_n, cap_m]`` (embeddings ``e(x) = L⁻¹k_Z(x)``);
-* plain: ``_p = (K_ZZ + ηI)⁻¹``, ``_q = Λ``, ``_g = Γ``, ``_f = K_SZ``.
+* named by their role, the same in both parametrisations: ``_coord_map`` (kernel column →
+  coordinates), ``_system_inv`` (inverse of the ridge system), ``_rhs`` (its right-hand side),
+  ``_feats`` ``[cap_n, cap_m]`` (every stored point's features);
+* whitened: ``_coord_map = L⁻¹`` (``L`` the lower Cholesky factor of ``K_ZZ + ηI``),
+  ``_system_inv = A⁻¹`` with ``A = EᵀCE + λI``, ``_rhs = Eᵀs``, ``_feats = E`` (embeddings
+  ``e(x) = L⁻¹k_Z(x)``);
+* plain: ``_coord_map = (K_ZZ + ηI)⁻¹``, ``_system_inv = Λ``, ``_rhs = Γ``, ``_feats = K_SZ``.
 
 The plain-Python scalars (sizes, log-determinants, counters, caches) live in one slotted
 :class:`NystromScalars` object: they change every round, and ``nn.Module.__setattr__`` costs
@@ -111,10 +115,10 @@ class NystromState(ResizableModule):
         self.register_buffer("_x", torch.zeros(0, 0, **z))
         self.register_buffer("_c", torch.ones(16, **z))
         self.register_buffer("_s", torch.zeros(16, **z))
-        self.register_buffer("_p", torch.zeros(16, 16, **z))
-        self.register_buffer("_q", torch.zeros(16, 16, **z))
-        self.register_buffer("_g", torch.zeros(16, **z))
-        self.register_buffer("_f", torch.zeros(16, 16, **z))
+        self.register_buffer("_coord_map", torch.zeros(16, 16, **z))
+        self.register_buffer("_system_inv", torch.zeros(16, 16, **z))
+        self.register_buffer("_rhs", torch.zeros(16, **z))
+        self.register_buffer("_feats", torch.zeros(16, 16, **z))
         self._sc = NystromScalars()
         self._setup_fast_kernel()
 
@@ -261,7 +265,8 @@ class NystromState(ResizableModule):
         v = sc.view_cache
         if v is None:
             m = sc.m
-            v = sc.view_cache = (self._z[:m], self._p[:m, :m], self._q[:m, :m], self._g[:m])
+            v = sc.view_cache = (self._z[:m], self._coord_map[:m, :m], self._system_inv[:m, :m],
+                                 self._rhs[:m])
         return v
 
     def reset(self) -> None:
@@ -291,8 +296,8 @@ class NystromState(ResizableModule):
         cap = sc.row_cap  # (rows, d) of the current buffers: no Module lookups
         if cap is not None and n <= cap[0] and d == cap[1]:
             return
-        if n <= self._x.shape[0] and self._x.shape[1] == d and n <= self._f.shape[0]:
-            sc.row_cap = (min(self._x.shape[0], self._f.shape[0], self._c.shape[0]), d)
+        if n <= self._x.shape[0] and self._x.shape[1] == d and n <= self._feats.shape[0]:
+            sc.row_cap = (min(self._x.shape[0], self._feats.shape[0], self._c.shape[0]), d)
             return
         if self._x.shape[0] == 0 or self._x.shape[1] != d:
             self._x = self._c.new_zeros(16, d)
@@ -301,20 +306,20 @@ class NystromState(ResizableModule):
         self._c = grow_rows(self._c, n)
         self._c[old:] = 1.0
         self._s = grow_rows(self._s, n)
-        self._f = grow_rows(self._f, n)
+        self._feats = grow_rows(self._feats, n)
         sc.row_cap = None
 
     def _ensure_anchors(self, m: int, d: int) -> None:
-        if m <= self._z.shape[0] and self._z.shape[1] == d and m <= self._p.shape[0] \
-                and m <= self._f.shape[1]:
+        if m <= self._z.shape[0] and self._z.shape[1] == d and m <= self._coord_map.shape[0] \
+                and m <= self._feats.shape[1]:
             return
         if self._z.shape[0] == 0 or self._z.shape[1] != d:
             self._z = self._c.new_zeros(16, d)
         self._z = grow_rows(self._z, m)
-        self._p = grow_rows(self._p, m, dims=(0, 1))
-        self._q = grow_rows(self._q, m, dims=(0, 1))
-        self._g = grow_rows(self._g, m)
-        self._f = grow_rows(self._f, m, dims=(1,))
+        self._coord_map = grow_rows(self._coord_map, m, dims=(0, 1))
+        self._system_inv = grow_rows(self._system_inv, m, dims=(0, 1))
+        self._rhs = grow_rows(self._rhs, m)
+        self._feats = grow_rows(self._feats, m, dims=(1,))
 
     def _data_var_buffer(self, n: int) -> Tensor:
         """The buffer of the variances at the data points, with room for ``n`` of them."""

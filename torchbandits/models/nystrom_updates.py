@@ -129,7 +129,7 @@ class NystromUpdates(NystromState):
             track = sc.hv_version == sc.version and whitened
             if track:  # Q' = Q − ggᵀ/(1+fg): var_i −= λ (f_iᵀg)²/(1+fg), O(nm)
                 hv = self._data_var_buffer(n + 1)
-                hv[:n].sub_((self._f[:n, :m] @ g).square_(), alpha=lam / (1.0 + fg))
+                hv[:n].sub_((self._feats[:n, :m] @ g).square_(), alpha=lam / (1.0 + fg))
                 hv[n] = kxx - ff + lam * fg / (1.0 + fg)
             q.addr_(g, g, alpha=-1.0 / (1.0 + fg))
             gv.add_(f, alpha=y)
@@ -146,7 +146,7 @@ class NystromUpdates(NystromState):
         self._x[n] = x  # (_c[n] is already 1)
         self._s[n] = y
         if m:
-            self._f[n, :m] = f
+            self._feats[n, :m] = f
         sc.logdet_a = logdet_a
         sc.last_residual = omega
         sc.logdet_running += math.log1p(max(ridge_var, 0.0))
@@ -192,7 +192,7 @@ class NystromUpdates(NystromState):
         xs, cs, ss = self._x[:n], self._c[:n], self._s[:n]
         track = False
         if self.parametrisation == "whitened":
-            linv = self._p[:m, :m]
+            linv = self._coord_map[:m, :m]
             l_vec = linv @ kz
             omega = kzz - l_vec @ l_vec
             if not bool(omega > self.min_residual * kzz_raw):  # guard first: a refusal is O(m²)
@@ -201,10 +201,10 @@ class NystromUpdates(NystromState):
             gs = self.kernel_block(xs, z[None])[:, 0] if n else kz.new_zeros(0)
             d = torch.sqrt(omega)
             new_row = torch.cat([-(linv.mT @ l_vec) / d, (1.0 / d).reshape(1)])
-            e_all = self._f[:n, :m]
+            e_all = self._feats[:n, :m]
             e_new = (gs - e_all @ l_vec) / d if n else gs
             ce = cs * e_new
-            border_q = border_prepare(self._q[:m, :m], e_all.mT @ ce, e_new @ ce + lam)
+            border_q = border_prepare(self._system_inv[:m, :m], e_all.mT @ ce, e_new @ ce + lam)
             schur = border_q[1]
             track = sc.hv_version == sc.version and n > 0
             if track:  # f' = [f, e], Q' bordered: var_i += −e_i² + λ (f_iᵀq − e_i)²/s, O(nm)
@@ -212,23 +212,23 @@ class NystromUpdates(NystromState):
                 hv[:n].add_((e_all @ border_q[0] - e_new).square_(), alpha=lam / float(schur))
                 hv[:n].sub_(e_new.square())
             self._ensure_anchors(m + 1, z.shape[0])
-            self._p[m, : m + 1] = new_row
-            self._p[:m, m] = 0.0
-            border_apply(self._q, m, *border_q)
-            self._g[m] = e_new @ ss
-            self._f[:n, m] = e_new
+            self._coord_map[m, : m + 1] = new_row
+            self._coord_map[:m, m] = 0.0
+            border_apply(self._system_inv, m, *border_q)
+            self._rhs[m] = e_new @ ss
+            self._feats[:n, m] = e_new
         else:
-            kinv = self._p[:m, :m]
+            kinv = self._coord_map[:m, :m]
             q_p = kinv @ kz
             omega = kzz - kz @ q_p
             if not bool(omega > self.min_residual * kzz_raw):
                 sc.refused += 1
                 return False
             gs = self.kernel_block(xs, z[None])[:, 0] if n else kz.new_zeros(0)
-            ksz = self._f[:n, :m]
+            ksz = self._feats[:n, :m]
             b_l = ksz.mT @ (cs * gs) + lam * kz
             c_l = gs @ (cs * gs) + lam * kzz
-            q_l = self._q[:m, :m] @ b_l
+            q_l = self._system_inv[:m, :m] @ b_l
             s_l = c_l - b_l @ q_l
             if not bool(s_l > 0):  # ill-conditioning broke the plain form: refuse the anchor
                 sc.refused += 1
@@ -236,10 +236,10 @@ class NystromUpdates(NystromState):
             # log det A = log det Λ⁻¹ − log det K_ZZ: the two Schur complements
             schur = s_l / omega
             self._ensure_anchors(m + 1, z.shape[0])
-            border_apply(self._p, m, q_p, omega)
-            border_apply(self._q, m, q_l, s_l)
-            self._g[m] = gs @ ss
-            self._f[:n, m] = gs
+            border_apply(self._coord_map, m, q_p, omega)
+            border_apply(self._system_inv, m, q_l, s_l)
+            self._rhs[m] = gs @ ss
+            self._feats[:n, m] = gs
         self._z[m] = z
         sc.logdet_a += float(torch.log(schur))
         sc.m = m + 1
@@ -322,18 +322,18 @@ class NystromUpdates(NystromState):
                 feat = kxz @ linv.mT  # E = K_SZ L⁻ᵀ
                 a = feat.mT @ (c[:, None] * feat)
                 a.diagonal().add_(lam)  # + λI (the off-diagonal zeros of λI add nothing)
-                self._p[:m, :m] = linv
+                self._coord_map[:m, :m] = linv
             else:
                 chol, _ = safe_cholesky(kzz_j)
                 linv = torch.linalg.solve_triangular(chol, eye, upper=False)
                 feat = kxz
                 a = feat.mT @ (c[:, None] * feat) + lam * kzz_j
-                self._p[:m, :m] = linv.mT @ linv
+                self._coord_map[:m, :m] = linv.mT @ linv
             # whitened: A = EᵀCE + λI has eigenvalues ≥ λ, no nugget can be needed
             chol_a = torch.linalg.cholesky(a) if self.parametrisation == "whitened" else safe_cholesky(a)[0]
-            self._q[:m, :m] = torch.cholesky_inverse(chol_a)
-            self._g[:m] = feat.mT @ s
-            self._f[:n, :m] = feat
+            self._system_inv[:m, :m] = torch.cholesky_inverse(chol_a)
+            self._rhs[:m] = feat.mT @ s
+            self._feats[:n, :m] = feat
             logdet_a = 2.0 * torch.log(torch.diagonal(chol_a)).sum()
             if self.parametrisation == "plain":
                 logdet_a = logdet_a - 2.0 * torch.log(torch.diagonal(chol)).sum()  # type: ignore[possibly-undefined]
@@ -341,7 +341,7 @@ class NystromUpdates(NystromState):
             hv = None
             if self.track_data_variances and self.parametrisation == "whitened":
                 # λσ̃²(x_j) = k − ‖e_j‖² + λ e_jᵀA⁻¹e_j from the embeddings at hand (one n×m×m product)
-                qa = self._q[:m, :m]
+                qa = self._system_inv[:m, :m]
                 hv = torch.linalg.vecdot(feat, torch.addmm(feat, feat, qa, beta=-1.0, alpha=lam))
                 hv = hv.add_(self.kernel_diagonal(x) if self._kconst is None else self._kconst)
         else:

@@ -55,8 +55,8 @@ class _HistoryModule(StoredData):
     def __init__(self, kernel: Kernel, lam: float, dtype: torch.dtype,
                  device: torch.device | str | None) -> None:
         super().__init__()
-        self.lam_ = check_positive("lam", lam)
-        self.regularisers: tuple[float, ...] = (self.lam_,)
+        self._lam = check_positive("lam", lam)
+        self.regularisers: tuple[float, ...] = (self._lam,)
         self.kernel = kernel.to(dtype=dtype, device=device)
         self.register_buffer("_x", torch.zeros(0, 0, dtype=dtype, device=device))
         self.register_buffer("_y", torch.zeros(16, dtype=dtype, device=device))
@@ -66,7 +66,7 @@ class _HistoryModule(StoredData):
 
     @property
     def lam(self) -> float:
-        return self.lam_
+        return self._lam
 
     @property
     def seen(self) -> int:
@@ -102,8 +102,8 @@ class _HistoryModule(StoredData):
                 as_scalar_reward("y", y))
 
     def _check_candidates(self, candidates: Tensor, reg: float | None) -> Tensor:
-        if reg is not None and float(reg) != self.lam_:
-            raise ValueError(f"reg must be None or the model's λ={self.lam_}, got {reg!r}")
+        if reg is not None and float(reg) != self._lam:
+            raise ValueError(f"reg must be None or the model's λ={self._lam}, got {reg!r}")
         cand = as_matrix("candidates", candidates, dtype=self.dtype, device=self.device)
         if self.dim is not None and cand.shape[1] != self.dim:
             raise ValueError(f"candidates must have {self.dim} columns, got {cand.shape[1]}")
@@ -198,7 +198,7 @@ class DiscountedKernelRidge(_HistoryModule):
         n = self._n
         inv_w = 1.0 / self.weights()
         a = self._gram[:n, :n].clone()
-        a.diagonal().add_(self.lam_ * inv_w)
+        a.diagonal().add_(self._lam * inv_w)
         chol = torch.linalg.cholesky(a)
         self._factor_cache = (self._version, chol, inv_w)
         return chol, inv_w
@@ -214,18 +214,18 @@ class DiscountedKernelRidge(_HistoryModule):
         mean, var, v = gp_scores(chol, kernel_matrix(self.kernel, self.x, cand), self.y, kdiag)
         if self.width == "sandwich":
             a = torch.linalg.solve_triangular(chol.mT, v, upper=True)
-            var = var - self.lam_ * ((inv_w - 1.0)[:, None] * a * a).sum(0)
+            var = var - self._lam * ((inv_w - 1.0)[:, None] * a * a).sum(0)
         return mean, var.clamp_min(0.0)
 
     @torch.no_grad()
     def log_det(self, reg: float | None = None) -> Tensor:
         """``log det(I + W^{1/2} K W^{1/2}/λ)`` of the held data (0 when empty)."""
-        if reg is not None and float(reg) != self.lam_:
-            raise ValueError(f"reg must be None or the model's λ={self.lam_}, got {reg!r}")
+        if reg is not None and float(reg) != self._lam:
+            raise ValueError(f"reg must be None or the model's λ={self._lam}, got {reg!r}")
         if self._n == 0:
             return self._y.new_zeros(())
         chol, inv_w = self._factor()
-        return logdet_from_cholesky(chol) - torch.log(self.lam_ * inv_w).sum()
+        return logdet_from_cholesky(chol) - torch.log(self._lam * inv_w).sum()
 
 
 class TimeDecayKernelRidge(_HistoryModule):
@@ -291,7 +291,7 @@ class TimeDecayKernelRidge(_HistoryModule):
             row = self.factor.solve(col)
         else:
             row = x.new_zeros(0)
-        d2 = kxx + self.lam_ - row @ row
+        d2 = kxx + self._lam - row @ row
         if not bool(d2 > 0):
             raise ValueError(f"append: pivot {float(d2):.3e} not positive")
         d = torch.sqrt(d2)
@@ -327,7 +327,7 @@ class TimeDecayKernelRidge(_HistoryModule):
             return
         lag = (self.tau[:, None] - self.tau[None, :]).abs()
         gram = kernel_matrix(self.kernel, self.x, self.x) * self._decay(lag)
-        gram.diagonal().add_(self.lam_)
+        gram.diagonal().add_(self._lam)
         chol = torch.linalg.cholesky(gram)
         self.factor.set_dense(chol)
         self._z[:n] = whitened_solve(chol, self.y)
@@ -371,8 +371,8 @@ class TimeDecayKernelRidge(_HistoryModule):
     @torch.no_grad()
     def log_det(self, reg: float | None = None) -> Tensor:
         """``log det(I + K̃/λ)`` of the held data (0 when empty)."""
-        if reg is not None and float(reg) != self.lam_:
-            raise ValueError(f"reg must be None or the model's λ={self.lam_}, got {reg!r}")
+        if reg is not None and float(reg) != self._lam:
+            raise ValueError(f"reg must be None or the model's λ={self._lam}, got {reg!r}")
         if self._n == 0:
             return self._y.new_zeros(())
-        return self.factor.logdet() - self._n * math.log(self.lam_)
+        return self.factor.logdet() - self._n * math.log(self._lam)
