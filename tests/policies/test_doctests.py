@@ -16,9 +16,11 @@ import torchbandits.policies
 
 #: policy modules whose classes carry an ``Examples`` section (each must run at least one example)
 WITH_EXAMPLES = {
+    "torchbandits.policies.bkb",
     "torchbandits.policies.cbbkb",
     "torchbandits.policies.confidence_presets",
     "torchbandits.policies.ekucb",
+    "torchbandits.policies.kernel_ucb",
     "torchbandits.policies.master",
     "torchbandits.policies.opkb",
     "torchbandits.policies.opnn",

@@ -12,8 +12,7 @@ ridge-leverage-score sampling over all pulled points (§3.1, Fig. 1):
   pull counted, current model).
 * after the pull: every distinct pulled arm ``a`` gets ``c_a ~ Binomial(n_a, min(q̄ σ̃_t²(a), 1))``
   copies with the variances of the model **that chose the new arm** (§3.1: the probabilities are
-  those of round ``t``); the dictionary is ``{a : c_a > 0}``
-  (:class:`~torchbandits.models.rls.RLSResampler`).
+  those of round ``t``); dictionary ``{a : c_a > 0}`` (:class:`~torchbandits.models.rls.RLSResampler`).
 
 Count-based caching (§3.2): the posterior only needs the distinct pulled points, their pull counts
 ``n_a`` and reward sums ``b_a``: ``V = Σ_a n_a z_a z_aᵀ + λI`` and ``Zᵀy = Σ_a b_a z_a``. One round
@@ -23,12 +22,10 @@ statistics (``rebuild_from_counts``). With a fixed candidate set the variances o
 are read off the candidates' variances (no second evaluation), and the kernel rows of the pulled
 arms are cached (:class:`~torchbandits.models.arm_rows.ArmRowCache`).
 
-``variance="sor"`` replaces the DTC variance by the subset-of-regressors one
-``z_t(x)ᵀ V_t⁻¹ z_t(x)`` (drops the residual term) in the score, β̃_t and :meth:`BKB.posterior`:
-the variance-starvation ablation (§3.2, "Avoiding variance starvation"; Fig. 2). Its dictionary is
-still drawn with the DTC (leverage) variances — sampling with the SoR ones would never leave the
-empty dictionary, whose SoR variance is 0 — so with the same seed BKB and its SoR ablation share
-their dictionaries.
+``variance="sor"`` (the variance-starvation ablation, §3.2, Fig. 2) scores with the
+subset-of-regressors variance ``z_t(x)ᵀ V_t⁻¹ z_t(x)`` (no residual term) but still draws its
+dictionary with the DTC variances (the SoR ones would never leave the empty dictionary), so with
+the same seed BKB and its SoR ablation share their dictionaries.
 """
 
 from __future__ import annotations
@@ -77,11 +74,21 @@ class BKB(IndexPolicy):
         beta_scale: multiplies β̃_t.
         variance: ``"dtc"`` (BKB) or ``"sor"`` (ablation: starves far from the dictionary; the
             sampler keeps the DTC variances).
-        track_exact: also keep the exact posterior and report the min / max of σ̃²/σ² over the
-            candidates each round (diagnostics ``var_ratio_min/max``; O(tA) extra per round).
-        jitter: passed to the Nyström model.
-        seed, n_warmup, dtype, device: see :class:`~torchbandits.policies.base.Policy`
-            (the first arm is uniform and ``S_1 = {x̃_1}``, §3.1).
+        track_exact: also keep the exact posterior, report min / max of σ̃²/σ² per round (O(tA)).
+        jitter: passed to the Nyström model. seed, n_warmup, dtype, device: see
+            :class:`~torchbandits.policies.base.Policy` (first arm uniform, ``S_1 = {x̃_1}``, §3.1).
+
+    Examples:
+        >>> import torch
+        >>> from torchbandits import make_kernel
+        >>> from torchbandits.policies import BKB
+        >>> arms = torch.linspace(0, 1, 11).unsqueeze(1)  # [A, d]; noiseless f, best arm 7
+        >>> f = lambda x: torch.exp(-((x - 0.7) ** 2).sum(-1) / 0.02)
+        >>> policy = BKB(make_kernel("rbf", 0.2), beta_rule="constant", beta=0.3, seed=0)
+        >>> for _ in range(30):
+        ...     policy.update(arms[i := policy.select(arms)], f(arms[i]))
+        >>> policy.select(arms) == 7, policy(arms).shape, policy.dictionary_size <= 30
+        (True, torch.Size([11]), True)
     """
 
     def __init__(

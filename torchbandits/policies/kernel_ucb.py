@@ -102,6 +102,21 @@ class KernelUCB(RefitMixin, RuleUCB):
         refit_every, refit_warmup, refit_options: marginal-likelihood refits of the kernel and
             noise (:mod:`torchbandits.policies.refit`; 0: never, the default).
         seed, n_warmup, dtype, device: see :class:`~torchbandits.policies.base.Policy`.
+
+    Examples:
+        >>> import torch
+        >>> from torchbandits import make_kernel
+        >>> from torchbandits.policies import KernelUCB
+        >>> arms = torch.linspace(0, 1, 11).unsqueeze(1)  # [A, d] = [11, 1]
+        >>> f = lambda x: torch.exp(-((x - 0.7) ** 2).sum(-1) / 0.02)  # noiseless, best arm 7
+        >>> policy = KernelUCB(make_kernel("rbf", 0.2), lam=0.1, beta=0.5)
+        >>> for _ in range(30):
+        ...     i = policy.select(arms)
+        ...     policy.update(arms[i], f(arms[i]))
+        >>> policy.select(arms) == int(f(arms).argmax())  # the best arm after the loop
+        True
+        >>> policy(arms).shape  # one UCB per candidate
+        torch.Size([11])
     """
 
     default_variance: Variance = "ridge"
@@ -340,6 +355,21 @@ class GPUCB(KernelUCB):
     ``beta`` defaults to IGP-UCB's radius (Chowdhury & Gopalan 2017) built from ``norm_bound``,
     ``noise_std``, ``delta`` and ``eta`` with the model regulariser ``λ = 1 + η``; pass a float
     for a constant radius or any other rule (e.g. :class:`~torchbandits.confidence.SrinivasBeta`).
+
+    Examples:
+        >>> import torch
+        >>> from torchbandits import make_kernel
+        >>> from torchbandits.policies import GPUCB
+        >>> arms = torch.linspace(0, 1, 11).unsqueeze(1)  # [A, d] = [11, 1]
+        >>> f = lambda x: torch.exp(-((x - 0.7) ** 2).sum(-1) / 0.02)  # noiseless, best arm 7
+        >>> policy = GPUCB(make_kernel("rbf", 0.2), noise_std=0.1, norm_bound=1.0)
+        >>> for _ in range(30):
+        ...     i = policy.select(arms)
+        ...     policy.update(arms[i], f(arms[i]))
+        >>> policy.select(arms) == int(f(arms).argmax())  # the best arm after the loop
+        True
+        >>> policy(arms).shape  # one UCB per candidate
+        torch.Size([11])
     """
 
     default_variance: Variance = "gp"
