@@ -216,7 +216,7 @@ def test_fit_equals_the_autograd_lbfgs_fit(kind: str, d: int) -> None:
         obj = _autograd_objective(template, x, ys, boxes, noise_box, "botorch",
                                   [t[:d], t[d:d + 1], t[d + 1:]])
         (-obj).backward()
-        return -float(obj), t.grad.numpy()
+        return -float(obj.detach()), t.grad.numpy()
 
     ref = minimize(fun, x0.numpy(), jac=True, method="L-BFGS-B",
                    options={"maxiter": 100, "gtol": 1e-5, "ftol": 1e-10})
