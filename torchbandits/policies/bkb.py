@@ -3,29 +3,23 @@
 GP-UCB on a Nyström (DTC) posterior whose dictionary is **resampled from scratch every round** by
 ridge-leverage-score sampling over all pulled points (§3.1, Fig. 1):
 
-* score ``ũ_t(x) = μ̃_t(x) + β̃_t · σ̃_t(x)`` (eq. 4), where ``σ̃_t²`` is the **1/λ-scaled (ridge)
-  DTC variance** ``σ̃_t²(x) = (k(x,x) − ‖z_t(x)‖²)/λ + z_t(x)ᵀ V_t⁻¹ z_t(x)`` (eq. 4, not the GP
-  variance of eq. 2). So β̃_t multiplies the **ridge** sd ``sqrt(var_GP/λ)``, as in K-UCB; the
-  GP-scale variance of the model is ``λ σ̃_t²``.
+* score ``ũ_t(x) = μ̃_t(x) + β̃_t · σ̃_t(x)`` (eq. 4) with the **1/λ-scaled (ridge) DTC variance**
+  ``σ̃_t²(x) = (k(x,x) − ‖z_t(x)‖²)/λ + z_t(x)ᵀ V_t⁻¹ z_t(x)``: β̃_t multiplies the **ridge** sd
+  ``sqrt(var_GP/λ)``, as in K-UCB (the model's GP-scale variance is ``λ σ̃_t²``);
 * β̃_t: :class:`~torchbandits.confidence.bkb.BKBBeta` (``"paper"``: Theorem 2 / App. D.1 with a
-  guarded log term; ``"authors_code"``; ``"constant"``), with ``S_t = Σ_a n_a σ̃_t²(a)`` (every
-  pull counted, current model).
-* after the pull: every distinct pulled arm ``a`` gets ``c_a ~ Binomial(n_a, min(q̄ σ̃_t²(a), 1))``
-  copies with the variances of the model **that chose the new arm** (§3.1: the probabilities are
-  those of round ``t``); dictionary ``{a : c_a > 0}`` (:class:`~torchbandits.models.rls.RLSResampler`).
+  guarded log term; ``"authors_code"``; ``"constant"``), ``S_t = Σ_a n_a σ̃_t²(a)``;
+* after the pull each distinct pulled arm ``a`` gets ``c_a ~ Binomial(n_a, min(q̄ σ̃_t²(a), 1))``
+  copies, with the variances of the model that chose the new arm (§3.1); the dictionary is
+  ``{a : c_a > 0}`` (:class:`~torchbandits.models.rls.RLSResampler`).
 
-Count-based caching (§3.2): the posterior only needs the distinct pulled points, their pull counts
-``n_a`` and reward sums ``b_a``: ``V = Σ_a n_a z_a z_aᵀ + λI`` and ``Zᵀy = Σ_a b_a z_a``. One round
-therefore costs ``O((A + n_distinct) m² + m³)`` with ``n_distinct ≤ min(t, A)``, not ``O(t m²)`` —
-the shared :class:`~torchbandits.models.nystrom.NystromKernelRidge` is rebuilt from these
-statistics (``rebuild_from_counts``). With a fixed candidate set the variances of the pulled arms
-are read off the candidates' variances (no second evaluation), and the kernel rows of the pulled
-arms are cached (:class:`~torchbandits.models.arm_rows.ArmRowCache`).
+Count-based caching (§3.2): with pull counts ``n_a`` and reward sums ``b_a``, ``V = Σ_a n_a z_a
+z_aᵀ + λI`` and ``Zᵀy = Σ_a b_a z_a``, so a round costs ``O((A + n_distinct) m² + m³)``, not
+``O(t m²)`` (``NystromKernelRidge.rebuild_from_counts``); with a fixed arm set the pulled arms'
+variances are read off the candidates' and their kernel rows are cached (``ArmRowCache``).
 
 ``variance="sor"`` (the variance-starvation ablation, §3.2, Fig. 2) scores with the
-subset-of-regressors variance ``z_t(x)ᵀ V_t⁻¹ z_t(x)`` (no residual term) but still draws its
-dictionary with the DTC variances (the SoR ones would never leave the empty dictionary), so with
-the same seed BKB and its SoR ablation share their dictionaries.
+subset-of-regressors variance ``z_t(x)ᵀ V_t⁻¹ z_t(x)`` but draws its dictionary with the DTC
+variances (the SoR ones never leave the empty dictionary), so BKB and its ablation share them.
 """
 
 from __future__ import annotations
@@ -147,7 +141,6 @@ class BKB(IndexPolicy):
         self.arm_rows = ArmRowCache()
         self._invalidate()
 
-    # ------------------------------------------------------------------ properties
     @property
     def lam(self) -> float:
         """The model's ridge regulariser λ."""
@@ -193,7 +186,6 @@ class BKB(IndexPolicy):
         """Number of arms in the current dictionary (m_t)."""
         return int(self.dictionary_mask.sum())
 
-    # ------------------------------------------------------------------ state
     def _invalidate(self) -> None:
         self._model_ok = False
         self._scored: dict[str, Any] | None = None  # variances of the current model, last forward
@@ -227,7 +219,6 @@ class BKB(IndexPolicy):
             self.exact.reset()
         self._invalidate()
 
-    # ------------------------------------------------------------------ posterior
     def _ensure_model(self, kza: Tensor | None = None, idx: Tensor | None = None,
                       sel: Tensor | None = None) -> None:
         """Rebuild the Nyström posterior from the count statistics (O(n m² + m³)); with the
@@ -304,7 +295,6 @@ class BKB(IndexPolicy):
         _, pv, pu = self._dtc(self.pulled)
         return pv, pu
 
-    # ------------------------------------------------------------------ contract
     def select(self, candidates: Any) -> int:
         """Argmax of :meth:`forward` (first on ties), validating once; the choice is remembered
         so that :meth:`update` finds its row without a search."""
@@ -392,7 +382,6 @@ class BKB(IndexPolicy):
         self._model_ok = False
         self._scored = None
 
-    # ------------------------------------------------------------------ reporting
     def diagnostics(self) -> dict[str, float]:
         out = {"dictionary_size": float(self.dictionary_size), "m_theory": float(self._m_theory),
                "n_distinct": float(self._np), "empty_dictionaries": float(self._empty_dictionaries)}

@@ -6,16 +6,14 @@ Parts (``--parts``, default all):
 * ``table1`` — d = 3, RBF / Matérn-5/2 / Matérn-3/2 × ℓ ∈ {0.5, 0.2}, T = 1000, DMM, AMM, AY, IGP,
   Random over T rounds and CMM (1-D dual) over ``--cmm-horizon`` rounds; the table puts the
   paper's numbers beside ours; Figure 2 (regret curves) comes from the same runs.
-* ``fig1`` — confidence bands of the five bounds, 1-D Matérn-3/2 (the settings of the authors'
-  Figure-1 notebook).
+* ``fig1`` — confidence bands of the five bounds, 1-D Matérn-3/2 (the authors' Figure-1 settings).
 * ``fig4`` — agent time per step vs t, Matérn-5/2 ℓ = 0.5, d = 3, every method, CMM both ways
   (dual and the CVXPY SOCP, the latter over ``--socp-horizon`` rounds).
 * ``fig56`` — the Table-1 grid at d = 2 and d = 4 (Figures 5 and 6).
 * ``fig7`` — loose σ and B: (σ, B) ∈ {0.1, 0.2} × {10, 20} given to each algorithm.
 
-Environment: :class:`~torchbandits.envs.rkhs.RKHSFunctionEnv` (Flynn & Reeb 2024, Section 7,
-"Experimental Setup"); one seed per
-repetition gives every algorithm the same ``f*``, arm sets and noise sequence. Every policy's β
+Environment: :class:`~torchbandits.envs.rkhs.RKHSFunctionEnv` (Section 7, "Experimental Setup");
+one seed per repetition gives every algorithm the same ``f*``, arm sets and noise. Every β
 multiplies the GP posterior sd; ``c = default_c(kernel, d, T)``; IGP: η = 2/T with the constant 2.
 Writes ``--out`` (default ``results/cmm/``): raw JSON per run, ``table1.md``, ``*.png``.
 """
@@ -33,8 +31,7 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from ..confidence import AYBeta, IGPBeta
-from ..confidence.mixture import AMMBound, CMMBound, DMMBound, default_c
+from ..confidence import AMMBound, AYBeta, CMMBound, DMMBound, IGPBeta, default_c
 from ..envs.rkhs import RKHSFunctionEnv
 from ..experiments.figures import (
     CUM_REGRET,
@@ -195,7 +192,6 @@ def _plot_grid(results: list[RunResult], d: int, path: Path, title: str) -> Path
     return save_figure(fig, path, title=title, band=band_label(seeds), ncol=7)
 
 
-# ----------------------------------------------------------------------------- Figure 1
 def figure1_data(seed: int = 0, n_obs: int = 50, n_grid: int = 101, device: str = "cpu") -> dict[str, Any]:
     """Bands of CMM, DMM, AMM, AY and IGP on the 1-D setup of Flynn & Reeb (2024), Figure 1.
 
@@ -260,7 +256,6 @@ def plot_figure1(data: dict[str, Any], path: str | Path | None = None, *,
     return fig
 
 
-# ----------------------------------------------------------------------------- main
 def _parser() -> argparse.ArgumentParser:
     p = reproduction_parser("cmm", __doc__, quick="T = 25 (CMM too), 20 arms, first 2 seeds, "
                             "SOCP to T = 4: seconds, for tests", out="results/cmm", threads=1)
