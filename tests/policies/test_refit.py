@@ -137,3 +137,27 @@ def test_state_dict_round_trip_after_refit_and_rule_keeps_its_regulariser() -> N
     env_c = env_2d(5)
     play(cmm, env_c, 12)
     assert cmm.n_refits == 2 and torch.isfinite(cmm(env_c.candidates())).all()
+
+
+def test_bfgs_curvature_travels_with_the_state_dict() -> None:
+    """``optimizer="bfgs"`` warm-starts each refit from the previous inverse Hessian: a policy
+    reloaded mid-run keeps it, so its next refits (and choices) equal the original's."""
+    opts = {"optimizer": "bfgs"}
+    env = env_2d(3)
+    pol = GPUCB(make_kernel("rbf", 1.0), lam=0.1, beta=2.0, refit_every=5, refit_warmup=6,
+                refit_options=opts)
+    play(pol, env, 14)
+    assert pol.last_fit is not None and pol.last_fit.curvature is not None
+    clone = GPUCB(make_kernel("rbf", 1.0), lam=0.1, beta=2.0, refit_every=5, refit_warmup=6,
+                  refit_options=opts)
+    clone.load_state_dict(pol.state_dict())
+    assert torch.equal(clone.last_fit.curvature, pol.last_fit.curvature)
+    for _ in range(8):  # two more refits on the same data
+        cand = env.candidates()
+        i, j = pol.select(cand), clone.select(cand)
+        assert i == j
+        r = env.pull(i)
+        pol.update(cand[i], r)
+        clone.update(cand[j], r)
+    assert clone.n_refits == pol.n_refits and \
+        torch.equal(clone.last_fit.curvature, pol.last_fit.curvature)

@@ -137,7 +137,8 @@ class RefitMixin:
                 "noise": fit.noise, "mean": fit.mean, "lengthscales": list(fit.lengthscales),
                 "outputscale": fit.outputscale, "objective_initial": fit.objective_initial,
                 "objective": fit.objective, "n_evals": fit.n_evals, "improved": fit.improved,
-                "state": [t.detach().cpu() for t in fit.state]}
+                "state": [t.detach().cpu() for t in fit.state],
+                "curvature": None if fit.curvature is None else fit.curvature.detach().cpu()}
         return {**super()._extra_state(), "refit": own}  # type: ignore[misc]
 
     def _set_extra_state(self, state: dict[str, Any]) -> None:
@@ -158,8 +159,10 @@ class RefitMixin:
         for p in kernel.parameters():
             p.requires_grad_(False)
         self.model.kernel = kernel
-        self.last_fit = FitResult(kernel=kernel, **{k: v for k, v in fit.items() if k != "state"},
-                                  state=[t.clone() for t in fit["state"]])
+        curv = fit.get("curvature")  # the BFGS warm start's inverse Hessian (optimizer="bfgs")
+        self.last_fit = FitResult(
+            kernel=kernel, **{k: v for k, v in fit.items() if k not in ("state", "curvature")},
+            state=[t.clone() for t in fit["state"]], curvature=None if curv is None else curv.clone())
 
     def _reset(self) -> None:
         super()._reset()  # type: ignore[misc]
