@@ -37,6 +37,7 @@ from .validation import check_positive
 
 __all__ = [
     "KERNEL_NAMES",
+    "KernelPlan",
     "check_kernel",
     "kernel_diag",
     "kernel_matrix",
@@ -138,82 +139,140 @@ def product_kernel(*kernels: Kernel) -> Kernel:
     return _freeze(ProductKernel(*kernels))
 
 
-def _select(kernel: Kernel, x: Tensor) -> Tensor:
-    dims = kernel.active_dims
-    if dims is None:
-        return x
-    return x.index_select(-1, dims.to(x.device))
+class KernelPlan:
+    """A kernel's hyper-parameters read once, for repeated dense evaluations.
+
+    Reading a constrained GPyTorch parameter (``kernel.lengthscale``: the softplus of the raw
+    value) costs tens of µs, more than evaluating a bandit-sized kernel matrix, so a model that
+    evaluates the same kernel every round keeps one plan (:func:`kernel_matrix` and
+    :func:`kernel_diag` build a fresh one per call: one code path). The plan holds the values of
+    every lengthscale, output scale, linear variance and ``active_dims``; :meth:`current` says
+    whether the kernel still holds the raw values read (one ``torch.equal`` per raw parameter;
+    ``track=True`` keeps the copy of the raw values it compares with). ``diag_constant`` is
+    ``k(x, x)`` of a stationary kernel (RBF or Matérn, optionally scaled), else ``None``.
+    """
+
+    def __init__(self, kernel: Kernel, *, track: bool = False) -> None:
+        self.kernel = kernel
+        self.hyper: dict[int, Tensor] = {}
+        self.dims: dict[int, Tensor | None] = {}
+        for module in kernel.modules():
+            if isinstance(module, Kernel):
+                self.dims[id(module)] = module.active_dims
+            if isinstance(module, ScaleKernel):
+                self.hyper[id(module)] = module.outputscale
+            elif isinstance(module, (RBFKernel, MaternKernel)):
+                self.hyper[id(module)] = module.lengthscale
+            elif isinstance(module, LinearKernel):
+                self.hyper[id(module)] = module.variance
+        self.raw = [(p, p.detach().clone()) for p in kernel.parameters()] if track else None
+        self.diag_constant = self._diag_constant(kernel) if track else None
+
+    def _diag_constant(self, kernel: Kernel) -> float | None:
+        if isinstance(kernel, (RBFKernel, MaternKernel)):
+            return 1.0
+        if isinstance(kernel, ScaleKernel) and isinstance(kernel.base_kernel, (RBFKernel, MaternKernel)):
+            return float(self.hyper[id(kernel)])
+        return None
+
+    def current(self, kernel: Kernel) -> bool:
+        """Whether ``kernel`` is the kernel read, its raw parameters unchanged (``track=True``)."""
+        return (kernel is self.kernel and self.raw is not None
+                and all(torch.equal(p, v) for p, v in self.raw))
+
+    def select(self, kernel: Kernel, x: Tensor) -> Tensor:
+        """The columns ``active_dims`` of ``kernel`` take from ``x`` ``[..., d]``."""
+        dims = self.dims[id(kernel)]
+        return x if dims is None else x.index_select(-1, dims.to(x.device))
+
+    @torch.no_grad()
+    def matrix(self, x: Tensor, y: Tensor) -> Tensor:
+        """Dense ``[k(x_i, y_j)]`` ``[..., n, m]`` of ``x`` ``[..., n, d]`` and ``y`` ``[..., m, d]``."""
+        return _matrix(self, self.kernel, x, y)
+
+    @torch.no_grad()
+    def diag(self, x: Tensor) -> Tensor:
+        """``[k(x_i, x_i)]`` ``[n]`` of ``x`` ``[n, d]``."""
+        return _diag(self, self.kernel, x)
 
 
 def _scaled_sqdist(x: Tensor, y: Tensor, lengthscale: Tensor) -> Tensor:
-    """``‖(x − y)/ℓ‖²`` for all pairs, via one matrix product (clamped at 0)."""
+    """``‖(x − y)/ℓ‖²`` for all pairs ``[..., n, m]``, via one matrix product (clamped at 0):
+    ``(‖x/ℓ‖² − (2x/ℓ)·(y/ℓ)) + ‖y/ℓ‖²``, the ``[n, m]`` steps in place."""
     ls = lengthscale.reshape(-1).to(dtype=x.dtype)
     xs, ys = x / ls, y / ls
-    sq = (xs * xs).sum(-1, keepdim=True) - 2.0 * xs @ ys.transpose(-1, -2)
-    sq = sq + (ys * ys).sum(-1).unsqueeze(-2)
+    sq = torch.matmul(2.0 * xs, ys.transpose(-1, -2))
+    torch.sub((xs * xs).sum(-1, keepdim=True), sq, out=sq)
+    sq.add_((ys * ys).sum(-1).unsqueeze(-2))
     return sq.clamp_min_(0.0)
 
 
-def _matern(r: Tensor, nu: float) -> Tensor:
+def _matern_(sq: Tensor, nu: float) -> Tensor:
+    """Matérn-ν of the scaled squared distances ``sq`` (overwritten), ``r = sqrt(sq)``."""
+    r = sq.sqrt_()
     if nu == 0.5:
-        return torch.exp(-r)
+        return r.neg_().exp_()
     if nu == 1.5:
-        s = math.sqrt(3.0) * r
-        return (1.0 + s) * torch.exp(-s)
+        s = r.mul_(math.sqrt(3.0))
+        out = s + 1.0
+        return out.mul_(s.neg_().exp_())
     if nu == 2.5:
-        s = math.sqrt(5.0) * r
-        return (1.0 + s + s * s / 3.0) * torch.exp(-s)
+        s = r.mul_(math.sqrt(5.0))
+        out = s + 1.0
+        out.add_(torch.mul(s, s).div_(3.0))
+        return out.mul_(s.neg_().exp_())
     raise ValueError(f"Matérn nu must be 0.5, 1.5 or 2.5, got {nu}")
 
 
-@torch.no_grad()
-def kernel_matrix(kernel: Kernel, x: Tensor, y: Tensor) -> Tensor:
-    """Dense ``[k(x_i, y_j)]`` of shape ``[n, m]`` in the dtype/device of ``x``."""
+def _matrix(plan: KernelPlan, kernel: Kernel, x: Tensor, y: Tensor) -> Tensor:
     if isinstance(kernel, ScaleKernel):
-        return kernel.outputscale.to(x.dtype) * kernel_matrix(kernel.base_kernel, x, y)
-    if isinstance(kernel, ProductKernel):
-        out = kernel_matrix(kernel.kernels[0], _select(kernel, x), _select(kernel, y))
+        return plan.hyper[id(kernel)].to(x.dtype) * _matrix(plan, kernel.base_kernel, x, y)
+    if isinstance(kernel, (ProductKernel, AdditiveKernel)):
+        xs, ys = plan.select(kernel, x), plan.select(kernel, y)
+        out = _matrix(plan, kernel.kernels[0], xs, ys)
         for k in kernel.kernels[1:]:
-            out = out * kernel_matrix(k, _select(kernel, x), _select(kernel, y))
+            part = _matrix(plan, k, xs, ys)
+            out = out * part if isinstance(kernel, ProductKernel) else out + part
         return out
-    if isinstance(kernel, AdditiveKernel):
-        out = kernel_matrix(kernel.kernels[0], _select(kernel, x), _select(kernel, y))
-        for k in kernel.kernels[1:]:
-            out = out + kernel_matrix(k, _select(kernel, x), _select(kernel, y))
-        return out
-    xs, ys = _select(kernel, x), _select(kernel, y)
+    xs, ys = plan.select(kernel, x), plan.select(kernel, y)
     if isinstance(kernel, RBFKernel):
-        return torch.exp(-0.5 * _scaled_sqdist(xs, ys, kernel.lengthscale))
+        return _scaled_sqdist(xs, ys, plan.hyper[id(kernel)]).mul_(-0.5).exp_()
     if isinstance(kernel, MaternKernel):
-        return _matern(torch.sqrt(_scaled_sqdist(xs, ys, kernel.lengthscale)), kernel.nu)
+        return _matern_(_scaled_sqdist(xs, ys, plan.hyper[id(kernel)]), kernel.nu)
     if isinstance(kernel, LinearKernel):
-        return kernel.variance.to(x.dtype).reshape(()) * (xs @ ys.transpose(-1, -2))
+        return plan.hyper[id(kernel)].to(x.dtype).reshape(()) * (xs @ ys.transpose(-1, -2))
     with gpytorch.settings.lazily_evaluate_kernels(False):
         return kernel(x, y).to_dense()
 
 
-@torch.no_grad()
-def kernel_diag(kernel: Kernel, x: Tensor) -> Tensor:
-    """``[k(x_i, x_i)]`` of shape ``[n]`` without forming the matrix."""
+def _diag(plan: KernelPlan, kernel: Kernel, x: Tensor) -> Tensor:
     if isinstance(kernel, ScaleKernel):
-        return kernel.outputscale.to(x.dtype) * kernel_diag(kernel.base_kernel, x)
-    if isinstance(kernel, ProductKernel):
-        out = kernel_diag(kernel.kernels[0], _select(kernel, x))
+        return plan.hyper[id(kernel)].to(x.dtype) * _diag(plan, kernel.base_kernel, x)
+    if isinstance(kernel, (ProductKernel, AdditiveKernel)):
+        xs = plan.select(kernel, x)
+        out = _diag(plan, kernel.kernels[0], xs)
         for k in kernel.kernels[1:]:
-            out = out * kernel_diag(k, _select(kernel, x))
-        return out
-    if isinstance(kernel, AdditiveKernel):
-        out = kernel_diag(kernel.kernels[0], _select(kernel, x))
-        for k in kernel.kernels[1:]:
-            out = out + kernel_diag(k, _select(kernel, x))
+            part = _diag(plan, k, xs)
+            out = out * part if isinstance(kernel, ProductKernel) else out + part
         return out
     if isinstance(kernel, (RBFKernel, MaternKernel)):
         return x.new_ones(x.shape[0])
-    xs = _select(kernel, x)
+    xs = plan.select(kernel, x)
     if isinstance(kernel, LinearKernel):
-        return kernel.variance.to(x.dtype).reshape(()) * (xs * xs).sum(-1)
+        return plan.hyper[id(kernel)].to(x.dtype).reshape(()) * (xs * xs).sum(-1)
     with gpytorch.settings.lazily_evaluate_kernels(False):
         return kernel(x, x, diag=True).to_dense()
+
+
+def kernel_matrix(kernel: Kernel, x: Tensor, y: Tensor) -> Tensor:
+    """Dense ``[k(x_i, y_j)]`` of shape ``[n, m]`` in the dtype/device of ``x`` (leading batch
+    dimensions allowed)."""
+    return KernelPlan(kernel).matrix(x, y)
+
+
+def kernel_diag(kernel: Kernel, x: Tensor) -> Tensor:
+    """``[k(x_i, x_i)]`` of shape ``[n]`` without forming the matrix."""
+    return KernelPlan(kernel).diag(x)
 
 
 def kernel_bound(kernel: Kernel) -> float | None:

@@ -19,8 +19,39 @@ __all__ = [
     "check_positive",
     "check_probability",
     "match_rows",
+    "require_finite",
     "same_rows",
+    "trusted",
 ]
+
+_TRUSTED: list[Tensor | None] = [None]
+
+
+class trusted:
+    """Within ``with trusted(x):``, :func:`as_matrix` and :func:`as_point` hand back this very
+    tensor ``x`` (already checked by the caller, in the asked dtype and device) without checking
+    it again: a policy validates its candidates once per call, and the model and the rule it
+    calls do not repeat the check. Only the identical object is passed through, and only inside
+    the block (nothing is remembered across calls)."""
+
+    __slots__ = ("_prev", "_x")
+
+    def __init__(self, x: Tensor) -> None:
+        self._x = x
+
+    def __enter__(self) -> Tensor:
+        self._prev = _TRUSTED[0]
+        _TRUSTED[0] = self._x
+        return self._x
+
+    def __exit__(self, *exc: object) -> None:
+        _TRUSTED[0] = self._prev
+
+
+def _trusted(value: Any, dtype: torch.dtype, device: torch.device, ndim: int,
+             dim: int | None) -> bool:
+    return (value is _TRUSTED[0] and value.ndim == ndim and value.dtype == dtype
+            and value.device == device and (dim is None or value.shape[-1] == dim))
 
 
 def check_positive(name: str, value: Any) -> float:
@@ -42,7 +73,7 @@ def check_probability(name: str, value: Any, *, open_right: bool = True) -> floa
     return v
 
 
-def _require_finite(name: str, x: Tensor) -> None:
+def require_finite(name: str, x: Tensor) -> None:
     """Raise unless every entry is finite. One reduction: a NaN or ±inf makes the sum non-finite;
     only when the sum is non-finite (or overflows) are the entries checked one by one."""
     if not math.isfinite(float(x.sum())) and not bool(torch.isfinite(x).all()):
@@ -74,6 +105,8 @@ def as_matrix(
 ) -> Tensor:
     """``value`` as a finite ``[n, d]`` tensor with ``n ≥ 1`` on ``device``/``dtype`` (any real
     dtype is converted first, so float32 or int64 input is compared in the policy's dtype)."""
+    if _trusted(value, dtype, device, 2, dim) and value.shape[0] > 0:
+        return value
     x = _as_real_tensor(name, value, dtype, device)
     if x.ndim != 2:
         raise ValueError(f"{name} must be a 2-D tensor [n, d], got shape {tuple(x.shape)}")
@@ -81,7 +114,7 @@ def as_matrix(
         raise ValueError(f"{name} is empty: at least one row is needed")
     if dim is not None and x.shape[1] != dim:
         raise ValueError(f"{name} must have {dim} columns (feature dimension), got {x.shape[1]}")
-    _require_finite(name, x)
+    require_finite(name, x)
     return x
 
 
@@ -92,8 +125,12 @@ def as_point(
     dtype: torch.dtype,
     device: torch.device,
     dim: int | None = None,
+    finite: bool = True,
 ) -> Tensor:
-    """``value`` as a finite ``[d]`` vector (a ``[1, d]`` row is accepted)."""
+    """``value`` as a finite ``[d]`` vector (a ``[1, d]`` row is accepted; ``finite=False``: the
+    caller checks finiteness itself)."""
+    if _trusted(value, dtype, device, 1, dim):
+        return value
     x = _as_real_tensor(name, value, dtype, device)
     if x.ndim == 2 and x.shape[0] == 1:
         x = x[0]
@@ -101,7 +138,8 @@ def as_point(
         raise ValueError(f"{name} must be a 1-D feature vector [d], got shape {tuple(x.shape)}")
     if dim is not None and x.shape[0] != dim:
         raise ValueError(f"{name} must have {dim} entries (feature dimension), got {x.shape[0]}")
-    _require_finite(name, x)
+    if finite:
+        require_finite(name, x)
     return x
 
 

@@ -32,7 +32,7 @@ from torch import Tensor
 
 from ..kernels import make_kernel
 from ..validation import check_positive, check_probability
-from .base import ConfidenceRule, PosteriorModel
+from .base import ConfidenceRule, PosteriorModel, log_det_value, quad_y_value
 
 __all__ = [
     "DMM_GRID",
@@ -78,25 +78,43 @@ def default_c(kernel: Kernel | str, d: int, T: int) -> float:
 
 
 # --------------------------------------------------------------------------- radius pieces
+# Each piece is computed in Python floats from the model's scalars (an exact model keeps them as
+# running values: no tensor operation per round); the public functions return 0-d float64 tensors.
+def _sqrt(x: float) -> float:
+    """``sqrt`` with NaN for a negative argument (as ``torch.sqrt``)."""
+    return math.sqrt(x) if x >= 0 else math.nan
+
+
+def radius_sq_value(model: PosteriorModel, noise_std: float, c: float, delta: float) -> float:
+    """:func:`radius_sq` as a float."""
+    s2 = noise_std**2
+    a0 = s2 / c
+    base = 2.0 * s2 * math.log(1.0 / delta)
+    if model.n == 0:
+        return base
+    return a0 * quad_y_value(model, a0) + s2 * log_det_value(model, a0) + base
+
+
 def radius_sq(model: PosteriorModel, noise_std: float, c: float, delta: float) -> Tensor:
     """``R_t²`` of Eq. (8) (Flynn & Reeb 2024) in a stable form (``R_0² = 2σ² log(1/δ)``).
 
     ``α₀ yᵀ(K+α₀I)⁻¹y + σ² log det(I + K/α₀) + 2σ² log(1/δ)`` with ``α₀ = σ²/c``: Eq. (8)'s
     ``yᵀ(I + cK/σ²)⁻¹y`` is ``α₀ yᵀ(K+α₀I)⁻¹y``.
     """
-    s2 = noise_std**2
-    a0 = s2 / c
-    base = 2.0 * s2 * math.log(1.0 / delta)
-    if model.n == 0:
-        return torch.tensor(base, dtype=torch.float64)
-    return a0 * model.quad_y(a0) + s2 * model.log_det(a0) + base
+    return torch.tensor(radius_sq_value(model, noise_std, c, delta), dtype=torch.float64)
 
 
-def rtilde_sq(model: PosteriorModel, alpha: float, r2: Tensor, norm_bound: float) -> Tensor:
+def rtilde_sq_value(model: PosteriorModel, alpha: float, r2: float, norm_bound: float) -> float:
+    """:func:`rtilde_sq` as a float."""
+    quad = quad_y_value(model, alpha) if model.n else 0.0
+    value = r2 + alpha * norm_bound**2 - alpha * quad
+    return value if not value < 0.0 else 0.0
+
+
+def rtilde_sq(model: PosteriorModel, alpha: float, r2: Tensor | float, norm_bound: float) -> Tensor:
     """``R̃²_α = max(R_t² + αB² − α yᵀ(K+αI)⁻¹y, 0)`` (Flynn & Reeb 2024, Cor. 4.3 with
     Lemma C.1; clamped at 0, which can only bind outside the 1 − δ event)."""
-    quad = model.quad_y(alpha) if model.n else torch.zeros((), dtype=torch.float64)
-    return torch.clamp(r2 + alpha * norm_bound**2 - alpha * quad, min=0.0)
+    return torch.tensor(rtilde_sq_value(model, alpha, float(r2), norm_bound), dtype=torch.float64)
 
 
 def rtilde_sq_matched(model: PosteriorModel, noise_std: float, c: float, norm_bound: float,
@@ -104,17 +122,24 @@ def rtilde_sq_matched(model: PosteriorModel, noise_std: float, c: float, norm_bo
     """Lemma C.2: ``R̃²_{σ²/c} = σ² log det(I + cK/σ²) + σ²B²/c + 2σ² log(1/δ)`` (no y)."""
     s2 = noise_std**2
     a0 = s2 / c
-    ld = model.log_det(a0) if model.n else torch.zeros((), dtype=torch.float64)
-    return s2 * ld + s2 * norm_bound**2 / c + 2.0 * s2 * math.log(1.0 / delta)
+    ld = log_det_value(model, a0) if model.n else 0.0
+    return torch.tensor(s2 * ld + s2 * norm_bound**2 / c + 2.0 * s2 * math.log(1.0 / delta),
+                        dtype=torch.float64)
+
+
+def amm_beta_value(model: PosteriorModel, noise_std: float, c: float, norm_bound: float,
+                   delta: float) -> float:
+    """:func:`amm_beta` as a float."""
+    a0 = noise_std**2 / c
+    ld = log_det_value(model, a0) if model.n else 0.0
+    return _sqrt(c * ld + 2.0 * c * math.log(1.0 / delta) + norm_bound**2)
 
 
 def amm_beta(model: PosteriorModel, noise_std: float, c: float, norm_bound: float,
              delta: float) -> Tensor:
     """``β^AMM = sqrt(c log det(I + cK/σ²) + 2c log(1/δ) + B²)`` (Flynn & Reeb 2024, Cor. 4.6
     with Lemma C.2), multiplying the GP sd ``ρ_{σ²/c}``."""
-    a0 = noise_std**2 / c
-    ld = model.log_det(a0) if model.n else torch.zeros((), dtype=torch.float64)
-    return torch.sqrt(c * ld + 2.0 * c * math.log(1.0 / delta) + norm_bound**2)
+    return torch.tensor(amm_beta_value(model, noise_std, c, norm_bound, delta), dtype=torch.float64)
 
 
 # --------------------------------------------------------------------------- rules
@@ -150,12 +175,12 @@ class MixtureBound(ConfidenceRule):
         return radius_sq(model, self.noise_std, self.c, self.delta)
 
     def bound_at(self, model: PosteriorModel, candidates: Tensor, alpha: float,
-                 r2: Tensor | None = None) -> tuple[Tensor, Tensor]:
+                 r2: Tensor | float | None = None) -> tuple[Tensor, Tensor]:
         """``μ_α ± sqrt(R̃²_α/α) ρ_α`` for one fixed α (Eq. 14); ``[A]`` each."""
-        r2 = self.radius_sq(model) if r2 is None else r2
+        r2v = radius_sq_value(model, self.noise_std, self.c, self.delta) if r2 is None else float(r2)
         mean, var = model.mean_var(candidates, reg=alpha)
-        mult = torch.sqrt(rtilde_sq(model, alpha, r2, self.norm_bound) / alpha)
-        width = mult * torch.sqrt(var)
+        mult = _sqrt(rtilde_sq_value(model, alpha, r2v, self.norm_bound) / alpha)
+        width = torch.sqrt(var).mul_(mult)
         return mean + width, mean - width
 
     def diagnostics(self) -> dict[str, float]:
@@ -180,14 +205,25 @@ class AMMBound(MixtureBound):
         regs = {self.alpha0} if self.alpha is None else {self.alpha0, self.alpha}
         return tuple(sorted(r for r in regs if r != lam))
 
+    def _matched(self, model: PosteriorModel, candidates: Tensor) -> tuple[Tensor, Tensor]:
+        """``(μ_{α₀}, β^AMM ρ_{α₀})`` ``[A]`` each."""
+        mean, var = model.mean_var(candidates, reg=self.alpha0)
+        beta = amm_beta_value(model, self.noise_std, self.c, self.norm_bound, self.delta)
+        self._diag = {"beta": beta}
+        return mean, torch.sqrt(var).mul_(beta)
+
     def bounds(self, model: PosteriorModel, candidates: Tensor, t: int) -> tuple[Tensor, Tensor]:
         if self.alpha is not None and self.alpha != self.alpha0:
             return self.bound_at(model, candidates, self.alpha)
-        mean, var = model.mean_var(candidates, reg=self.alpha0)
-        beta = amm_beta(model, self.noise_std, self.c, self.norm_bound, self.delta)
-        self._diag = {"beta": float(beta)}
-        width = beta * torch.sqrt(var)
+        mean, width = self._matched(model, candidates)
         return mean + width, mean - width
+
+    def ucb(self, model: PosteriorModel, candidates: Tensor, t: int) -> Tensor:
+        """The UCB alone ``[A]`` (the same values as ``bounds(...)[0]``)."""
+        if self.alpha is not None and self.alpha != self.alpha0:
+            return self.bound_at(model, candidates, self.alpha)[0]
+        mean, width = self._matched(model, candidates)
+        return width.add_(mean)
 
 
 class DMMBound(MixtureBound):
@@ -216,19 +252,38 @@ class DMMBound(MixtureBound):
         regs = dict.fromkeys((self.alpha0, *self.alphas))
         return tuple(r for r in regs if r != lam)
 
-    def bounds(self, model: PosteriorModel, candidates: Tensor, t: int) -> tuple[Tensor, Tensor]:
-        r2 = self.radius_sq(model)
+    def _grid(self, model: PosteriorModel, candidates: Tensor) -> tuple[Tensor, Tensor]:
+        """``(μ_α, sqrt(R̃²_α/α) ρ_α)`` ``[G, A]`` each over the grid."""
+        r2 = radius_sq_value(model, self.noise_std, self.c, self.delta)
+        mult = [_sqrt(rtilde_sq_value(model, a, r2, self.norm_bound) / a) for a in self.alphas]
         if hasattr(model, "mean_var_many"):  # one kernel evaluation for the whole grid
             mean, var = model.mean_var_many(candidates, self.alphas)
-            alphas = torch.tensor(self.alphas, dtype=mean.dtype, device=mean.device)
-            rt2 = torch.stack([rtilde_sq(model, a, r2, self.norm_bound) for a in self.alphas])
-            width = torch.sqrt(rt2.to(mean.device) / alphas)[:, None] * torch.sqrt(var)
-            u, lcb = mean + width, mean - width
         else:
-            ucbs, lcbs = zip(*(self.bound_at(model, candidates, a, r2) for a in self.alphas))
-            u, lcb = torch.stack(ucbs), torch.stack(lcbs)
-        ucb, arg = u.min(0)
-        lcb_v = lcb.max(0).values
-        log_grid = torch.log(torch.tensor(self.grid, dtype=ucb.dtype, device=arg.device))
-        self._diag = {"r2": float(r2), "log_alpha_ratio": float(log_grid[arg].mean())}
-        return ucb, lcb_v
+            pairs = [model.mean_var(candidates, reg=a) for a in self.alphas]
+            mean, var = torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
+        scale = torch.tensor(mult, dtype=torch.float64, device=mean.device)
+        self._last = (r2, None)
+        return mean, torch.sqrt(var) * scale[:, None]
+
+    def bounds(self, model: PosteriorModel, candidates: Tensor, t: int) -> tuple[Tensor, Tensor]:
+        mean, width = self._grid(model, candidates)
+        ucb, arg = (mean + width).min(0)
+        self._last = (self._last[0], arg)
+        return ucb, (mean - width).max(0).values
+
+    def ucb(self, model: PosteriorModel, candidates: Tensor, t: int) -> Tensor:
+        """The UCB alone ``[A]`` (the same values as ``bounds(...)[0]``)."""
+        mean, width = self._grid(model, candidates)
+        ucb, arg = width.add_(mean).min(0) if width.dtype == mean.dtype else (mean + width).min(0)
+        self._last = (self._last[0], arg)
+        return ucb
+
+    def diagnostics(self) -> dict[str, float]:
+        """``r2`` (``R_t²``) and ``log_alpha_ratio`` (mean ``log(α/α₀)`` of the minimising grid
+        points) of the last call, computed here from what it kept."""
+        last = getattr(self, "_last", None)
+        if last is None or last[1] is None:
+            return dict(self._diag)
+        r2, arg = last
+        log_grid = torch.log(torch.tensor(self.grid, dtype=torch.float64, device=arg.device))
+        return {"r2": r2, "log_alpha_ratio": float(log_grid[arg].mean())}

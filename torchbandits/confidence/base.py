@@ -19,7 +19,8 @@ from typing import Literal, Protocol
 import torch
 from torch import Tensor
 
-__all__ = ["ConfidenceRule", "ConstantBeta", "PosteriorModel", "RadiusRule", "Variance", "as_rule"]
+__all__ = ["ConfidenceRule", "ConstantBeta", "PosteriorModel", "RadiusRule", "Variance", "as_rule",
+           "log_det_value", "quad_y_value"]
 
 Variance = Literal["gp", "ridge"]
 
@@ -55,6 +56,23 @@ class PosteriorModel(Protocol):
     def log_det(self, reg: float | None = None) -> Tensor:
         """``log det(I + K/reg)`` of the held points (0-d tensor; ``reg=None``: λ)."""
         ...
+
+
+def log_det_value(model: PosteriorModel, reg: float | None = None) -> float:
+    """``model.log_det(reg)`` as a float: the model's running value where it keeps one
+    (:class:`~torchbandits.models.ExactKernelRidge`, no tensor operation), else from the tensor."""
+    fast = getattr(model, "log_det_value", None)
+    if fast is not None:
+        return fast(reg)
+    return float(model.log_det() if reg is None else model.log_det(reg))
+
+
+def quad_y_value(model: PosteriorModel, reg: float | None = None) -> float:
+    """``yᵀ(K + reg·I)⁻¹y`` of the model's data as a float (see :func:`log_det_value`)."""
+    fast = getattr(model, "quad_y_value", None)
+    if fast is not None:
+        return fast(reg)
+    return float(model.quad_y(reg))  # type: ignore[attr-defined]
 
 
 class ConfidenceRule:
@@ -105,22 +123,50 @@ class RadiusRule(ConfidenceRule):
             model: the posterior model (its ``n``, ``lam``, ``log_det`` may enter β_t).
             n_candidates: ``A``, the number of candidates this round (finite-domain widths).
             t: the round being played.
+
+        A subclass implements this or :meth:`radius_value` (the same number as a float).
         """
-        raise NotImplementedError
+        return torch.tensor(self.radius_value(model, n_candidates, t), dtype=torch.float64)
+
+    def radius_value(self, model: PosteriorModel, n_candidates: int, t: int) -> float:
+        """:meth:`radius` as a Python float (the rules of this package compute it in floats from
+        the model's running scalars, with no tensor operation)."""
+        if type(self).radius is RadiusRule.radius:
+            raise NotImplementedError(f"{type(self).__name__} implements neither radius nor radius_value")
+        return float(self.radius(model, n_candidates, t))
+
+    def _beta(self, model: PosteriorModel, n_candidates: int, t: int) -> float:
+        """β_t as a float: from :meth:`radius` where a subclass overrides it, else
+        :meth:`radius_value`."""
+        if type(self).radius is not RadiusRule.radius:
+            beta = float(self.radius(model, n_candidates, t))
+        else:
+            beta = self.radius_value(model, n_candidates, t)
+        self._last_beta = beta
+        return beta
 
     def required_regularisers(self, lam: float) -> tuple[float, ...]:
         return () if self.reg is None or self.reg == lam else (self.reg,)
 
-    def bounds(self, model: PosteriorModel, candidates: Tensor, t: int) -> tuple[Tensor, Tensor]:
-        """``(μ + β_t·sd, μ − β_t·sd)``, each ``[A]``, for ``candidates`` ``[A, d]`` at round ``t``."""
+    def _mean_sd(self, model: PosteriorModel, candidates: Tensor) -> tuple[Tensor, Tensor]:
+        """``(μ_reg, sd_reg)`` ``[A]`` each, ``sd`` per ``variance`` (a fresh tensor)."""
         reg = model.lam if self.reg is None else self.reg
         mean, var = model.mean_var(candidates, reg=reg)
         if self.variance == "ridge":
             var = var / reg
-        beta = self.radius(model, candidates.shape[0], t)
-        self._last_beta = float(beta)
-        width = beta * torch.sqrt(var)
+        return mean, torch.sqrt(var)
+
+    def bounds(self, model: PosteriorModel, candidates: Tensor, t: int) -> tuple[Tensor, Tensor]:
+        """``(μ + β_t·sd, μ − β_t·sd)``, each ``[A]``, for ``candidates`` ``[A, d]`` at round ``t``."""
+        mean, width = self._mean_sd(model, candidates)
+        width.mul_(self._beta(model, candidates.shape[0], t))
         return mean + width, mean - width
+
+    def ucb(self, model: PosteriorModel, candidates: Tensor, t: int) -> Tensor:
+        """``μ + β_t·sd`` ``[A]`` alone (what ``select`` needs; the same values as
+        ``bounds(...)[0]``)."""
+        mean, width = self._mean_sd(model, candidates)
+        return width.mul_(self._beta(model, candidates.shape[0], t)).add_(mean)
 
     def diagnostics(self) -> dict[str, float]:
         """``{"beta": β}`` of the last :meth:`bounds` call (``nan`` before the first)."""
@@ -141,9 +187,9 @@ class ConstantBeta(RadiusRule):
             raise ValueError(f"variance must be 'gp' or 'ridge', got {variance!r}")
         self.variance = variance
 
-    def radius(self, model: PosteriorModel, n_candidates: int, t: int) -> Tensor:
-        """``beta`` at every round (0-d float64 tensor)."""
-        return torch.tensor(self.beta, dtype=torch.float64)
+    def radius_value(self, model: PosteriorModel, n_candidates: int, t: int) -> float:
+        """``beta`` at every round."""
+        return self.beta
 
 
 def as_rule(beta: float | ConfidenceRule, variance: Variance) -> ConfidenceRule:

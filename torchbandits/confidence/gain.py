@@ -14,11 +14,8 @@ from __future__ import annotations
 
 import math
 
-import torch
-from torch import Tensor
-
 from ..validation import check_positive, check_probability
-from .base import PosteriorModel, RadiusRule
+from .base import PosteriorModel, RadiusRule, log_det_value
 
 __all__ = ["GainBeta"]
 
@@ -44,9 +41,7 @@ class GainBeta(RadiusRule):
         if self.offset < 0 or self.noise < 0 or self.extra < 0:
             raise ValueError("offset, noise and extra must be >= 0")
 
-    def radius(self, model: PosteriorModel, n_candidates: int, t: int) -> Tensor:
-        """The scalar ``β_t`` (float64) from ``model.log_det()`` (clamped at 0)."""
-        logdet = float(model.log_det())
-        inner = max(logdet, 0.0) + 2.0 * self.extra + 2.0 * math.log(1.0 / self.delta)
-        return torch.tensor(self.scale * (self.offset + self.noise * math.sqrt(inner)),
-                            dtype=torch.float64)
+    def radius_value(self, model: PosteriorModel, n_candidates: int, t: int) -> float:
+        """The scalar ``β_t`` from ``model.log_det()`` (clamped at 0)."""
+        inner = max(log_det_value(model), 0.0) + 2.0 * self.extra + 2.0 * math.log(1.0 / self.delta)
+        return self.scale * (self.offset + self.noise * math.sqrt(inner))

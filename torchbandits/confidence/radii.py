@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import math
 
-import torch
-from torch import Tensor
-
 from ..validation import check_positive, check_probability
-from .base import PosteriorModel, RadiusRule
+from .base import PosteriorModel, RadiusRule, log_det_value
 
 __all__ = ["AYBeta", "IGPBeta", "KernelUCBTheoryBeta", "SrinivasBeta"]
+
+
+def _sqrt(x: float) -> float:
+    """``sqrt`` with NaN for a negative argument (as ``torch.sqrt``; ``math.sqrt`` raises)."""
+    return math.sqrt(x) if x >= 0 else math.nan
 
 
 class KernelUCBTheoryBeta(RadiusRule):
@@ -35,11 +37,10 @@ class KernelUCBTheoryBeta(RadiusRule):
         self.delta = check_probability("delta", delta)
         self.noise_scale = check_positive("noise_scale", noise_scale)
 
-    def radius(self, model: PosteriorModel, n_candidates: int, t: int) -> Tensor:
+    def radius_value(self, model: PosteriorModel, n_candidates: int, t: int) -> float:
         """``√λ·B + noise_scale·sqrt(2 log(1/δ) + log det(I + K/λ))``."""
-        logdet = model.log_det()
-        inner = 2.0 * math.log(1.0 / self.delta) + logdet
-        return math.sqrt(model.lam) * self.norm_bound + self.noise_scale * torch.sqrt(inner)
+        inner = 2.0 * math.log(1.0 / self.delta) + log_det_value(model)
+        return math.sqrt(model.lam) * self.norm_bound + self.noise_scale * _sqrt(inner)
 
 
 class SrinivasBeta(RadiusRule):
@@ -62,16 +63,16 @@ class SrinivasBeta(RadiusRule):
         self.mode = mode
         self.norm_bound = check_positive("norm_bound", norm_bound)
 
-    def radius(self, model: PosteriorModel, n_candidates: int, t: int) -> Tensor:
+    def radius_value(self, model: PosteriorModel, n_candidates: int, t: int) -> float:
         """Finite domain: ``sqrt(2 log(A t² π²/(6δ)))``; else ``sqrt(2B² + 300 γ_t log³(t/δ))`` with
         ``γ_t = ½ log det(I + K/λ)``.
         """
         if self.mode == "finite":
             beta = 2.0 * math.log(n_candidates * t * t * math.pi**2 / (6.0 * self.delta))
-            return torch.tensor(math.sqrt(max(beta, 0.0)), dtype=torch.float64)
-        gamma = 0.5 * model.log_det()
+            return math.sqrt(max(beta, 0.0))
+        gamma = 0.5 * log_det_value(model)
         log_term = max(math.log(t / self.delta), 0.0)
-        return torch.sqrt(2.0 * self.norm_bound**2 + 300.0 * gamma * log_term**3)
+        return _sqrt(2.0 * self.norm_bound**2 + 300.0 * gamma * log_term**3)
 
 
 class IGPBeta(RadiusRule):
@@ -102,14 +103,13 @@ class IGPBeta(RadiusRule):
         self.use_t_eta = bool(use_t_eta)
         self.reg = 1.0 + self.eta
 
-    def radius(self, model: PosteriorModel, n_candidates: int, t: int) -> Tensor:
+    def radius_value(self, model: PosteriorModel, n_candidates: int, t: int) -> float:
         """``B + noise_scale·sqrt(log det(I + K/reg) + 2 + 2 log(1/δ))`` (``2`` → ``n·η`` with
         ``use_t_eta``).
         """
-        logdet = model.log_det(reg=self.reg)
         extra = model.n * self.eta if self.use_t_eta else 2.0
-        inner = logdet + extra + 2.0 * math.log(1.0 / self.delta)
-        return self.norm_bound + self.noise_scale * torch.sqrt(inner)
+        inner = log_det_value(model, self.reg) + extra + 2.0 * math.log(1.0 / self.delta)
+        return self.norm_bound + self.noise_scale * _sqrt(inner)
 
 
 class AYBeta(RadiusRule):
@@ -127,8 +127,7 @@ class AYBeta(RadiusRule):
         self.reg = check_positive("lam", lam)
         self.delta = check_probability("delta", delta)
 
-    def radius(self, model: PosteriorModel, n_candidates: int, t: int) -> Tensor:
+    def radius_value(self, model: PosteriorModel, n_candidates: int, t: int) -> float:
         """``noise_scale·sqrt(log det(I + K/reg) + 2 log(1/δ))/√reg + B``."""
-        logdet = model.log_det(reg=self.reg)
-        inner = logdet + 2.0 * math.log(1.0 / self.delta)
-        return self.noise_scale * torch.sqrt(inner) / math.sqrt(self.reg) + self.norm_bound
+        inner = log_det_value(model, self.reg) + 2.0 * math.log(1.0 / self.delta)
+        return self.noise_scale * _sqrt(inner) / math.sqrt(self.reg) + self.norm_bound

@@ -28,6 +28,7 @@ inverse for small λ). The solve-and-score step and the candidate cache are
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -36,14 +37,15 @@ from torch import Tensor
 
 from ..buffers import StoredData, grow_rows
 from ..kernels import kernel_diag, kernel_matrix
-from ..linalg import GrowingCholesky, logdet_from_cholesky, safe_cholesky
+from ..linalg import GrowingCholesky, safe_cholesky
 from ..validation import as_matrix, as_point, as_scalar_reward, check_positive
-from .posterior import CandidateCache, colsum_sq, score_whitened, whitened_solve
+from .exact_scoring import ExactQueries, ScoredSet
+from .posterior import CandidateCache, whitened_solve
 
 __all__ = ["ExactKernelRidge"]
 
 
-class ExactKernelRidge(StoredData):
+class ExactKernelRidge(ExactQueries, StoredData):
     """Exact posterior of kernel ridge regression at one or more regularisers.
 
     Args:
@@ -91,6 +93,9 @@ class ExactKernelRidge(StoredData):
         self._caches: dict[int, CandidateCache] = {}
         self._scratch: dict[tuple[float, int, int], tuple[Tensor, Tensor]] = {}
         self._removal_p: list[Tensor] = []  # per factor, p of the last removal (see remove_first)
+        self._plan = None  # the kernel's hyper-parameters read once (see exact_scoring)
+        self._scored: ScoredSet | None = None  # the last scored candidate set
+        self._sums: dict[int, list] = {}  # per factor, running Σ log L_ii and ‖z‖²
         if device is not None:
             self.to(device)
 
@@ -112,12 +117,15 @@ class ExactKernelRidge(StoredData):
 
     def _apply(self, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
         self._invalidate()
+        self._plan = None
         return super()._apply(fn, *args, **kwargs)
 
     def _invalidate(self) -> None:
         self._version += 1
         self._caches.clear()
         self._scratch.clear()
+        self._sums.clear()
+        self._scored = None
 
     def reset(self) -> None:
         """Forget all data (the posterior returns to the prior)."""
@@ -131,24 +139,43 @@ class ExactKernelRidge(StoredData):
     def _check_x(self, name: str, x: Tensor) -> Tensor:
         return as_point(name, x, dtype=self.dtype, device=self.device, dim=self.dim)
 
-    def append(self, x: Tensor, y: float | Tensor) -> None:
+    def append(self, x: Tensor, y: float | Tensor, *,
+               column: tuple[Tensor, int] | None = None) -> None:
         """Add one observation ``(x, y)`` in O(n²) per regulariser.
 
-        Validates first; a rejected call leaves the model unchanged.
+        ``column = (candidates, j)`` says ``x`` is the candidate ``j`` of the last scored set
+        (the caller checked it): each factor scored there takes its new row from the scoring,
+        O(n) (see :mod:`~torchbandits.models.exact_scoring`). Validates first; a rejected call
+        leaves the model unchanged.
         """
         x = self._check_x("x", x)
         yv = as_scalar_reward("y", y)
         n = self._n
-        k_col = kernel_matrix(self.kernel, self._x[:n], x[None])[:, 0] if n else x.new_zeros(0)
-        kxx = kernel_diag(self.kernel, x[None])[0]
+        reuse = self.reused_column(column)
+        kcol: Tensor | None = None
+        kxx: float | None = None
         # compute every new row before touching state (a failing pivot changes nothing)
         rows = []
-        for f, reg in zip(self.factors, self.regularisers):
-            row = f.solve(k_col) if n else x.new_zeros(0)
-            d2 = kxx + reg - row @ row
-            if not bool(d2 > 0):
-                raise ValueError(f"append: pivot {float(d2):.3e} not positive at λ={reg}")
-            rows.append((row, torch.sqrt(d2)))
+        for r, (f, reg) in enumerate(zip(self.factors, self.regularisers)):
+            if not n:
+                row, sq, mz = x.new_zeros(0), 0.0, 0.0
+            elif reuse is not None and r in reuse[0].columns:
+                v, mean, sumsq = reuse[0].columns[r]
+                j = reuse[1]
+                row, sq, mz = v[:, j], float(sumsq[j]), float(mean[j])
+            else:
+                if kcol is None:
+                    kq = reuse[0].kq if reuse is not None else None
+                    kcol = kq[:, reuse[1]] if kq is not None else \
+                        self.kernel_plan().matrix(self._x[:n], x[None])[:, 0]
+                row = f.solve(kcol)
+                sq, mz = float(row @ row), float(row @ self._z[r, :n])
+            if kxx is None:
+                kxx = self._kxx(x, reuse)
+            d2 = kxx + reg - sq
+            if not d2 > 0:
+                raise ValueError(f"append: pivot {d2:.3e} not positive at λ={reg}")
+            rows.append((row, math.sqrt(d2), mz))
         if self._x.shape[0] == 0:
             self._x = x.new_zeros(16, x.shape[0])
         self._x = grow_rows(self._x, n + 1)
@@ -156,14 +183,25 @@ class ExactKernelRidge(StoredData):
         self._z = grow_rows(self._z, n + 1, dims=(1,))
         self._x[n] = x
         self._y[n] = yv
-        for r, (f, (row, d)) in enumerate(zip(self.factors, rows)):
+        for r, (f, (row, d, mz)) in enumerate(zip(self.factors, rows)):
             f.append(row, d)
-            self._z[r, n] = (yv - row @ self._z[r, :n]) / d
+            z_new = (yv - mz) / d
+            self._z[r, n] = z_new
+            self._advance(r, n, d, z_new)
         self._n = n + 1
         self._scratch.clear()
         self._appends_since_refresh += 1
         if self.refresh_every and self._appends_since_refresh >= self.refresh_every:
             self.refresh()
+
+    def _kxx(self, x: Tensor, reuse: tuple[ScoredSet, int] | None) -> float:
+        """``k(x, x)`` of the appended point (from the scored set if it holds it)."""
+        if reuse is not None:
+            kd = reuse[0].kdiag
+            return kd if isinstance(kd, float) else float(kd[reuse[1]])
+        plan = self.kernel_plan()
+        const = plan.diag_constant
+        return const if const is not None else float(plan.diag(x[None])[0])
 
     def extend(self, x: Tensor, y: Tensor) -> None:
         """Append several observations in order (validated as a whole first)."""
@@ -246,15 +284,6 @@ class ExactKernelRidge(StoredData):
         self._invalidate()
 
     # ------------------------------------------------------------------ queries
-    def _factor_for(self, reg: float | None) -> tuple[int | None, float]:
-        if reg is None:
-            return 0, self.regularisers[0]
-        reg = check_positive("reg", reg)
-        for i, r in enumerate(self.regularisers):
-            if r == reg:
-                return i, r
-        return None, reg
-
     def _scratch_factor(self, reg: float) -> tuple[Tensor, Tensor]:
         """``(L, z)`` for a regulariser not maintained incrementally (cached until the data change)."""
         key = (reg, self._n, self._version)
@@ -265,117 +294,6 @@ class ExactKernelRidge(StoredData):
             z = whitened_solve(chol, self.y)
             self._scratch[key] = (chol, z)
         return self._scratch[key]
-
-    def _kq(self, cand: Tensor, shared: dict[str, Tensor] | None) -> tuple[Tensor, Tensor]:
-        """``(K_SC, k_CC diag)``, computed once per ``shared`` dict (several regularisers)."""
-        if shared is None:
-            return kernel_matrix(self.kernel, self.x, cand), kernel_diag(self.kernel, cand)
-        if "kq" not in shared:
-            shared["kq"] = kernel_matrix(self.kernel, self.x, cand)
-            shared["kdiag"] = kernel_diag(self.kernel, cand)
-        return shared["kq"], shared["kdiag"]
-
-    def _whitened(self, idx: int | None, reg: float, cand: Tensor,
-                  shared: dict[str, Tensor] | None = None) -> tuple[Tensor, Tensor, Tensor]:
-        """``(V, kdiag, sumsq)`` with ``V = L⁻¹ K_SC`` for the candidate set ``cand``."""
-        n = self._n
-        if idx is None:
-            chol, _ = self._scratch_factor(reg)
-            kq, kdiag = self._kq(cand, shared)
-            v = whitened_solve(chol, kq)
-            return v, kdiag, colsum_sq(v)
-        factor: GrowingCholesky = self.factors[idx]  # type: ignore[assignment]
-        cache = self._caches.get(idx) if self.cache_candidates else None
-        if cache is not None and cache.serves(cand, n, self._version):
-            if cache.n_at < n:  # new rows of V for the points appended since the last call
-                cache.extend(factor, kernel_matrix(self.kernel, self._x[cache.n_at:n], cand))
-            return cache.v[:n], cache.kdiag, cache.sumsq
-        kq, kdiag = self._kq(cand, shared)
-        v = factor.solve(kq) if n else kq
-        sumsq = colsum_sq(v)
-        if self.cache_candidates:
-            self._caches[idx] = CandidateCache.build(cand, kdiag, v, sumsq, self._version)
-        return v, kdiag, sumsq
-
-    @torch.no_grad()
-    def mean_var(self, candidates: Tensor, reg: float | None = None) -> tuple[Tensor, Tensor]:
-        """Posterior mean ``μ_reg`` and GP variance ``ρ²_reg`` (clamped at 0) at ``candidates``.
-
-        ``reg`` defaults to the primary ``λ``; a maintained regulariser is served incrementally,
-        any other from a from-scratch factorisation. Shapes ``[A]``.
-        """
-        cand = as_matrix("candidates", candidates, dtype=self.dtype, device=self.device)
-        if self.dim is not None and cand.shape[1] != self.dim:
-            raise ValueError(f"candidates must have {self.dim} columns, got {cand.shape[1]}")
-        idx, reg_v = self._factor_for(reg)
-        if self._n == 0:
-            return cand.new_zeros(cand.shape[0]), kernel_diag(self.kernel, cand)
-        v, kdiag, sumsq = self._whitened(idx, reg_v, cand)
-        z = self._z[idx, : self._n] if idx is not None else self._scratch_factor(reg_v)[1]
-        return score_whitened(z, v, kdiag, sumsq)
-
-    @torch.no_grad()
-    def mean_var_many(self, candidates: Tensor, regs: Sequence[float]) -> tuple[Tensor, Tensor]:
-        """:meth:`mean_var` at several regularisers ``[R, A]``, sharing one kernel evaluation of
-        the candidates (Flynn & Reeb 2024's DMM bound needs five). Same values as ``R`` separate
-        calls."""
-        cand = as_matrix("candidates", candidates, dtype=self.dtype, device=self.device)
-        if self.dim is not None and cand.shape[1] != self.dim:
-            raise ValueError(f"candidates must have {self.dim} columns, got {cand.shape[1]}")
-        slots = [self._factor_for(r) for r in regs]
-        if self._n == 0:
-            kd = kernel_diag(self.kernel, cand)
-            return cand.new_zeros(len(slots), cand.shape[0]), kd.expand(len(slots), -1).clone()
-        shared: dict[str, Tensor] = {}
-        means, variances = [], []
-        for idx, reg_v in slots:
-            v, kdiag, sumsq = self._whitened(idx, reg_v, cand, shared)
-            z = self._z[idx, : self._n] if idx is not None else self._scratch_factor(reg_v)[1]
-            mean, var = score_whitened(z, v, kdiag, sumsq)
-            means.append(mean)
-            variances.append(var)
-        return torch.stack(means), torch.stack(variances)
-
-    @torch.no_grad()
-    def log_det(self, reg: float | None = None) -> Tensor:
-        """``log det(I + K/reg)`` of the stored data (0 when empty)."""
-        idx, reg_v = self._factor_for(reg)
-        if self._n == 0:
-            return self._y.new_zeros(())
-        if idx is None:
-            chol, _ = self._scratch_factor(reg_v)
-            ld = logdet_from_cholesky(chol)
-        else:
-            ld = self.factors[idx].logdet()
-        return ld - self._n * torch.log(torch.as_tensor(reg_v, dtype=self.dtype))
-
-    @torch.no_grad()
-    def quad_y(self, reg: float | None = None) -> Tensor:
-        """``Yᵀ (K + reg·I)⁻¹ Y = ‖L⁻¹Y‖²`` (0 when empty)."""
-        idx, reg_v = self._factor_for(reg)
-        if self._n == 0:
-            return self._y.new_zeros(())
-        z = self._z[idx, : self._n] if idx is not None else self._scratch_factor(reg_v)[1]
-        return z @ z
-
-    @torch.no_grad()
-    def weights(self, reg: float | None = None) -> Tensor:
-        """``(K + reg·I)⁻¹ Y`` (the representer weights of the posterior mean)."""
-        idx, reg_v = self._factor_for(reg)
-        if self._n == 0:
-            return self._y.new_zeros(0)
-        if idx is None:
-            chol, z = self._scratch_factor(reg_v)
-        else:
-            chol, z = self.factors[idx].dense(), self._z[idx, : self._n]
-        return torch.linalg.solve_triangular(chol.mT, z[:, None], upper=True)[:, 0]
-
-    def cholesky(self, reg: float | None = None) -> Tensor:
-        """Dense lower factor of ``K + reg·I`` (a copy)."""
-        idx, reg_v = self._factor_for(reg)
-        if idx is None:
-            return self._scratch_factor(reg_v)[0].clone()
-        return self.factors[idx].dense()
 
 
 def exact_posterior_reference(

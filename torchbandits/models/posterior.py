@@ -44,14 +44,15 @@ def colsum_sq(v: Tensor) -> Tensor:
     return (v * v).sum(0)
 
 
-def score_whitened(z: Tensor, v: Tensor, kdiag: Tensor, sumsq: Tensor, scale: float = 1.0
+def score_whitened(z: Tensor, v: Tensor, kdiag: Tensor | float, sumsq: Tensor, scale: float = 1.0
                    ) -> tuple[Tensor, Tensor]:
     """Mean ``s·zᵀV`` and GP variance ``max(k_CC − s²·sumsq, 0)`` (both ``[A]``).
 
-    ``z`` ``[n]``, ``v`` ``[n, A]``, ``kdiag = k_CC`` ``[A]``, ``sumsq = colsum(V ⊙ V)`` ``[A]``.
+    ``z`` ``[n]``, ``v`` ``[n, A]``, ``kdiag = k_CC`` ``[A]`` (or the constant of a stationary
+    kernel), ``sumsq = colsum(V ⊙ V)`` ``[A]``.
     """
     if scale == 1.0:
-        return z @ v, torch.clamp(kdiag - sumsq, min=0.0)
+        return z @ v, torch.rsub(sumsq, kdiag).clamp_min_(0.0)
     return scale * (z @ v), (kdiag - scale * scale * sumsq).clamp_min(0.0)
 
 
@@ -75,20 +76,19 @@ class CandidateCache:
     """
 
     candidates: Tensor
-    kdiag: Tensor
+    kdiag: Tensor | float
     v: Tensor
     sumsq: Tensor
     n_at: int
     version: int
 
     @classmethod
-    def build(cls, candidates: Tensor, kdiag: Tensor, v: Tensor, sumsq: Tensor, version: int
+    def build(cls, candidates: Tensor, kdiag: Tensor | float, v: Tensor, sumsq: Tensor, version: int
               ) -> CandidateCache:
-        """A cache holding ``v`` ``[n, A]`` (copied into a buffer of capacity ``max(2n, 16)``)."""
-        n = v.shape[0]
-        buf = v.new_zeros(max(2 * n, 16), candidates.shape[0])
-        buf[:n] = v
-        return cls(candidates.clone(), kdiag, buf, sumsq, n, version)
+        """A cache holding ``v`` ``[n, A]`` itself (not copied: the first :meth:`extend` moves it
+        into a buffer of capacity ``max(2n, …)``), ``kdiag`` a tensor ``[A]`` or the constant
+        ``k(x, x)`` of a stationary kernel."""
+        return cls(candidates.clone(), kdiag, v, sumsq, v.shape[0], version)
 
     def serves(self, cand: Tensor, n: int, version: int) -> bool:
         """Whether this cache holds (a prefix of) ``L⁻¹K_SC`` for ``cand`` and the current data."""

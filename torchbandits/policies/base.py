@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from ..buffers import ResizableModule
 from ..kernels import check_kernel
-from ..validation import as_matrix, as_point, as_scalar_reward
+from ..validation import as_matrix, as_point, as_scalar_reward, require_finite, trusted
 
 __all__ = ["IndexPolicy", "Policy", "RuleUCB", "check_model"]
 
@@ -83,6 +83,9 @@ class Policy(ResizableModule):
         self.t = 0  # number of updates so far; the next select is round t + 1
         self.dim: int | None = None
         self._warmup_index: int | None = None
+        # (candidates, index, copy of the row) of the last select's argmax (see RuleUCB)
+        self._choice: tuple[Tensor, int, Tensor] | None = None
+        self._played: tuple[Tensor, int, Tensor] | None = None  # the choice an update matched
 
     @property
     def warmup_index(self) -> int | None:
@@ -152,23 +155,37 @@ class Policy(ResizableModule):
 
     def select(self, candidates: Any) -> int:
         """Index of the candidate to play this round (argmax of :meth:`forward`, first on ties;
-        uniform during the warm-up rounds)."""
+        uniform during the warm-up rounds). The candidates are validated once here."""
+        self._choice = None
         cand = self.check_candidates(candidates)
         if self.t < self.n_warmup:
             return self.warmup_choice(cand)
-        with torch.no_grad():
+        with torch.no_grad(), trusted(cand):
             scores = self(cand)
-        return int(torch.argmax(scores))
+        index = int(torch.argmax(scores))
+        self._chose(cand, index)
+        return index
+
+    def _chose(self, cand: Tensor, index: int) -> None:
+        """Hook: ``select`` chose row ``index`` of the validated ``cand`` by its scores."""
 
     def update(self, x: Any, reward: Any) -> None:
         """Record that ``x`` (the played joint feature vector ``[d]``) returned ``reward``.
 
         Both are validated before any state changes.
         """
-        xv = as_point("x", x, dtype=self.dtype, device=self.device, dim=self.dim)
+        choice, self._choice = self._choice, None
+        xv = as_point("x", x, dtype=self.dtype, device=self.device, dim=self.dim, finite=False)
+        played = choice is not None and torch.equal(xv, choice[2])
+        if not played:  # the chosen row was finite; anything else is checked here
+            require_finite("x", xv)
         r = as_scalar_reward("reward", reward)
-        with torch.no_grad():
-            self._update(xv, r)
+        self._played = choice if played else None
+        try:
+            with torch.no_grad(), trusted(xv):
+                self._update(xv, r)
+        finally:
+            self._played = None
         self.dim = xv.shape[0]
         self.t += 1
 
@@ -208,17 +225,32 @@ class RuleUCB(IndexPolicy):
         return float(self.model.lam)
 
     def forward(self, candidates: Tensor) -> Tensor:
-        """UCB of every candidate ``[A]`` for the next round ``t + 1``."""
+        """UCB of every candidate ``[A]`` for the next round ``t + 1`` (the rule's ``ucb`` when
+        it has one: no lower bound computed)."""
         cand = self.check_candidates(candidates)
-        return self.rule.bounds(self.model, cand, self.t + 1)[0]
+        with trusted(cand):
+            ucb = getattr(self.rule, "ucb", None)
+            if ucb is not None:
+                return ucb(self.model, cand, self.t + 1)
+            return self.rule.bounds(self.model, cand, self.t + 1)[0]
 
     def bounds(self, candidates: Tensor) -> tuple[Tensor, Tensor]:
         """``(UCB, LCB)`` of every candidate."""
         cand = self.check_candidates(candidates)
-        return self.rule.bounds(self.model, cand, self.t + 1)
+        with trusted(cand):
+            return self.rule.bounds(self.model, cand, self.t + 1)
+
+    def _chose(self, cand: Tensor, index: int) -> None:
+        # an exact model reuses the scoring of the played candidate in the next append
+        if getattr(self.model, "reused_column", None) is not None:
+            self._choice = (cand, index, cand[index].clone())
 
     def _update(self, x: Tensor, reward: float) -> None:
-        self.model.append(x, reward)
+        played = self._played
+        if played is not None:
+            self.model.append(x, reward, column=(played[0], played[1]))
+        else:
+            self.model.append(x, reward)
 
     def _reset(self) -> None:
         self.model.reset()

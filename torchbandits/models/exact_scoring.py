@@ -1,0 +1,253 @@
+"""The query side of :class:`~torchbandits.models.ExactKernelRidge`: scoring candidates, the
+log-determinant and ``yᵀ(K + αI)⁻¹y``, and what an append reuses from the last scoring.
+
+For candidates ``C`` and a maintained factor ``L`` of ``K + αI``: ``V = L⁻¹ K_SC`` ``[n, A]``,
+``μ_α = zᵀV`` and ``ρ²_α = k_CC − colsum(V ⊙ V)`` (:mod:`torchbandits.models.posterior`).
+
+* **Running scalars.** ``Σ_i log L_ii`` and ``‖z‖² = yᵀ(K + αI)⁻¹y`` per factor are kept as
+  Python floats, advanced in O(1) by each append (``+ log d``, ``+ z_new²``) and recomputed from
+  the factor (O(n)) after anything else changes the data. So ``log det(I + K/α) = 2 Σ log L_ii −
+  n log α`` costs no tensor operation per round.
+* **The scored set.** A scoring keeps ``K_SC`` and, per factor, ``(V, μ, colsum V²)`` of the
+  candidates it scored. When the next append is the candidate ``j`` of that set (the policy
+  passes ``column=(candidates, j)`` after checking the played point equals it), the new Cholesky
+  row ``L⁻¹k_S(x_j)`` is the column ``V[:, j]``, ``‖L⁻¹k_S(x_j)‖²`` is ``colsum(V²)_j`` and
+  ``zᵀL⁻¹k_S(x_j)`` is ``μ_j``: the append does no kernel evaluation and no triangular solve
+  (O(n) instead of O(n²)). The record is valid while the data are those it was scored with.
+* **The kernel plan.** The kernel's hyper-parameters are read once
+  (:class:`~torchbandits.kernels.KernelPlan`, re-read when the kernel or its raw values change).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from ..kernels import KernelPlan
+from ..linalg import GrowingCholesky, logdet_from_cholesky
+from ..validation import as_matrix, check_positive
+from .posterior import CandidateCache, colsum_sq, score_whitened, whitened_solve
+
+__all__ = ["ExactQueries", "ScoredSet"]
+
+
+@dataclass
+class ScoredSet:
+    """The last scored candidate set of a model: ``candidates`` ``[A, d]`` (the tensor scored),
+    the data it was scored with (``n``, ``version``), ``kq = K_SC`` ``[n, A]`` (``None`` if served
+    from a candidate cache), ``kdiag`` (``[A]`` or a constant) and per factor index
+    ``(V [n, A], μ [A], colsum V² [A])``."""
+
+    candidates: Tensor
+    n: int
+    version: int
+    kdiag: Tensor | float
+    kq: Tensor | None = None
+    columns: dict[int, tuple[Tensor, Tensor, Tensor]] = field(default_factory=dict)
+
+
+class ExactQueries:
+    """Scoring and scalar queries of the exact model (mixed into
+    :class:`~torchbandits.models.ExactKernelRidge`, whose state it reads)."""
+
+    _n: int
+    _version: int
+    _x: Tensor
+    _y: Tensor
+    _z: Tensor
+    factors: torch.nn.ModuleList
+    regularisers: tuple[float, ...]
+    cache_candidates: bool
+    _caches: dict[int, CandidateCache]
+    _plan: KernelPlan | None
+    _scored: ScoredSet | None
+    _sums: dict[int, list]
+
+    # ------------------------------------------------------------------ kernel, factors
+    def kernel_plan(self) -> KernelPlan:
+        """The kernel's hyper-parameters read once (re-read if the kernel or its values change)."""
+        plan = self._plan
+        if plan is None or not plan.current(self.kernel):  # type: ignore[attr-defined]
+            plan = self._plan = KernelPlan(self.kernel, track=True)  # type: ignore[attr-defined]
+        return plan
+
+    def _factor_for(self, reg: float | None) -> tuple[int | None, float]:
+        if reg is None:
+            return 0, self.regularisers[0]
+        reg = check_positive("reg", reg)
+        for i, r in enumerate(self.regularisers):
+            if r == reg:
+                return i, r
+        return None, reg
+
+    def _kq(self, cand: Tensor, shared: dict) -> tuple[Tensor, Tensor | float]:
+        """``(K_SC, k_CC)``, computed once per ``shared`` dict (several regularisers); ``k_CC`` is
+        the constant ``k(x, x)`` of a stationary kernel."""
+        if "kq" not in shared:
+            plan = self.kernel_plan()
+            shared["kq"] = plan.matrix(self._x[: self._n], cand)
+            const = plan.diag_constant
+            shared["kdiag"] = plan.diag(cand) if const is None else const
+        return shared["kq"], shared["kdiag"]
+
+    def _whitened(self, idx: int | None, reg: float, cand: Tensor,
+                  shared: dict | None = None) -> tuple[Tensor, Tensor | float, Tensor]:
+        """``(V, kdiag, sumsq)`` with ``V = L⁻¹ K_SC`` for the candidate set ``cand``."""
+        n = self._n
+        shared = {} if shared is None else shared
+        if idx is None:
+            chol, _ = self._scratch_factor(reg)  # type: ignore[attr-defined]
+            kq, kdiag = self._kq(cand, shared)
+            v = whitened_solve(chol, kq)
+            return v, kdiag, colsum_sq(v)
+        factor: GrowingCholesky = self.factors[idx]  # type: ignore[assignment]
+        cache = self._caches.get(idx) if self.cache_candidates else None
+        if cache is not None and cache.serves(cand, n, self._version):
+            if cache.n_at < n:  # new rows of V for the points appended since the last call
+                cache.extend(factor, self.kernel_plan().matrix(self._x[cache.n_at:n], cand))
+            return cache.v[:n], cache.kdiag, cache.sumsq
+        kq, kdiag = self._kq(cand, shared)
+        v = factor.solve(kq) if n else kq
+        sumsq = colsum_sq(v)
+        if self.cache_candidates:
+            self._caches[idx] = CandidateCache.build(cand, kdiag, v, sumsq, self._version)
+        return v, kdiag, sumsq
+
+    def _score(self, cand: Tensor, slots: Sequence[tuple[int | None, float]]
+               ) -> tuple[list[Tensor], list[Tensor]]:
+        """Means and GP variances ``[A]`` of ``cand`` at each ``(factor index, reg)`` (one kernel
+        evaluation shared); records the scored set (see the module docstring)."""
+        n, shared = self._n, {}
+        rec = self._scored
+        if rec is None or rec.candidates is not cand or rec.n != n or rec.version != self._version:
+            rec = None
+        means, variances = [], []
+        for idx, reg in slots:
+            v, kdiag, sumsq = self._whitened(idx, reg, cand, shared)
+            z = self._z[idx, :n] if idx is not None else self._scratch_factor(reg)[1]  # type: ignore[attr-defined]
+            mean, var = score_whitened(z, v, kdiag, sumsq)
+            means.append(mean)
+            variances.append(var)
+            if idx is not None:
+                if rec is None:
+                    rec = self._scored = ScoredSet(cand, n, self._version, kdiag)
+                rec.columns[idx] = (v, mean, sumsq)
+        if rec is not None and rec.kq is None:
+            rec.kq = shared.get("kq")
+        return means, variances
+
+    def _checked(self, candidates: Tensor) -> Tensor:
+        cand = as_matrix("candidates", candidates, dtype=self.dtype, device=self.device)  # type: ignore[attr-defined]
+        dim = self.dim  # type: ignore[attr-defined]
+        if dim is not None and cand.shape[1] != dim:
+            raise ValueError(f"candidates must have {dim} columns, got {cand.shape[1]}")
+        return cand
+
+    @torch.no_grad()
+    def mean_var(self, candidates: Tensor, reg: float | None = None) -> tuple[Tensor, Tensor]:
+        """Posterior mean ``μ_reg`` and GP variance ``ρ²_reg`` (clamped at 0) at ``candidates``.
+
+        ``reg`` defaults to the primary ``λ``; a maintained regulariser is served incrementally,
+        any other from a from-scratch factorisation. Shapes ``[A]``.
+        """
+        cand = self._checked(candidates)
+        slot = self._factor_for(reg)
+        if self._n == 0:
+            return cand.new_zeros(cand.shape[0]), self.kernel_plan().diag(cand)
+        means, variances = self._score(cand, [slot])
+        return means[0], variances[0]
+
+    @torch.no_grad()
+    def mean_var_many(self, candidates: Tensor, regs: Sequence[float]) -> tuple[Tensor, Tensor]:
+        """:meth:`mean_var` at several regularisers ``[R, A]``, sharing one kernel evaluation of
+        the candidates (Flynn & Reeb 2024's DMM bound needs five). Same values as ``R`` separate
+        calls."""
+        cand = self._checked(candidates)
+        slots = [self._factor_for(r) for r in regs]
+        if self._n == 0:
+            kd = self.kernel_plan().diag(cand)
+            return cand.new_zeros(len(slots), cand.shape[0]), kd.expand(len(slots), -1).clone()
+        means, variances = self._score(cand, slots)
+        return torch.stack(means), torch.stack(variances)
+
+    # ------------------------------------------------------------------ scalars
+    def _running(self, idx: int) -> list:
+        """``[n, version, Σ log L_ii, ‖z‖²]`` of factor ``idx`` (recomputed if stale)."""
+        ent = self._sums.get(idx)
+        if ent is None or ent[0] != self._n or ent[1] != self._version:
+            n = self._n
+            factor: GrowingCholesky = self.factors[idx]  # type: ignore[assignment]
+            z = self._z[idx, :n]
+            ent = [n, self._version, float(torch.log(factor.diagonal()).sum()), float(z @ z)]
+            self._sums[idx] = ent
+        return ent
+
+    def _advance(self, idx: int, n: int, d: float, z_new: float) -> None:
+        """Carry factor ``idx``'s running scalars over an append at ``n`` (pivot ``d``, ``z_new``)."""
+        ent = self._sums.get(idx)
+        if ent is not None and ent[0] == n and ent[1] == self._version:
+            ent[0], ent[2], ent[3] = n + 1, ent[2] + math.log(d), ent[3] + z_new * z_new
+        else:
+            self._sums.pop(idx, None)
+
+    def log_det_value(self, reg: float | None = None) -> float:
+        """``log det(I + K/reg)`` of the stored data as a float (0 when empty), O(1) per round."""
+        idx, reg_v = self._factor_for(reg)
+        n = self._n
+        if n == 0:
+            return 0.0
+        if idx is None:
+            chol, _ = self._scratch_factor(reg_v)  # type: ignore[attr-defined]
+            return float(logdet_from_cholesky(chol)) - n * math.log(reg_v)
+        return 2.0 * self._running(idx)[2] - n * math.log(reg_v)
+
+    def quad_y_value(self, reg: float | None = None) -> float:
+        """``Yᵀ (K + reg·I)⁻¹ Y = ‖L⁻¹Y‖²`` as a float (0 when empty), O(1) per round."""
+        idx, reg_v = self._factor_for(reg)
+        if self._n == 0:
+            return 0.0
+        if idx is None:
+            z = self._scratch_factor(reg_v)[1]  # type: ignore[attr-defined]
+            return float(z @ z)
+        return self._running(idx)[3]
+
+    def log_det(self, reg: float | None = None) -> Tensor:
+        """``log det(I + K/reg)`` of the stored data (0-d tensor, 0 when empty)."""
+        return torch.tensor(self.log_det_value(reg), dtype=self.dtype, device=self.device)  # type: ignore[attr-defined]
+
+    def quad_y(self, reg: float | None = None) -> Tensor:
+        """``Yᵀ (K + reg·I)⁻¹ Y = ‖L⁻¹Y‖²`` (0-d tensor, 0 when empty)."""
+        return torch.tensor(self.quad_y_value(reg), dtype=self.dtype, device=self.device)  # type: ignore[attr-defined]
+
+    @torch.no_grad()
+    def weights(self, reg: float | None = None) -> Tensor:
+        """``(K + reg·I)⁻¹ Y`` (the representer weights of the posterior mean)."""
+        idx, reg_v = self._factor_for(reg)
+        if self._n == 0:
+            return self._y.new_zeros(0)
+        if idx is None:
+            chol, z = self._scratch_factor(reg_v)  # type: ignore[attr-defined]
+        else:
+            chol, z = self.factors[idx].dense(), self._z[idx, : self._n]
+        return torch.linalg.solve_triangular(chol.mT, z[:, None], upper=True)[:, 0]
+
+    def cholesky(self, reg: float | None = None) -> Tensor:
+        """Dense lower factor of ``K + reg·I`` (a copy)."""
+        idx, reg_v = self._factor_for(reg)
+        if idx is None:
+            return self._scratch_factor(reg_v)[0].clone()  # type: ignore[attr-defined]
+        return self.factors[idx].dense()
+
+    def reused_column(self, column: tuple[Tensor, int] | None
+                      ) -> tuple[ScoredSet, int] | None:
+        """``(scored set, j)`` if ``column = (candidates, j)`` names a candidate of the last
+        scoring of the current data, else ``None``."""
+        rec = self._scored
+        if column is None or rec is None or rec.candidates is not column[0] \
+                or rec.n != self._n or rec.version != self._version:
+            return None
+        return rec, int(column[1])
