@@ -185,12 +185,11 @@ class KernelPlan:
         dims = self.dims[id(kernel)]
         return x if dims is None else x.index_select(-1, dims.to(x.device))
 
-    @torch.no_grad()
     def matrix(self, x: Tensor, y: Tensor) -> Tensor:
-        """Dense ``[k(x_i, y_j)]`` ``[..., n, m]`` of ``x`` ``[..., n, d]`` and ``y`` ``[..., m, d]``."""
+        """Dense ``[k(x_i, y_j)]`` ``[..., n, m]`` of ``x`` ``[..., n, d]`` and ``y`` ``[..., m, d]``
+        (no autograd switch here: callers run under ``torch.no_grad()``)."""
         return _matrix(self, self.kernel, x, y)
 
-    @torch.no_grad()
     def diag(self, x: Tensor) -> Tensor:
         """``[k(x_i, x_i)]`` ``[n]`` of ``x`` ``[n, d]``."""
         return _diag(self, self.kernel, x)
@@ -264,12 +263,14 @@ def _diag(plan: KernelPlan, kernel: Kernel, x: Tensor) -> Tensor:
         return kernel(x, x, diag=True).to_dense()
 
 
+@torch.no_grad()
 def kernel_matrix(kernel: Kernel, x: Tensor, y: Tensor) -> Tensor:
     """Dense ``[k(x_i, y_j)]`` of shape ``[n, m]`` in the dtype/device of ``x`` (leading batch
     dimensions allowed)."""
     return KernelPlan(kernel).matrix(x, y)
 
 
+@torch.no_grad()
 def kernel_diag(kernel: Kernel, x: Tensor) -> Tensor:
     """``[k(x_i, x_i)]`` of shape ``[n]`` without forming the matrix."""
     return KernelPlan(kernel).diag(x)

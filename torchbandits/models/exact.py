@@ -162,7 +162,7 @@ class ExactKernelRidge(ExactQueries, StoredData):
             elif reuse is not None and r in reuse[0].columns:
                 v, mean, sumsq = reuse[0].columns[r]
                 j = reuse[1]
-                row, sq, mz = v[:, j], float(sumsq[j]), float(mean[j])
+                row, sq, mz = v[:, j], sumsq[j].item(), mean[j].item()
             else:
                 if kcol is None:
                     kq = reuse[0].kq if reuse is not None else None
@@ -176,17 +176,21 @@ class ExactKernelRidge(ExactQueries, StoredData):
             if not d2 > 0:
                 raise ValueError(f"append: pivot {d2:.3e} not positive at λ={reg}")
             rows.append((row, math.sqrt(d2), mz))
-        if self._x.shape[0] == 0:
-            self._x = x.new_zeros(16, x.shape[0])
-        self._x = grow_rows(self._x, n + 1)
-        self._y = grow_rows(self._y, n + 1)
-        self._z = grow_rows(self._z, n + 1, dims=(1,))
-        self._x[n] = x
-        self._y[n] = yv
+        xs, ys, zs = self._x, self._y, self._z
+        if xs.shape[0] == 0:
+            self._x = xs = x.new_zeros(16, x.shape[0])
+        if xs.shape[0] <= n:  # buffers are reassigned only when they grow
+            self._x = xs = grow_rows(xs, n + 1)
+        if ys.shape[0] <= n:
+            self._y = ys = grow_rows(ys, n + 1)
+        if zs.shape[1] <= n:
+            self._z = zs = grow_rows(zs, n + 1, dims=(1,))
+        xs[n] = x
+        ys[n] = yv
         for r, (f, (row, d, mz)) in enumerate(zip(self.factors, rows)):
             f.append(row, d)
             z_new = (yv - mz) / d
-            self._z[r, n] = z_new
+            zs[r, n] = z_new
             self._advance(r, n, d, z_new)
         self._n = n + 1
         self._scratch.clear()

@@ -117,14 +117,17 @@ class ExactQueries:
             self._caches[idx] = CandidateCache.build(cand, kdiag, v, sumsq, self._version)
         return v, kdiag, sumsq
 
+    def _record(self, cand: Tensor, kdiag: Tensor | float) -> ScoredSet:
+        rec = self._scored
+        if rec is None or rec.candidates is not cand or rec.n != self._n or rec.version != self._version:
+            rec = self._scored = ScoredSet(cand, self._n, self._version, kdiag)
+        return rec
+
     def _score(self, cand: Tensor, slots: Sequence[tuple[int | None, float]]
                ) -> tuple[list[Tensor], list[Tensor]]:
         """Means and GP variances ``[A]`` of ``cand`` at each ``(factor index, reg)`` (one kernel
         evaluation shared); records the scored set (see the module docstring)."""
         n, shared = self._n, {}
-        rec = self._scored
-        if rec is None or rec.candidates is not cand or rec.n != n or rec.version != self._version:
-            rec = None
         means, variances = [], []
         for idx, reg in slots:
             v, kdiag, sumsq = self._whitened(idx, reg, cand, shared)
@@ -133,11 +136,35 @@ class ExactQueries:
             means.append(mean)
             variances.append(var)
             if idx is not None:
-                if rec is None:
-                    rec = self._scored = ScoredSet(cand, n, self._version, kdiag)
-                rec.columns[idx] = (v, mean, sumsq)
+                self._record(cand, kdiag).columns[idx] = (v, mean, sumsq)
+        rec = self._scored
         if rec is not None and rec.kq is None:
             rec.kq = shared.get("kq")
+        return means, variances
+
+    def _score_stacked(self, cand: Tensor, idxs: list[int]) -> tuple[Tensor, Tensor] | None:
+        """:meth:`_score` for several maintained factors and a candidate set no cache serves:
+        the solves one per factor, then everything else once on the stack ``V`` ``[R, n, A]``
+        (``μ = zᵀV``, ``colsum V²``, ``ρ²``). ``None`` if a cache serves ``cand``."""
+        n = self._n
+        if self.cache_candidates:
+            for idx in idxs:
+                cache = self._caches.get(idx)
+                if cache is not None and cache.serves(cand, n, self._version):
+                    return None
+        shared: dict = {}
+        kq, kdiag = self._kq(cand, shared)
+        v = torch.stack([self.factors[idx].solve(kq) for idx in idxs])        # [R, n, A]
+        z = self._z[idxs, :n] if idxs != list(range(len(idxs))) else self._z[: len(idxs), :n]
+        means = torch.matmul(z.unsqueeze(1), v).squeeze(1)                    # [R, A]
+        sumsq = (v * v).sum(1)
+        variances = torch.rsub(sumsq, kdiag).clamp_min_(0.0)
+        rec = self._record(cand, kdiag)
+        rec.kq = kq
+        for r, idx in enumerate(idxs):
+            rec.columns[idx] = (v[r], means[r], sumsq[r])
+            if self.cache_candidates:
+                self._caches[idx] = CandidateCache.build(cand, kdiag, v[r], sumsq[r], self._version)
         return means, variances
 
     def _checked(self, candidates: Tensor) -> Tensor:
@@ -171,6 +198,11 @@ class ExactQueries:
         if self._n == 0:
             kd = self.kernel_plan().diag(cand)
             return cand.new_zeros(len(slots), cand.shape[0]), kd.expand(len(slots), -1).clone()
+        idxs = [idx for idx, _ in slots if idx is not None]
+        if len(idxs) == len(slots) > 1:
+            stacked = self._score_stacked(cand, idxs)  # type: ignore[arg-type]
+            if stacked is not None:
+                return stacked
         means, variances = self._score(cand, slots)
         return torch.stack(means), torch.stack(variances)
 

@@ -80,12 +80,12 @@ class Policy(ResizableModule):
         self.generator = torch.Generator(device="cpu")
         self.generator.manual_seed(self.seed)
         self.register_buffer("_probe", torch.zeros((), dtype=dtype, device=device))
+        self._spec = (self._probe.dtype, self._probe.device)
         self.t = 0  # number of updates so far; the next select is round t + 1
         self.dim: int | None = None
         self._warmup_index: int | None = None
         # (candidates, index, copy of the row) of the last select's argmax (see RuleUCB)
         self._choice: tuple[Tensor, int, Tensor] | None = None
-        self._played: tuple[Tensor, int, Tensor] | None = None  # the choice an update matched
 
     @property
     def warmup_index(self) -> int | None:
@@ -113,12 +113,17 @@ class Policy(ResizableModule):
     @property
     def dtype(self) -> torch.dtype:
         """Floating dtype the policy computes in (follows ``.to(...)``)."""
-        return self._probe.dtype
+        return self._spec[0]
 
     @property
     def device(self) -> torch.device:
         """Device of the policy's state (follows ``.to(...)``)."""
-        return self._probe.device
+        return self._spec[1]
+
+    def _apply(self, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+        out = super()._apply(fn, *args, **kwargs)
+        self._spec = (self._probe.dtype, self._probe.device)  # read per call without a buffer lookup
+        return out
 
     def get_extra_state(self) -> dict[str, Any]:
         return {"t": self.t, "dim": self.dim, "rng": self.generator.get_state(),
@@ -156,7 +161,8 @@ class Policy(ResizableModule):
     def select(self, candidates: Any) -> int:
         """Index of the candidate to play this round (argmax of :meth:`forward`, first on ties;
         uniform during the warm-up rounds). The candidates are validated once here."""
-        self._choice = None
+        if self._choice is not None:
+            self._choice = None
         cand = self.check_candidates(candidates)
         if self.t < self.n_warmup:
             return self.warmup_choice(cand)
@@ -167,26 +173,36 @@ class Policy(ResizableModule):
         return index
 
     def _chose(self, cand: Tensor, index: int) -> None:
-        """Hook: ``select`` chose row ``index`` of the validated ``cand`` by its scores."""
+        """Hook: ``select`` chose row ``index`` of the validated ``cand`` by its scores (a
+        subclass may keep ``self._choice = (cand, index, copy of the row)``: :meth:`update`
+        then tells :meth:`_update` whether the played point is that row, see :meth:`played`)."""
+
+    def played(self) -> tuple[Tensor, int] | None:
+        """Inside :meth:`_update`: ``(candidates, index)`` of the last ``select`` if the point
+        being recorded is that chosen row (checked equal), else ``None``."""
+        choice = self._choice
+        return None if choice is None else (choice[0], choice[1])
 
     def update(self, x: Any, reward: Any) -> None:
         """Record that ``x`` (the played joint feature vector ``[d]``) returned ``reward``.
 
         Both are validated before any state changes.
         """
-        choice, self._choice = self._choice, None
+        choice = self._choice
         xv = as_point("x", x, dtype=self.dtype, device=self.device, dim=self.dim, finite=False)
-        played = choice is not None and torch.equal(xv, choice[2])
-        if not played:  # the chosen row was finite; anything else is checked here
-            require_finite("x", xv)
+        if choice is None or not torch.equal(xv, choice[2]):
+            if choice is not None:
+                self._choice = None
+            require_finite("x", xv)  # the chosen row was finite; anything else is checked here
         r = as_scalar_reward("reward", reward)
-        self._played = choice if played else None
         try:
             with torch.no_grad(), trusted(xv):
                 self._update(xv, r)
         finally:
-            self._played = None
-        self.dim = xv.shape[0]
+            if self._choice is not None:
+                self._choice = None
+        if self.dim is None:
+            self.dim = xv.shape[0]
         self.t += 1
 
     def _update(self, x: Tensor, reward: float) -> None:  # pragma: no cover - abstract
@@ -246,9 +262,9 @@ class RuleUCB(IndexPolicy):
             self._choice = (cand, index, cand[index].clone())
 
     def _update(self, x: Tensor, reward: float) -> None:
-        played = self._played
+        played = self.played()
         if played is not None:
-            self.model.append(x, reward, column=(played[0], played[1]))
+            self.model.append(x, reward, column=played)
         else:
             self.model.append(x, reward)
 
