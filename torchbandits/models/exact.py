@@ -152,6 +152,7 @@ class ExactKernelRidge(ExactQueries, StoredData):
         yv = as_scalar_reward("y", y)
         n = self._n
         reuse = self.reused_column(column)
+        pieces = reuse[0].pieces(reuse[1]) if reuse is not None and n else {}
         kcol: Tensor | None = None
         kxx: float | None = None
         # compute every new row before touching state (a failing pivot changes nothing)
@@ -159,10 +160,8 @@ class ExactKernelRidge(ExactQueries, StoredData):
         for r, (f, reg) in enumerate(zip(self.factors, self.regularisers)):
             if not n:
                 row, sq, mz = x.new_zeros(0), 0.0, 0.0
-            elif reuse is not None and r in reuse[0].columns:
-                v, mean, sumsq = reuse[0].columns[r]
-                j = reuse[1]
-                row, sq, mz = v[:, j], sumsq[j].item(), mean[j].item()
+            elif r in pieces:
+                row, sq, mz = pieces[r]
             else:
                 if kcol is None:
                     kq = reuse[0].kq if reuse is not None else None
@@ -187,11 +186,11 @@ class ExactKernelRidge(ExactQueries, StoredData):
             self._z = zs = grow_rows(zs, n + 1, dims=(1,))
         xs[n] = x
         ys[n] = yv
-        for r, (f, (row, d, mz)) in enumerate(zip(self.factors, rows)):
+        z_new = [(yv - mz) / d for _, d, mz in rows]
+        zs[: len(rows), n] = zs.new_tensor(z_new)
+        for r, (f, (row, d, _)) in enumerate(zip(self.factors, rows)):
             f.append(row, d)
-            z_new = (yv - mz) / d
-            zs[r, n] = z_new
-            self._advance(r, n, d, z_new)
+            self._advance(r, n, d, z_new[r])
         self._n = n + 1
         self._scratch.clear()
         self._appends_since_refresh += 1

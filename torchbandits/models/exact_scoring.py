@@ -48,6 +48,21 @@ class ScoredSet:
     kdiag: Tensor | float
     kq: Tensor | None = None
     columns: dict[int, tuple[Tensor, Tensor, Tensor]] = field(default_factory=dict)
+    stack: tuple[Tensor, Tensor, Tensor, list[int]] | None = None  # (V, μ, colsum V², factor idxs)
+
+    def pieces(self, j: int) -> dict[int, tuple[Tensor, float, float]]:
+        """Per factor index scored here: ``(L⁻¹k_S(x_j), ‖L⁻¹k_S(x_j)‖², zᵀL⁻¹k_S(x_j))`` of
+        candidate ``j`` (the column ``V[:, j]``, ``colsum(V²)_j``, ``μ_j``), read with one
+        host transfer."""
+        if self.stack is not None:
+            v, mean, sumsq, idxs = self.stack
+            sq, mz = torch.stack((sumsq[:, j], mean[:, j])).tolist()
+            return {idx: (v[r, :, j], sq[r], mz[r]) for r, idx in enumerate(idxs)}
+        idxs = list(self.columns)
+        cols = [self.columns[i] for i in idxs]
+        flat = torch.stack([t for _, mean, sumsq in cols for t in (sumsq[j], mean[j])]).tolist()
+        return {idx: (col[0][:, j], flat[2 * r], flat[2 * r + 1])
+                for r, (idx, col) in enumerate(zip(idxs, cols))}
 
 
 class ExactQueries:
@@ -136,7 +151,9 @@ class ExactQueries:
             means.append(mean)
             variances.append(var)
             if idx is not None:
-                self._record(cand, kdiag).columns[idx] = (v, mean, sumsq)
+                rec = self._record(cand, kdiag)
+                rec.columns[idx] = (v, mean, sumsq)
+                rec.stack = None
         rec = self._scored
         if rec is not None and rec.kq is None:
             rec.kq = shared.get("kq")
@@ -148,10 +165,14 @@ class ExactQueries:
         (``μ = zᵀV``, ``colsum V²``, ``ρ²``). ``None`` if a cache serves ``cand``."""
         n = self._n
         if self.cache_candidates:
+            seen: set[int] = set()
             for idx in idxs:
                 cache = self._caches.get(idx)
-                if cache is not None and cache.serves(cand, n, self._version):
+                if cache is None or id(cache.candidates) in seen:
+                    continue  # caches built together share one copy: compared once
+                if cache.serves(cand, n, self._version):
                     return None
+                seen.add(id(cache.candidates))
         shared: dict = {}
         kq, kdiag = self._kq(cand, shared)
         v = torch.stack([self.factors[idx].solve(kq) for idx in idxs])        # [R, n, A]
@@ -161,10 +182,11 @@ class ExactQueries:
         variances = torch.rsub(sumsq, kdiag).clamp_min_(0.0)
         rec = self._record(cand, kdiag)
         rec.kq = kq
-        for r, idx in enumerate(idxs):
-            rec.columns[idx] = (v[r], means[r], sumsq[r])
-            if self.cache_candidates:
-                self._caches[idx] = CandidateCache.build(cand, kdiag, v[r], sumsq[r], self._version)
+        rec.stack = (v, means, sumsq, idxs)
+        if self.cache_candidates:
+            copy = cand.clone()  # one copy of the candidates for every factor's cache
+            for r, idx in enumerate(idxs):
+                self._caches[idx] = CandidateCache(copy, kdiag, v[r], sumsq[r], n, self._version)
         return means, variances
 
     def _checked(self, candidates: Tensor) -> Tensor:
