@@ -52,6 +52,7 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from torchbandits.confidence.mixture import DMM_GRID, default_c  # noqa: E402
 from torchbandits.envs.rkhs import RKHSFunctionEnv  # noqa: E402
@@ -151,6 +152,28 @@ def our_bound(method: str, c: float):
             "IGP": lambda: IGPUCB(k, eta=2.0 / HORIZON, **kw), "DMM": lambda: DMMUCB(k, c=c, **kw)}[method]()
 
 
+class _OpCounter(TorchDispatchMode):
+    """Counts the ATen operations dispatched inside the block (views and host reads included)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def step_ops(policy, cand: torch.Tensor, means: torch.Tensor) -> tuple[int, int]:
+    """ATen operations of one ``select`` and of the ``update`` of its choice (a step of the run)."""
+    with _OpCounter() as sel:
+        i = policy.select(cand)
+    row, mean = cand[i], means[i]
+    with _OpCounter() as upd:
+        policy.update(row, mean)
+    return sel.count, upd.count
+
+
 def bounds(ts: list[int], repeats: int, methods: list[str]) -> list[dict]:
     c = default_c("matern52", DIM, HORIZON)
     env = RKHSFunctionEnv("matern52", dim=DIM, lengthscale=ELL, noise_std=SIGMA)
@@ -180,10 +203,13 @@ def bounds(ts: list[int], repeats: int, methods: list[str]) -> list[dict]:
                 ref.step(cn, mn)
                 t_ref.append(time.process_time() - t0)
             a, b = statistics.median(t_ours) * 1e3, statistics.median(t_ref) * 1e3
+            ops = step_ops(ours, cands[0], env.f(cands[0]))  # after the timing (it takes a step)
             rows.append({"family": "bound", "method": m, "t": t, "ours_ms": a, "reference_ms": b,
-                         "speedup": b / a, "max_abs_ucb_diff": err})
+                         "speedup": b / a, "max_abs_ucb_diff": err, "ops_select": ops[0],
+                         "ops_update": ops[1]})
             print(f"{m:4s} t={t:5d}: ours {a:.3f} ms, reference {b:.3f} ms, ×{b / a:.2f} "
-                  f"(UCBs {err:.1e} apart)", flush=True)
+                  f"(UCBs {err:.1e} apart; {ops[0]} + {ops[1]} torch ops per select + update)",
+                  flush=True)
     return rows
 
 

@@ -196,13 +196,15 @@ class ExactQueries:
             raise ValueError(f"candidates must have {dim} columns, got {cand.shape[1]}")
         return cand
 
-    @torch.no_grad()
     def mean_var(self, candidates: Tensor, reg: float | None = None) -> tuple[Tensor, Tensor]:
         """Posterior mean ``μ_reg`` and GP variance ``ρ²_reg`` (clamped at 0) at ``candidates``.
 
         ``reg`` defaults to the primary ``λ``; a maintained regulariser is served incrementally,
-        any other from a from-scratch factorisation. Shapes ``[A]``.
+        any other from a from-scratch factorisation. Shapes ``[A]``. No autograd graph.
         """
+        if torch.is_grad_enabled():  # (a policy's select already runs without)
+            with torch.no_grad():
+                return self.mean_var(candidates, reg)
         cand = self._checked(candidates)
         slot = self._factor_for(reg)
         if self._n == 0:
@@ -210,11 +212,13 @@ class ExactQueries:
         means, variances = self._score(cand, [slot])
         return means[0], variances[0]
 
-    @torch.no_grad()
     def mean_var_many(self, candidates: Tensor, regs: Sequence[float]) -> tuple[Tensor, Tensor]:
         """:meth:`mean_var` at several regularisers ``[R, A]``, sharing one kernel evaluation of
         the candidates (Flynn & Reeb 2024's DMM bound needs five). Same values as ``R`` separate
-        calls."""
+        calls, up to rounding (the stacked path)."""
+        if torch.is_grad_enabled():
+            with torch.no_grad():
+                return self.mean_var_many(candidates, regs)
         cand = self._checked(candidates)
         slots = [self._factor_for(r) for r in regs]
         if self._n == 0:
