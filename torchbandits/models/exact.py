@@ -14,13 +14,16 @@ and ``z = L⁻¹ Y``. Then for candidates ``C`` with ``V = L⁻¹ K_SC``: ``μ =
 ``ρ² = k_CC − colsum(V ⊙ V)`` — one triangular solve per round, no explicit inverse (the Cholesky
 form of the recursive update of Flynn & Reeb 2024, App. E.2, preferred over their recursive
 inverse for small λ). The solve-and-score step and the candidate cache are
-:mod:`torchbandits.models.posterior`'s.
+:mod:`torchbandits.models.posterior`'s; the queries (scoring, log-det, ``yᵀ(K+αI)⁻¹y``) and what
+an append reuses from the last scoring are :mod:`torchbandits.models.exact_scoring`'s.
 
-* append one point: one triangular solve, O(n²);
+* append one point: one triangular solve, O(n²) — or O(n) when the point is a candidate of the
+  last scoring (``append(x, y, column=(candidates, j))``: the new row is that scoring's column);
 * remove the oldest point: a rank-one Cholesky update, O(n²) (sliding windows, Zhou & Shroff 2021);
 * a fixed candidate set (the same tensor values as the previous call) is cached: ``V`` gains one
   row per appended point, so scoring costs O(n·A) instead of O(n²·A);
-* ``log det(I + K/λ) = 2 Σ log L_ii − n log λ`` in O(n);
+* ``log det(I + K/λ) = 2 Σ log L_ii − n log λ`` and ``yᵀ(K+λI)⁻¹y = ‖z‖²`` kept as running
+  floats, O(1) per append;
 * several regularisers can be maintained at once (``regularisers=(λ, α_1, …)``) for confidence
   rules that need the posterior at other regularisers; any other value is served from a
   from-scratch factorisation.
