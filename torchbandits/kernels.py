@@ -154,6 +154,7 @@ class KernelPlan:
 
     def __init__(self, kernel: Kernel, *, track: bool = False) -> None:
         self.kernel = kernel
+        self.key = id(kernel)  # the values below are keyed by module identity: a copy re-reads
         self.hyper: dict[int, Tensor] = {}
         self.dims: dict[int, Tensor | None] = {}
         for module in kernel.modules():
@@ -177,7 +178,7 @@ class KernelPlan:
 
     def current(self, kernel: Kernel) -> bool:
         """Whether ``kernel`` is the kernel read, its raw parameters unchanged (``track=True``)."""
-        return (kernel is self.kernel and self.raw is not None
+        return (kernel is self.kernel and id(kernel) == self.key and self.raw is not None
                 and all(torch.equal(p, v) for p, v in self.raw))
 
     def select(self, kernel: Kernel, x: Tensor) -> Tensor:
