@@ -37,6 +37,7 @@ from ..kernels import check_kernel, kernel_diag
 from ..models.arm_rows import ArmRowCache, is_row_view
 from ..models.exact import ExactKernelRidge
 from ..models.nystrom import NystromKernelRidge
+from ..models.nystrom_arms import arm_posterior
 from ..models.rls import RLSResampler, Sampler, theory_qbar
 from ..validation import check_positive
 from .base import IndexPolicy
@@ -189,6 +190,7 @@ class BKB(IndexPolicy):
     def _invalidate(self) -> None:
         self._model_ok = False
         self._scored: dict[str, Any] | None = None  # variances of the current model, last forward
+        self._sel: Tensor | None = None  # the dictionary's positions among the pulled points
         self.arm_rows.clear()  # derived data: rebuilt on demand
 
     def _apply(self, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
@@ -218,6 +220,12 @@ class BKB(IndexPolicy):
         if self.exact is not None:
             self.exact.reset()
         self._invalidate()
+
+    def _positions(self) -> Tensor:
+        """``[m]`` positions of the dictionary among the pulled points (kept from the last draw)."""
+        if self._sel is None:
+            self._sel = self._in_dict[: self._np].nonzero()[:, 0]
+        return self._sel
 
     def _ensure_model(self, kza: Tensor | None = None, idx: Tensor | None = None,
                       sel: Tensor | None = None) -> None:
@@ -255,11 +263,11 @@ class BKB(IndexPolicy):
         rows are then read from the cache)."""
         kza = sel = None
         if idx is not None and not self._model_ok:
-            sel = self._in_dict[: self._np].nonzero()[:, 0]  # the dictionary's positions
+            sel = self._positions()
             kza = self._dictionary_rows(cand, idx, sel)
         self._ensure_model(kza, idx, sel)
         if kza is None and idx is not None and self.model.m:
-            kza = self._dictionary_rows(cand, idx, self._in_dict[: self._np].nonzero()[:, 0])
+            kza = self._dictionary_rows(cand, idx, self._positions())
         mean, var_gp = self.model.score(cand, kza) if kza is not None else self.model.mean_var(cand)
         var = var_gp / self.lam
         if self.variance_kind == "dtc":
@@ -282,6 +290,23 @@ class BKB(IndexPolicy):
         fixed arm set (each pulled arm's row is computed once; ``sel``: the dictionary's positions
         among the pulled points); ``None`` past the cache budget."""
         return self.arm_rows.dictionary_rows(self.model.kernel_block, cand, idx, sel)
+
+    def _fused(self, cand: Tensor, idx: Tensor) -> tuple[Tensor, Tensor] | None:
+        """``(μ̃, σ̃²)`` (ridge) of the fixed arms ``cand`` in one pass from the cached kernel rows
+        (:func:`~torchbandits.models.nystrom_arms.arm_posterior`, the model's rebuild and scoring
+        without writing its buffers), for the DTC variance of a stationary kernel on a non-empty
+        dictionary within the row-cache budget; else ``None``."""
+        kc, model = self.model.kernel_constant, self.model
+        if self.variance_kind != "dtc" or kc is None or model.parametrisation != "whitened":
+            return None
+        sel = self._positions()
+        kza = self._dictionary_rows(cand, idx, sel) if sel.shape[0] else None
+        if kza is None:
+            return None
+        n, lam = self._np, model.lam
+        mean, var_gp = arm_posterior(kza, idx, sel, self._counts[:n], self._sums[:n], lam, kc,
+                                     model.jitter)
+        return mean, var_gp / lam
 
     def _pulled_variances(self, cand: Tensor, var: Tensor, used: Tensor,
                           idx: Tensor | None) -> tuple[Tensor, Tensor]:
@@ -314,8 +339,14 @@ class BKB(IndexPolicy):
     def _ucb(self, cand: Tensor) -> Tensor:  # forward on validated candidates [A, d]
         np_ = self._np
         idx = self.arm_rows.fixed_rows(self._px[:np_], cand) if np_ else None
-        mean, var, used = self._dtc(cand, idx)
-        pvar, pused = self._pulled_variances(cand, var, used, idx)
+        fused = self._fused(cand, idx) if idx is not None else None
+        if fused is None:
+            mean, var, used = self._dtc(cand, idx)
+            pvar, pused = self._pulled_variances(cand, var, used, idx)
+        else:
+            mean, var = fused
+            used, pvar = var, var.index_select(0, idx)
+            pused = pvar
         sum_var = float((self._counts[:np_] * pused).sum()) if np_ else 0.0
         kc = self.model.kernel_constant
         kappa2 = kc if kc is not None else float(kernel_diag(self.kernel, cand).max())
@@ -336,7 +367,7 @@ class BKB(IndexPolicy):
         row = -1
         sc = self._scored
         n = self._np
-        known = sc is not None and self._model_ok
+        known = sc is not None
         ref = sc["cand"] if known else self.arm_rows.arms  # type: ignore[index]
         if known and is_row_view(x, ref, sc.get("choice", -1)):  # type: ignore[union-attr]
             row = sc["choice"]  # type: ignore[index]  # the arm just selected (no search)
@@ -356,7 +387,7 @@ class BKB(IndexPolicy):
             same = (self.pulled == x).all(-1).nonzero() if n else x.new_zeros(0, 1)
             j = int(same[0, 0]) if same.numel() else -1
         if j >= 0:
-            variances = pvar.clone()
+            variances = pvar
         else:
             j = n
             if self._px.shape[0] == 0:
@@ -369,15 +400,16 @@ class BKB(IndexPolicy):
             self._np = n + 1
             variances = torch.cat([pvar, xvar])
             self.arm_rows.push(row)
-        self._counts[j] += 1.0
-        self._sums[j] += reward
+        self._counts.select(0, j).add_(1.0)
+        self._sums.select(0, j).add_(reward)
         if self.exact is not None:
             self.exact.append(x, reward)
         # 3. resample the dictionary from scratch (§3.1)
         res = self.resampler.resample(variances, self.counts, self.generator)
         self._in_dict[: self._np] = res.mask
+        self._sel = res.mask.nonzero()[:, 0]  # m (a host int): the one sync the draw needs
         self._m_theory = res.m_theory
-        if res.size == 0:
+        if not self._sel.shape[0]:
             self._empty_dictionaries += 1
         self._model_ok = False
         self._scored = None
