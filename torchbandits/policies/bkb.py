@@ -37,17 +37,16 @@ from ..kernels import check_kernel, kernel_diag
 from ..models.arm_rows import ArmRowCache, is_row_view
 from ..models.exact import ExactKernelRidge
 from ..models.nystrom import NystromKernelRidge
-from ..models.nystrom_arms import arm_posterior
 from ..models.rls import RLSResampler, Sampler, theory_qbar
 from ..validation import check_positive
-from .base import IndexPolicy
+from .bkb_posterior import BKBPosterior
 
 __all__ = ["BKB"]
 
 VarianceKind = Literal["dtc", "sor"]
 
 
-class BKB(IndexPolicy):
+class BKB(BKBPosterior):
     """BKB for a finite arm set (Calandriello et al. 2019, Fig. 1).
 
     β multiplies the **ridge** (1/λ-scaled) sd ``σ̃_t(x) = sqrt(var_GP(x)/λ)``.
@@ -221,62 +220,6 @@ class BKB(IndexPolicy):
             self.exact.reset()
         self._invalidate()
 
-    def _positions(self) -> Tensor:
-        """``[m]`` positions of the dictionary among the pulled points (kept from the last draw)."""
-        if self._sel is None:
-            self._sel = self._in_dict[: self._np].nonzero()[:, 0]
-        return self._sel
-
-    def _ensure_model(self, kza: Tensor | None = None, idx: Tensor | None = None,
-                      sel: Tensor | None = None) -> None:
-        """Rebuild the Nyström posterior from the count statistics (O(n m² + m³)); with the
-        dictionary's cached kernel rows ``kza`` ``[m, A]``, the candidate rows ``idx`` of the
-        pulled points and the dictionary's positions ``sel`` ``[m]`` among them, ``K_ZZ`` and
-        ``K_PZ`` are gathered instead of evaluated."""
-        if self._model_ok:
-            return
-        np_ = self._np
-        if np_ == 0:
-            self.model.reset()
-        elif kza is None or idx is None or sel is None:
-            self.model.rebuild(self.dictionary, self.pulled, self.sums, self.counts)
-        else:
-            pulled = self._px[:np_]
-            kpz = kza.index_select(1, idx).mT
-            self.model.rebuild_from_counts(pulled.index_select(0, sel), pulled, self._sums[:np_],
-                                           self._counts[:np_], kzz=kpz.index_select(0, sel), kxz=kpz)
-        self._model_ok = True
-
-    def _residual(self, cand: Tensor) -> Tensor:
-        """GP-scale Nyström residual ``k(x,x) − k_Zᵀ K_ZZ⁻¹ k_Z`` (the DTC − SoR difference),
-        from the model's public features (whitened: ``e = L⁻¹k_Z``; plain: ``k_Z``)."""
-        f = self.model.features(cand)
-        kdiag = kernel_diag(self.kernel, cand)
-        if self.model.parametrisation == "whitened":
-            return torch.clamp(kdiag - (f * f).sum(0), min=0.0)
-        return torch.clamp(kdiag - (f * (self.model.kzz_inverse @ f)).sum(0), min=0.0)
-
-    def _dtc(self, cand: Tensor, idx: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
-        """``(μ̃, DTC ridge variance, variance used for the UCB (ridge))`` — the last is the SoR one
-        ``zᵀV⁻¹z`` when ``variance="sor"`` (the dictionary sampler always uses the DTC one).
-        ``idx``: rows of the pulled points in ``cand`` when ``cand`` is the fixed arm set (kernel
-        rows are then read from the cache)."""
-        kza = sel = None
-        if idx is not None and not self._model_ok:
-            sel = self._positions()
-            kza = self._dictionary_rows(cand, idx, sel)
-        self._ensure_model(kza, idx, sel)
-        if kza is None and idx is not None and self.model.m:
-            kza = self._dictionary_rows(cand, idx, self._positions())
-        mean, var_gp = self.model.score(cand, kza) if kza is not None else self.model.mean_var(cand)
-        var = var_gp / self.lam
-        if self.variance_kind == "dtc":
-            return mean, var, var
-        if self.dictionary_size == 0:
-            return mean, var, torch.zeros_like(var)
-        used = torch.clamp(var_gp - self._residual(cand), min=0.0) / self.lam
-        return mean, var, used
-
     @torch.no_grad()
     def posterior(self, candidates: Any) -> tuple[Tensor, Tensor, Tensor]:
         """``(μ̃_t, σ̃_t² (ridge, 1/λ-scaled), λσ̃_t² (GP scale))`` at ``candidates`` (eq. 4 and its GP scale);
@@ -284,41 +227,6 @@ class BKB(IndexPolicy):
         cand = self.check_candidates(candidates)
         mean, _, used = self._dtc(cand)
         return mean, used, used * self.lam
-
-    def _dictionary_rows(self, cand: Tensor, idx: Tensor, sel: Tensor) -> Tensor | None:
-        """``K_Z,A`` ``[m, A]`` gathered from the cached kernel rows of the pulled arms over the
-        fixed arm set (each pulled arm's row is computed once; ``sel``: the dictionary's positions
-        among the pulled points); ``None`` past the cache budget."""
-        return self.arm_rows.dictionary_rows(self.model.kernel_block, cand, idx, sel)
-
-    def _fused(self, cand: Tensor, idx: Tensor) -> tuple[Tensor, Tensor] | None:
-        """``(μ̃, σ̃²)`` (ridge) of the fixed arms ``cand`` in one pass from the cached kernel rows
-        (:func:`~torchbandits.models.nystrom_arms.arm_posterior`, the model's rebuild and scoring
-        without writing its buffers), for the DTC variance of a stationary kernel on a non-empty
-        dictionary within the row-cache budget; else ``None``."""
-        kc, model = self.model.kernel_constant, self.model
-        if self.variance_kind != "dtc" or kc is None or model.parametrisation != "whitened":
-            return None
-        sel = self._positions()
-        kza = self._dictionary_rows(cand, idx, sel) if sel.shape[0] else None
-        if kza is None:
-            return None
-        n, lam = self._np, model.lam
-        mean, var_gp = arm_posterior(kza, idx, sel, self._counts[:n], self._sums[:n], lam, kc,
-                                     model.jitter)
-        return mean, var_gp / lam
-
-    def _pulled_variances(self, cand: Tensor, var: Tensor, used: Tensor,
-                          idx: Tensor | None) -> tuple[Tensor, Tensor]:
-        """(DTC, used) ridge variances of the distinct pulled points, gathered from the
-        candidates' when all are among them (``idx``: their rows in the fixed arm set), else
-        evaluated."""
-        if self._np == 0:
-            return var.new_zeros(0), var.new_zeros(0)
-        if idx is not None:
-            return var[idx], used[idx]
-        _, pv, pu = self._dtc(self.pulled)
-        return pv, pu
 
     def select(self, candidates: Any) -> int:
         """Argmax of :meth:`forward` (first on ties), validating once; the choice is remembered
@@ -338,15 +246,7 @@ class BKB(IndexPolicy):
 
     def _ucb(self, cand: Tensor) -> Tensor:  # forward on validated candidates [A, d]
         np_ = self._np
-        idx = self.arm_rows.fixed_rows(self._px[:np_], cand) if np_ else None
-        fused = self._fused(cand, idx) if idx is not None else None
-        if fused is None:
-            mean, var, used = self._dtc(cand, idx)
-            pvar, pused = self._pulled_variances(cand, var, used, idx)
-        else:
-            mean, var = fused
-            used, pvar = var, var.index_select(0, idx)
-            pused = pvar
+        mean, var, used, pvar, pused, idx = self._round_posterior(cand)
         sum_var = float((self._counts[:np_] * pused).sum()) if np_ else 0.0
         kc = self.model.kernel_constant
         kappa2 = kc if kc is not None else float(kernel_diag(self.kernel, cand).max())
