@@ -228,6 +228,13 @@ class BKB(BKBPosterior):
         mean, _, used = self._dtc(cand)
         return mean, used, used * self.lam
 
+    def check_candidates(self, candidates: Any) -> Tensor:
+        """Validated candidates ``[A, d]``; the fixed arm set seen before (found equal to the cached
+        copy, which was validated then) is not validated again."""
+        if self.arm_rows.same_arms(candidates):
+            return candidates
+        return super().check_candidates(candidates)
+
     def select(self, candidates: Any) -> int:
         """Argmax of :meth:`forward` (first on ties), validating once; the choice is remembered
         so that :meth:`update` finds its row without a search."""
@@ -247,7 +254,7 @@ class BKB(BKBPosterior):
     def _ucb(self, cand: Tensor) -> Tensor:  # forward on validated candidates [A, d]
         np_ = self._np
         mean, var, used, pvar, pused, idx = self._round_posterior(cand)
-        sum_var = float((self._counts[:np_] * pused).sum()) if np_ else 0.0
+        sum_var = float(torch.dot(self._counts[:np_], pused)) if np_ else 0.0
         kc = self.model.kernel_constant
         kappa2 = kc if kc is not None else float(kernel_diag(self.kernel, cand).max())
         beta = self.rule.radius(sum_var, self.t, kappa2, self.lam)
@@ -260,7 +267,7 @@ class BKB(BKBPosterior):
             else:
                 ratio = torch.ones_like(used)
             self._last.update(var_ratio_min=float(ratio.min()), var_ratio_max=float(ratio.max()))
-        return mean + beta * torch.sqrt(used.clamp_min(0.0))
+        return mean + beta * torch.sqrt(used)  # every variance is clamped at 0 where computed
 
     def _update(self, x: Tensor, reward: float) -> None:
         # 1. σ̃_t² of the model that chose x, at every distinct pulled point and at x (§3.1)
