@@ -22,7 +22,8 @@ def _problem(n_arms: int, n_pulled: int, m: int, seed: int = 0):
     idx = torch.randperm(n_arms, generator=g)[:n_pulled]
     sel = torch.randperm(n_pulled, generator=g)[:m].sort().values
     counts = torch.randint(1, 6, (n_pulled,), generator=g).double()
-    sums = counts * torch.sin(4 * arms[idx, 0]) + 0.1 * torch.randn(n_pulled, generator=g, dtype=torch.float64)
+    noise = torch.randn(n_pulled, generator=g, dtype=torch.float64)
+    sums = counts * torch.sin(4 * arms[idx, 0]) + 0.1 * noise
     return arms, idx, sel, counts, sums
 
 
