@@ -62,7 +62,7 @@ __all__ = ["NystromKernelRidge", "Parametrisation", "border_apply", "border_prep
 def whitened_scoring_matrix(p: Tensor, a_inv: Tensor, w: Tensor, lam: float) -> Tensor:
     """``W = [P; (λA⁻¹ − I)P; wᵀP]`` ``[2m+1, m]`` (``P = L⁻¹``, ``w = A⁻¹Eᵀs``): one product
     ``W k_Z`` gives the embeddings ``f = P k_Z``, ``h = (λA⁻¹ − I) f`` and the mean ``wᵀf``."""
-    return torch.cat([p, torch.addmm(p, a_inv, p, beta=-1.0, alpha=lam), (w @ p)[None]])
+    return torch.cat([p, torch.addmm(p, a_inv, p, beta=-1.0, alpha=lam), w[None] @ p])
 
 
 def whitened_scores(out: Tensor, m: int, kdiag: Tensor | float) -> tuple[Tensor, Tensor]:

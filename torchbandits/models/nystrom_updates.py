@@ -70,7 +70,7 @@ def whitened_system(kxz: Tensor, linv: Tensor, counts: Tensor, sums: Tensor,
     :meth:`NystromUpdates.rebuild_from_counts` and BKB's fused round
     (:func:`~torchbandits.models.nystrom_arms.arm_posterior`)."""
     feat = kxz @ linv.mT  # E = K_SZ L⁻ᵀ
-    a = feat.mT @ (counts[:, None] * feat)
+    a = (feat.mT * counts) @ feat
     a.diagonal().add_(lam)  # + λI (the off-diagonal zeros of λI add nothing)
     chol_a = torch.linalg.cholesky_ex(a)[0]
     return feat, chol_a, torch.cholesky_inverse(chol_a), feat.mT @ sums

@@ -267,7 +267,7 @@ class BKB(BKBPosterior):
             else:
                 ratio = torch.ones_like(used)
             self._last.update(var_ratio_min=float(ratio.min()), var_ratio_max=float(ratio.max()))
-        return mean + beta * torch.sqrt(used)  # every variance is clamped at 0 where computed
+        return torch.add(mean, torch.sqrt(used), alpha=beta)  # variances are clamped at 0 already
 
     def _update(self, x: Tensor, reward: float) -> None:
         # 1. σ̃_t² of the model that chose x, at every distinct pulled point and at x (§3.1)
