@@ -15,7 +15,10 @@ ridge-leverage-score sampling over all pulled points (§3.1, Fig. 1):
 Count-based caching (§3.2): with pull counts ``n_a`` and reward sums ``b_a``, ``V = Σ_a n_a z_a
 z_aᵀ + λI`` and ``Zᵀy = Σ_a b_a z_a``, so a round costs ``O((A + n_distinct) m² + m³)``, not
 ``O(t m²)`` (``NystromKernelRidge.rebuild_from_counts``); with a fixed arm set the pulled arms'
-variances are read off the candidates' and their kernel rows are cached (``ArmRowCache``).
+variances are read off the candidates', their kernel rows are cached (``ArmRowCache``) and the
+round's rebuild and scoring are one pass over the cached rows that writes no model buffer
+(:func:`~torchbandits.models.nystrom_arms.arm_posterior`, via :class:`.bkb_posterior.BKBPosterior`;
+the model is rebuilt on demand, e.g. for :meth:`BKB.posterior`).
 
 ``variance="sor"`` (the variance-starvation ablation, §3.2, Fig. 2) scores with the
 subset-of-regressors variance ``z_t(x)ᵀ V_t⁻¹ z_t(x)`` but draws its dictionary with the DTC
@@ -125,7 +128,7 @@ class BKB(BKBPosterior):
         super().__init__(seed=seed, n_warmup=n_warmup, dtype=dtype, device=device)
         self.variance_kind: VarianceKind = variance
         self.model = NystromKernelRidge(kernel, lam, jitter=jitter, dtype=dtype, device=device)
-        self.kernel = self.model.kernel
+        self.kernel = self._nys.kernel
         self.track_exact = bool(track_exact)
         self.exact = (ExactKernelRidge(copy.deepcopy(self.kernel), lam, dtype=dtype, device=device)
                       if self.track_exact else None)
@@ -144,7 +147,7 @@ class BKB(BKBPosterior):
     @property
     def lam(self) -> float:
         """The model's ridge regulariser λ."""
-        return float(self.model.lam)
+        return float(self._nys.lam)
 
     @property
     def qbar(self) -> float:
@@ -215,7 +218,7 @@ class BKB(BKBPosterior):
         self._counts.zero_()
         self._sums.zero_()
         self._in_dict.zero_()
-        self.model.reset()
+        self._nys.reset()
         if self.exact is not None:
             self.exact.reset()
         self._invalidate()
@@ -255,7 +258,7 @@ class BKB(BKBPosterior):
         np_ = self._np
         mean, var, used, pvar, pused, idx = self._round_posterior(cand)
         sum_var = float(torch.dot(self._counts[:np_], pused)) if np_ else 0.0
-        kc = self.model.kernel_constant
+        kc = self._nys.kernel_constant
         kappa2 = kc if kc is not None else float(kernel_diag(self.kernel, cand).max())
         beta = self.rule.radius(sum_var, self.t, kappa2, self.lam)
         self._scored = {"cand": cand, "var": var, "pvar": pvar, "idx": idx}
@@ -324,7 +327,7 @@ class BKB(BKBPosterior):
     def diagnostics(self) -> dict[str, float]:
         out = {"dictionary_size": float(self.dictionary_size), "m_theory": float(self._m_theory),
                "n_distinct": float(self._np), "empty_dictionaries": float(self._empty_dictionaries)}
-        rank = getattr(self.model, "rank", None)
+        rank = getattr(self._nys, "rank", None)
         if isinstance(rank, (int, float)):
             out["rank"] = float(rank)
         for k in ("beta", "sum_var", "var_ratio_min", "var_ratio_max"):

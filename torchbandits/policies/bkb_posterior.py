@@ -17,10 +17,13 @@ Two routes to the same numbers:
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
 from ..kernels import kernel_diag
+from ..models.nystrom import NystromKernelRidge
 from ..models.nystrom_arms import arm_posterior
 from .base import IndexPolicy
 
@@ -31,6 +34,20 @@ class BKBPosterior(IndexPolicy):
     """BKB's posterior from its count statistics (module docstring). Uses the state set up by
     :class:`~torchbandits.policies.bkb.BKB`: ``model``, ``kernel``, ``arm_rows``, ``_px``,
     ``_counts``, ``_sums``, ``_in_dict``, ``_np``, ``_sel``, ``_model_ok``, ``variance_kind``."""
+
+    @property
+    def _nys(self) -> NystromKernelRidge:
+        """The Nyström model as it stands (internal use: :attr:`model` read from outside is made
+        current first)."""
+        return self._modules["model"]  # type: ignore[return-value]
+
+    def __getattr__(self, name: str) -> Any:
+        """``model`` read from outside is the posterior of the current dictionary and counts: the
+        fused rounds do not write it, so it is rebuilt here when stale."""
+        if name == "model" and not self.__dict__.get("_model_ok", True):
+            with torch.no_grad():
+                self._ensure_model()
+        return super().__getattr__(name)
 
     def _round_posterior(self, cand: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor | None]:
         """``(μ̃, σ̃², used σ̃², σ̃² and used σ̃² at the pulled points, idx)`` (ridge variances; ``idx``:
@@ -62,24 +79,24 @@ class BKBPosterior(IndexPolicy):
             return
         np_ = self._np
         if np_ == 0:
-            self.model.reset()
+            self._nys.reset()
         elif kza is None or idx is None or sel is None:
-            self.model.rebuild(self.dictionary, self.pulled, self.sums, self.counts)
+            self._nys.rebuild(self.dictionary, self.pulled, self.sums, self.counts)
         else:
             pulled = self._px[:np_]
             kpz = kza.index_select(1, idx).mT
-            self.model.rebuild_from_counts(pulled.index_select(0, sel), pulled, self._sums[:np_],
+            self._nys.rebuild_from_counts(pulled.index_select(0, sel), pulled, self._sums[:np_],
                                            self._counts[:np_], kzz=kpz.index_select(0, sel), kxz=kpz)
         self._model_ok = True
 
     def _residual(self, cand: Tensor) -> Tensor:
         """GP-scale Nyström residual ``k(x,x) − k_Zᵀ K_ZZ⁻¹ k_Z`` (the DTC − SoR difference),
         from the model's public features (whitened: ``e = L⁻¹k_Z``; plain: ``k_Z``)."""
-        f = self.model.features(cand)
+        f = self._nys.features(cand)
         kdiag = kernel_diag(self.kernel, cand)
-        if self.model.parametrisation == "whitened":
+        if self._nys.parametrisation == "whitened":
             return torch.clamp(kdiag - (f * f).sum(0), min=0.0)
-        return torch.clamp(kdiag - (f * (self.model.kzz_inverse @ f)).sum(0), min=0.0)
+        return torch.clamp(kdiag - (f * (self._nys.kzz_inverse @ f)).sum(0), min=0.0)
 
     def _dtc(self, cand: Tensor, idx: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """``(μ̃, DTC ridge variance, variance used for the UCB (ridge))`` — the last is the SoR one
@@ -91,9 +108,9 @@ class BKBPosterior(IndexPolicy):
             sel = self._positions()
             kza = self._dictionary_rows(cand, idx, sel)
         self._ensure_model(kza, idx, sel)
-        if kza is None and idx is not None and self.model.m:
+        if kza is None and idx is not None and self._nys.m:
             kza = self._dictionary_rows(cand, idx, self._positions())
-        mean, var_gp = self.model.score(cand, kza) if kza is not None else self.model.mean_var(cand)
+        mean, var_gp = self._nys.score(cand, kza) if kza is not None else self._nys.mean_var(cand)
         var = var_gp / self.lam
         if self.variance_kind == "dtc":
             return mean, var, var
@@ -106,14 +123,14 @@ class BKBPosterior(IndexPolicy):
         """``K_Z,A`` ``[m, A]`` gathered from the cached kernel rows of the pulled arms over the
         fixed arm set (each pulled arm's row is computed once; ``sel``: the dictionary's positions
         among the pulled points); ``None`` past the cache budget."""
-        return self.arm_rows.dictionary_rows(self.model.kernel_block, cand, idx, sel)
+        return self.arm_rows.dictionary_rows(self._nys.kernel_block, cand, idx, sel)
 
     def _fused(self, cand: Tensor, idx: Tensor) -> tuple[Tensor, Tensor] | None:
         """``(μ̃, σ̃²)`` (ridge) of the fixed arms ``cand`` in one pass from the cached kernel rows
         (:func:`~torchbandits.models.nystrom_arms.arm_posterior`, the model's rebuild and scoring
         without writing its buffers), for the DTC variance of a stationary kernel on a non-empty
         dictionary within the row-cache budget; else ``None``."""
-        kc, model = self.model.kernel_constant, self.model
+        kc, model = self._nys.kernel_constant, self._nys
         if self.variance_kind != "dtc" or kc is None or model.parametrisation != "whitened":
             return None
         sel = self._positions()
