@@ -59,7 +59,8 @@ class ArmRowCache:
             returns ``None`` (the caller then evaluates ``k_Z(arms)`` every round).
     """
 
-    __slots__ = ("arms", "changes", "complete", "idx", "max_entries", "n_rows", "rows", "where")
+    __slots__ = ("arms", "changes", "complete", "idx", "max_entries", "n_rows", "rows", "verified",
+                 "where")
 
     def __init__(self, max_entries: int = 2**25) -> None:
         self.max_entries = int(max_entries)
@@ -74,12 +75,24 @@ class ArmRowCache:
         self.n_rows = 0
         self.complete: tuple[Tensor, bool] | None = None  # (idx, every pulled point is an arm)
         self.where: dict[int, int] = {}  # arm row -> position among the pulled points
+        self.verified: Tensor | None = None  # the candidates last found equal to ``arms``
+
+    def same_arms(self, arms: object) -> bool:
+        """Whether ``arms`` is a tensor equal to the cached arm set (same shape, dtype and device;
+        one exact comparison). The cached set was validated when it was first seen, so the caller
+        may skip validating ``arms`` again; the answer is remembered for :meth:`pulled_rows`
+        until the next call (call it once per query, before the query reads the arms)."""
+        ref = self.arms
+        ok = (ref is not None and isinstance(arms, Tensor) and arms.shape == ref.shape
+              and arms.dtype == ref.dtype and arms.device == ref.device and torch.equal(arms, ref))
+        self.verified = arms if ok else None  # type: ignore[assignment]
+        return ok
 
     def pulled_rows(self, pulled: Tensor, arms: Tensor) -> Tensor | None:
         """``[n_distinct]`` rows of the ``pulled`` points in ``arms`` (cached while the arm set
         stays the same); ``None`` once it has changed more than twice."""
-        if self.arms is not None and self.idx is not None and self.arms.shape == arms.shape \
-                and torch.equal(self.arms, arms):
+        if self.arms is not None and self.idx is not None and (arms is self.verified or (
+                self.arms.shape == arms.shape and torch.equal(self.arms, arms))):
             return self.idx
         self.changes += 1
         self.rows, self.n_rows = None, 0

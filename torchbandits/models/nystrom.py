@@ -56,7 +56,20 @@ from .nystrom_state import Parametrisation
 from .nystrom_updates import NystromUpdates, border_apply, border_prepare
 
 __all__ = ["NystromKernelRidge", "Parametrisation", "border_apply", "border_prepare",
-           "nystrom_posterior_reference"]
+           "nystrom_posterior_reference", "whitened_scores", "whitened_scoring_matrix"]
+
+
+def whitened_scoring_matrix(p: Tensor, a_inv: Tensor, w: Tensor, lam: float) -> Tensor:
+    """``W = [P; (λA⁻¹ − I)P; wᵀP]`` ``[2m+1, m]`` (``P = L⁻¹``, ``w = A⁻¹Eᵀs``): one product
+    ``W k_Z`` gives the embeddings ``f = P k_Z``, ``h = (λA⁻¹ − I) f`` and the mean ``wᵀf``."""
+    return torch.cat([p, torch.addmm(p, a_inv, p, beta=-1.0, alpha=lam), w[None] @ p])
+
+
+def whitened_scores(out: Tensor, m: int, kdiag: Tensor | float) -> tuple[Tensor, Tensor]:
+    """``(μ̃, λσ̃²)`` ``([A], [A])`` from ``out = W k_Z`` ``[2m+1, A]``
+    (:func:`whitened_scoring_matrix`): ``μ̃ = wᵀf``, ``λσ̃² = k + fᵀh = k − ‖f‖² + λ fᵀA⁻¹f``
+    (not clamped)."""
+    return out[2 * m], torch.linalg.vecdot(out[:m], out[m:2 * m], dim=0).add_(kdiag)
 
 
 class NystromKernelRidge(NystromUpdates):
@@ -107,7 +120,7 @@ class NystromKernelRidge(NystromUpdates):
             if self.parametrisation == "plain":
                 big = torch.cat([mat, w[None]])
             else:
-                big = torch.cat([pv, torch.addmm(pv, q, pv, beta=-1.0, alpha=self.lam), (w @ pv)[None]])
+                big = whitened_scoring_matrix(pv, q, w, self.lam)
             cache = self._sc.cache = (cache[0], w, mat, big)
         return cache[3]
 
@@ -142,8 +155,7 @@ class NystromKernelRidge(NystromUpdates):
             out = self._scoring_matrix() @ kz
             if whitened:
                 f = out[:m]
-                var = vecdot(f, out[m:2 * m], dim=0).add_(kdiag)
-                mean = out[2 * m]
+                mean, var = whitened_scores(out, m, kdiag)
             else:
                 f = kz
                 var = vecdot(kz, out[:m], dim=0).add_(kdiag)

@@ -27,7 +27,7 @@ from ..linalg import pivoted_cholesky, safe_cholesky
 from ..validation import as_matrix, as_point, as_scalar_reward
 from .nystrom_state import NystromState
 
-__all__ = ["NystromUpdates", "border_apply", "border_prepare", "whitening"]
+__all__ = ["NystromUpdates", "border_apply", "border_prepare", "whitened_system", "whitening"]
 
 #: pivots of ``K_ZZ`` below this fraction of its largest diagonal send the rebuild to the pivoted
 #: factorisation (the anchors left out lie in the span of the others to that accuracy)
@@ -59,6 +59,21 @@ def whitening(kzz: Tensor, eye: Tensor, scale: float | None = None) -> Tensor:
     out = torch.zeros_like(eye)
     out[:r].index_copy_(1, piv, torch.linalg.solve_triangular(chol_r, eye[:r, :r], upper=False))
     return out
+
+
+def whitened_system(kxz: Tensor, linv: Tensor, counts: Tensor, sums: Tensor,
+                    lam: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The whitened ridge system of a from-scratch rebuild: with the embeddings ``E = K_SZ Pᵀ``
+    ``[n, m]`` (``kxz = K_SZ`` ``[n, m]``, ``linv = P`` ``[m, m]`` from :func:`whitening`),
+    ``A = EᵀCE + λI`` (eigenvalues ≥ λ: no nugget can be needed), returns ``(E, chol(A), A⁻¹,
+    Eᵀs)`` (``counts = diag C`` and ``sums = s`` ``[n]``). The one statement of this system, for
+    :meth:`NystromUpdates.rebuild_from_counts` and BKB's fused round
+    (:func:`~torchbandits.models.nystrom_arms.arm_posterior`)."""
+    feat = kxz @ linv.mT  # E = K_SZ L⁻ᵀ
+    a = (feat.mT * counts) @ feat
+    a.diagonal().add_(lam)  # + λI (the off-diagonal zeros of λI add nothing)
+    chol_a = torch.linalg.cholesky_ex(a)[0]
+    return feat, chol_a, torch.cholesky_inverse(chol_a), feat.mT @ sums
 
 
 def border_prepare(a_inv: Tensor, b: Tensor, c: Tensor | float) -> tuple[Tensor, Tensor]:
@@ -319,20 +334,17 @@ class NystromUpdates(NystromState):
             if self.parametrisation == "whitened":
                 kc = self._kconst
                 linv = whitening(kzz_j, eye, None if kc is None else kc + self.jitter)
-                feat = kxz @ linv.mT  # E = K_SZ L⁻ᵀ
-                a = feat.mT @ (c[:, None] * feat)
-                a.diagonal().add_(lam)  # + λI (the off-diagonal zeros of λI add nothing)
+                feat, chol_a, a_inv, rhs = whitened_system(kxz, linv, c, s, lam)
                 self._coord_map[:m, :m] = linv
             else:
                 chol, _ = safe_cholesky(kzz_j)
                 linv = torch.linalg.solve_triangular(chol, eye, upper=False)
                 feat = kxz
-                a = feat.mT @ (c[:, None] * feat) + lam * kzz_j
+                chol_a = safe_cholesky(feat.mT @ (c[:, None] * feat) + lam * kzz_j)[0]
+                a_inv, rhs = torch.cholesky_inverse(chol_a), feat.mT @ s
                 self._coord_map[:m, :m] = linv.mT @ linv
-            # whitened: A = EᵀCE + λI has eigenvalues ≥ λ, no nugget can be needed
-            chol_a = torch.linalg.cholesky(a) if self.parametrisation == "whitened" else safe_cholesky(a)[0]
-            self._system_inv[:m, :m] = torch.cholesky_inverse(chol_a)
-            self._rhs[:m] = feat.mT @ s
+            self._system_inv[:m, :m] = a_inv
+            self._rhs[:m] = rhs
             self._feats[:n, :m] = feat
             logdet_a = 2.0 * torch.log(torch.diagonal(chol_a)).sum()
             if self.parametrisation == "plain":

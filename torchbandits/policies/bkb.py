@@ -15,7 +15,10 @@ ridge-leverage-score sampling over all pulled points (§3.1, Fig. 1):
 Count-based caching (§3.2): with pull counts ``n_a`` and reward sums ``b_a``, ``V = Σ_a n_a z_a
 z_aᵀ + λI`` and ``Zᵀy = Σ_a b_a z_a``, so a round costs ``O((A + n_distinct) m² + m³)``, not
 ``O(t m²)`` (``NystromKernelRidge.rebuild_from_counts``); with a fixed arm set the pulled arms'
-variances are read off the candidates' and their kernel rows are cached (``ArmRowCache``).
+variances are read off the candidates', their kernel rows are cached (``ArmRowCache``) and the
+round's rebuild and scoring are one pass over the cached rows that writes no model buffer
+(:func:`~torchbandits.models.nystrom_arms.arm_posterior`, via :class:`.bkb_posterior.BKBPosterior`;
+the model is rebuilt on demand, e.g. for :meth:`BKB.posterior`).
 
 ``variance="sor"`` (the variance-starvation ablation, §3.2, Fig. 2) scores with the
 subset-of-regressors variance ``z_t(x)ᵀ V_t⁻¹ z_t(x)`` but draws its dictionary with the DTC
@@ -39,14 +42,14 @@ from ..models.exact import ExactKernelRidge
 from ..models.nystrom import NystromKernelRidge
 from ..models.rls import RLSResampler, Sampler, theory_qbar
 from ..validation import check_positive
-from .base import IndexPolicy
+from .bkb_posterior import BKBPosterior
 
 __all__ = ["BKB"]
 
 VarianceKind = Literal["dtc", "sor"]
 
 
-class BKB(IndexPolicy):
+class BKB(BKBPosterior):
     """BKB for a finite arm set (Calandriello et al. 2019, Fig. 1).
 
     β multiplies the **ridge** (1/λ-scaled) sd ``σ̃_t(x) = sqrt(var_GP(x)/λ)``.
@@ -125,7 +128,7 @@ class BKB(IndexPolicy):
         super().__init__(seed=seed, n_warmup=n_warmup, dtype=dtype, device=device)
         self.variance_kind: VarianceKind = variance
         self.model = NystromKernelRidge(kernel, lam, jitter=jitter, dtype=dtype, device=device)
-        self.kernel = self.model.kernel
+        self.kernel = self._nys.kernel
         self.track_exact = bool(track_exact)
         self.exact = (ExactKernelRidge(copy.deepcopy(self.kernel), lam, dtype=dtype, device=device)
                       if self.track_exact else None)
@@ -144,7 +147,7 @@ class BKB(IndexPolicy):
     @property
     def lam(self) -> float:
         """The model's ridge regulariser λ."""
-        return float(self.model.lam)
+        return float(self._nys.lam)
 
     @property
     def qbar(self) -> float:
@@ -189,6 +192,7 @@ class BKB(IndexPolicy):
     def _invalidate(self) -> None:
         self._model_ok = False
         self._scored: dict[str, Any] | None = None  # variances of the current model, last forward
+        self._sel: Tensor | None = None  # the dictionary's positions among the pulled points
         self.arm_rows.clear()  # derived data: rebuilt on demand
 
     def _apply(self, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
@@ -214,60 +218,10 @@ class BKB(IndexPolicy):
         self._counts.zero_()
         self._sums.zero_()
         self._in_dict.zero_()
-        self.model.reset()
+        self._nys.reset()
         if self.exact is not None:
             self.exact.reset()
         self._invalidate()
-
-    def _ensure_model(self, kza: Tensor | None = None, idx: Tensor | None = None,
-                      sel: Tensor | None = None) -> None:
-        """Rebuild the Nyström posterior from the count statistics (O(n m² + m³)); with the
-        dictionary's cached kernel rows ``kza`` ``[m, A]``, the candidate rows ``idx`` of the
-        pulled points and the dictionary's positions ``sel`` ``[m]`` among them, ``K_ZZ`` and
-        ``K_PZ`` are gathered instead of evaluated."""
-        if self._model_ok:
-            return
-        np_ = self._np
-        if np_ == 0:
-            self.model.reset()
-        elif kza is None or idx is None or sel is None:
-            self.model.rebuild(self.dictionary, self.pulled, self.sums, self.counts)
-        else:
-            pulled = self._px[:np_]
-            kpz = kza.index_select(1, idx).mT
-            self.model.rebuild_from_counts(pulled.index_select(0, sel), pulled, self._sums[:np_],
-                                           self._counts[:np_], kzz=kpz.index_select(0, sel), kxz=kpz)
-        self._model_ok = True
-
-    def _residual(self, cand: Tensor) -> Tensor:
-        """GP-scale Nyström residual ``k(x,x) − k_Zᵀ K_ZZ⁻¹ k_Z`` (the DTC − SoR difference),
-        from the model's public features (whitened: ``e = L⁻¹k_Z``; plain: ``k_Z``)."""
-        f = self.model.features(cand)
-        kdiag = kernel_diag(self.kernel, cand)
-        if self.model.parametrisation == "whitened":
-            return torch.clamp(kdiag - (f * f).sum(0), min=0.0)
-        return torch.clamp(kdiag - (f * (self.model.kzz_inverse @ f)).sum(0), min=0.0)
-
-    def _dtc(self, cand: Tensor, idx: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
-        """``(μ̃, DTC ridge variance, variance used for the UCB (ridge))`` — the last is the SoR one
-        ``zᵀV⁻¹z`` when ``variance="sor"`` (the dictionary sampler always uses the DTC one).
-        ``idx``: rows of the pulled points in ``cand`` when ``cand`` is the fixed arm set (kernel
-        rows are then read from the cache)."""
-        kza = sel = None
-        if idx is not None and not self._model_ok:
-            sel = self._in_dict[: self._np].nonzero()[:, 0]  # the dictionary's positions
-            kza = self._dictionary_rows(cand, idx, sel)
-        self._ensure_model(kza, idx, sel)
-        if kza is None and idx is not None and self.model.m:
-            kza = self._dictionary_rows(cand, idx, self._in_dict[: self._np].nonzero()[:, 0])
-        mean, var_gp = self.model.score(cand, kza) if kza is not None else self.model.mean_var(cand)
-        var = var_gp / self.lam
-        if self.variance_kind == "dtc":
-            return mean, var, var
-        if self.dictionary_size == 0:
-            return mean, var, torch.zeros_like(var)
-        used = torch.clamp(var_gp - self._residual(cand), min=0.0) / self.lam
-        return mean, var, used
 
     @torch.no_grad()
     def posterior(self, candidates: Any) -> tuple[Tensor, Tensor, Tensor]:
@@ -277,23 +231,12 @@ class BKB(IndexPolicy):
         mean, _, used = self._dtc(cand)
         return mean, used, used * self.lam
 
-    def _dictionary_rows(self, cand: Tensor, idx: Tensor, sel: Tensor) -> Tensor | None:
-        """``K_Z,A`` ``[m, A]`` gathered from the cached kernel rows of the pulled arms over the
-        fixed arm set (each pulled arm's row is computed once; ``sel``: the dictionary's positions
-        among the pulled points); ``None`` past the cache budget."""
-        return self.arm_rows.dictionary_rows(self.model.kernel_block, cand, idx, sel)
-
-    def _pulled_variances(self, cand: Tensor, var: Tensor, used: Tensor,
-                          idx: Tensor | None) -> tuple[Tensor, Tensor]:
-        """(DTC, used) ridge variances of the distinct pulled points, gathered from the
-        candidates' when all are among them (``idx``: their rows in the fixed arm set), else
-        evaluated."""
-        if self._np == 0:
-            return var.new_zeros(0), var.new_zeros(0)
-        if idx is not None:
-            return var[idx], used[idx]
-        _, pv, pu = self._dtc(self.pulled)
-        return pv, pu
+    def check_candidates(self, candidates: Any) -> Tensor:
+        """Validated candidates ``[A, d]``; the fixed arm set seen before (found equal to the cached
+        copy, which was validated then) is not validated again."""
+        if self.arm_rows.same_arms(candidates):
+            return candidates
+        return super().check_candidates(candidates)
 
     def select(self, candidates: Any) -> int:
         """Argmax of :meth:`forward` (first on ties), validating once; the choice is remembered
@@ -313,11 +256,9 @@ class BKB(IndexPolicy):
 
     def _ucb(self, cand: Tensor) -> Tensor:  # forward on validated candidates [A, d]
         np_ = self._np
-        idx = self.arm_rows.fixed_rows(self._px[:np_], cand) if np_ else None
-        mean, var, used = self._dtc(cand, idx)
-        pvar, pused = self._pulled_variances(cand, var, used, idx)
-        sum_var = float((self._counts[:np_] * pused).sum()) if np_ else 0.0
-        kc = self.model.kernel_constant
+        mean, var, used, pvar, pused, idx = self._round_posterior(cand)
+        sum_var = float(torch.dot(self._counts[:np_], pused)) if np_ else 0.0
+        kc = self._nys.kernel_constant
         kappa2 = kc if kc is not None else float(kernel_diag(self.kernel, cand).max())
         beta = self.rule.radius(sum_var, self.t, kappa2, self.lam)
         self._scored = {"cand": cand, "var": var, "pvar": pvar, "idx": idx}
@@ -329,14 +270,14 @@ class BKB(IndexPolicy):
             else:
                 ratio = torch.ones_like(used)
             self._last.update(var_ratio_min=float(ratio.min()), var_ratio_max=float(ratio.max()))
-        return mean + beta * torch.sqrt(used.clamp_min(0.0))
+        return torch.add(mean, torch.sqrt(used), alpha=beta)  # variances are clamped at 0 already
 
     def _update(self, x: Tensor, reward: float) -> None:
         # 1. σ̃_t² of the model that chose x, at every distinct pulled point and at x (§3.1)
         row = -1
         sc = self._scored
         n = self._np
-        known = sc is not None and self._model_ok
+        known = sc is not None
         ref = sc["cand"] if known else self.arm_rows.arms  # type: ignore[index]
         if known and is_row_view(x, ref, sc.get("choice", -1)):  # type: ignore[union-attr]
             row = sc["choice"]  # type: ignore[index]  # the arm just selected (no search)
@@ -356,7 +297,7 @@ class BKB(IndexPolicy):
             same = (self.pulled == x).all(-1).nonzero() if n else x.new_zeros(0, 1)
             j = int(same[0, 0]) if same.numel() else -1
         if j >= 0:
-            variances = pvar.clone()
+            variances = pvar
         else:
             j = n
             if self._px.shape[0] == 0:
@@ -369,15 +310,16 @@ class BKB(IndexPolicy):
             self._np = n + 1
             variances = torch.cat([pvar, xvar])
             self.arm_rows.push(row)
-        self._counts[j] += 1.0
-        self._sums[j] += reward
+        self._counts.select(0, j).add_(1.0)
+        self._sums.select(0, j).add_(reward)
         if self.exact is not None:
             self.exact.append(x, reward)
         # 3. resample the dictionary from scratch (§3.1)
         res = self.resampler.resample(variances, self.counts, self.generator)
         self._in_dict[: self._np] = res.mask
+        self._sel = res.mask.nonzero()[:, 0]  # m (a host int): the one sync the draw needs
         self._m_theory = res.m_theory
-        if res.size == 0:
+        if not self._sel.shape[0]:
             self._empty_dictionaries += 1
         self._model_ok = False
         self._scored = None
@@ -385,7 +327,7 @@ class BKB(IndexPolicy):
     def diagnostics(self) -> dict[str, float]:
         out = {"dictionary_size": float(self.dictionary_size), "m_theory": float(self._m_theory),
                "n_distinct": float(self._np), "empty_dictionaries": float(self._empty_dictionaries)}
-        rank = getattr(self.model, "rank", None)
+        rank = getattr(self._nys, "rank", None)
         if isinstance(rank, (int, float)):
             out["rank"] = float(rank)
         for k in ("beta", "sum_var", "var_ratio_min", "var_ratio_max"):

@@ -1,0 +1,155 @@
+"""The per-round posterior of BKB on its count statistics (Calandriello, Carratino, Lazaric,
+Valko & Rosasco, COLT 2019, §3.1 eq. 4, §3.2): the base class of
+:class:`~torchbandits.policies.bkb.BKB` that turns the distinct pulled points, their pull counts
+and reward sums and the current dictionary into ``(μ̃, σ̃²)`` at the candidates and at the pulled
+points.
+
+Two routes to the same numbers:
+
+* **fused** (a fixed arm set, the DTC variance, a stationary kernel, a non-empty dictionary
+  within the row-cache budget): :func:`~torchbandits.models.nystrom_arms.arm_posterior` rebuilds
+  and scores in one pass from the cached kernel rows, the model is not written (it is rebuilt on
+  demand, e.g. by :meth:`~torchbandits.policies.bkb.BKB.posterior`);
+* **model**: :meth:`~torchbandits.models.nystrom.NystromKernelRidge.rebuild_from_counts` (kernel
+  blocks gathered from the cache on a fixed arm set) and the model's scoring; the SoR ablation
+  adds the Nyström residual.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..kernels import kernel_diag
+from ..models.nystrom import NystromKernelRidge
+from ..models.nystrom_arms import arm_posterior
+from .base import IndexPolicy
+
+__all__ = ["BKBPosterior"]
+
+
+class BKBPosterior(IndexPolicy):
+    """BKB's posterior from its count statistics (module docstring). Uses the state set up by
+    :class:`~torchbandits.policies.bkb.BKB`: ``model``, ``kernel``, ``arm_rows``, ``_px``,
+    ``_counts``, ``_sums``, ``_in_dict``, ``_np``, ``_sel``, ``_model_ok``, ``variance_kind``."""
+
+    @property
+    def _nys(self) -> NystromKernelRidge:
+        """The Nyström model as it stands (internal use: :attr:`model` read from outside is made
+        current first)."""
+        return self._modules["model"]  # type: ignore[return-value]
+
+    def __getattr__(self, name: str) -> Any:
+        """``model`` read from outside is the posterior of the current dictionary and counts: the
+        fused rounds do not write it, so it is rebuilt here when stale."""
+        if name == "model" and not self.__dict__.get("_model_ok", True):
+            with torch.no_grad():
+                self._ensure_model()
+        return super().__getattr__(name)
+
+    def _round_posterior(self, cand: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor | None]:
+        """``(μ̃, σ̃², used σ̃², σ̃² and used σ̃² at the pulled points, idx)`` (ridge variances; ``idx``:
+        the pulled points' rows when ``cand`` is the fixed arm set, else ``None``)."""
+        np_ = self._np
+        idx = self.arm_rows.fixed_rows(self._px[:np_], cand) if np_ else None
+        fused = self._fused(cand, idx) if idx is not None else None
+        if fused is None:
+            mean, var, used = self._dtc(cand, idx)
+            pvar, pused = self._pulled_variances(cand, var, used, idx)
+            return mean, var, used, pvar, pused, idx
+        mean, var = fused
+        pvar = var.index_select(0, idx)  # type: ignore[arg-type]
+        return mean, var, var, pvar, pvar, idx
+
+    def _positions(self) -> Tensor:
+        """``[m]`` positions of the dictionary among the pulled points (kept from the last draw)."""
+        if self._sel is None:
+            self._sel = self._in_dict[: self._np].nonzero()[:, 0]
+        return self._sel
+
+    def _ensure_model(self, kza: Tensor | None = None, idx: Tensor | None = None,
+                      sel: Tensor | None = None) -> None:
+        """Rebuild the Nyström posterior from the count statistics (O(n m² + m³)); with the
+        dictionary's cached kernel rows ``kza`` ``[m, A]``, the candidate rows ``idx`` of the
+        pulled points and the dictionary's positions ``sel`` ``[m]`` among them, ``K_ZZ`` and
+        ``K_PZ`` are gathered instead of evaluated."""
+        if self._model_ok:
+            return
+        np_ = self._np
+        if np_ == 0:
+            self._nys.reset()
+        elif kza is None or idx is None or sel is None:
+            self._nys.rebuild(self.dictionary, self.pulled, self.sums, self.counts)
+        else:
+            pulled = self._px[:np_]
+            kpz = kza.index_select(1, idx).mT
+            self._nys.rebuild_from_counts(pulled.index_select(0, sel), pulled, self._sums[:np_],
+                                           self._counts[:np_], kzz=kpz.index_select(0, sel), kxz=kpz)
+        self._model_ok = True
+
+    def _residual(self, cand: Tensor) -> Tensor:
+        """GP-scale Nyström residual ``k(x,x) − k_Zᵀ K_ZZ⁻¹ k_Z`` (the DTC − SoR difference),
+        from the model's public features (whitened: ``e = L⁻¹k_Z``; plain: ``k_Z``)."""
+        f = self._nys.features(cand)
+        kdiag = kernel_diag(self.kernel, cand)
+        if self._nys.parametrisation == "whitened":
+            return torch.clamp(kdiag - (f * f).sum(0), min=0.0)
+        return torch.clamp(kdiag - (f * (self._nys.kzz_inverse @ f)).sum(0), min=0.0)
+
+    def _dtc(self, cand: Tensor, idx: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """``(μ̃, DTC ridge variance, variance used for the UCB (ridge))`` — the last is the SoR one
+        ``zᵀV⁻¹z`` when ``variance="sor"`` (the dictionary sampler always uses the DTC one).
+        ``idx``: rows of the pulled points in ``cand`` when ``cand`` is the fixed arm set (kernel
+        rows are then read from the cache)."""
+        kza = sel = None
+        if idx is not None and not self._model_ok:
+            sel = self._positions()
+            kza = self._dictionary_rows(cand, idx, sel)
+        self._ensure_model(kza, idx, sel)
+        if kza is None and idx is not None and self._nys.m:
+            kza = self._dictionary_rows(cand, idx, self._positions())
+        mean, var_gp = self._nys.score(cand, kza) if kza is not None else self._nys.mean_var(cand)
+        var = var_gp / self.lam
+        if self.variance_kind == "dtc":
+            return mean, var, var
+        if self.dictionary_size == 0:
+            return mean, var, torch.zeros_like(var)
+        used = torch.clamp(var_gp - self._residual(cand), min=0.0) / self.lam
+        return mean, var, used
+
+    def _dictionary_rows(self, cand: Tensor, idx: Tensor, sel: Tensor) -> Tensor | None:
+        """``K_Z,A`` ``[m, A]`` gathered from the cached kernel rows of the pulled arms over the
+        fixed arm set (each pulled arm's row is computed once; ``sel``: the dictionary's positions
+        among the pulled points); ``None`` past the cache budget."""
+        return self.arm_rows.dictionary_rows(self._nys.kernel_block, cand, idx, sel)
+
+    def _fused(self, cand: Tensor, idx: Tensor) -> tuple[Tensor, Tensor] | None:
+        """``(μ̃, σ̃²)`` (ridge) of the fixed arms ``cand`` in one pass from the cached kernel rows
+        (:func:`~torchbandits.models.nystrom_arms.arm_posterior`, the model's rebuild and scoring
+        without writing its buffers), for the DTC variance of a stationary kernel on a non-empty
+        dictionary within the row-cache budget; else ``None``."""
+        kc, model = self._nys.kernel_constant, self._nys
+        if self.variance_kind != "dtc" or kc is None or model.parametrisation != "whitened":
+            return None
+        sel = self._positions()
+        kza = self._dictionary_rows(cand, idx, sel) if sel.shape[0] else None
+        if kza is None:
+            return None
+        n, lam = self._np, model.lam
+        mean, var_gp = arm_posterior(kza, idx, sel, self._counts[:n], self._sums[:n], lam, kc,
+                                     model.jitter)
+        return mean, var_gp / lam
+
+    def _pulled_variances(self, cand: Tensor, var: Tensor, used: Tensor,
+                          idx: Tensor | None) -> tuple[Tensor, Tensor]:
+        """(DTC, used) ridge variances of the distinct pulled points, gathered from the
+        candidates' when all are among them (``idx``: their rows in the fixed arm set), else
+        evaluated."""
+        if self._np == 0:
+            return var.new_zeros(0), var.new_zeros(0)
+        if idx is not None:
+            return var[idx], used[idx]
+        _, pv, pu = self._dtc(self.pulled)
+        return pv, pu
