@@ -153,14 +153,19 @@ def our_bound(method: str, c: float):
 
 
 class _OpCounter(TorchDispatchMode):
-    """Counts the ATen operations dispatched inside the block (views and host reads included)."""
+    """Counts the ATen operations dispatched while active (``ops``) and, among them, the host
+    syncs: scalar reads to Python (``_local_scalar_dense``: ``item``/``int``/``float``/``bool``),
+    exact tensor comparisons (``equal``) and data-dependent shapes (``nonzero``)."""
+
+    SYNCS = ("_local_scalar_dense", "equal", "nonzero")
 
     def __init__(self) -> None:
         super().__init__()
-        self.count = 0
+        self.ops = self.syncs = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        self.count += 1
+        self.ops += 1
+        self.syncs += func.overloadpacket.__name__ in self.SYNCS
         return func(*args, **(kwargs or {}))
 
 
@@ -171,7 +176,7 @@ def step_ops(policy, cand: torch.Tensor, means: torch.Tensor) -> tuple[int, int]
     row, mean = cand[i], means[i]
     with _OpCounter() as upd:
         policy.update(row, mean)
-    return sel.count, upd.count
+    return sel.ops, upd.ops
 
 
 def bounds(ts: list[int], repeats: int, methods: list[str]) -> list[dict]:
@@ -254,23 +259,6 @@ class ReferenceBKB:
         pulled = np.flatnonzero(self.n)
         prob = np.minimum(1.0, self.n[pulled] * self.qbar * var[pulled])
         self.dict = pulled[self.rng.random(len(pulled)) < prob]
-
-
-class _OpCounter(TorchDispatchMode):
-    """Counts the ATen operations dispatched while active (``ops``) and, among them, the host
-    syncs: scalar reads to Python (``_local_scalar_dense``: ``item``/``int``/``float``/``bool``),
-    exact tensor comparisons (``equal``) and data-dependent shapes (``nonzero``)."""
-
-    SYNCS = ("_local_scalar_dense", "equal", "nonzero")
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops = self.syncs = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        self.ops += 1
-        self.syncs += func.overloadpacket.__name__ in self.SYNCS
-        return func(*args, **(kwargs or {}))
 
 
 def bkb(horizon: int, n_arms: int, checkpoints: list[int], qbars: list[float], seed: int = 0) -> list[dict]:
