@@ -153,6 +153,25 @@ def summarize(runs: list[dict]) -> tuple[str, dict]:
     return "\n".join(table), summary
 
 
+def per_seed_ratios(runs: list[dict]) -> str:
+    """Markdown table: per function and seed, BoTorch's agent CPU seconds and each of our
+    methods' CPU seconds with the ratio ``botorch / method`` (runs of one seed share the
+    candidates, noise and initial design; on a shared machine the per-seed ratio shows how much
+    the load moved the means)."""
+    ours = [m for m in METHODS if m != "botorch"]
+    table = ["| function | seed | botorch CPU s | " + " | ".join(f"{m} CPU s (ratio)" for m in ours)
+             + " |", "|---|---:|---:|" + "---:|" * len(ours)]
+    cpu = {(r["function"], r["seed"], r["method"]): sum(r["seconds"]) for r in runs}
+    for fn, seed in sorted({(r["function"], r["seed"]) for r in runs}):
+        bt = cpu.get((fn, seed, "botorch"))
+        if bt is None:
+            continue
+        cells = [f"{cpu[(fn, seed, m)]:.2f} ({bt / cpu[(fn, seed, m)]:.1f}×)"
+                 if (fn, seed, m) in cpu else "–" for m in ours]
+        table.append(f"| {fn} | {seed} | {bt:.1f} | " + " | ".join(cells) + " |")
+    return "\n".join(table)
+
+
 def plot(runs: list[dict], out: Path) -> None:
     import matplotlib
 
@@ -223,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     done = {(r["function"], r["seed"], r["method"]) for r in runs}  # seeds every method finished
     runs = [r for r in runs if all((r["function"], r["seed"], m) in done for m in args.methods)]
     table, summary = summarize(runs)
+    table += "\n\nPer seed:\n\n" + per_seed_ratios(runs)
     (out / "bench.md").write_text(table + "\n")
     (out / "bench.json").write_text(json.dumps(summary, indent=1))
     plot(runs, out)

@@ -35,15 +35,19 @@ MAX_STEP = 4.0  # largest move of one unconstrained coordinate per BFGS step (a 
 
 
 def scipy_lbfgs(params: list[Tensor], trainable: list[int], objective: FitObjective,
-                max_iter: int, evals: list[int]) -> tuple[list[Tensor], float]:
+                max_iter: int, evals: list[int],
+                first: tuple[Tensor, list[Tensor]] | None = None) -> tuple[list[Tensor], float]:
     """Maximise ``objective`` over ``params[i]``, ``i ∈ trainable``, with SciPy's L-BFGS-B;
-    returns the new parameter list."""
+    returns the new parameter list. ``first``: ``objective(params)`` (value, gradient list)
+    already evaluated by the caller — served to SciPy's first call (at ``params``) instead of
+    evaluating it again."""
     from scipy.optimize import minimize
 
     params = [p.clone() for p in params]
     shapes = [params[i].shape for i in trainable]
     sizes = [params[i].numel() for i in trainable]
     x0 = torch.cat([params[i].reshape(-1) for i in trainable]).cpu().numpy()
+    cached = [first]
 
     def set_flat(flat) -> None:  # type: ignore[no-untyped-def]
         vec = torch.as_tensor(flat, dtype=params[0].dtype).to(params[0].device)
@@ -52,8 +56,12 @@ def scipy_lbfgs(params: list[Tensor], trainable: list[int], objective: FitObject
 
     def fun(flat):  # type: ignore[no-untyped-def]
         set_flat(flat)
-        obj, grads = objective(params)
-        evals[0] += 1
+        if cached[0] is not None and (flat == x0).all():
+            obj, grads = cached[0]  # the caller's evaluation at x0: the same numbers
+        else:
+            obj, grads = objective(params)
+            evals[0] += 1
+        cached[0] = None
         if grads is None:
             return float("inf"), flat * 0.0
         grad = torch.cat([grads[i].reshape(-1) for i in trainable])

@@ -161,3 +161,39 @@ def test_bfgs_curvature_travels_with_the_state_dict() -> None:
         clone.update(cand[j], r)
     assert clone.n_refits == pol.n_refits and \
         torch.equal(clone.last_fit.curvature, pol.last_fit.curvature)
+
+
+def test_refit_rescores_a_fixed_candidate_set_into_its_storage() -> None:
+    """With a fixed candidate set a refit rebuilds ``L⁻¹K_SC`` right away, in the stale cache's
+    storage; the scores equal the lazy rebuild's and the from-scratch posterior's. Changing
+    candidates are not re-scored (no wasted O(n²A) solve)."""
+    from torchbandits.models.exact import ExactKernelRidge
+
+    env = env_2d(3)
+    cand = env.candidates()
+    pol = GPUCB(make_kernel("rbf", 1.0), lam=0.1, beta=2.0, refit_every=5, refit_warmup=10)
+    for _ in range(9):  # up to the update before the first refit: the cache is built
+        i = pol.select(cand)
+        pol.update(cand[i], env.pull(i))
+    assert pol.refit_fixed_candidates
+    i = pol.select(cand)  # the select extends the cache to the 9 points (grown lazily)
+    store = pol.model._caches[0].v.data_ptr()
+    pol.update(cand[i], env.pull(i))  # update 10: refit, re-scored eagerly
+    assert pol.n_refits == 1
+    cache = pol.model._caches[0]
+    assert cache.v.data_ptr() == store and cache.n_at == pol.model.n == 10
+    check_posterior(pol, cand)
+    lazy = ExactKernelRidge(pol.last_fit.kernel, lam=pol.model.lam)
+    lazy.extend(pol.model.x, pol.model.y)
+    lazy.set_kernel(pol.last_fit.kernel, (pol.model.lam,))  # rescore=False: rebuilt on query
+    m0, v0 = lazy.mean_var(cand)
+    m1, v1 = pol.model.mean_var(cand)
+    assert float((m0 - m1).abs().max()) < 1e-12 and float((v0 - v1).abs().max()) < 1e-12
+
+    other = GPUCB(make_kernel("rbf", 1.0), lam=0.1, beta=2.0, refit_every=5, refit_warmup=10)
+    for t in range(10):  # a new candidate set every round
+        c = cand[torch.randperm(cand.shape[0], generator=torch.Generator().manual_seed(t))[:50]]
+        i = other.select(c)
+        other.update(c[i], env.pull(0))
+    assert other.n_refits == 1 and not other.refit_fixed_candidates
+    assert not other.model._caches  # dropped by the refit, not re-scored

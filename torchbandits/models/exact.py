@@ -42,6 +42,7 @@ from ..buffers import StoredData, grow_rows
 from ..kernels import kernel_diag, kernel_matrix
 from ..linalg import GrowingCholesky, safe_cholesky
 from ..validation import as_matrix, as_point, as_scalar_reward, check_positive
+from .exact_rebuild import rescore_candidate_caches
 from .exact_scoring import ExactQueries, ScoredSet
 from .posterior import CandidateCache, whitened_solve
 
@@ -262,12 +263,15 @@ class ExactKernelRidge(ExactQueries, StoredData):
         self._invalidate()
 
     def set_kernel(self, kernel: Kernel, regularisers: Sequence[float] | None = None,
-                   targets: Tensor | None = None) -> None:
+                   targets: Tensor | None = None, rescore: bool = False) -> None:
         """Replace the kernel (and optionally the regularisers ``(λ, …)`` and the stored targets
         ``[n]``), then refactorise ``K + λI`` from scratch with the stored inputs (O(n³)).
 
         Used after a hyper-parameter refit (:mod:`torchbandits.policies.refit`); the candidate
-        caches are dropped, later appends are incremental again. Validates before changing state.
+        caches are dropped — or, with ``rescore=True`` (a caller that queries a fixed candidate
+        set), rebuilt now into their own storage
+        (:func:`~torchbandits.models.exact_rebuild.rescore_candidate_caches`, same values); later
+        appends are incremental again. Validates before changing state.
         """
         regs = self.regularisers if regularisers is None else tuple(
             check_positive("regularisers", r) for r in regularisers)
@@ -286,8 +290,11 @@ class ExactKernelRidge(ExactQueries, StoredData):
         self.regularisers = regs
         if targets is not None:
             self._y[: self._n] = targets
+        stale = dict(self._caches) if rescore and len(regs) == len(self.factors) else {}
         self.refresh()
         self._invalidate()
+        if stale:
+            rescore_candidate_caches(self, stale)
 
     # ------------------------------------------------------------------ queries
     def _scratch_factor(self, reg: float) -> tuple[Tensor, Tensor]:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import torch
 from gpytorch.kernels import Kernel, ScaleKernel
 from torch import Tensor
 
@@ -75,6 +76,8 @@ class RefitMixin:
         self.last_fit: FitResult | None = None
         self.n_refits = 0
         self.n_refit_skips = 0
+        self.refit_last_candidates: Tensor | None = None  # see forward
+        self.refit_fixed_candidates = False
 
     # ------------------------------------------------------------------ schedule
     def update(self, x: Any, reward: Any) -> None:
@@ -113,14 +116,23 @@ class RefitMixin:
         regs = (lam, *self.rule.required_regularisers(lam))
         offset = res.mean if self.refit_center else 0.0
         targets = self.model.y + (self.refit_offset - offset)
-        self.model.set_kernel(res.kernel, regs, targets)  # a fresh kernel per fit
+        self.model.set_kernel(res.kernel, regs, targets,  # a fresh kernel per fit
+                              rescore=self.refit_fixed_candidates)
         self.refit_offset = float(offset)
         self.last_fit = res
         self.n_refits += 1
 
     # ------------------------------------------------------------------ scores, state, logs
     def forward(self, candidates: Tensor) -> Tensor:
-        """UCB ``[A]`` of ``candidates [A, d]`` plus the fitted constant mean (``refit_offset``)."""
+        """UCB ``[A]`` of ``candidates [A, d]`` plus the fitted constant mean (``refit_offset``).
+
+        Notes whether ``candidates`` repeat the previous call's (a fixed arm set): a refit then
+        re-scores the model's candidate cache right away, into its storage (same values)."""
+        last = self.refit_last_candidates
+        self.refit_fixed_candidates = last is not None and (last is candidates or (
+            last.shape == candidates.shape and last.dtype == candidates.dtype
+            and torch.equal(last, candidates)))
+        self.refit_last_candidates = candidates
         return super().forward(candidates) + self.refit_offset  # type: ignore[misc]
 
     def bounds(self, candidates: Tensor) -> tuple[Tensor, Tensor]:
@@ -173,6 +185,8 @@ class RefitMixin:
         self.last_fit = None
         self.n_refits = 0
         self.n_refit_skips = 0
+        self.refit_last_candidates = None
+        self.refit_fixed_candidates = False
 
     def diagnostics(self) -> dict[str, float]:
         """The policy's diagnostics plus the fitted hyper-parameters and the refit count."""
