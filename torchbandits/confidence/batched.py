@@ -137,7 +137,7 @@ def _dmm_bounds(rule: DMMBound, model: BatchedExactKernelRidge, cand: Tensor
     g = len(rule.grid)
     r2 = batched_radius_sq(model, rule.noise_std, rule.c, rule.delta)            # [R]
     comp = model.at_regularisers(rule.grid)
-    mean, var = comp.mean_var(model.repeat_candidates(cand, g), "gp", validate=False)
+    mean, var = comp.mean_var_groups(cand, g)
     mean, var = mean.reshape(n_runs, g, n_a), var.reshape(n_runs, g, n_a)
     alphas = comp.lam.reshape(n_runs, g)                                          # grid·α₀
     quad = comp.quad_y().reshape(n_runs, g)

@@ -300,6 +300,34 @@ class BatchedExactKernelRidge(ResizableModule):
         return candidates[:, None].expand(r, groups, a, d).reshape(r * groups, a, d)
 
     @torch.no_grad()
+    def mean_var_groups(self, candidates: Tensor, groups: int) -> tuple[Tensor, Tensor]:
+        """:meth:`mean_var` (GP variance) of an :meth:`at_regularisers` model, whose runs come
+        in groups of ``groups`` sharing their data, at the checked candidates ``[R, A, d]`` of
+        the ``R = n_runs / groups`` original runs: the kernel columns ``[R, n, A]`` are
+        evaluated once per original run, then every group member solves with its own factor.
+        Returns ``[R·G, A]`` each; the same values as ``mean_var`` of the repeated candidates
+        (which serves a cached fixed candidate set)."""
+        n, g = self._n, int(groups)
+        cand = self.repeat_candidates(candidates, g)
+        c = self._cache
+        if n == 0 or (c is not None and c["cand"].shape == cand.shape and c["n_at"] <= n
+                      and torch.equal(c["cand"], cand)):
+            return self.mean_var(cand, "gp", validate=False)
+        r, a = candidates.shape[:2]
+        kq = kernel_matrix(self.kernel, self._x[::g, :n], candidates)            # [R, n, A]
+        kq = kq[:, None].expand(r, g, n, a).reshape(r * g, n, a)
+        v = torch.linalg.solve_triangular(self._L[:, :n, :n], kq, upper=False)
+        sumsq = (v * v).sum(1)
+        kdiag = self._kdiag(candidates)[:, None].expand(r, g, a).reshape(r * g, a)
+        if self.cache_candidates:
+            buf = v.new_zeros(v.shape[0], max(2 * n, 16), a)
+            buf[:, :n] = v
+            self._cache = {"cand": cand.clone(), "kdiag": kdiag, "v": buf, "sumsq": sumsq,
+                           "n_at": n}
+        mean = (self._z[:, None, :n] @ v)[:, 0]
+        return mean, torch.clamp(kdiag - sumsq, min=0.0)
+
+    @torch.no_grad()
     def spectrum(self) -> tuple[Tensor, Tensor, Tensor]:
         """``K_r = Q_r diag(e_r) Q_rᵀ`` of every run (one batched ``eigh``; eigenvalues clamped
         at 0) and ``ỹ_r = Q_rᵀ Y_r``: ``(e [R, n], Q [R, n, n], ỹ [R, n])``, cached until the
