@@ -17,11 +17,13 @@ Flynn & Reeb 2024): the model then also maintains the regularisers the rule need
 :class:`~torchbandits.models.batched_exact.BatchedExactKernelRidge`; ``select(candidates
 [R, A, d])`` returns a ``LongTensor [R]`` (first index on ties) and ``update(x [R, d],
 reward [R])`` appends to every run. Run ``r`` plays what the sequential policy reset with
-``seed=s_r`` plays. Batched widths: a constant β (per run ``[R]`` allowed), the K-UCB radius of
-Zenati et al. (2022, Lemma 3.1) and IGP-UCB's (Chowdhury & Gopalan 2017, Thm 2), both with each
-run's own log-det; per-run λ ``[R]`` with the rules that take the posterior at the model's λ
-(:meth:`KernelUCB.set_per_run`). Other rules (the mixture bounds of Flynn & Reeb 2024, …),
-refits, ``refresh_every`` and custom models say why in :meth:`KernelUCB.why_not_batched`, and the
+``seed=s_r`` plays. Batched bounds (:mod:`torchbandits.confidence.batched`): a constant β (per
+run ``[R]`` allowed), the radii of Zenati et al. (2022, Lemma 3.1), IGP-UCB (Chowdhury & Gopalan
+2017, Thm 2), Srinivas et al. (2010) and Abbasi-Yadkori (2012), and the mixture bounds AMM, DMM
+and CMM (dual) of Flynn & Reeb (2024), each with every run's own log-det and data; per-run λ
+``[R]`` with the rules that take the posterior at the model's λ (:meth:`KernelUCB.set_per_run`).
+Other rules, refits, ``refresh_every`` and custom models say why in
+:meth:`KernelUCB.why_not_batched`, and the
 runner falls back to sequential runs.
 """
 
