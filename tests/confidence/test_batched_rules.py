@@ -30,7 +30,7 @@ from torchbandits.experiments.registry import make_env, make_policy
 from torchbandits.kernels import kernel_diag, kernel_matrix, make_kernel
 from torchbandits.models import ExactKernelRidge
 from torchbandits.models.batched_exact import BatchedExactKernelRidge
-from torchbandits.policies import GPUCB, KernelUCB
+from torchbandits.policies import AMMUCB, DMMUCB, GPUCB, KernelUCB
 from torchbandits.policies import kernel_ucb as kernel_ucb_module
 
 NEW = ["gpucb-srinivas", "ay-gpucb", "aygp-ucb", "amm-ucb", "dmm-ucb", "cmm-ucb"]
@@ -155,8 +155,25 @@ def test_per_run_lambda_equals_sequential_runs() -> None:
     assert acts.shape == (40, 3)
 
 
-def test_per_run_lambda_is_refused_with_a_mixture_bound() -> None:
-    policy = make_policy("amm-ucb", _env())
+@pytest.mark.parametrize("cls", [AMMUCB, DMMUCB])
+def test_per_run_lambda_is_a_per_run_mixture_scale(cls) -> None:  # type: ignore[no-untyped-def]
+    """AMM and DMM (Flynn & Reeb 2024, §5.5 and §5.4) with per-run λ = σ²/c_r: run r is the
+    policy built with c_r."""
+    env = _env()
+    sigma, cs = 0.1, [0.2, 1.0, 5.0]
+    kernel = make_kernel("matern52", 0.2)
+
+    def make(r):  # type: ignore[no-untyped-def]
+        return cls(kernel, noise_std=sigma, norm_bound=2.0, c=1.0 if r is None else cs[r])
+
+    batch = make(None)
+    batch.set_per_run(lam=[sigma**2 / c for c in cs])
+    batch.reset(seed=[0, 1, 2])
+    _lockstep(env, make, [0, 1, 2], 40, batch=batch)
+
+
+def test_per_run_lambda_is_refused_with_cmm() -> None:
+    policy = make_policy("cmm-ucb", _env())
     policy.set_per_run(lam=[0.1, 1.0])
     with pytest.raises(ValueError, match="lam"):
         policy.reset(seed=[0, 1])

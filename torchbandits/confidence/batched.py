@@ -63,14 +63,17 @@ def why_not_rule(rule: ConfidenceRule, regularisers: tuple[float, ...]) -> str |
 
 
 def why_not_per_run_lam(rule: ConfidenceRule) -> str | None:
-    """``None`` if a per-run λ ``[R]`` batches with ``rule``, else the reason."""
-    if isinstance(rule, (AMMBound, DMMBound, CMMBound)):
-        return f"{type(rule).__name__} takes its posterior at σ²/c; per-run λ is not batched with it"
+    """``None`` if a per-run λ ``[R]`` batches with ``rule``, else the reason. With AMM and DMM
+    a per-run λ is a per-run ``α₀ = σ²/c``, i.e. run ``r`` is the policy built with
+    ``c_r = σ²/λ_r``; CMM's α search shares one log-grid around α₀ (not batched)."""
+    if isinstance(rule, CMMBound):
+        return "CMMBound searches α on one grid around σ²/c; per-run λ is not batched with it"
     return None
 
 
 def batched_radius(rule: ConfidenceRule, model: BatchedExactKernelRidge,
-                   beta: Tensor | None = None, *, n_candidates: int = 0, t: int = 1) -> Tensor:
+                   beta: Tensor | None = None, *, n_candidates: int = 0, t: int = 1,
+                   per_run_lam: bool = False) -> Tensor:
     """β_t of every run ``[R]`` for a radius rule (the same formulas, in the same order of
     operations, as the rules' sequential ``radius``; ``t`` is the round being played):
 
@@ -85,7 +88,8 @@ def batched_radius(rule: ConfidenceRule, model: BatchedExactKernelRidge,
     * :class:`~torchbandits.confidence.AYBeta` (Abbasi-Yadkori 2012, Thm 3.11):
       ``σ·sqrt(log det(I + K_r/λ) + 2 log(1/δ))/√λ + B``, the model's λ being the rule's;
     * :class:`~torchbandits.confidence.AMMBound` (Flynn & Reeb 2024, Cor. 4.6 with Lemma C.2):
-      ``sqrt(c log det(I + cK_r/σ²) + 2c log(1/δ) + B²)``, the model's λ being ``σ²/c``.
+      ``sqrt(c log det(I + cK_r/σ²) + 2c log(1/δ) + B²)``, the model's λ being ``σ²/c``
+      (``per_run_lam``: ``c_r = σ²/λ_r``, one value per run).
     """
     kind = type(rule)
     if kind is ConstantBeta:
@@ -108,7 +112,7 @@ def batched_radius(rule: ConfidenceRule, model: BatchedExactKernelRidge,
         inner = model.log_det() + 2.0 * math.log(1.0 / rule.delta)
         return rule.noise_scale * torch.sqrt(inner) / math.sqrt(rule.reg) + rule.norm_bound
     if kind is AMMBound:
-        c = rule.c
+        c = rule.noise_std**2 / model.lam if per_run_lam else rule.c
         return torch.sqrt(c * model.log_det() + 2.0 * c * math.log(1.0 / rule.delta)
                           + rule.norm_bound**2)
     raise ValueError(f"{kind.__name__} has no batched radius (radius rules: ConstantBeta, "
@@ -116,26 +120,26 @@ def batched_radius(rule: ConfidenceRule, model: BatchedExactKernelRidge,
 
 
 def batched_radius_sq(model: BatchedExactKernelRidge, noise_std: float, c: float,
-                      delta: float) -> Tensor:
+                      delta: float, *, per_run_lam: bool = False) -> Tensor:
     """``R_t²`` of Eq. (8) (Flynn & Reeb 2024) of every run ``[R]``, stable form
     ``α₀ yᵀ(K+α₀I)⁻¹y + σ² log det(I + K/α₀) + 2σ² log(1/δ)`` on a model at ``λ = α₀ = σ²/c``
-    (as :func:`~torchbandits.confidence.amm_dmm.radius_sq`)."""
+    (as :func:`~torchbandits.confidence.amm_dmm.radius_sq`; ``per_run_lam``: ``α₀ = λ_r``)."""
     s2 = noise_std**2
-    a0 = s2 / c
+    a0 = model.lam if per_run_lam else s2 / c
     base = 2.0 * s2 * math.log(1.0 / delta)
     if model.n == 0:
         return model.lam.new_full((model.n_runs,), base)
     return a0 * model.quad_y() + s2 * model.log_det() + base
 
 
-def _dmm_bounds(rule: DMMBound, model: BatchedExactKernelRidge, cand: Tensor
-                ) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
+def _dmm_bounds(rule: DMMBound, model: BatchedExactKernelRidge, cand: Tensor,
+                per_run_lam: bool = False) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
     """DMM (Flynn & Reeb 2024, §5.4, Eq. 14 with Cor. 4.3 / Lemma C.1): per query the min over
     ``α ∈ grid·α₀`` of ``μ_α + sqrt(R̃²_α/α)·ρ_α``, ``R̃²_α = max(R_t² + αB² − α yᵀ(K+αI)⁻¹y, 0)``
     (max of the LCBs); ``[R, A]`` each."""
     n_runs, n_a = cand.shape[:2]
     g = len(rule.grid)
-    r2 = batched_radius_sq(model, rule.noise_std, rule.c, rule.delta)            # [R]
+    r2 = batched_radius_sq(model, rule.noise_std, rule.c, rule.delta, per_run_lam=per_run_lam)
     comp = model.at_regularisers(rule.grid)
     mean, var = comp.mean_var_groups(cand, g)
     mean, var = mean.reshape(n_runs, g, n_a), var.reshape(n_runs, g, n_a)
@@ -223,19 +227,21 @@ def _cmm_bounds(rule: CMMBound, model: BatchedExactKernelRidge, cand: Tensor, wh
 
 
 def batched_bounds(rule: ConfidenceRule, model: BatchedExactKernelRidge, cand: Tensor, t: int,
-                   beta: Tensor | None = None, *, which: str = "both"
+                   beta: Tensor | None = None, *, which: str = "both", per_run_lam: bool = False
                    ) -> tuple[Tensor, Tensor | None, dict[str, Any]]:
     """``(UCB [R, A], LCB [R, A] or None, diagnostics)`` of checked candidates ``[R, A, d]`` at
     round ``t`` for any rule of :data:`BATCHED_RULES` (``beta`` ``[R]``: per-run constant β;
-    ``which="ucb"``: CMM skips the LCB search). Diagnostics hold ``[R]`` tensors (``beta`` for
+    ``which="ucb"``: CMM skips the LCB search; ``per_run_lam``: the model's λ ``[R]`` are per-run
+    values, for AMM and DMM a per-run ``α₀``). Diagnostics hold ``[R]`` tensors (``beta`` for
     the radius rules, ``r2`` and ``log_alpha_ratio`` for DMM and CMM)."""
     if type(rule) is DMMBound:
-        return _dmm_bounds(rule, model, cand)
+        return _dmm_bounds(rule, model, cand, per_run_lam)
     if type(rule) is CMMBound:
         ucb, lcb, diag = _cmm_bounds(rule, model, cand, which)
         assert ucb is not None
         return ucb, lcb, diag
     mean, var = model.mean_var(cand, rule.variance, validate=False)
-    b = batched_radius(rule, model, beta, n_candidates=cand.shape[1], t=t).to(var)
+    b = batched_radius(rule, model, beta, n_candidates=cand.shape[1], t=t,
+                       per_run_lam=per_run_lam).to(var)
     width = b[:, None] * torch.sqrt(var)
     return mean + width, mean - width, {"beta": b}

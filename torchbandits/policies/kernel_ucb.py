@@ -251,7 +251,8 @@ class KernelUCB(RefitMixin, RuleUCB):
         assert model is not None
         beta = self._batch_settings["beta"]
         ucb, lcb, diag = batched_bounds(self.rule, model, cand, self.t + 1,
-                                        None if beta is None else beta.to(cand), which=which)
+                                        None if beta is None else beta.to(cand), which=which,
+                                        per_run_lam=self._batch_settings["lam"] is not None)
         self._batch_beta = diag.get("beta")
         self._batch_diag = diag
         return ucb, lcb
