@@ -305,13 +305,18 @@ class BatchedExactKernelRidge(ResizableModule):
         in groups of ``groups`` sharing their data, at the checked candidates ``[R, A, d]`` of
         the ``R = n_runs / groups`` original runs: the kernel columns ``[R, n, A]`` are
         evaluated once per original run, then every group member solves with its own factor.
-        Returns ``[R·G, A]`` each; the same values as ``mean_var`` of the repeated candidates
-        (which serves a cached fixed candidate set)."""
+        Returns ``[R·G, A]`` each; the same values as ``mean_var`` of the repeated candidates.
+        A candidate set seen twice in a row goes through ``mean_var`` and its cache (a fixed arm
+        set: O(n·A) per round); a fresh set is not cached (no ``[R·G, 2n, A]`` buffer per round)."""
         n, g = self._n, int(groups)
         cand = self.repeat_candidates(candidates, g)
+        last = self._extra.get(("last_candidates",))
+        self._extra[("last_candidates",)] = candidates.clone()
         c = self._cache
         if n == 0 or (c is not None and c["cand"].shape == cand.shape and c["n_at"] <= n
-                      and torch.equal(c["cand"], cand)):
+                      and torch.equal(c["cand"], cand)) or (
+                last is not None and last.shape == candidates.shape
+                and torch.equal(last, candidates)):
             return self.mean_var(cand, "gp", validate=False)
         r, a = candidates.shape[:2]
         kq = kernel_matrix(self.kernel, self._x[::g, :n], candidates)            # [R, n, A]
@@ -319,11 +324,6 @@ class BatchedExactKernelRidge(ResizableModule):
         v = torch.linalg.solve_triangular(self._L[:, :n, :n], kq, upper=False)
         sumsq = (v * v).sum(1)
         kdiag = self._kdiag(candidates)[:, None].expand(r, g, a).reshape(r * g, a)
-        if self.cache_candidates:
-            buf = v.new_zeros(v.shape[0], max(2 * n, 16), a)
-            buf[:, :n] = v
-            self._cache = {"cand": cand.clone(), "kdiag": kdiag, "v": buf, "sumsq": sumsq,
-                           "n_at": n}
         mean = (self._z[:, None, :n] @ v)[:, 0]
         return mean, torch.clamp(kdiag - sumsq, min=0.0)
 
