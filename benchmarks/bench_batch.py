@@ -55,6 +55,9 @@ ENVS = {  # registry name -> keyword arguments (the registry's defaults otherwis
 QUICK_ENVS = ("rkhs", "chessboard", "tv-rotation")
 LEARNING = ("kucb", "gpucb")        # batched learning policies: K-UCB, GP-UCB (IGP radius)
 LEARNING_ENVS = ("rkhs", "rkhs-fixed", "bump")
+# batched confidence rules (issue 13): per-round step times at t = 50, 100, 200 on ``rkhs``
+RULES = ("amm-ucb", "dmm-ucb", "igp-ucb", "cmm-ucb", "aygp-ucb", "gpucb-srinivas")
+RULE_TS = (50, 100, 200)
 
 
 def _env(name: str, horizon: int):  # type: ignore[no-untyped-def]
@@ -125,6 +128,83 @@ def bench_env(name: str, runs: list[int], horizon: int, repeats: int,
     return rows
 
 
+def _rule_flops(policy: str, n_runs: int, n: int, n_arms: int, dim: int) -> float | None:
+    """Posterior flops of one batched round with ``n`` points: ``R·(G·n²·A + 2·n·A·d)``, ``G``
+    solves (5 for DMM's grid, Flynn & Reeb 2024 §7; 1 otherwise); ``None`` for CMM (an
+    ``eigh`` and the α search)."""
+    if policy == "cmm-ucb":
+        return None
+    g = 5 if policy == "dmm-ucb" else 1
+    return float(n_runs * (g * n * n * n_arms + 2 * n * n_arms * dim))
+
+
+def bench_rule_steps(policy: str, runs: list[int], horizon: int, ts: tuple[int, ...] = RULE_TS
+                     ) -> list[dict]:
+    """Per-round policy step time (``select`` + ``update``, process CPU time) of a batch of
+    ``R`` runs against its ``R`` sequential runs on the same rounds of ``rkhs`` (Flynn & Reeb
+    2024, §7: d = 3, 100 fresh arms, the registry's kernel), interleaved round by round (the
+    batched step, then the ``R`` sequential steps: machine load hits both alike). Each round
+    also checks that both chose the same arms. Reported per ``t`` in ``ts``: the median over
+    rounds ``t−4..t+5`` of the time per run-step (batched step / R; sequential steps / R)."""
+    from torchbandits.envs.batched import BatchedEnv
+
+    env = _env("rkhs", horizon)
+    rows = []
+    for n_runs in runs:
+        seeds = list(range(n_runs))
+        benv = BatchedEnv(env, seeds)
+        batch = make_policy(policy, env)
+        batch.reset(seed=seeds)
+        seqs = [make_policy(policy, env) for _ in seeds]
+        for pol, sd in zip(seqs, seeds, strict=True):
+            pol.reset(seed=sd)
+        idx_rows = torch.arange(n_runs)
+        tb, tsq, same = [], [], True
+        for _ in range(horizon):
+            cand = benv.candidates()
+            c0 = time.process_time()
+            idx = batch.select(cand)
+            c1 = time.process_time()
+            reward, _ = benv.pull(idx)               # the environment is not timed
+            c2 = time.process_time()
+            batch.update(cand[idx_rows, idx], reward)
+            c3 = time.process_time()
+            seq_s = 0.0
+            for r, pol in enumerate(seqs):
+                s0 = time.process_time()
+                i = pol.select(cand[r])
+                pol.update(cand[r, i], float(reward[r]))
+                seq_s += time.process_time() - s0
+                same = same and i == int(idx[r])
+            tb.append((c1 - c0) + (c3 - c2))
+            tsq.append(seq_s)
+        cand = benv.candidates()
+        for t in ts:
+            if t > horizon:
+                continue
+            window = slice(max(t - 5, 0), min(t + 5, horizon))
+            b = statistics.median(tb[window]) / n_runs
+            s_ = statistics.median(tsq[window]) / n_runs
+            flops = _rule_flops(policy, n_runs, t - 1, int(cand.shape[1]), int(cand.shape[2]))
+            rows.append({"policy": policy, "env": "rkhs", "R": n_runs, "t": t,
+                         "batched_ms_per_run_step": 1e3 * b, "sequential_ms_per_run_step": 1e3 * s_,
+                         "speedup": s_ / b if b > 0 else float("inf"), "same_actions": same,
+                         "batched_gflops": None if flops is None else flops / (b * n_runs) / 1e9})
+    return rows
+
+
+def rule_table(rows: list[dict]) -> str:
+    """Markdown table of :func:`bench_rule_steps` rows."""
+    lines = ["| policy | R | t | batched ms / run-step | sequential ms / run-step | speedup | "
+             "same actions | batched GFLOP/s |", "|---|---:|---:|---:|---:|---:|---|---:|"]
+    for r in rows:
+        rate = "–" if r["batched_gflops"] is None else f"{r['batched_gflops']:.2f}"
+        lines.append(f"| {r['policy']} | {r['R']} | {r['t']} | {r['batched_ms_per_run_step']:.4f} | "
+                     f"{r['sequential_ms_per_run_step']:.4f} | {r['speedup']:.1f}× | "
+                     f"{'yes' if r['same_actions'] else 'NO'} | {rate} |")
+    return "\n".join(lines)
+
+
 def table(rows: list[dict]) -> str:
     lines = ["| policy | env | R | T | batched CPU s | sequential CPU s | batched run-steps/s | "
              "sequential run-steps/s | speedup | batched GFLOP/s |",
@@ -163,9 +243,14 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"unknown env(s) {unknown}; choose from {sorted(ENVS)}")
     policies = (args.policies.split(",") if args.policies
                 else ["random"] if args.quick else ["random", *LEARNING])
-    bad = [p for p in policies if p not in ("random", *LEARNING)]
+    bad = [p for p in policies if p not in ("random", *LEARNING, *RULES)]
     if bad:
-        raise SystemExit(f"unknown policies {bad}; choose from random,{','.join(LEARNING)}")
+        raise SystemExit(f"unknown policies {bad}; choose from random,{','.join(LEARNING + RULES)}")
+    rule_rows = []
+    for policy in [p for p in policies if p in RULES]:
+        rule_rows.extend(bench_rule_steps(policy, runs, args.learning_horizon))
+        print(rule_table(rule_rows), flush=True)
+    policies = [p for p in policies if p not in RULES]
     rows = []
     for policy in policies:
         learning = policy != "random"
@@ -179,8 +264,11 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"threads": torch.get_num_threads(), "torch": torch.__version__, "repeats": repeats,
             "clock": "process CPU time (time.process_time) of the whole call",
             "gemm_gflops": gemm_gflops()}
-    (out / "bench.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
-    text = table(rows)
+    (out / "bench.json").write_text(json.dumps({"meta": meta, "rows": rows, "rule_rows": rule_rows},
+                                               indent=2))
+    text = table(rows) if rows else ""
+    if rule_rows:
+        text += ("\n\n" if text else "") + rule_table(rule_rows)
     (out / "table.md").write_text(text + "\n")
     print(text)
     print(f"float64 GEMM on {meta['threads']} thread(s): {meta['gemm_gflops']:.2f} GFLOP/s")

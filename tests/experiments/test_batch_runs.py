@@ -91,10 +91,11 @@ def test_unbatchable_pairs_fall_back_to_sequential_runs() -> None:
     seq = simulate(RandomPolicy(), env, 20, 4)
     assert runs[1].actions == seq.actions and runs[1].rewards == seq.rewards
     amm_env = _env("rkhs")
-    amm = make_policy("amm-ucb", amm_env)   # a mixture bound (Flynn & Reeb 2024): sequential
-    assert "no batched width" in why_not_batch(amm, amm_env)
-    runs = simulate_batch(amm, amm_env, 8, [0, 1])
-    assert runs[1].actions == simulate(make_policy("amm-ucb", amm_env), amm_env, 8, 1).actions
+    socp = {"method": "socp"}   # CMM by its SOCP (Flynn & Reeb 2024, Eq. 10): sequential
+    amm = make_policy("cmm-ucb", amm_env, **socp)
+    assert "socp" in why_not_batch(amm, amm_env)
+    runs = simulate_batch(amm, amm_env, 3, [0, 1])
+    assert runs[1].actions == simulate(make_policy("cmm-ucb", amm_env, **socp), amm_env, 3, 1).actions
 
 
 def test_random_policy_batched_mode_checks_and_state() -> None:

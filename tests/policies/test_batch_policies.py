@@ -212,8 +212,8 @@ def test_per_run_settings_and_refusals_are_checked() -> None:
     with pytest.raises(ValueError, match="lam"):
         kucb.reset(seed=[0, 1, 2])                  # R = 3 seeds, two λ
     assert kucb.n_runs is None
-    amm = make_policy("amm-ucb", env)
-    assert "no batched width" in why_not_batch(amm, env)
+    amm = make_policy("cmm-ucb", env, method="socp")   # CMM's SOCP runs sequentially
+    assert "socp" in why_not_batch(amm, env)
     with pytest.raises(ValueError, match="seed"):
         amm.reset(seed=[0, 1])
     refit = make_policy("kucb", env, refit_every=5)

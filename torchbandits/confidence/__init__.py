@@ -1,6 +1,7 @@
 """Confidence rules (how wide to be) on top of a posterior model."""
 
 from .base import ConfidenceRule, ConstantBeta, PosteriorModel, RadiusRule, Variance, as_rule
+from .batched import BATCHED_RULES, batched_bounds, batched_radius  # R runs at once (issue 13)
 from .bkb import BKBBeta  # Calandriello et al. 2019
 from .ekucb import EKUCBTheoryBeta  # Zenati et al. 2022
 from .gain import GainBeta  # Hong, Li & Tewari 2023 (GP-UCB baselines)
@@ -8,6 +9,7 @@ from .mixture import AMMBound, CMMBound, DMMBound, MixtureBound, default_c  # Fl
 from .radii import AYBeta, IGPBeta, KernelUCBTheoryBeta, SrinivasBeta
 
 __all__ = [
+    "BATCHED_RULES",
     "AMMBound",
     "AYBeta",
     "BKBBeta",
@@ -25,6 +27,8 @@ __all__ = [
     "SrinivasBeta",
     "Variance",
     "as_rule",
+    "batched_bounds",
+    "batched_radius",
     "default_c",
 ]
 from .time_varying import (  # Zhou & Shroff

@@ -85,6 +85,7 @@ class BatchedExactKernelRidge(ResizableModule):
         self.cache_candidates = bool(cache_candidates)
         self._n = 0
         self._cache: dict[str, Any] | None = None
+        self._extra: dict[Any, Any] = {}   # companions / spectra derived from the data
         if device is not None:
             self.to(device)
 
@@ -139,15 +140,18 @@ class BatchedExactKernelRidge(ResizableModule):
     def set_extra_state(self, state: dict) -> None:
         self._n = int(state["n"])
         self._cache = None
+        self._extra = {}
 
     def _apply(self, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
         self._cache = None
+        self._extra = {}
         return super()._apply(fn, *args, **kwargs)
 
     def reset(self) -> None:
         """Forget all data of every run (the posteriors return to the prior)."""
         self._n = 0
         self._cache = None
+        self._extra = {}
 
     # ------------------------------------------------------------------ kernel helpers
     def _kdiag(self, x: Tensor) -> Tensor:
@@ -259,6 +263,88 @@ class BatchedExactKernelRidge(ResizableModule):
         """``Y_rᵀ (K_r + λ_r I)⁻¹ Y_r = ‖z_r‖²`` ``[R]`` (0 when empty)."""
         z = self._z[:, : self._n]
         return (z * z).sum(-1)
+
+    # ------------------------------------------------------------------ other regularisers
+    @torch.no_grad()
+    def at_regularisers(self, multipliers: tuple[float, ...]) -> BatchedExactKernelRidge:
+        """The posteriors of every run at ``G`` further regularisers ``λ_{r,g} = m_g·λ_r``, as one
+        model of ``R·G`` runs (run ``r·G + g``), kept in step with this one.
+
+        Built lazily and caught up before it is returned: the points appended here since the
+        last call are appended to it, in order (one bordered Cholesky step each, the same
+        steps a sequential model maintaining these regularisers makes). Dropped by
+        :meth:`reset`, by loading a ``state_dict`` and by ``.to()``; a rebuilt companion
+        replays the same appends, so it holds the same numbers. Not saved in the ``state_dict``.
+        """
+        key = ("reg", tuple(float(m) for m in multipliers))
+        comp = self._extra.get(key)
+        g = len(key[1])
+        if comp is None:
+            mult = torch.tensor(key[1], dtype=self.dtype, device=self.device)
+            lam = (mult[None, :] * self._lam[:, None]).reshape(-1)     # m_g·λ_r, [R·G]
+            comp = BatchedExactKernelRidge(self.kernel, lam.cpu(), self.n_runs * g,
+                                           dtype=self.dtype, device=self.device,
+                                           cache_candidates=self.cache_candidates)
+            self._extra[key] = comp
+        for k in range(comp.n, self._n):
+            x = self._x[:, k]
+            comp.append(x[:, None].expand(-1, g, -1).reshape(-1, x.shape[-1]),
+                        self._y[:, k, None].expand(-1, g).reshape(-1), validate=False)
+        return comp
+
+    @torch.no_grad()
+    def repeat_candidates(self, candidates: Tensor, groups: int) -> Tensor:
+        """Candidates ``[R, A, d]`` as ``[R·G, A, d]`` (run ``r``'s set for each of its ``G``
+        regularisers), the input of :meth:`at_regularisers`' model."""
+        r, a, d = candidates.shape
+        return candidates[:, None].expand(r, groups, a, d).reshape(r * groups, a, d)
+
+    @torch.no_grad()
+    def mean_var_groups(self, candidates: Tensor, groups: int) -> tuple[Tensor, Tensor]:
+        """:meth:`mean_var` (GP variance) of an :meth:`at_regularisers` model, whose runs come
+        in groups of ``groups`` sharing their data, at the checked candidates ``[R, A, d]`` of
+        the ``R = n_runs / groups`` original runs: the kernel columns ``[R, n, A]`` are
+        evaluated once per original run, then every group member solves with its own factor.
+        Returns ``[R·G, A]`` each; the same values as ``mean_var`` of the repeated candidates.
+        A candidate set seen twice in a row goes through ``mean_var`` and its cache (a fixed arm
+        set: O(n·A) per round); a fresh set is not cached (no ``[R·G, 2n, A]`` buffer per round)."""
+        n, g = self._n, int(groups)
+        cand = self.repeat_candidates(candidates, g)
+        last = self._extra.get(("last_candidates",))
+        self._extra[("last_candidates",)] = candidates.clone()
+        c = self._cache
+        if n == 0 or (c is not None and c["cand"].shape == cand.shape and c["n_at"] <= n
+                      and torch.equal(c["cand"], cand)) or (
+                last is not None and last.shape == candidates.shape
+                and torch.equal(last, candidates)):
+            return self.mean_var(cand, "gp", validate=False)
+        r, a = candidates.shape[:2]
+        kq = kernel_matrix(self.kernel, self._x[::g, :n], candidates)            # [R, n, A]
+        kq = kq[:, None].expand(r, g, n, a).reshape(r * g, n, a)
+        v = torch.linalg.solve_triangular(self._L[:, :n, :n], kq, upper=False)
+        sumsq = (v * v).sum(1)
+        kdiag = self._kdiag(candidates)[:, None].expand(r, g, a).reshape(r * g, a)
+        mean = (self._z[:, None, :n] @ v)[:, 0]
+        return mean, torch.clamp(kdiag - sumsq, min=0.0)
+
+    @torch.no_grad()
+    def spectrum(self) -> tuple[Tensor, Tensor, Tensor]:
+        """``K_r = Q_r diag(e_r) Q_rᵀ`` of every run (one batched ``eigh``; eigenvalues clamped
+        at 0) and ``ỹ_r = Q_rᵀ Y_r``: ``(e [R, n], Q [R, n, n], ỹ [R, n])``, cached until the
+        next append (the Kernel CMM dual of Flynn & Reeb 2024, Eq. 12, for ``R`` runs)."""
+        key = ("spectrum", self._n)
+        if key not in self._extra:
+            self._extra = {k: v for k, v in self._extra.items() if k[0] != "spectrum"}
+            x, y = self.x, self.y
+            gram = kernel_matrix(self.kernel, x, x)
+            evals, evecs = torch.linalg.eigh(gram)
+            evals = torch.clamp(evals, min=0.0)
+            self._extra[key] = (evals, evecs, (evecs.mT @ y[..., None])[..., 0])
+        return self._extra[key]
+
+    def kernel_columns(self, candidates: Tensor) -> tuple[Tensor, Tensor]:
+        """``(K_{S_r, C_r} [R, n, A], k(c, c) [R, A])`` for checked candidates ``[R, A, d]``."""
+        return kernel_matrix(self.kernel, self.x, candidates), self._kdiag(candidates)
 
     def extra_repr(self) -> str:
         return f"n_runs={self.n_runs}, n={self._n}"

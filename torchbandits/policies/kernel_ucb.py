@@ -17,17 +17,18 @@ Flynn & Reeb 2024): the model then also maintains the regularisers the rule need
 :class:`~torchbandits.models.batched_exact.BatchedExactKernelRidge`; ``select(candidates
 [R, A, d])`` returns a ``LongTensor [R]`` (first index on ties) and ``update(x [R, d],
 reward [R])`` appends to every run. Run ``r`` plays what the sequential policy reset with
-``seed=s_r`` plays. Batched widths: a constant β (per run ``[R]`` allowed), the K-UCB radius of
-Zenati et al. (2022, Lemma 3.1) and IGP-UCB's (Chowdhury & Gopalan 2017, Thm 2), both with each
-run's own log-det; per-run λ ``[R]`` with the rules that take the posterior at the model's λ
-(:meth:`KernelUCB.set_per_run`). Other rules (the mixture bounds of Flynn & Reeb 2024, …),
-refits, ``refresh_every`` and custom models say why in :meth:`KernelUCB.why_not_batched`, and the
+``seed=s_r`` plays. Batched bounds (:mod:`torchbandits.confidence.batched`): a constant β (per
+run ``[R]`` allowed), the radii of Zenati et al. (2022, Lemma 3.1), IGP-UCB (Chowdhury & Gopalan
+2017, Thm 2), Srinivas et al. (2010) and Abbasi-Yadkori (2012), and the mixture bounds AMM, DMM
+and CMM (dual) of Flynn & Reeb (2024), each with every run's own log-det and data; per-run λ
+``[R]`` with the rules that take the posterior at the model's λ (:meth:`KernelUCB.set_per_run`).
+Other rules, refits, ``refresh_every`` and custom models say why in
+:meth:`KernelUCB.why_not_batched`, and the
 runner falls back to sequential runs.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -42,13 +43,13 @@ from ..batching import (
     check_batched_candidates,
     check_seeds,
 )
-from ..confidence import (
-    ConfidenceRule,
-    ConstantBeta,
-    IGPBeta,
-    KernelUCBTheoryBeta,
-    Variance,
-    as_rule,
+from ..confidence import ConfidenceRule, ConstantBeta, IGPBeta, RadiusRule, Variance, as_rule
+from ..confidence.batched import (
+    BATCHED_RULES,
+    batched_bounds,
+    batched_radius,
+    why_not_per_run_lam,
+    why_not_rule,
 )
 from ..kernels import check_kernel
 from ..models import ExactKernelRidge
@@ -59,33 +60,22 @@ from .refit import RefitMixin
 
 __all__ = ["BATCHED_RULES", "GPUCB", "KernelUCB", "batched_radius"]
 
-#: the confidence rules whose width :func:`batched_radius` computes for ``R`` runs at once
-BATCHED_RULES = (ConstantBeta, KernelUCBTheoryBeta, IGPBeta)
+_BATCH_NEUTRAL = {"__init__", "__doc__", "__module__", "__qualname__", "__annotations__",
+                  "__dict__", "__weakref__", "__firstlineno__", "__static_attributes__",
+                  "default_variance"}
 
 
-def batched_radius(rule: ConfidenceRule, model: BatchedExactKernelRidge,
-                   beta: Tensor | None = None) -> Tensor:
-    """β_t of every run ``[R]`` for one of :data:`BATCHED_RULES` (the same formulas, in the same
-    order of operations, as the rules' sequential ``radius``):
-
-    * :class:`~torchbandits.confidence.ConstantBeta`: ``β`` (or the per-run ``beta`` ``[R]``);
-    * :class:`~torchbandits.confidence.KernelUCBTheoryBeta` (Zenati et al. 2022, Lemma 3.1):
-      ``√λ_r·B + σ·sqrt(2 log(1/δ) + log det(I + K_r/λ_r))``;
-    * :class:`~torchbandits.confidence.IGPBeta` (Chowdhury & Gopalan 2017, Thm 2):
-      ``B + σ·sqrt(log det(I + K_r/(1+η)) + c_η + 2 log(1/δ))``, the model's λ being ``1 + η``.
-    """
-    kind = type(rule)
-    if kind is ConstantBeta:
-        return beta if beta is not None else model.lam.new_full((model.n_runs,), rule.beta)
-    if kind is KernelUCBTheoryBeta:
-        inner = 2.0 * math.log(1.0 / rule.delta) + model.log_det()
-        return torch.sqrt(model.lam) * rule.norm_bound + rule.noise_scale * torch.sqrt(inner)
-    if kind is IGPBeta:
-        extra = model.n * rule.eta if rule.use_t_eta else 2.0
-        inner = model.log_det() + extra + 2.0 * math.log(1.0 / rule.delta)
-        return rule.norm_bound + rule.noise_scale * torch.sqrt(inner)
-    raise ValueError(f"{kind.__name__} has no batched width (batched: "
-                     f"{', '.join(k.__name__ for k in BATCHED_RULES)})")
+def _batch_safe_subclass(cls: type) -> bool:
+    """Whether a subclass of :class:`KernelUCB` only presets KernelUCB (its constructor, and a
+    single-run ``forward`` that scores with the rule's UCB — the martingale-mixture policies of
+    Flynn & Reeb 2024): then its batched steps are KernelUCB's."""
+    for klass in cls.__mro__:
+        if klass is KernelUCB or klass is GPUCB:
+            return True
+        extra = set(vars(klass)) - _BATCH_NEUTRAL
+        if extra - {"forward"} or ("forward" in extra and not klass.__name__.startswith("_Mixture")):
+            return False
+    return False
 
 
 class KernelUCB(RefitMixin, RuleUCB):
@@ -157,11 +147,10 @@ class KernelUCB(RefitMixin, RuleUCB):
     # ---------------------------------------------------------------- batched mode
     def why_not_batched(self) -> str | None:
         """``None`` if this policy can step a batch of runs, else the reason."""
-        rule = type(self.rule).__name__
+        name = type(self).__name__
         if type(self.rule) not in BATCHED_RULES:
-            return (f"{rule} has no batched width (batched: constant β, K-UCB theory, IGP); "
-                    f"{type(self).__name__} runs sequentially")
-        if type(self) not in (KernelUCB, GPUCB):
+            return f"{why_not_rule(self.rule, self.model.regularisers)}; {name} runs sequentially"
+        if type(self) not in (KernelUCB, GPUCB) and not _batch_safe_subclass(type(self)):
             return f"{type(self).__name__} changes KernelUCB's steps (runs sequentially)"
         if self.refit_every:
             return "marginal-likelihood refits (refit_every > 0) run sequentially"
@@ -169,9 +158,9 @@ class KernelUCB(RefitMixin, RuleUCB):
             return f"a custom model ({type(self.model).__name__}) runs sequentially"
         if self.model.refresh_every:
             return "refresh_every > 0 (periodic refactorisation) runs sequentially"
-        if len(self.model.regularisers) > 1:
-            return (f"{rule} takes the posterior at a second regulariser "
-                    f"{self.model.regularisers[1:]} (not batched)")
+        reason = why_not_rule(self.rule, self.model.regularisers)
+        if reason is not None:
+            return f"{reason}; {name} runs sequentially"
         return None
 
     @property
@@ -224,6 +213,8 @@ class KernelUCB(RefitMixin, RuleUCB):
                 raise ValueError(f"{name} holds {v.shape[0]} per-run values but the batch has "
                                  f"R = {n} seeds")
             settings[name] = v
+        if settings["lam"] is not None and why_not_per_run_lam(self.rule) is not None:
+            raise ValueError(f"lam: {why_not_per_run_lam(self.rule)}")
         lam = settings["lam"] if settings["lam"] is not None else self.lam
         super().reset(None)
         self.batched = BatchedExactKernelRidge(self.model.kernel, lam, n, dtype=self.dtype,
@@ -232,12 +223,14 @@ class KernelUCB(RefitMixin, RuleUCB):
         self.run_streams = RunStreams.from_seeds(seeds)
         self._batch_settings = settings
         self._batch_beta = None
+        self._batch_diag = None
 
     def _leave_batch(self) -> None:
         if "batched" in self._modules:
             del self.batched
         self.run_streams = None
         self._batch_beta = None
+        self._batch_diag = None
 
     def reset(self, seed: int | Sequence[int] | Tensor | None = None) -> None:
         """Forget all observations; an int seeds one run, a sequence of seeds starts a batch
@@ -251,17 +244,18 @@ class KernelUCB(RefitMixin, RuleUCB):
             return
         self._start_batch(check_seeds(seed))
 
-    def _batch_bounds(self, cand: Tensor) -> tuple[Tensor, Tensor]:
-        """``(UCB, LCB)`` ``[R, A]`` of checked candidates ``[R, A, d]``."""
+    def _batch_bounds(self, cand: Tensor, which: str = "both") -> tuple[Tensor, Tensor | None]:
+        """``(UCB, LCB)`` ``[R, A]`` of checked candidates ``[R, A, d]`` (``which="ucb"``: the
+        LCB may be ``None``, CMM then skips its search)."""
         model = self.batch_model
         assert model is not None
-        mean, var = model.mean_var(cand, self.rule.variance, validate=False)
         beta = self._batch_settings["beta"]
-        beta = batched_radius(self.rule, model, None if beta is None else beta.to(var))
-        beta = beta.to(var)
-        self._batch_beta = beta
-        width = beta[:, None] * torch.sqrt(var)
-        return mean + width, mean - width
+        ucb, lcb, diag = batched_bounds(self.rule, model, cand, self.t + 1,
+                                        None if beta is None else beta.to(cand), which=which,
+                                        per_run_lam=self._batch_settings["lam"] is not None)
+        self._batch_beta = diag.get("beta")
+        self._batch_diag = diag
+        return ucb, lcb
 
     def _check_batch(self, candidates: Any) -> Tensor:
         assert self.run_streams is not None
@@ -295,7 +289,7 @@ class KernelUCB(RefitMixin, RuleUCB):
                                  f"candidates")
             return torch.full((cand.shape[0],), index, dtype=torch.long, device=self.device)
         with torch.no_grad():
-            return torch.argmax(self._batch_bounds(cand)[0], dim=1)
+            return torch.argmax(self._batch_bounds(cand, "ucb")[0], dim=1)
 
     def update(self, x: Any, reward: Any) -> None:
         """Single run: as before. Batch: ``x [R, d]`` and ``reward [R]``, both checked before
@@ -312,12 +306,16 @@ class KernelUCB(RefitMixin, RuleUCB):
         self.t += 1
 
     def diagnostics(self) -> dict[str, Any]:
-        """As before; in batched mode ``n`` and ``beta`` per run (``beta`` a tensor ``[R]``)."""
+        """As before; in batched mode ``n`` and the rule's numbers per run (tensors ``[R]``:
+        ``beta`` of a radius rule, ``r2`` and ``log_alpha_ratio`` of DMM and CMM)."""
         model = self.batch_model
         if self.run_streams is None or model is None:
             return super().diagnostics()
-        beta = self._batch_beta if self._batch_beta is not None else float("nan")
-        return {"n": float(model.n), "beta": beta}
+        diag = getattr(self, "_batch_diag", None)
+        if diag is None:   # before the first batched bounds, as the sequential rule says
+            return {"n": float(model.n), **({"beta": float("nan")}
+                                            if isinstance(self.rule, RadiusRule) else {})}
+        return {"n": float(model.n), **diag}
 
     def _extra_state(self) -> dict[str, Any]:
         out = dict(super()._extra_state())
