@@ -333,3 +333,26 @@ def test_cli_batch_on_runs_amm_batched(tmp_path: Path, capsys: pytest.CaptureFix
         assert on["regret"] == pytest.approx(off["regret"], abs=1e-10, rel=0)
     assert len(list((tmp_path / "on" / "runs").glob("*.json"))) == 6
     capsys.readouterr()
+
+
+def test_forward_of_batched_mixture_policies_scores_every_run() -> None:
+    """``policy(candidates [R, A, d])`` of a batched AMM/DMM/CMM policy returns ``[R, A]``, the
+    UCB of each run as its sequential twin computes it."""
+    from torchbandits.policies import AMMUCB, CMMUCB, DMMUCB
+
+    gen = torch.Generator().manual_seed(3)
+    x = torch.rand(4, 6, 2, generator=gen, dtype=torch.float64)
+    y = torch.randn(4, 6, generator=gen, dtype=torch.float64)
+    cand = torch.rand(4, 9, 2, generator=gen, dtype=torch.float64)
+    for cls in (AMMUCB, DMMUCB, CMMUCB):
+        batch = cls(make_kernel("rbf", 0.5), noise_std=0.1, norm_bound=1.0)
+        batch.reset(seed=[0, 1, 2, 3])
+        seqs = [cls(make_kernel("rbf", 0.5), noise_std=0.1, norm_bound=1.0) for _ in range(4)]
+        for t in range(6):
+            batch.update(x[:, t], y[:, t])
+            for r, p in enumerate(seqs):
+                p.update(x[r, t], float(y[r, t]))
+        ucb = batch(cand)
+        assert ucb.shape == (4, 9)
+        for r, p in enumerate(seqs):
+            assert float((ucb[r] - p(cand[r])).abs().max()) < 1e-6

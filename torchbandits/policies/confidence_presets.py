@@ -43,6 +43,9 @@ class _MixtureUCB(KernelUCB):
         super().__init__(kernel, lam=rule.alpha0, beta=rule, **kwargs)
 
     def forward(self, candidates: Tensor) -> Tensor:
+        """UCB ``[A]`` of candidates ``[A, d]``; in batched mode ``[R, A]`` of ``[R, A, d]``."""
+        if self.n_runs is not None:
+            return KernelUCB.forward(self, candidates)
         cand = self.check_candidates(candidates)
         ucb = getattr(self.rule, "ucb", None)
         if ucb is not None:  # CMM: skip the LCB search
