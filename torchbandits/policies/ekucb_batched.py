@@ -1,0 +1,264 @@
+"""Batched mode of EK-UCB (Zenati et al. 2022, Algorithms 2 and 4): ``R`` runs, each with its own
+KORS-grown dictionary, stepped together.
+
+``reset(seed=[s_1, …, s_R])`` starts a batch: the ``R`` posteriors are one
+:class:`~torchbandits.models.batched_nystrom.BatchedNystrom` and the ``R`` samplers one
+:class:`~torchbandits.models.batched_kors.BatchedKORS`, dictionaries padded to a common capacity
+(sizes ``[R]``; padded rows of the whitening factor and of the inverses are zero, so padded
+anchors are exact no-ops). A round: ``select(candidates [R, A, d])`` scores all runs with one
+batched kernel block and two batched products (``LongTensor [R]``, first index on ties);
+``update(x [R, d], reward [R])`` appends to every run, computes every run's KORS probability,
+draws the coins of the runs with ``p̃ < 1`` from their own streams (:class:`RunCoins`, exactly
+the sequential draws), and grows the dictionaries of the accepted runs only (one batched border
+of the accepted subset). Run ``r`` plays what the sequential EK-UCB reset with ``seed=s_r`` plays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..batching import check_batch_points, check_batch_rewards, check_batched_candidates, check_seeds
+from ..confidence import ConstantBeta
+from ..models.batched_kors import BatchedKORS
+from ..models.batched_nystrom import BatchedNystrom
+
+__all__ = ["EKUCBBatchMixin", "RunCoins"]
+
+
+class RunCoins:
+    """Per-run uniform coins drawn only by the runs that need one, each from its own generator,
+    in chunks: run ``r``'s ``j``-th coin is its generator's ``j``-th ``torch.rand((), float64)``
+    (CPU ``rand`` fills a tensor element by element, so one call of ``chunk`` draws is the same
+    numbers). :meth:`sync` rewinds each generator to exactly the coins handed out.
+
+    Args:
+        generators: one ``torch.Generator`` per run (used from their current state).
+        chunk: coins drawn per refill of one run (64).
+    """
+
+    def __init__(self, generators: Sequence[torch.Generator], *, chunk: int = 64) -> None:
+        self.generators = list(generators)
+        self.chunk = int(chunk)
+        r = len(self.generators)
+        self._buf = torch.zeros(r, self.chunk, dtype=torch.float64)
+        self._used = torch.full((r,), self.chunk, dtype=torch.long)  # chunk = nothing buffered
+        self._states: list[Tensor | None] = [None] * r
+
+    @property
+    def n_runs(self) -> int:
+        """Number of runs R."""
+        return len(self.generators)
+
+    def draw(self, need: Tensor) -> Tensor:
+        """Coins ``[R]`` (float64, CPU); a run's entry is a fresh draw where ``need`` ``[R]`` (bool)
+        is set and meaningless elsewhere (nothing is consumed there)."""
+        need = need.cpu()
+        empty = need & (self._used >= self.chunk)
+        if bool(empty.any()):
+            for r in empty.nonzero()[:, 0].tolist():
+                g = self.generators[r]
+                self._states[r] = g.get_state()
+                self._buf[r] = torch.rand(self.chunk, generator=g, dtype=torch.float64)
+                self._used[r] = 0
+        out = self._buf.gather(1, self._used.clamp(max=self.chunk - 1)[:, None])[:, 0]
+        self._used += need
+        return out
+
+    def sync(self) -> list[torch.Generator]:
+        """The generators rewound to exactly the coins handed out (for a state save or a draw
+        of another kind, e.g. the warm-up's ``randint``)."""
+        for r, state in enumerate(self._states):
+            if state is not None:
+                g = self.generators[r]
+                g.set_state(state)
+                for _ in range(int(self._used[r])):
+                    torch.rand((), generator=g, dtype=torch.float64)
+        self._states = [None] * self.n_runs
+        self._used.fill_(self.chunk)
+        return self.generators
+
+
+class EKUCBBatchMixin:
+    """The batched branch of :class:`~torchbandits.policies.EKUCB` (module docstring); the
+    single-run calls go to the next class of the MRO unchanged."""
+
+    coins: RunCoins | None = None
+
+    # ---------------------------------------------------------------- eligibility
+    def why_not_batched(self) -> str | None:
+        """``None`` if this policy can step a batch of runs, else the reason."""
+        from .ekucb import EKUCB
+        if type(self) is not EKUCB:
+            return f"{type(self).__name__} changes EKUCB's steps (runs sequentially)"
+        if type(self.rule) is not ConstantBeta:  # type: ignore[attr-defined]
+            return (f"{type(self.rule).__name__} has no batched width for EK-UCB (batched: a "  # type: ignore[attr-defined]
+                    "constant β); EKUCB runs sequentially")
+        if self.model.parametrisation != "whitened":  # type: ignore[attr-defined]
+            return "the plain parametrisation runs sequentially (batched: whitened)"
+        return None
+
+    @property
+    def batchable(self) -> bool:
+        """Whether ``reset(seed=[…])`` can start a batch (see :meth:`why_not_batched`)."""
+        return self.why_not_batched() is None
+
+    @property
+    def n_runs(self) -> int | None:
+        """``R`` in batched mode, ``None`` for a single run."""
+        return None if self.coins is None else self.coins.n_runs
+
+    @property
+    def batch_model(self) -> BatchedNystrom | None:
+        """The ``R`` posteriors in batched mode (a submodule), else ``None``."""
+        return self._modules.get("batched")  # type: ignore[attr-defined]
+
+    @property
+    def batch_kors(self) -> BatchedKORS | None:
+        """The ``R`` KORS samplers in batched mode (a submodule), else ``None``."""
+        return self._modules.get("batched_kors")  # type: ignore[attr-defined]
+
+    # ---------------------------------------------------------------- start / leave
+    def _install_batch(self, gens: list[torch.Generator]) -> None:
+        model, kors, r = self.model, self.kors, len(gens)  # type: ignore[attr-defined]
+        opts = dict(dtype=self.dtype, device=self.device)  # type: ignore[attr-defined]
+        self.batched = BatchedNystrom(model.kernel, model.lam, r, jitter=model.jitter,
+                                      min_residual=model.min_residual, **opts)
+        self.batched_kors = BatchedKORS(kors.mu, kors.eps, kors.gamma, kors.score, r, **opts)
+        self.coins = RunCoins(gens)
+        zeros = torch.zeros(r, **opts)  # type: ignore[arg-type]
+        self._batch_stats = {"last_p": torch.full_like(zeros, float("nan")),
+                             "sum_p": zeros.clone(), "sum_pq": zeros.clone()}
+
+    def _leave_batch(self) -> None:
+        for name in ("batched", "batched_kors"):
+            if name in self._modules:  # type: ignore[attr-defined]
+                delattr(self, name)
+        self.coins = None
+
+    def reset(self, seed: int | Sequence[int] | Tensor | None = None) -> None:
+        """Forget all observations; an int seeds one run, a sequence of seeds starts a batch
+        (``ValueError`` naming ``seed`` if the policy cannot batch, see :meth:`why_not_batched`)."""
+        if seed is None or isinstance(seed, int) or (isinstance(seed, Tensor) and seed.ndim == 0):
+            if seed is not None:
+                self._leave_batch()
+            super().reset(None if seed is None else int(seed))  # type: ignore[misc]
+            if self.coins is not None:
+                self._install_batch(self.coins.sync())
+            return
+        seeds = check_seeds(seed)
+        reason = self.why_not_batched()
+        if reason is not None:
+            raise ValueError(f"seed: a list of seeds starts a batch, but {reason}")
+        super().reset(None)  # type: ignore[misc]
+        self._install_batch([torch.Generator().manual_seed(s) for s in seeds])
+
+    # ---------------------------------------------------------------- rounds
+    def _check_batch(self, candidates: Any) -> Tensor:
+        assert self.coins is not None
+        return check_batched_candidates("candidates", candidates, self.coins.n_runs,
+                                        dtype=self.dtype, device=self.device,  # type: ignore[attr-defined]
+                                        dim=self.dim)  # type: ignore[attr-defined]
+
+    def _batch_ucb(self, cand: Tensor) -> Tensor:
+        """UCB ``[R, A]`` of checked candidates ``[R, A, d]``: ``μ̃ + β·sd`` (ridge sd
+        ``= GP sd/√λ`` unless ``variance="gp"``)."""
+        model, rule = self.batch_model, self.rule  # type: ignore[attr-defined]
+        assert model is not None
+        mean, var = model.score(cand)
+        scale = rule.beta / model.lam ** 0.5 if rule.variance == "ridge" else rule.beta
+        return mean.add_(var.sqrt_(), alpha=scale)
+
+    def forward(self, candidates: Tensor) -> Tensor:
+        """UCB ``[A]`` of candidates ``[A, d]``; in batched mode ``[R, A]`` of ``[R, A, d]``."""
+        if self.coins is None:
+            return super().forward(candidates)  # type: ignore[misc]
+        return self._batch_ucb(self._check_batch(candidates))
+
+    def select(self, candidates: Any) -> Any:
+        """One index (single run), or a ``LongTensor [R]`` for candidates ``[R, A, d]``: each
+        run's UCB argmax (first index on ties), uniform from its own stream in the warm-up."""
+        coins = self.coins
+        if coins is None:
+            return super().select(candidates)  # type: ignore[misc]
+        cand = self._check_batch(candidates)
+        dev = self.device  # type: ignore[attr-defined]
+        if self.t < self.n_warmup:  # type: ignore[attr-defined]
+            index = self.warmup_index  # type: ignore[attr-defined]
+            if index is None:
+                draws = [torch.randint(cand.shape[1], (1,), generator=g) for g in coins.sync()]
+                return torch.cat(draws).to(dev)
+            if index >= cand.shape[1]:
+                raise ValueError(f"warmup_index {index} is out of range for {cand.shape[1]} "
+                                 f"candidates")
+            return torch.full((cand.shape[0],), index, dtype=torch.long, device=dev)
+        with torch.no_grad():
+            return torch.argmax(self._batch_ucb(cand), dim=1)
+
+    def update(self, x: Any, reward: Any) -> None:
+        """Single run: as before. Batch: ``x [R, d]`` and ``reward [R]``, both checked before any
+        run's state changes (``ValueError`` naming the argument); then the data update of every
+        run, the KORS decisions (coins from each run's stream where ``0 < p̃ < 1``; a run's
+        first point is its first anchor with ``p̃ = 1``), and the growth of the accepted runs."""
+        model, kors, coins = self.batch_model, self.batch_kors, self.coins
+        if coins is None or model is None or kors is None:
+            super().update(x, reward)  # type: ignore[misc]
+            return
+        n = coins.n_runs
+        opts = dict(dtype=self.dtype, device=self.device)  # type: ignore[attr-defined]
+        xv = check_batch_points("x", x, n, dim=self.dim, **opts)  # type: ignore[attr-defined,arg-type]
+        y = check_batch_rewards("reward", reward, n, **opts)  # type: ignore[arg-type]
+        with torch.no_grad():
+            first = model.sizes == 0
+            kz = model.kernel_columns(xv)
+            kss = model.prior_variance(xv)
+            f, omega = model.append(xv, y, kz)
+            p = torch.where(first, 1.0, kors.probability(kz, kss))
+            need = ~first & (p < 1.0)
+            coin = coins.draw(need).to(p)
+            accept = first | (p >= 1.0) | (need & (coin < p))
+            stats = self._batch_stats
+            later = (~first).to(p)
+            stats["sum_p"].add_(p * later)
+            stats["sum_pq"].add_(p * (1.0 - p) * later)
+            stats["last_p"] = p
+            runs = accept.nonzero()[:, 0]
+            if runs.numel():
+                added = model.add_last(runs, f[runs], omega[runs])
+                kors.add(runs[added], kz[runs][added], kss[runs][added], p[runs][added])
+        self.dim = xv.shape[1]
+        self.t += 1  # type: ignore[attr-defined]
+
+    def batch_diagnostics(self) -> dict[str, Any]:
+        """Per-run ``[R]`` tensors: dictionary size, KORS counters, refused anchors; ``n``, β."""
+        model = self.batch_model
+        assert model is not None
+        st = self._batch_stats
+        return {"dict_size": model.sizes.to(self.dtype), "n": float(model.n),  # type: ignore[attr-defined]
+                "kors_prob": st["last_p"], "kors_prob_sum": st["sum_p"],
+                "kors_prob_var_sum": st["sum_pq"], "refused": model.refused.to(self.dtype),  # type: ignore[attr-defined]
+                **self.rule.diagnostics()}  # type: ignore[attr-defined]
+
+    # ---------------------------------------------------------------- state
+    def batch_state(self) -> dict[str, Any] | None:
+        """The batch's picklable state (generators, KORS counters), or ``None`` for one run."""
+        if self.coins is None:
+            return None
+        return {"rng": [g.get_state() for g in self.coins.sync()],
+                "stats": {k: v.detach().cpu().clone() for k, v in self._batch_stats.items()}}
+
+    def load_batch_state(self, batch: dict[str, Any] | None) -> None:
+        """Install an empty batch of the saved ``R`` (its buffers load right after: children
+        load after their parent's extra state), or leave batched mode for ``None``."""
+        self._leave_batch()
+        if batch is None:
+            return
+        gens = [torch.Generator() for _ in batch["rng"]]
+        for g, s in zip(gens, batch["rng"], strict=True):
+            g.set_state(s)
+        self._install_batch(gens)
+        self._batch_stats = {k: v.to(dtype=self.dtype, device=self.device)  # type: ignore[attr-defined]
+                             for k, v in batch["stats"].items()}
