@@ -118,8 +118,7 @@ def test_batched_nystrom_equals_sequential_models_incremental_and_rebuilt() -> N
     batch = BatchedNystrom(kernel, lam, r)
     seqs = [NystromKernelRidge(kernel, lam) for _ in range(r)]
     for i in range(n):
-        kz = batch.kernel_columns(x[i])
-        f, omega = batch.append(x[i], y[i], kz)
+        f, omega = batch.append(x[i], y[i])
         for j, seq in enumerate(seqs):
             col = seq.kernel_column(x[i, j])
             seq.append_column(x[i, j], float(y[i, j]), col)

@@ -55,7 +55,7 @@ class BatchedKORS(ResizableModule):
         capacity; padded entries are cancelled) and ``k(s,s) = kss`` ``[R]``."""
         mm = kz.shape[1]
         if mm:
-            u = (kz * (self._nz[:, :mm, :mm] @ kz[..., None])[..., 0]).sum(-1)
+            u = (kz[:, None, :] @ self._nz[:, :mm, :mm] @ kz[..., None])[:, 0, 0]
         else:
             u = torch.zeros_like(kss)
         rho = (kss - u).clamp_(min=0.0)
@@ -80,7 +80,7 @@ class BatchedKORS(ResizableModule):
         if not bool((s > 0).all()):
             raise ValueError("KORS add: a Schur complement is not positive")
         inv_s = 1.0 / s
-        nz[:, :mm, :mm].add_(q[:, :, None] * (q * inv_s[:, None])[:, None, :])
+        nz[:, :mm, :mm].addcmul_(q[:, :, None], (q * inv_s[:, None])[:, None, :])
         border = -q * inv_s[:, None]
         nz[ar, pos, :mm] = border
         nz[ar, :mm, pos] = border

@@ -119,6 +119,8 @@ class BatchedNystrom(ResizableModule):
         self.register_buffer("_refused", torch.zeros(r, dtype=torch.long, device=device))
         self._n = 0
         self._mmax = 0
+        self._version = 0   # bumped by every change: keys the columns of the last score
+        self._scored: tuple[int, Tensor, Tensor, Tensor, Tensor] | None = None
 
     # ------------------------------------------------------------------ sizes / state
     @property
@@ -172,16 +174,19 @@ class BatchedNystrom(ResizableModule):
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
         self._n = int(state["n"])
+        self._version += 1
         self._mmax = int(self._m.max()) if self._m.numel() else 0
 
     def _apply(self, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
         out = super()._apply(fn, *args, **kwargs)
         self._k = _Kernel(self.kernel)
+        self._version += 1
         return out
 
     def reset(self) -> None:
         """Forget the data and the dictionaries of every run."""
         self._n = self._mmax = 0
+        self._version += 1
         for buf in (self._m, self._p, self._q, self._g, self._e, self._logdet, self._refused):
             buf.zero_()
         self._c.fill_(1.0)
@@ -219,39 +224,65 @@ class BatchedNystrom(ResizableModule):
     def score(self, cand: Tensor) -> tuple[Tensor, Tensor]:
         """Mean ``μ̃_r`` and GP-scale variance ``λσ̃²_r`` (clamped to ``[0, k]``) of trusted
         candidates ``[R, A, d]``; both ``[R, A]``. Cost ``O(A·M²)`` per run: one batched kernel
-        block ``[R, M, A]``, one product with ``P``, one with ``Q``."""
+        block ``[R, M, A]``, one product with ``P`` (``F = P K``) and one with ``Q``
+        (``Q [F, g]``: the variances' ``QF`` and the mean weights ``w = Qg`` together). The
+        columns are remembered for :meth:`scored_columns` until the state changes."""
         kdiag = self._k.diag(cand)
         mm = self._mmax
         if mm == 0:
             return cand.new_zeros(cand.shape[:2]), kdiag
-        kz = self._k.block(self._z[:, :mm], cand)                         # [R, M, A]
-        f = self._p[:, :mm, :mm] @ kz                                       # e(x) [R, M, A]
-        q = self._q[:, :mm, :mm]
-        w = (q @ self._g[:, :mm, None])                                     # Q g [R, M, 1]
-        mean = (w.mT @ f)[:, 0]
-        var = (kdiag - (f * f).sum(1)).clamp_(min=0.0)
-        var.add_((f * (q @ f)).sum(1), alpha=self.lam)
+        # row layout ([R, A, M]: the candidates' rows times Pᵀ and Qᵀ ran faster than P·K here)
+        kz = self._k.block(cand, self._z[:, :mm])                          # k_Z(x)ᵀ [R, A, M]
+        f = kz @ self._p[:, :mm, :mm].mT                                    # e(x)ᵀ [R, A, M]
+        na = f.shape[1]
+        qf = torch.cat([f, self._g[:, None, :mm]], 1) @ self._q[:, :mm, :mm].mT  # [R, A + 1, M]
+        mean = (f @ qf[:, na:].mT)[..., 0]
+        qf = qf[:, :na]
+        var = (kdiag - (f * f).sum(-1)).clamp_(min=0.0)
+        var.add_((f * qf).sum(-1), alpha=self.lam)
         var = var.clamp_(min=0.0)
+        self._scored = (self._version, cand, kz, f, qf)
         return mean, (var.clamp_(max=self._k.const) if self._k.const is not None
                       else torch.minimum(var, kdiag))
 
+    def scored_columns(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor] | None:
+        """``(k_Z(x), e(x), Q e(x))``, each ``[R, M]``, when every run's ``x_r`` ``[R, d]`` is a
+        candidate of the last :meth:`score` and nothing changed since (else ``None``): the
+        played candidates' columns, so that :meth:`append` skips two passes over ``P`` and ``Q``."""
+        last = self._scored
+        if last is None or last[0] != self._version:
+            return None
+        cand = last[1]
+        if cand.shape[0] != x.shape[0] or cand.shape[2] != x.shape[1]:
+            return None
+        hit = (cand == x[:, None, :]).all(-1)                              # [R, A]
+        if not bool(hit.any(-1).all()):
+            return None
+        idx = hit.to(torch.int8).argmax(-1)[:, None, None].expand(-1, 1, last[2].shape[2])
+        return tuple(t.gather(1, idx)[:, 0] for t in last[2:])  # type: ignore[return-value]
+
     # ------------------------------------------------------------------ updates
-    def append(self, x: Tensor, y: Tensor, kz: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def append(self, x: Tensor, y: Tensor,
+               columns: tuple[Tensor, Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
         """Add ``x`` ``[R, d]`` with rewards ``y`` ``[R]`` (trusted) to every run with its current
-        dictionary: ``f = e(x)``, ``Q ← Q − (Qf)(Qf)ᵀ/(1 + fᵀQf)``, ``g ← g + y f``. ``kz`` may
-        pass ``k_Z(x)`` ``[R, M]``. Returns ``(f [R, M], ω [R])`` with ``ω = k(x,x) + η − ‖f‖²``
-        the residual of ``x`` outside the span of each dictionary (before the append)."""
+        dictionary: ``f = e(x)``, ``Q ← Q − (Qf)(Qf)ᵀ/(1 + fᵀQf)``, ``g ← g + y f``.
+        ``columns`` may pass ``(k_Z(x), e(x), Q e(x))`` ``[R, M]`` each (:meth:`scored_columns`).
+        Returns ``(f [R, M], ω [R])`` with ``ω = k(x,x) + η − ‖f‖²`` the residual of ``x`` outside
+        the span of each dictionary (before the append)."""
         n, mm = self._n, self._mmax
         kxx = self._k.diag(x)
         self._ensure(n + 1, max(mm, 1), x.shape[1])
+        self._version += 1
         if mm:
-            kz = self.kernel_columns(x) if kz is None else kz
-            f = (self._p[:, :mm, :mm] @ kz[..., None])[..., 0]
             q = self._q[:, :mm, :mm]
-            gq = (q @ f[..., None])[..., 0]
+            if columns is None:
+                f = (self._p[:, :mm, :mm] @ self.kernel_columns(x)[..., None])[..., 0]
+                gq = (q @ f[..., None])[..., 0]
+            else:
+                f, gq = columns[1], columns[2]
             fg = (f * gq).sum(-1)
             omega = kxx + self.jitter - (f * f).sum(-1)
-            q.sub_(gq[:, :, None] * (gq / (1.0 + fg)[:, None])[:, None, :])
+            q.addcmul_(gq[:, :, None], (gq / (1.0 + fg)[:, None])[:, None, :], value=-1.0)
             self._g[:, :mm].add_(f * y[:, None])
             self._e[:, n, :mm] = f
             self._logdet.add_(torch.log1p(fg))
@@ -280,6 +311,7 @@ class BatchedNystrom(ResizableModule):
         k = runs.shape[0]
         if k == 0:
             return ok
+        self._version += 1
         pos = self._m[runs]
         self._ensure(n, mm + 1, z.shape[1])
         ar = torch.arange(k, device=runs.device)
@@ -298,7 +330,7 @@ class BatchedNystrom(ResizableModule):
         if not bool((schur > 0).all()):
             raise ValueError("add_last: a Schur complement is not positive")
         inv_s = 1.0 / schur
-        q[:, :mm, :mm].add_(qb[:, :, None] * (qb * inv_s[:, None])[:, None, :])
+        q[:, :mm, :mm].addcmul_(qb[:, :, None], (qb * inv_s[:, None])[:, None, :])
         border = -qb * inv_s[:, None]
         q[ar, pos, :mm] = border
         q[ar, :mm, pos] = border
@@ -326,6 +358,7 @@ class BatchedNystrom(ResizableModule):
         ``P`` are zeroed, so ``E = K_SZ Pᵀ`` and ``A = EᵀCE + λI`` are padded with 0 and ``λ``."""
         r, mm = dictionary.shape[0], dictionary.shape[1]
         n, d = x.shape[1], x.shape[2]
+        self._version += 1
         self._ensure(max(n, 1), max(mm, 1), d)
         self._x[:, :n] = x
         self._c[:, :n] = counts

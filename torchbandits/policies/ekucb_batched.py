@@ -213,9 +213,10 @@ class EKUCBBatchMixin:
         y = check_batch_rewards("reward", reward, n, **opts)  # type: ignore[arg-type]
         with torch.no_grad():
             first = model.sizes == 0
-            kz = model.kernel_columns(xv)
+            cols = model.scored_columns(xv)   # the played candidates of the last select
+            kz = model.kernel_columns(xv) if cols is None else cols[0]
             kss = model.prior_variance(xv)
-            f, omega = model.append(xv, y, kz)
+            f, omega = model.append(xv, y, cols)
             p = torch.where(first, 1.0, kors.probability(kz, kss))
             need = ~first & (p < 1.0)
             coin = coins.draw(need).to(p)
