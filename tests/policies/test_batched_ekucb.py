@@ -81,8 +81,8 @@ def _lockstep(env, seeds, horizon, batch, seqs, atol=1e-10):  # type: ignore[no-
     sizes = batch.diagnostics()["dict_size"]
     assert sizes.tolist() == [pol.diagnostics()["dict_size"] for pol in seqs]
     for r, pol in enumerate(seqs):
-        torch.testing.assert_close(batch.batch_model.dictionary(r), pol.model.dictionary, atol=0, rtol=0)
-        torch.testing.assert_close(batch.batch_kors.probabilities(r), pol.kors.probabilities,
+        torch.testing.assert_close(batch.run_dictionary(r), pol.model.dictionary, atol=0, rtol=0)
+        torch.testing.assert_close(batch.run_kors_probabilities(r), pol.kors.probabilities,
                                    atol=1e-12, rtol=0)
     return benv
 
@@ -174,7 +174,7 @@ def test_bad_input_raises_naming_the_argument_and_changes_nothing() -> None:
     policy.reset(seed=seeds)
     _lockstep(env, seeds, 30, policy, [_seeded(make_policy("ekucb", env), s) for s in seeds])
     state = copy.deepcopy(policy.state_dict())
-    dicts = [policy.batch_model.dictionary(r).clone() for r in range(4)]
+    dicts = [policy.run_dictionary(r).clone() for r in range(4)]
     cand = torch.rand(4, 10, 2, dtype=F64)
     x, y = cand[:, 0], torch.zeros(4, dtype=F64)
     bad = [("candidates", lambda: policy.select(cand[:3])),
@@ -194,7 +194,7 @@ def test_bad_input_raises_naming_the_argument_and_changes_nothing() -> None:
             assert torch.equal(v, now[k]), k
     assert policy.t == 30
     for r in range(4):
-        assert torch.equal(policy.batch_model.dictionary(r), dicts[r])
+        assert torch.equal(policy.run_dictionary(r), dicts[r])
 
 
 def test_state_dict_round_trip_mid_batch() -> None:
@@ -251,3 +251,24 @@ def test_cli_batch_on_equals_batch_off(tmp_path: Path, capsys: pytest.CaptureFix
         assert on[name]["actions"] == off[name]["actions"], name
         assert sorted(on[name]) == sorted(off[name])
     capsys.readouterr()
+
+
+def test_runs_sorted_by_dictionary_size_still_equal_the_sequential_runs() -> None:
+    """R = 32, two chunks of 16: the batch re-sorts its storage by dictionary size (round 64,
+    128); inputs and outputs stay in run order, a reloaded state keeps the order."""
+    env = make_env("chessboard")
+    seeds = list(range(32))
+    policy = make_policy("ekucb", env)
+    batch = simulate_batch(policy, env, 130, seeds)
+    assert policy._perm is not None and not torch.equal(policy._perm, torch.arange(32))
+    for run in batch:
+        seq = simulate(make_policy("ekucb", env), env, 130, run.seed)
+        assert run.actions == seq.actions
+        assert run.diagnostics["dict_size"] == seq.diagnostics["dict_size"]
+    for r in (0, 7, 31):
+        assert policy.run_dictionary(r).shape[0] == batch[r].diagnostics["dict_size"][-1]
+    fresh = make_policy("ekucb", env)
+    fresh.load_state_dict(copy.deepcopy(policy.state_dict()))
+    cand = BatchedEnv(env, seeds).candidates()
+    assert torch.equal(fresh(cand), policy(cand))
+    assert torch.equal(fresh.diagnostics()["dict_size"], policy.diagnostics()["dict_size"])

@@ -50,14 +50,17 @@ class BatchedKORS(ResizableModule):
         self._p.zero_()
         self._m.zero_()
 
-    def probability(self, kz: Tensor, kss: Tensor) -> Tensor:
+    def probability(self, kz: Tensor, kss: Tensor,
+                    chunks: list[tuple[int, int, int]] | None = None) -> Tensor:
         """``p̃ = min(γ τ̃, 1)`` ``[R]`` of points with ``k_Z = kz`` ``[R, M]`` (``M`` at most the
-        capacity; padded entries are cancelled) and ``k(s,s) = kss`` ``[R]``."""
+        capacity; padded entries are cancelled) and ``k(s,s) = kss`` ``[R]``. ``chunks``:
+        ``(a, b, M_g)`` runs ``a..b−1`` whose dictionaries fit in ``M_g`` (computed on that slice)."""
         mm = kz.shape[1]
-        if mm:
-            u = (kz[:, None, :] @ self._nz[:, :mm, :mm] @ kz[..., None])[:, 0, 0]
-        else:
-            u = torch.zeros_like(kss)
+        u = torch.zeros_like(kss)
+        for a, b, mg in chunks if chunks is not None else [(0, kz.shape[0], mm)]:
+            if mg:
+                kc = kz[a:b, :mg]
+                u[a:b] = (kc[:, None, :] @ self._nz[a:b, :mg, :mg] @ kc[..., None])[:, 0, 0]
         rho = (kss - u).clamp_(min=0.0)
         tau = (1.0 + self.eps) * rho / (rho + self.mu)
         if self.score == "reference":
@@ -88,6 +91,12 @@ class BatchedKORS(ResizableModule):
         self._nz[runs, : mm + 1, : mm + 1] = nz
         self._p[runs, pos] = p
         self._m[runs] = pos + 1
+
+    def permute(self, order: Tensor) -> None:
+        """Reorder the runs: new run ``i`` is old run ``order[i]``."""
+        for name, buf in list(self._buffers.items()):
+            if buf is not None:
+                self._buffers[name] = buf.index_select(0, order.to(buf.device))
 
     def get_extra_state(self) -> dict[str, Any]:
         return {"mu": self.mu, "eps": self.eps, "gamma": self.gamma, "score": self.score}

@@ -120,7 +120,8 @@ class BatchedNystrom(ResizableModule):
         self._n = 0
         self._mmax = 0
         self._version = 0   # bumped by every change: keys the columns of the last score
-        self._scored: tuple[int, Tensor, Tensor, Tensor, Tensor] | None = None
+        self._chunk_cache: list[tuple[int, int, int]] | None = None
+        self._scored: tuple[int, Tensor, list[tuple[Tensor, Tensor, Tensor]]] | None = None
 
     # ------------------------------------------------------------------ sizes / state
     @property
@@ -142,6 +143,37 @@ class BatchedNystrom(ResizableModule):
     def max_size(self) -> int:
         """``M = max_r m_r``, the width every round works on."""
         return self._mmax
+
+    #: runs per chunk of the per-chunk widths (:meth:`chunks`)
+    CHUNK = 16
+
+    def chunks(self) -> list[tuple[int, int, int]]:
+        """``(a, b, M_g)``: the runs ``a..b−1`` in chunks of :attr:`CHUNK` and each chunk's own
+        width ``M_g = max m_r`` over it. Rounds work chunk by chunk on ``[:M_g]`` slices, so a
+        chunk of small dictionaries does not pay for the largest one; :meth:`permute` (runs
+        sorted by size) makes the chunks homogeneous."""
+        c = self._chunk_cache
+        if c is None:
+            sizes = self._m.tolist()
+            step = self.CHUNK
+            c = self._chunk_cache = [(a, min(a + step, len(sizes)), max(sizes[a:a + step]))
+                                     for a in range(0, len(sizes), step)]
+        return c
+
+    def chunked_cost(self, order: Tensor | None = None) -> int:
+        """``Σ_g (b − a)·M_g²`` of the chunks (with the runs in ``order``, if given)."""
+        sizes = (self._m if order is None else self._m[order]).tolist()
+        step = self.CHUNK
+        return sum(len(sizes[a:a + step]) * max(sizes[a:a + step]) ** 2
+                   for a in range(0, len(sizes), step))
+
+    def permute(self, order: Tensor) -> None:
+        """Reorder the runs: new run ``i`` is old run ``order[i]`` (every per-run buffer)."""
+        for name, buf in list(self._buffers.items()):
+            if buf is not None:
+                self._buffers[name] = buf.index_select(0, order.to(buf.device))
+        self._version += 1
+        self._chunk_cache = None
 
     @property
     def refused(self) -> Tensor:
@@ -175,6 +207,7 @@ class BatchedNystrom(ResizableModule):
     def set_extra_state(self, state: dict[str, Any]) -> None:
         self._n = int(state["n"])
         self._version += 1
+        self._chunk_cache = None
         self._mmax = int(self._m.max()) if self._m.numel() else 0
 
     def _apply(self, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
@@ -187,12 +220,17 @@ class BatchedNystrom(ResizableModule):
         """Forget the data and the dictionaries of every run."""
         self._n = self._mmax = 0
         self._version += 1
+        self._chunk_cache = None
         for buf in (self._m, self._p, self._q, self._g, self._e, self._logdet, self._refused):
             buf.zero_()
         self._c.fill_(1.0)
 
     def _ensure(self, n: int, m: int, d: int) -> None:
         """Capacity for ``n`` points and ``m`` anchors of dimension ``d`` (zero padding)."""
+        x, e, p = self._x, self._e, self._p
+        if x.shape[2] == d and n <= e.shape[1] and m <= e.shape[2] and m <= p.shape[1] \
+                and n <= x.shape[1] and m <= self._z.shape[1]:
+            return
         if self._x.shape[2] != d:
             self._x = self._c.new_zeros(self.n_runs, self._x.shape[1], d)
             self._z = self._c.new_zeros(self.n_runs, self._z.shape[1], d)
@@ -228,22 +266,36 @@ class BatchedNystrom(ResizableModule):
         (``Q [F, g]``: the variances' ``QF`` and the mean weights ``w = Qg`` together). The
         columns are remembered for :meth:`scored_columns` until the state changes."""
         kdiag = self._k.diag(cand)
-        mm = self._mmax
-        if mm == 0:
+        if self._mmax == 0:
             return cand.new_zeros(cand.shape[:2]), kdiag
-        # row layout ([R, A, M]: the candidates' rows times Pᵀ and Qᵀ ran faster than P·K here)
-        kz = self._k.block(cand, self._z[:, :mm])                          # k_Z(x)ᵀ [R, A, M]
-        f = kz @ self._p[:, :mm, :mm].mT                                    # e(x)ᵀ [R, A, M]
+        means, variances, cols = [], [], []
+        for a, b, mg in self.chunks():
+            mean, var, col = self._score_chunk(cand[a:b], kdiag[a:b], a, b, mg)
+            means.append(mean)
+            variances.append(var)
+            cols.append(col)
+        self._scored = (self._version, cand, cols)
+        mean = means[0] if len(means) == 1 else torch.cat(means)
+        var = variances[0] if len(variances) == 1 else torch.cat(variances)
+        return mean, (var.clamp_(max=self._k.const) if self._k.const is not None
+                      else torch.minimum(var, kdiag))
+
+    def _score_chunk(self, cand: Tensor, kdiag: Tensor, a: int, b: int, mg: int
+                     ) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor, Tensor]]:
+        """:meth:`score` of the runs ``a..b−1`` on their ``[:M_g]`` slices."""
+        if mg == 0:
+            empty = cand.new_zeros(cand.shape[0], cand.shape[1], 0)
+            return cand.new_zeros(cand.shape[:2]), kdiag.clone(), (empty, empty, empty)
+        # row layout ([k, A, M_g]: the candidates' rows times Pᵀ and Qᵀ ran faster than P·K here)
+        kz = self._k.block(cand, self._z[a:b, :mg])                         # k_Z(x)ᵀ [k, A, M_g]
+        f = kz @ self._p[a:b, :mg, :mg].mT                                  # e(x)ᵀ [k, A, M_g]
         na = f.shape[1]
-        qf = torch.cat([f, self._g[:, None, :mm]], 1) @ self._q[:, :mm, :mm].mT  # [R, A + 1, M]
+        qf = torch.cat([f, self._g[a:b, None, :mg]], 1) @ self._q[a:b, :mg, :mg].mT
         mean = (f @ qf[:, na:].mT)[..., 0]
         qf = qf[:, :na]
         var = (kdiag - (f * f).sum(-1)).clamp_(min=0.0)
         var.add_((f * qf).sum(-1), alpha=self.lam)
-        var = var.clamp_(min=0.0)
-        self._scored = (self._version, cand, kz, f, qf)
-        return mean, (var.clamp_(max=self._k.const) if self._k.const is not None
-                      else torch.minimum(var, kdiag))
+        return mean, var.clamp_(min=0.0), (kz, f, qf)
 
     def scored_columns(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor] | None:
         """``(k_Z(x), e(x), Q e(x))``, each ``[R, M]``, when every run's ``x_r`` ``[R, d]`` is a
@@ -258,8 +310,15 @@ class BatchedNystrom(ResizableModule):
         hit = (cand == x[:, None, :]).all(-1)                              # [R, A]
         if not bool(hit.any(-1).all()):
             return None
-        idx = hit.to(torch.int8).argmax(-1)[:, None, None].expand(-1, 1, last[2].shape[2])
-        return tuple(t.gather(1, idx)[:, 0] for t in last[2:])  # type: ignore[return-value]
+        first = hit.to(torch.int8).argmax(-1)
+        mm = self._mmax
+        out: list[list[Tensor]] = [[], [], []]
+        for (a, b, mg), col in zip(self.chunks(), last[2], strict=True):
+            idx = first[a:b, None, None].expand(-1, 1, mg)
+            for j, t in enumerate(col):
+                piece = t.gather(1, idx)[:, 0] if mg else t[:, 0]
+                out[j].append(torch.nn.functional.pad(piece, (0, mm - mg)) if mg < mm else piece)
+        return tuple(o[0] if len(o) == 1 else torch.cat(o) for o in out)  # type: ignore[return-value]
 
     # ------------------------------------------------------------------ updates
     def append(self, x: Tensor, y: Tensor,
@@ -282,7 +341,10 @@ class BatchedNystrom(ResizableModule):
                 f, gq = columns[1], columns[2]
             fg = (f * gq).sum(-1)
             omega = kxx + self.jitter - (f * f).sum(-1)
-            q.addcmul_(gq[:, :, None], (gq / (1.0 + fg)[:, None])[:, None, :], value=-1.0)
+            gs = gq / (1.0 + fg)[:, None]
+            for a, b, mg in self.chunks():   # Q ← Q − (Qf)(Qf)ᵀ/(1 + fᵀQf) on each chunk's slice
+                if mg:
+                    q[a:b, :mg, :mg].addcmul_(gq[a:b, :mg, None], gs[a:b, None, :mg], value=-1.0)
             self._g[:, :mm].add_(f * y[:, None])
             self._e[:, n, :mm] = f
             self._logdet.add_(torch.log1p(fg))
@@ -346,6 +408,7 @@ class BatchedNystrom(ResizableModule):
         self._logdet[runs] += torch.log(schur)
         self._m[runs] = pos + 1
         self._mmax = int(self._m.max())
+        self._chunk_cache = None
         return ok
 
     @torch.no_grad()
@@ -367,6 +430,7 @@ class BatchedNystrom(ResizableModule):
         self._n = n
         self._m.copy_(sizes)
         self._mmax = mm
+        self._chunk_cache = None
         self._p.zero_()
         self._q.zero_()
         self._g.zero_()

@@ -26,7 +26,10 @@ from ..confidence import ConstantBeta
 from ..models.batched_kors import BatchedKORS
 from ..models.batched_nystrom import BatchedNystrom
 
-__all__ = ["EKUCBBatchMixin", "RunCoins"]
+__all__ = ["RESORT_EVERY", "EKUCBBatchMixin", "RunCoins"]
+
+#: rounds between two checks of the storage order of a batch (runs sorted by dictionary size)
+RESORT_EVERY = 64
 
 
 class RunCoins:
@@ -87,6 +90,8 @@ class EKUCBBatchMixin:
     single-run calls go to the next class of the MRO unchanged."""
 
     coins: RunCoins | None = None
+    _perm: Tensor | None = None
+    _inv: Tensor | None = None
 
     # ---------------------------------------------------------------- eligibility
     def why_not_batched(self) -> str | None:
@@ -132,6 +137,49 @@ class EKUCBBatchMixin:
         zeros = torch.zeros(r, **opts)  # type: ignore[arg-type]
         self._batch_stats = {"last_p": torch.full_like(zeros, float("nan")),
                              "sum_p": zeros.clone(), "sum_pq": zeros.clone()}
+        self._set_order(None)
+
+    # ---------------------------------------------------------------- run order
+    def _set_order(self, perm: Tensor | None) -> None:
+        """Storage order of the runs: slot ``i`` holds run ``perm[i]`` (``None``: identity).
+        The batched state is kept sorted by dictionary size (re-sorted every
+        :data:`RESORT_EVERY` rounds when that cuts the chunked work by 15 %), so that each chunk
+        of :attr:`BatchedNystrom.CHUNK` runs works at its own width; inputs and outputs stay in
+        run order."""
+        self._perm = perm
+        self._inv = None if perm is None else torch.argsort(perm)
+
+    def _to_slots(self, t: Tensor) -> Tensor:
+        return t if self._perm is None else t[self._perm.to(t.device)]
+
+    def _to_runs(self, t: Tensor) -> Tensor:
+        return t if self._inv is None else t[self._inv.to(t.device)]
+
+    def _maybe_resort(self) -> None:
+        model, kors = self.batch_model, self.batch_kors
+        assert model is not None and kors is not None
+        if model.n_runs <= model.CHUNK or self.t % RESORT_EVERY != RESORT_EVERY - 1:  # type: ignore[attr-defined]
+            return
+        order = torch.argsort(model.sizes, descending=True, stable=True)
+        if model.chunked_cost(order) >= 0.85 * model.chunked_cost():
+            return
+        model.permute(order)
+        kors.permute(order)
+        self._batch_stats = {k: v[order.to(v.device)] for k, v in self._batch_stats.items()}
+        perm = order.cpu() if self._perm is None else self._perm[order.cpu()]
+        self._set_order(perm)
+
+    def run_dictionary(self, run: int) -> Tensor:
+        """Anchors of run ``run`` of the batch ``[m_r, d]``."""
+        model = self.batch_model
+        assert model is not None
+        return model.dictionary(run if self._inv is None else int(self._inv[run]))
+
+    def run_kors_probabilities(self, run: int) -> Tensor:
+        """KORS acceptance probabilities ``p̃`` of run ``run``'s anchors ``[m_r]``."""
+        kors = self.batch_kors
+        assert kors is not None
+        return kors.probabilities(run if self._inv is None else int(self._inv[run]))
 
     def _leave_batch(self) -> None:
         for name in ("batched", "batched_kors"):
@@ -168,9 +216,9 @@ class EKUCBBatchMixin:
         ``= GP sd/√λ`` unless ``variance="gp"``)."""
         model, rule = self.batch_model, self.rule  # type: ignore[attr-defined]
         assert model is not None
-        mean, var = model.score(cand)
+        mean, var = model.score(self._to_slots(cand))
         scale = rule.beta / model.lam ** 0.5 if rule.variance == "ridge" else rule.beta
-        return mean.add_(var.sqrt_(), alpha=scale)
+        return self._to_runs(mean.add_(var.sqrt_(), alpha=scale))
 
     def forward(self, candidates: Tensor) -> Tensor:
         """UCB ``[A]`` of candidates ``[A, d]``; in batched mode ``[R, A]`` of ``[R, A, d]``."""
@@ -212,14 +260,16 @@ class EKUCBBatchMixin:
         xv = check_batch_points("x", x, n, dim=self.dim, **opts)  # type: ignore[attr-defined,arg-type]
         y = check_batch_rewards("reward", reward, n, **opts)  # type: ignore[arg-type]
         with torch.no_grad():
+            xv, y = self._to_slots(xv), self._to_slots(y)    # storage order from here on
             first = model.sizes == 0
             cols = model.scored_columns(xv)   # the played candidates of the last select
             kz = model.kernel_columns(xv) if cols is None else cols[0]
             kss = model.prior_variance(xv)
+            chunks = model.chunks()
             f, omega = model.append(xv, y, cols)
-            p = torch.where(first, 1.0, kors.probability(kz, kss))
+            p = torch.where(first, 1.0, kors.probability(kz, kss, chunks))
             need = ~first & (p < 1.0)
-            coin = coins.draw(need).to(p)
+            coin = self._to_slots(coins.draw(self._to_runs(need))).to(p)
             accept = first | (p >= 1.0) | (need & (coin < p))
             stats = self._batch_stats
             later = (~first).to(p)
@@ -230,6 +280,7 @@ class EKUCBBatchMixin:
             if runs.numel():
                 added = model.add_last(runs, f[runs], omega[runs])
                 kors.add(runs[added], kz[runs][added], kss[runs][added], p[runs][added])
+            self._maybe_resort()
         self.dim = xv.shape[1]
         self.t += 1  # type: ignore[attr-defined]
 
@@ -237,10 +288,11 @@ class EKUCBBatchMixin:
         """Per-run ``[R]`` tensors: dictionary size, KORS counters, refused anchors; ``n``, β."""
         model = self.batch_model
         assert model is not None
-        st = self._batch_stats
-        return {"dict_size": model.sizes.to(self.dtype), "n": float(model.n),  # type: ignore[attr-defined]
+        st = {k: self._to_runs(v) for k, v in self._batch_stats.items()}
+        dt = self.dtype  # type: ignore[attr-defined]
+        return {"dict_size": self._to_runs(model.sizes).to(dt), "n": float(model.n),
                 "kors_prob": st["last_p"], "kors_prob_sum": st["sum_p"],
-                "kors_prob_var_sum": st["sum_pq"], "refused": model.refused.to(self.dtype),  # type: ignore[attr-defined]
+                "kors_prob_var_sum": st["sum_pq"], "refused": self._to_runs(model.refused).to(dt),
                 **self.rule.diagnostics()}  # type: ignore[attr-defined]
 
     # ---------------------------------------------------------------- state
@@ -249,7 +301,8 @@ class EKUCBBatchMixin:
         if self.coins is None:
             return None
         return {"rng": [g.get_state() for g in self.coins.sync()],
-                "stats": {k: v.detach().cpu().clone() for k, v in self._batch_stats.items()}}
+                "stats": {k: v.detach().cpu().clone() for k, v in self._batch_stats.items()},
+                "perm": None if self._perm is None else self._perm.clone()}
 
     def load_batch_state(self, batch: dict[str, Any] | None) -> None:
         """Install an empty batch of the saved ``R`` (its buffers load right after: children
@@ -263,3 +316,4 @@ class EKUCBBatchMixin:
         self._install_batch(gens)
         self._batch_stats = {k: v.to(dtype=self.dtype, device=self.device)  # type: ignore[attr-defined]
                              for k, v in batch["stats"].items()}
+        self._set_order(batch.get("perm"))
