@@ -251,10 +251,12 @@ class EKUCBBatchMixin:
         run's state changes (``ValueError`` naming the argument); then the data update of every
         run, the KORS decisions (coins from each run's stream where ``0 < p̃ < 1``; a run's
         first point is its first anchor with ``p̃ = 1``), and the growth of the accepted runs."""
-        model, kors, coins = self.batch_model, self.batch_kors, self.coins
-        if coins is None or model is None or kors is None:
+        coins = self.coins
+        if coins is None:
             super().update(x, reward)  # type: ignore[misc]
             return
+        model, kors = self.batch_model, self.batch_kors
+        assert model is not None and kors is not None
         n = coins.n_runs
         opts = dict(dtype=self.dtype, device=self.device)  # type: ignore[attr-defined]
         xv = check_batch_points("x", x, n, dim=self.dim, **opts)  # type: ignore[attr-defined,arg-type]
