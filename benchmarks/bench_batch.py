@@ -3,6 +3,7 @@
     python benchmarks/bench_batch.py               # random: every env; K-UCB, GP-UCB: 3 envs
     python benchmarks/bench_batch.py --quick       # seconds: random only, R = 1, 4; T = 30
     python benchmarks/bench_batch.py --policies kucb,gpucb --learning-horizon 200
+    python benchmarks/bench_batch.py --policies ekucb --max-sequential 8   # Chessboard, T = 2000
 
 For each environment a policy plays ``T`` rounds for ``R`` seeds (R = 1, 8, 64), once through
 :func:`~torchbandits.experiments.simulate_batch` (one batch) and once through ``R`` calls of
@@ -58,6 +59,9 @@ LEARNING_ENVS = ("rkhs", "rkhs-fixed", "bump")
 # batched confidence rules (issue 13): per-round step times at t = 50, 100, 200 on ``rkhs``
 RULES = ("amm-ucb", "dmm-ucb", "igp-ucb", "cmm-ucb", "aygp-ucb", "gpucb-srinivas")
 RULE_TS = (50, 100, 200)
+#: Nyström policies: EK-UCB (Zenati et al. 2022, Algorithms 2 and 4) on Chessboard, T = 2000
+NYSTROM = {"ekucb": ("chessboard",)}
+NYSTROM_HORIZON = 2000
 
 
 def _env(name: str, horizon: int):  # type: ignore[no-untyped-def]
@@ -92,17 +96,20 @@ def posterior_flops(n_runs: int, horizon: int, n_arms: int, dim: int) -> float:
 
 
 def bench_env(name: str, runs: list[int], horizon: int, repeats: int,
-              policy: str = "random") -> list[dict]:
+              policy: str = "random", max_sequential: int | None = None) -> list[dict]:
+    """``max_sequential``: time at most that many sequential runs and scale to ``R`` (the
+    sequential runs are independent, so their time is additive; the row says so)."""
     env = _env(name, horizon)
     rows = []
     for n in runs:
         seeds = list(range(n))
+        n_seq = n if max_sequential is None else min(n, max_sequential)
 
         def batched(seeds: list[int] = seeds):  # type: ignore[no-untyped-def]
             return simulate_batch(make_policy(policy, env), env, horizon, seeds,
                                   diagnostics_every=0)
 
-        def sequential(seeds: list[int] = seeds):  # type: ignore[no-untyped-def]
+        def sequential(seeds: list[int] = seeds[:n_seq]):  # type: ignore[no-untyped-def]
             return [simulate(make_policy(policy, env), env, horizon, s, diagnostics_every=0)
                     for s in seeds]
 
@@ -111,15 +118,16 @@ def bench_env(name: str, runs: list[int], horizon: int, repeats: int,
             cb, res_b = _cpu(batched)
             cs, res_s = _cpu(sequential)
             tb.append(cb)
-            ts.append(cs)
-        same = all(a.actions == b.actions for a, b in zip(res_b, res_s, strict=True))
+            ts.append(cs * n / n_seq)
+        same = all(a.actions == b.actions for a, b in zip(res_b, res_s, strict=False))
         b, s = statistics.median(tb), statistics.median(ts)
         row = {"policy": policy, "env": name, "R": n, "T": horizon, "batched_s": b,
                "sequential_s": s,
                "batched_steps_per_s": n * horizon / b if b > 0 else float("inf"),
                "sequential_steps_per_s": n * horizon / s if s > 0 else float("inf"),
-               "speedup": s / b if b > 0 else float("inf"), "same_actions": same}
-        if policy != "random":
+               "speedup": s / b if b > 0 else float("inf"), "same_actions": same,
+               "sequential_runs_timed": n_seq}
+        if policy in LEARNING:
             env.reset(0)
             cand = env.candidates()
             flops = posterior_flops(n, horizon, int(cand.shape[0]), int(cand.shape[1]))
@@ -211,6 +219,8 @@ def table(rows: list[dict]) -> str:
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         rate = f"{r['batched_gflops']:.3f}" if "batched_gflops" in r else "–"
+        if r.get("sequential_runs_timed", r["R"]) < r["R"]:
+            rate += f" (sequential: {r['sequential_runs_timed']} runs timed, scaled)"
         lines.append(f"| {r.get('policy', 'random')} | {r['env']} | {r['R']} | {r['T']} | "
                      f"{r['batched_s']:.3f} | {r['sequential_s']:.3f} | "
                      f"{r['batched_steps_per_s']:,.0f} | {r['sequential_steps_per_s']:,.0f} | "
@@ -230,6 +240,11 @@ def main(argv: list[str] | None = None) -> int:
                     + " (random with --quick, all three otherwise)")
     ap.add_argument("--learning-horizon", type=int, default=200,
                     help="T of the learning policies (200)")
+    ap.add_argument("--nystrom-horizon", type=int, default=NYSTROM_HORIZON,
+                    help=f"T of the Nyström policies ({', '.join(NYSTROM)}; {NYSTROM_HORIZON})")
+    ap.add_argument("--max-sequential", type=int, default=None,
+                    help="time at most this many sequential runs per row and scale to R "
+                         "(default: all; 8 is plenty for EK-UCB at T = 2000)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default="results/bench_batch")
     args = ap.parse_args(argv)
@@ -243,9 +258,10 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"unknown env(s) {unknown}; choose from {sorted(ENVS)}")
     policies = (args.policies.split(",") if args.policies
                 else ["random"] if args.quick else ["random", *LEARNING])
-    bad = [p for p in policies if p not in ("random", *LEARNING, *RULES)]
+    known = ("random", *LEARNING, *RULES, *NYSTROM)
+    bad = [p for p in policies if p not in known]
     if bad:
-        raise SystemExit(f"unknown policies {bad}; choose from random,{','.join(LEARNING + RULES)}")
+        raise SystemExit(f"unknown policies {bad}; choose from {','.join(known)}")
     rule_rows = []
     for policy in [p for p in policies if p in RULES]:
         rule_rows.extend(bench_rule_steps(policy, runs, args.learning_horizon))
@@ -253,6 +269,12 @@ def main(argv: list[str] | None = None) -> int:
     policies = [p for p in policies if p not in RULES]
     rows = []
     for policy in policies:
+        if policy in NYSTROM:   # EK-UCB: Chessboard at T = 2000 (Zenati et al. 2022, §5)
+            for name in (args.envs.split(",") if args.envs else NYSTROM[policy]):
+                rows.extend(bench_env(name, runs, args.nystrom_horizon, repeats, policy,
+                                      args.max_sequential))
+                print("\n".join(table(rows).splitlines()[-len(runs):]), flush=True)
+            continue
         learning = policy != "random"
         envs = names if not learning or args.envs else list(LEARNING_ENVS)
         for name in envs:

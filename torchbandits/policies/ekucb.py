@@ -30,6 +30,7 @@ from ..models.kors import KORS, KorsScore
 from ..models.nystrom import NystromKernelRidge, Parametrisation
 from ..validation import as_point, as_scalar_reward, check_positive
 from .base import RuleUCB
+from .ekucb_batched import EKUCBBatchMixin
 
 __all__ = ["EKUCB", "NystromUCB"]
 
@@ -135,7 +136,7 @@ class KorsStats:
         self.sum_pq = 0.0
 
 
-class EKUCB(NystromUCB):
+class EKUCB(EKUCBBatchMixin, NystromUCB):
     """Efficient Kernel UCB (Zenati et al. 2022, Algorithms 2 and 4).
 
     Args:
@@ -150,6 +151,11 @@ class EKUCB(NystromUCB):
             :mod:`~torchbandits.models.kors`).
         min_residual, jitter, parametrisation: see :class:`NystromKernelRidge`.
         variance, seed, n_warmup, dtype, device: see :class:`NystromUCB` / ``Policy``.
+
+    **Batched mode** (:mod:`~torchbandits.policies.ekucb_batched`): ``reset(seed=[s_1, …, s_R])``
+    steps ``R`` runs together, each on its own padded dictionary; ``select(candidates [R, A, d])``
+    returns a ``LongTensor [R]``, ``update(x [R, d], reward [R])``; run ``r`` plays what the
+    sequential policy with ``seed=s_r`` plays (constant β, whitened parametrisation).
 
     Examples:
         >>> import torch
@@ -217,17 +223,22 @@ class EKUCB(NystromUCB):
 
     def _extra_state(self) -> dict[str, Any]:
         st = self.kors_stats
-        return {"last_p": st.last_p, "sum_p": st.sum_p, "sum_pq": st.sum_pq}
+        return {"last_p": st.last_p, "sum_p": st.sum_p, "sum_pq": st.sum_pq,
+                "batch": self.batch_state()}
 
     def _set_extra_state(self, state: dict[str, Any]) -> None:
         st = self.kors_stats
         st.last_p = float(state["last_p"])
         st.sum_p = float(state["sum_p"])
         st.sum_pq = float(state["sum_pq"])
+        self.load_batch_state(state.get("batch"))
 
     def diagnostics(self) -> dict[str, float]:
         """Dictionary size ``m``, the last KORS acceptance probability, ``Σ p̃`` (so that
-        ``m − 1 − Σ p̃`` is the KORS martingale), anchors refused by the guard, and β."""
+        ``m − 1 − Σ p̃`` is the KORS martingale), anchors refused by the guard, and β (in
+        batched mode tensors ``[R]``, one entry per run)."""
+        if self.coins is not None:
+            return self.batch_diagnostics()
         return {"dict_size": float(self.model.m), "n": float(self.model.n),
                 "kors_prob": self.kors_stats.last_p, "kors_prob_sum": self.kors_stats.sum_p,
                 "kors_prob_var_sum": self.kors_stats.sum_pq, "refused": float(self.model.refused),

@@ -1,0 +1,274 @@
+"""Batched EK-UCB (Zenati et al. 2022, Algorithms 2 and 4): run ``r`` of a batch is the sequential
+run with seed ``r`` — the same actions, UCB values, KORS decisions and dictionary sizes — although
+every run grows its own dictionary (padded to a common capacity); the batched Nyström posterior
+equals the sequential one on dictionaries of different sizes (incremental and from scratch);
+bad input changes nothing; ``state_dict`` round trip mid-batch; the CLI's ``--batch on``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from torchbandits.cli import main
+from torchbandits.confidence.ekucb import EKUCBTheoryBeta
+from torchbandits.envs.batched import BatchedEnv
+from torchbandits.experiments import simulate, simulate_batch
+from torchbandits.experiments.batch import why_not_batch
+from torchbandits.experiments.registry import make_env, make_policy
+from torchbandits.kernels import make_kernel
+from torchbandits.models import NystromKernelRidge
+from torchbandits.models.batched_nystrom import BatchedNystrom
+from torchbandits.models.nystrom import nystrom_posterior_reference
+from torchbandits.policies import EKUCB
+from torchbandits.policies.ekucb_batched import RunCoins
+
+F64 = torch.float64
+
+
+@pytest.mark.parametrize(("env_name", "horizon"), [("chessboard", 200), ("bump", 200)])
+def test_simulate_batch_equals_simulate(env_name: str, horizon: int) -> None:
+    env = make_env(env_name)
+    seeds = list(range(8))
+    policy = make_policy("ekucb", env)
+    assert why_not_batch(policy, env) is None
+    batched = simulate_batch(policy, env, horizon, seeds)
+    sizes = set()
+    for run in batched:
+        seq = simulate(make_policy("ekucb", env), env, horizon, run.seed)
+        assert run.actions == seq.actions
+        assert run.regret == pytest.approx(seq.regret, abs=1e-10, rel=0)
+        for key in ("dict_size", "refused", "n"):
+            assert run.diagnostics[key] == seq.diagnostics[key], key
+        for key in ("kors_prob_sum", "kors_prob_var_sum"):
+            assert run.diagnostics[key] == pytest.approx(seq.diagnostics[key], abs=1e-10, rel=1e-12)
+        sizes.add(run.diagnostics["dict_size"][-1])
+    assert len(sizes) > 2          # the runs' dictionaries do differ (padding is exercised)
+
+
+def _lockstep(env, seeds, horizon, batch, seqs, atol=1e-10):  # type: ignore[no-untyped-def]
+    """Batched and sequential policies side by side: the same choice every round, UCB values
+    within ``atol``; every 40 rounds both posteriors against the extended-precision reference
+    (the batched error at most ten times the sequential one, + 1e-8: both are rounding)."""
+    benv = BatchedEnv(env, seeds)
+    rows = torch.arange(len(seeds))
+    for t in range(horizon):
+        cand = benv.candidates()
+        if batch.t >= batch.n_warmup:
+            ucb = batch(cand)
+            mean_b, var_b = batch.batch_model.score(cand)
+            for r, pol in enumerate(seqs):
+                torch.testing.assert_close(ucb[r], pol(cand[r]), atol=atol, rtol=0)
+                if t % 40 == 39:
+                    mdl = pol.model
+                    ref = nystrom_posterior_reference(pol.kernel, mdl.dictionary, mdl.x,
+                                                      mdl.target_sums, cand[r], pol.lam,
+                                                      extended=True)
+                    err_s = max(float((a - b).abs().max()) for a, b in zip(mdl.score(cand[r]), ref))
+                    err_b = max(float((a[r] - b).abs().max()) for a, b in zip((mean_b, var_b), ref))
+                    assert err_b <= 10.0 * err_s + 1e-8, (t, r, err_b, err_s)
+        idx = batch.select(cand)
+        assert idx.dtype == torch.long and idx.shape == (len(seeds),)
+        assert [pol.select(cand[r]) for r, pol in enumerate(seqs)] == idx.tolist()
+        reward, _ = benv.pull(idx)
+        batch.update(cand[rows, idx], reward)
+        for r, pol in enumerate(seqs):
+            pol.update(cand[r, idx[r]], float(reward[r]))
+    sizes = batch.diagnostics()["dict_size"]
+    assert sizes.tolist() == [pol.diagnostics()["dict_size"] for pol in seqs]
+    for r, pol in enumerate(seqs):
+        torch.testing.assert_close(batch.run_dictionary(r), pol.model.dictionary, atol=0, rtol=0)
+        torch.testing.assert_close(batch.run_kors_probabilities(r), pol.kors.probabilities,
+                                   atol=1e-12, rtol=0)
+    return benv
+
+
+def _seeded(policy, seed):  # type: ignore[no-untyped-def]
+    policy.reset(seed=seed)
+    return policy
+
+
+@pytest.mark.parametrize(("env_name", "atol"), [("bump", 1e-10), ("chessboard", 1e-6)])
+def test_ucb_values_equal_the_sequential_ones_every_round(env_name: str, atol: float) -> None:
+    """Bump: UCB values to 1e-10 for 200 rounds. Chessboard (γ = λ = 10, dictionaries of 50-70
+    anchors with cond(K_ZZ) up to ~1e12): the batched products sum in another order and both
+    posteriors are ~1e-6 from the extended-precision reference, so the UCBs agree to 1e-6 (1e-8
+    measured); the batched model stays as close to the reference as the sequential one."""
+    env = make_env(env_name)
+    seeds = [3, 0, 11, 5]
+    batch = make_policy("ekucb", env)
+    batch.reset(seed=seeds)
+    _lockstep(env, seeds, 200, batch, [_seeded(make_policy("ekucb", env), s) for s in seeds],
+              atol=atol)
+
+
+def test_batched_nystrom_equals_sequential_models_incremental_and_rebuilt() -> None:
+    """Dictionaries of sizes 0, 3, 7 in one batch: the padded model scores as three sequential
+    models (incremental appends and growth, then a from-scratch rebuild with counts)."""
+    torch.manual_seed(0)
+    kernel = make_kernel("rbf", 0.3)
+    lam, r, n, d = 0.5, 3, 12, 2
+    x = torch.rand(n, r, d, dtype=F64)
+    y = torch.randn(n, r, dtype=F64)
+    grow = {0: set(), 1: {0, 4, 9}, 2: {0, 1, 2, 5, 6, 8, 11}}
+    batch = BatchedNystrom(kernel, lam, r)
+    seqs = [NystromKernelRidge(kernel, lam) for _ in range(r)]
+    for i in range(n):
+        f, omega = batch.append(x[i], y[i])
+        for j, seq in enumerate(seqs):
+            col = seq.kernel_column(x[i, j])
+            seq.append_column(x[i, j], float(y[i, j]), col)
+            if i in grow[j]:
+                assert seq.add_last_to_dictionary(col)
+        runs = torch.tensor([j for j in range(r) if i in grow[j]], dtype=torch.long)
+        if runs.numel():
+            assert bool(batch.add_last(runs, f[runs], omega[runs]).all())
+    assert batch.sizes.tolist() == [0, 3, 7]
+    cand = torch.rand(r, 9, d, dtype=F64)
+    mean, var = batch.score(cand)
+    for j, seq in enumerate(seqs):
+        m_s, v_s = seq.score(cand[j])
+        torch.testing.assert_close(mean[j], m_s, atol=1e-12, rtol=0)
+        torch.testing.assert_close(var[j], v_s, atol=1e-12, rtol=0)
+        torch.testing.assert_close(batch.log_det()[j], seq.log_det(), atol=1e-10, rtol=0)
+    # from scratch (BKB's step): padded dictionaries, counts 0..2
+    counts = torch.randint(0, 3, (r, n)).to(F64)
+    sums = torch.randn(r, n, dtype=F64)
+    xs = x.transpose(0, 1).contiguous()
+    dicts = torch.zeros(r, 5, d, dtype=F64)
+    sizes = torch.tensor([2, 5, 0])
+    for j in range(r):
+        dicts[j, : int(sizes[j])] = xs[j, : int(sizes[j])]
+    batch.rebuild(dicts, sizes, xs, sums, counts)
+    mean, var = batch.score(cand)
+    for j, seq in enumerate(seqs):
+        seq.rebuild(dicts[j, : int(sizes[j])], xs[j], sums[j], counts[j])
+        m_s, v_s = seq.score(cand[j])
+        torch.testing.assert_close(mean[j], m_s, atol=1e-12, rtol=0)
+        torch.testing.assert_close(var[j], v_s, atol=1e-12, rtol=0)
+        torch.testing.assert_close(batch.log_det()[j], seq.log_det(), atol=1e-10, rtol=0)
+
+
+def test_run_coins_are_the_sequential_draws() -> None:
+    gens = [torch.Generator().manual_seed(s) for s in (0, 1, 2)]
+    coins = RunCoins(gens, chunk=5)
+    seq = [torch.Generator().manual_seed(s) for s in (0, 1, 2)]
+    plan = [[1, 0, 1], [1, 1, 1], [0, 0, 1]] * 7
+    for need in plan:
+        got = coins.draw(torch.tensor(need, dtype=torch.bool))
+        for r, flag in enumerate(need):
+            if flag:
+                assert float(got[r]) == float(torch.rand((), generator=seq[r], dtype=F64))
+    for g, s in zip(coins.sync(), seq, strict=True):
+        assert torch.equal(g.get_state(), s.get_state())
+
+
+def test_bad_input_raises_naming_the_argument_and_changes_nothing() -> None:
+    env = make_env("chessboard")
+    seeds = [0, 1, 2, 3]
+    policy = make_policy("ekucb", env)
+    policy.reset(seed=seeds)
+    _lockstep(env, seeds, 30, policy, [_seeded(make_policy("ekucb", env), s) for s in seeds])
+    state = copy.deepcopy(policy.state_dict())
+    dicts = [policy.run_dictionary(r).clone() for r in range(4)]
+    cand = torch.rand(4, 10, 2, dtype=F64)
+    x, y = cand[:, 0], torch.zeros(4, dtype=F64)
+    bad = [("candidates", lambda: policy.select(cand[:3])),
+           ("candidates", lambda: policy.select(cand[0])),
+           ("candidates", lambda: policy(cand[..., :1])),
+           ("x", lambda: policy.update(x[:3], y)),
+           ("x", lambda: policy.update(x[:, :1], y)),
+           ("reward", lambda: policy.update(x, y[:3])),
+           ("reward", lambda: policy.update(x, torch.tensor([0.0, 0.0, float("nan"), 0.0]))),
+           ("x", lambda: policy.update(torch.full((4, 2), float("inf")), y))]
+    for name, call in bad:
+        with pytest.raises(ValueError, match=name):
+            call()
+    now = policy.state_dict()
+    for k, v in state.items():
+        if isinstance(v, torch.Tensor):
+            assert torch.equal(v, now[k]), k
+    assert policy.t == 30
+    for r in range(4):
+        assert torch.equal(policy.run_dictionary(r), dicts[r])
+
+
+def test_state_dict_round_trip_mid_batch() -> None:
+    env = make_env("chessboard")
+    seeds = [4, 7, 1]
+    policy = make_policy("ekucb", env)
+    policy.reset(seed=seeds)
+    benv = BatchedEnv(env, seeds)
+    rows = torch.arange(3)
+    for _ in range(40):
+        cand = benv.candidates()
+        idx = policy.select(cand)
+        reward, _ = benv.pull(idx)
+        policy.update(cand[rows, idx], reward)
+    state = copy.deepcopy(policy.state_dict())
+    fresh = make_policy("ekucb", env)                # sequential mode until it loads
+    fresh.load_state_dict(state)
+    assert fresh.n_runs == 3 and fresh.t == 40
+    for _ in range(60):
+        cand = benv.candidates()
+        torch.testing.assert_close(fresh(cand), policy(cand), atol=0, rtol=0)
+        idx = policy.select(cand)
+        assert torch.equal(fresh.select(cand), idx)
+        reward, _ = benv.pull(idx)
+        policy.update(cand[rows, idx], reward)
+        fresh.update(cand[rows, idx], reward)
+    assert torch.equal(fresh.diagnostics()["dict_size"], policy.diagnostics()["dict_size"])
+    fresh.load_state_dict(make_policy("ekucb", env).state_dict())   # back to one run
+    assert fresh.n_runs is None and fresh.batch_model is None
+    fresh.reset(seed=3)
+    assert isinstance(fresh.select(cand[0]), int)
+
+
+def test_refusals() -> None:
+    env = make_env("chessboard")
+    kernel = make_kernel("rbf", 0.2)
+    assert "plain" in EKUCB(kernel, parametrisation="plain").why_not_batched()
+    theory = EKUCBTheoryBeta(1.0, 10.0)
+    assert "EKUCBTheoryBeta" in make_policy("ekucb", env, beta=theory).why_not_batched()
+    with pytest.raises(ValueError, match="seed"):
+        EKUCB(kernel, parametrisation="plain").reset(seed=[0, 1])
+    assert EKUCB(kernel).why_not_batched() is None
+
+
+def test_cli_batch_on_equals_batch_off(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["run", "--env", "chessboard", "--policy", "ekucb", "--seeds", "0", "1", "2",
+            "--horizon", "25", "--no-progress"]
+    for mode in ("on", "off"):
+        assert main([*args, "--batch", mode, "--out", str(tmp_path / mode)]) == 0
+    on, off = ({p.name: json.loads(p.read_text()) for p in (tmp_path / m / "runs").glob("*.json")}
+               for m in ("on", "off"))
+    assert sorted(on) == sorted(off) and len(on) == 3
+    for name in on:
+        assert on[name]["actions"] == off[name]["actions"], name
+        assert sorted(on[name]) == sorted(off[name])
+    capsys.readouterr()
+
+
+def test_runs_sorted_by_dictionary_size_still_equal_the_sequential_runs() -> None:
+    """R = 32, two chunks of 16: the batch re-sorts its storage by dictionary size (round 64,
+    128); inputs and outputs stay in run order, a reloaded state keeps the order."""
+    env = make_env("chessboard")
+    seeds = list(range(32))
+    policy = make_policy("ekucb", env)
+    batch = simulate_batch(policy, env, 130, seeds)
+    assert policy._perm is not None and not torch.equal(policy._perm, torch.arange(32))
+    for run in batch:
+        seq = simulate(make_policy("ekucb", env), env, 130, run.seed)
+        assert run.actions == seq.actions
+        assert run.diagnostics["dict_size"] == seq.diagnostics["dict_size"]
+    for r in (0, 7, 31):
+        assert policy.run_dictionary(r).shape[0] == batch[r].diagnostics["dict_size"][-1]
+    fresh = make_policy("ekucb", env)
+    fresh.load_state_dict(copy.deepcopy(policy.state_dict()))
+    cand = BatchedEnv(env, seeds).candidates()
+    assert torch.equal(fresh(cand), policy(cand))
+    assert torch.equal(fresh.diagnostics()["dict_size"], policy.diagnostics()["dict_size"])

@@ -1,0 +1,109 @@
+"""KORS (Zenati et al. 2022, §4.2, Algorithms 1 and 5) for ``R`` runs at once, each on its own
+dictionary: the batched twin of :class:`~torchbandits.models.kors.KORS`.
+
+Per run ``r``: acceptance probabilities ``p̃`` ``[R, cap]`` of the anchors and
+``N_r = (K_ZZ + μ diag(p̃))⁻¹`` ``[R, cap, cap]``, both **zero** beyond ``m_r`` (so a padded
+kernel column ``k_Z`` ``[R, M]`` adds nothing). Leverage (eq. 41 in closed form):
+``u = k_Zᵀ N k_Z``, ``ρ = (k(s,s) − u)₊``, ``τ̃ = (1 + ε) ρ/(ρ + μ)`` (``score="reference"``:
+``((1 + ε) k(s,s)/μ − τ̃)₊``), ``p̃ = min(γ τ̃, 1)``. Adding an anchor borders ``N`` with ``k_Z``
+and ``k(s,s) + μ p̃``. The coins are the caller's (each run's own stream).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..buffers import ResizableModule, grow_rows
+
+__all__ = ["BatchedKORS"]
+
+
+class BatchedKORS(ResizableModule):
+    """KORS of ``R`` runs (see the module docstring); ``mu``, ``eps``, ``gamma``, ``score`` as
+    :class:`~torchbandits.models.kors.KORS` (checked there)."""
+
+    def __init__(self, mu: float, eps: float, gamma: float, score: str, n_runs: int, *,
+                 dtype: torch.dtype = torch.float64,
+                 device: torch.device | str | None = None) -> None:
+        super().__init__()
+        self.mu, self.eps, self.gamma, self.score = float(mu), float(eps), float(gamma), score
+        r = int(n_runs)
+        self.register_buffer("_nz", torch.zeros(r, 16, 16, dtype=dtype, device=device))
+        self.register_buffer("_p", torch.zeros(r, 16, dtype=dtype, device=device))
+        self.register_buffer("_m", torch.zeros(r, dtype=torch.long, device=device))
+
+    @property
+    def sizes(self) -> Tensor:
+        """Anchors per run ``[R]``."""
+        return self._m
+
+    def probabilities(self, run: int) -> Tensor:
+        """``p̃`` of the anchors of run ``run`` ``[m_r]`` (a view)."""
+        return self._p[run, : int(self._m[run])]
+
+    def reset(self) -> None:
+        """Empty every dictionary."""
+        self._nz.zero_()
+        self._p.zero_()
+        self._m.zero_()
+
+    def probability(self, kz: Tensor, kss: Tensor,
+                    chunks: list[tuple[int, int, int]] | None = None) -> Tensor:
+        """``p̃ = min(γ τ̃, 1)`` ``[R]`` of points with ``k_Z = kz`` ``[R, M]`` (``M`` at most the
+        capacity; padded entries are cancelled) and ``k(s,s) = kss`` ``[R]``. ``chunks``:
+        ``(a, b, M_g)`` runs ``a..b−1`` whose dictionaries fit in ``M_g`` (computed on that slice)."""
+        mm = kz.shape[1]
+        u = torch.zeros_like(kss)
+        for a, b, mg in chunks if chunks is not None else [(0, kz.shape[0], mm)]:
+            if mg:
+                kc = kz[a:b, :mg]
+                u[a:b] = (kc[:, None, :] @ self._nz[a:b, :mg, :mg] @ kc[..., None])[:, 0, 0]
+        rho = (kss - u).clamp_(min=0.0)
+        tau = (1.0 + self.eps) * rho / (rho + self.mu)
+        if self.score == "reference":
+            tau = ((1.0 + self.eps) * kss / self.mu - tau).clamp_(min=0.0)
+        return (self.gamma * tau).clamp_(max=1.0)
+
+    def add(self, runs: Tensor, kz: Tensor, kss: Tensor, p: Tensor) -> None:
+        """The point with ``k_Z = kz`` ``[k, M]`` joins the dictionaries of ``runs`` ``[k]`` with
+        probabilities ``p`` ``[k]``: ``N`` bordered with ``k_Z`` and ``k(s,s) + μ p̃``."""
+        k, mm = runs.shape[0], kz.shape[1]
+        if k == 0:
+            return
+        self._nz = grow_rows(self._nz, mm + 1, dims=(1, 2))
+        self._p = grow_rows(self._p, mm + 1, dims=(1,))
+        pos = self._m[runs]
+        ar = torch.arange(k, device=runs.device)
+        nz = self._nz[runs, : mm + 1, : mm + 1]
+        q = (nz[:, :mm, :mm] @ kz[..., None])[..., 0]
+        s = kss + self.mu * p - (kz * q).sum(-1)
+        if not bool((s > 0).all()):
+            raise ValueError("KORS add: a Schur complement is not positive")
+        inv_s = 1.0 / s
+        nz[:, :mm, :mm].addcmul_(q[:, :, None], (q * inv_s[:, None])[:, None, :])
+        border = -q * inv_s[:, None]
+        nz[ar, pos, :mm] = border
+        nz[ar, :mm, pos] = border
+        nz[ar, pos, pos] = inv_s
+        self._nz[runs, : mm + 1, : mm + 1] = nz
+        self._p[runs, pos] = p
+        self._m[runs] = pos + 1
+
+    def permute(self, order: Tensor) -> None:
+        """Reorder the runs: new run ``i`` is old run ``order[i]``."""
+        for name, buf in list(self._buffers.items()):
+            if buf is not None:
+                self._buffers[name] = buf.index_select(0, order.to(buf.device))
+
+    def get_extra_state(self) -> dict[str, Any]:
+        return {"mu": self.mu, "eps": self.eps, "gamma": self.gamma, "score": self.score}
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        self.mu, self.eps, self.gamma = float(state["mu"]), float(state["eps"]), float(state["gamma"])
+        self.score = state["score"]
+
+    def extra_repr(self) -> str:
+        return f"n_runs={self._m.shape[0]}, mu={self.mu}, eps={self.eps}, gamma={self.gamma}"

@@ -1,0 +1,290 @@
+"""``R`` runs of the projected (Nyström / DTC) kernel ridge posterior stepped together, each run on
+its own dictionary (a leading run dimension, padded to a common capacity).
+
+The math is :class:`~torchbandits.models.NystromKernelRidge`'s in its whitened form, run by run
+(Zenati et al. 2022, Prop. 4.2 and Algorithms 2 and 4; Calandriello et al. 2019, §3.1, eq. 4): for
+run ``r`` with dictionary ``Z_r`` (``m_r`` anchors), data ``x_j`` with counts ``c_j`` and reward
+sums ``s_j``, ``P_r = L_r⁻¹`` (``L_r`` the lower Cholesky factor of ``K_{Z_r Z_r} + ηI``),
+embeddings ``e(x) = P_r k_{Z_r}(x)``, ``A_r = E_rᵀ C E_r + λI`` kept as ``Q_r = A_r⁻¹`` and
+``g_r = E_rᵀ s``:
+
+* mean ``μ̃_r(x) = e(x)ᵀ Q_r g_r``;
+* GP-scale variance ``λσ̃²_r(x) = (k(x,x) − ‖e(x)‖²)₊ + λ e(x)ᵀ Q_r e(x)`` (clamped to ``[0, k]``).
+
+**Padding.** The dictionaries have different sizes ``m_r`` (a tensor ``[R]``); every per-anchor
+tensor is held at a common capacity: anchors ``Z`` ``[R, cap_m, d]``, ``P`` and ``Q``
+``[R, cap_m, cap_m]``, ``g`` ``[R, cap_m]``, embeddings ``E`` ``[R, cap_n, cap_m]``. The rows and
+columns of ``P`` and ``Q`` beyond ``m_r`` are **zero**, so a padded anchor (a zero row of ``Z``,
+whose kernel column is finite) gets embedding coordinate ``0`` for every point, contributes 0 to
+``‖e‖²``, ``eᵀQe``, ``Qg`` and every border below: padded entries are exact no-ops, and a round is
+computed on the ``[:M]`` slices, ``M = max_r m_r``. The data are not padded: every run appends one
+point per round, so ``n`` is common (rows ``[R, cap_n]``).
+
+Updates (batched versions of :mod:`~torchbandits.models.nystrom_updates`):
+
+* :meth:`BatchedNystrom.append` — one point per run with the current dictionaries
+  (Sherman–Morrison on every ``Q_r``, ``O(m²)`` per run); returns the embeddings and the residuals
+  ``ω_r = k(x,x) + η − ‖e(x)‖²``;
+* :meth:`BatchedNystrom.add_last` — the last appended point becomes an anchor of the runs named
+  (bordered ``P``, ``Q``, one new column of ``E``: ``O(nm + m²)`` per run, only for those runs);
+* :meth:`BatchedNystrom.rebuild` — from scratch on padded dictionaries ``[R, M, d]`` with sizes
+  ``[R]`` (a policy that resamples its dictionary every round, e.g. BKB): ``K_ZZ`` gets an
+  identity block on the padded rows, so one batched Cholesky serves every run, and the padded rows
+  and columns of ``P`` are zeroed afterwards. A run whose ``K_ZZ`` is numerically singular is
+  whitened alone (the pivoted factor of :func:`~torchbandits.models.nystrom_updates.whitening`).
+
+**Chunks.** A round works on chunks of :attr:`~BatchedNystromState.CHUNK` consecutive runs, each
+at its own width ``M_g = max m_r`` over the chunk (``[:M_g]`` slices, exact by the zero padding);
+:meth:`~BatchedNystromState.permute` reorders the runs (EK-UCB keeps them sorted by dictionary
+size), so the work is ``Σ_g k_g·M_g²`` instead of ``R·M²``. The storage is in
+:mod:`~torchbandits.models.batched_nystrom_state`; :class:`~torchbandits.models.batched_kors.BatchedKORS`
+holds the KORS sampler of EK-UCB the same way.
+The numbers equal the sequential model's up to rounding (batched products may sum in another order).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from .batched_nystrom_state import BatchedNystromState, batched_kernel
+from .nystrom_updates import PIVOT_TOL, whitening
+
+__all__ = ["BatchedNystrom", "batched_kernel"]
+
+
+class BatchedNystrom(BatchedNystromState):
+    """Whitened Nyström posterior of ``R`` runs, each on its own dictionary (module docstring).
+
+    Args:
+        kernel: GPyTorch kernel shared by every run.
+        lam: ridge regulariser ``λ > 0``.
+        n_runs: ``R``.
+        jitter: nugget ``η ≥ 0`` on the diagonal of ``K_ZZ``.
+        min_residual: :meth:`add_last` refuses an anchor with ``ω ≤ min_residual·k(z,z)``.
+        dtype, device: of all state (float64 by default).
+    """
+
+    # ------------------------------------------------------------------ queries
+    def kernel_columns(self, x: Tensor) -> Tensor:
+        """``k_{Z_r}(x_r)`` ``[R, M]`` of one point per run ``x`` ``[R, d]`` (padded anchors give
+        finite values that the zero padding of ``P`` and ``Q`` cancels)."""
+        mm = self._mmax
+        if mm == 0:
+            return x.new_zeros(x.shape[0], 0)
+        return self._k.block(self._z[:, :mm], x[:, None])[..., 0]
+
+    def prior_variance(self, x: Tensor) -> Tensor:
+        """``k(x_r, x_r)`` ``[R]`` of points ``[R, d]``."""
+        return self._k.diag(x)
+
+    def score(self, cand: Tensor) -> tuple[Tensor, Tensor]:
+        """Mean ``μ̃_r`` and GP-scale variance ``λσ̃²_r`` (clamped to ``[0, k]``) of trusted
+        candidates ``[R, A, d]``; both ``[R, A]``. Cost ``O(A·M²)`` per run: one batched kernel
+        block ``[R, M, A]``, one product with ``P`` (``F = P K``) and one with ``Q``
+        (``Q [F, g]``: the variances' ``QF`` and the mean weights ``w = Qg`` together). The
+        columns are remembered for :meth:`scored_columns` until the state changes."""
+        kdiag = self._k.diag(cand)
+        if self._mmax == 0:
+            return cand.new_zeros(cand.shape[:2]), kdiag
+        means, variances, cols = [], [], []
+        for a, b, mg in self.chunks():
+            mean, var, col = self._score_chunk(cand[a:b], kdiag[a:b], a, b, mg)
+            means.append(mean)
+            variances.append(var)
+            cols.append(col)
+        self._scored = (self._version, cand, cols)
+        mean = means[0] if len(means) == 1 else torch.cat(means)
+        var = variances[0] if len(variances) == 1 else torch.cat(variances)
+        return mean, (var.clamp_(max=self._k.const) if self._k.const is not None
+                      else torch.minimum(var, kdiag))
+
+    def _score_chunk(self, cand: Tensor, kdiag: Tensor, a: int, b: int, mg: int
+                     ) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor, Tensor]]:
+        """:meth:`score` of the runs ``a..b−1`` on their ``[:M_g]`` slices."""
+        if mg == 0:
+            empty = cand.new_zeros(cand.shape[0], cand.shape[1], 0)
+            return cand.new_zeros(cand.shape[:2]), kdiag.clone(), (empty, empty, empty)
+        # row layout ([k, A, M_g]: the candidates' rows times Pᵀ and Qᵀ ran faster than P·K here)
+        kz = self._k.block(cand, self._z[a:b, :mg])                         # k_Z(x)ᵀ [k, A, M_g]
+        f = kz @ self._p[a:b, :mg, :mg].mT                                  # e(x)ᵀ [k, A, M_g]
+        na = f.shape[1]
+        qf = torch.cat([f, self._g[a:b, None, :mg]], 1) @ self._q[a:b, :mg, :mg].mT
+        mean = (f @ qf[:, na:].mT)[..., 0]
+        qf = qf[:, :na]
+        var = (kdiag - (f * f).sum(-1)).clamp_(min=0.0)
+        var.add_((f * qf).sum(-1), alpha=self.lam)
+        return mean, var.clamp_(min=0.0), (kz, f, qf)
+
+    def scored_columns(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor] | None:
+        """``(k_Z(x), e(x), Q e(x))``, each ``[R, M]``, when every run's ``x_r`` ``[R, d]`` is a
+        candidate of the last :meth:`score` and nothing changed since (else ``None``): the
+        played candidates' columns, so that :meth:`append` skips two passes over ``P`` and ``Q``."""
+        last = self._scored
+        if last is None or last[0] != self._version:
+            return None
+        cand = last[1]
+        if cand.shape[0] != x.shape[0] or cand.shape[2] != x.shape[1]:
+            return None
+        hit = (cand == x[:, None, :]).all(-1)                              # [R, A]
+        if not bool(hit.any(-1).all()):
+            return None
+        first = hit.to(torch.int8).argmax(-1)
+        mm = self._mmax
+        out: list[list[Tensor]] = [[], [], []]
+        for (a, b, mg), col in zip(self.chunks(), last[2], strict=True):
+            idx = first[a:b, None, None].expand(-1, 1, mg)
+            for j, t in enumerate(col):
+                piece = t.gather(1, idx)[:, 0] if mg else t[:, 0]
+                out[j].append(torch.nn.functional.pad(piece, (0, mm - mg)) if mg < mm else piece)
+        return tuple(o[0] if len(o) == 1 else torch.cat(o) for o in out)  # type: ignore[return-value]
+
+    # ------------------------------------------------------------------ updates
+    def append(self, x: Tensor, y: Tensor,
+               columns: tuple[Tensor, Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
+        """Add ``x`` ``[R, d]`` with rewards ``y`` ``[R]`` (trusted) to every run with its current
+        dictionary: ``f = e(x)``, ``Q ← Q − (Qf)(Qf)ᵀ/(1 + fᵀQf)``, ``g ← g + y f``.
+        ``columns`` may pass ``(k_Z(x), e(x), Q e(x))`` ``[R, M]`` each (:meth:`scored_columns`).
+        Returns ``(f [R, M], ω [R])`` with ``ω = k(x,x) + η − ‖f‖²`` the residual of ``x`` outside
+        the span of each dictionary (before the append)."""
+        n, mm = self._n, self._mmax
+        kxx = self._k.diag(x)
+        self._ensure(n + 1, max(mm, 1), x.shape[1])
+        self._version += 1
+        if mm:
+            q = self._q[:, :mm, :mm]
+            if columns is None:
+                f = (self._p[:, :mm, :mm] @ self.kernel_columns(x)[..., None])[..., 0]
+                gq = (q @ f[..., None])[..., 0]
+            else:
+                f, gq = columns[1], columns[2]
+            fg = (f * gq).sum(-1)
+            omega = kxx + self.jitter - (f * f).sum(-1)
+            gs = gq / (1.0 + fg)[:, None]
+            for a, b, mg in self.chunks():   # Q ← Q − (Qf)(Qf)ᵀ/(1 + fᵀQf) on each chunk's slice
+                if mg:
+                    q[a:b, :mg, :mg].addcmul_(gq[a:b, :mg, None], gs[a:b, None, :mg], value=-1.0)
+            self._g[:, :mm].add_(f * y[:, None])
+            self._e[:, n, :mm] = f
+            self._logdet.add_(torch.log1p(fg))
+        else:
+            f = x.new_zeros(x.shape[0], 0)
+            omega = kxx + self.jitter
+        self._x[:, n] = x
+        self._s[:, n] = y
+        self._n = n + 1
+        return f, omega
+
+    def add_last(self, runs: Tensor, f: Tensor, omega: Tensor) -> Tensor:
+        """Make the last appended point an anchor of the runs ``runs`` (LongTensor ``[k]``),
+        ``f`` ``[k, M]`` its embedding and ``omega`` ``[k]`` its residual as :meth:`append`
+        returned them. The ``min_residual`` guard refuses ``ω ≤ min_residual·k(z,z)`` (counted in
+        :attr:`refused`). Returns the mask ``[k]`` of the runs whose dictionary grew. Per run:
+        ``d = √ω``, new row of ``P``: ``[−Pᵀf/d, 1/d]``, new embedding column
+        ``e = (k_S(z) − E f)/d``, ``Q`` bordered with ``b = Eᵀ C e`` and ``eᵀ C e + λ``."""
+        n, mm, lam = self._n, self._mmax, self.lam
+        z = self._x[runs, n - 1]
+        kzz_raw = self._k.diag(z)
+        ok = omega > self.min_residual * kzz_raw
+        if not bool(ok.all()):
+            self._refused.index_add_(0, runs[~ok], torch.ones_like(runs[~ok]))
+            runs, f, omega, z = runs[ok], f[ok], omega[ok], z[ok]
+        k = runs.shape[0]
+        if k == 0:
+            return ok
+        self._version += 1
+        pos = self._m[runs]
+        self._ensure(n, mm + 1, z.shape[1])
+        ar = torch.arange(k, device=runs.device)
+        d = torch.sqrt(omega)
+        p = self._p[runs, : mm + 1, : mm + 1]
+        row = -(p[:, :mm, :mm].mT @ f[..., None])[..., 0] / d[:, None]      # zero beyond m_r
+        xs = self._x[runs, :n]
+        gs = self._k.block(xs, z[:, None])[..., 0]                           # k_S(z) [k, n]
+        e_old = self._e[runs, :n, :mm]
+        e_new = (gs - (e_old @ f[..., None])[..., 0]) / d[:, None]           # [k, n]
+        ce = self._c[runs, :n] * e_new
+        b = (e_old.mT @ ce[..., None])[..., 0]                               # [k, M]
+        q = self._q[runs, : mm + 1, : mm + 1]
+        qb = (q[:, :mm, :mm] @ b[..., None])[..., 0]
+        schur = (e_new * ce).sum(-1) + lam - (b * qb).sum(-1)
+        if not bool((schur > 0).all()):
+            raise ValueError("add_last: a Schur complement is not positive")
+        inv_s = 1.0 / schur
+        q[:, :mm, :mm].addcmul_(qb[:, :, None], (qb * inv_s[:, None])[:, None, :])
+        border = -qb * inv_s[:, None]
+        q[ar, pos, :mm] = border
+        q[ar, :mm, pos] = border
+        q[ar, pos, pos] = inv_s
+        p[ar, pos, :mm] = row
+        p[ar, pos, pos] = 1.0 / d
+        self._p[runs, : mm + 1, : mm + 1] = p
+        self._q[runs, : mm + 1, : mm + 1] = q
+        self._g[runs, pos] = (e_new * self._s[runs, :n]).sum(-1)
+        rows_n = torch.arange(n, device=runs.device)
+        self._e[runs[:, None], rows_n[None, :], pos[:, None]] = e_new
+        self._z[runs, pos] = z
+        self._logdet[runs] += torch.log(schur)
+        self._m[runs] = pos + 1
+        self._mmax = int(self._m.max())
+        self._chunk_cache = None
+        return ok
+
+    @torch.no_grad()
+    def rebuild(self, dictionary: Tensor, sizes: Tensor, x: Tensor, target_sums: Tensor,
+                counts: Tensor) -> None:
+        """Recompute every run from scratch (``O(nM² + M³)`` per run): dictionaries
+        ``[R, M, d]`` padded beyond ``sizes`` ``[R]``, data ``x`` ``[R, n, d]`` with reward sums
+        and counts ``[R, n]`` (a zero count is a no-op row). ``K_ZZ`` padded with the identity
+        (``[[K_r, 0], [0, I]]``) factors in one batched Cholesky; the padded rows and columns of
+        ``P`` are zeroed, so ``E = K_SZ Pᵀ`` and ``A = EᵀCE + λI`` are padded with 0 and ``λ``."""
+        r, mm = dictionary.shape[0], dictionary.shape[1]
+        n, d = x.shape[1], x.shape[2]
+        self._version += 1
+        self._ensure(max(n, 1), max(mm, 1), d)
+        self._x[:, :n] = x
+        self._c[:, :n] = counts
+        self._c[:, n:] = 1.0
+        self._s[:, :n] = target_sums
+        self._n = n
+        self._m.copy_(sizes)
+        self._mmax = mm
+        self._chunk_cache = None
+        self._p.zero_()
+        self._q.zero_()
+        self._g.zero_()
+        if mm == 0:
+            self._logdet.zero_()
+            return
+        self._z[:, :mm] = dictionary
+        live = torch.arange(mm, device=sizes.device)[None, :] < sizes[:, None]    # [R, M]
+        pair = live[:, :, None] & live[:, None, :]
+        kzz = torch.where(pair, self._k.block(dictionary, dictionary), 0.0)
+        eye = torch.eye(mm, dtype=self.dtype, device=self.device).expand(r, mm, mm)
+        pad_diag = torch.diag_embed((~live).to(self.dtype))
+        kzz = kzz + pad_diag + (self.jitter * torch.diag_embed(live.to(self.dtype)))
+        chol, info = torch.linalg.cholesky_ex(kzz)
+        p = torch.linalg.solve_triangular(chol, eye, upper=False)
+        pivots = torch.diagonal(chol, dim1=-2, dim2=-1) ** 2
+        scale = self._k.diag(dictionary).masked_fill(~live, 0.0).amax(-1) + self.jitter
+        bad = (info != 0) | ((pivots <= PIVOT_TOL * scale[:, None]) & live).any(-1)
+        for run in bad.nonzero()[:, 0].tolist():   # numerically singular: pivoted, run alone
+            m_r = int(sizes[run])
+            p[run] = 0.0
+            p[run, :m_r, :m_r] = whitening(kzz[run, :m_r, :m_r], eye[0, :m_r, :m_r])
+        p = p * pair
+        feat = self._k.block(x, dictionary) @ p.mT                                # E [R, n, M]
+        a = feat.mT @ (counts[..., None] * feat)
+        a.diagonal(dim1=-2, dim2=-1).add_(self.lam)
+        chol_a = torch.linalg.cholesky(a)
+        self._p[:, :mm, :mm] = p
+        self._q[:, :mm, :mm] = torch.cholesky_inverse(chol_a)
+        self._g[:, :mm] = (feat.mT @ target_sums[..., None])[..., 0]
+        self._e[:, :n, :mm] = feat
+        logdet = 2.0 * torch.log(torch.diagonal(chol_a, dim1=-2, dim2=-1)).sum(-1)
+        self._logdet.copy_(logdet - (mm - sizes).to(self.dtype) * math.log(self.lam))  # the padded λ
+
+    def extra_repr(self) -> str:
+        return f"n_runs={self.n_runs}, lam={self.lam}, n={self._n}, max_m={self._mmax}"

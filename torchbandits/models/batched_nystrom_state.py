@@ -1,0 +1,209 @@
+"""Storage, sizes and kernel evaluations of :class:`~torchbandits.models.batched_nystrom.BatchedNystrom`
+(``R`` runs of the whitened Nyström posterior, each on its own dictionary; the math and the padding
+are stated there). Buffers, zero beyond each run's size ``m_r``: anchors ``_z`` ``[R, cap_m, d]``,
+``_p = P`` and ``_q = Q`` ``[R, cap_m, cap_m]``, ``_g`` ``[R, cap_m]``, embeddings ``_e``
+``[R, cap_n, cap_m]``; data ``_x`` ``[R, cap_n, d]``, counts ``_c`` and sums ``_s`` ``[R, cap_n]``;
+sizes ``_m`` ``[R]``, ``log det A`` ``_logdet`` ``[R]``, refusals ``_refused`` ``[R]``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from gpytorch.kernels import Kernel, RBFKernel
+from torch import Tensor
+
+from ..buffers import ResizableModule, grow_rows
+from ..kernels import kernel_bound, kernel_diag, kernel_matrix
+
+__all__ = ["BatchedNystromState", "batched_kernel"]
+
+
+class _Kernel:
+    """Batched kernel blocks ``[R, na, nb]``: an isotropic RBF by ``cdist`` as the sequential
+    model evaluates it (``exp(c·‖a − b‖²)``), any other kernel through
+    :func:`~torchbandits.kernels.kernel_matrix`."""
+
+    def __init__(self, kernel: Kernel) -> None:
+        self.kernel = kernel
+        self.const = kernel_bound(kernel)
+        self.rbf_c: float | None = None
+        if type(kernel) is RBFKernel and kernel.active_dims is None and kernel.lengthscale.numel() == 1:
+            self.rbf_c = -0.5 / float(kernel.lengthscale) ** 2
+
+    def block(self, a: Tensor, b: Tensor) -> Tensor:
+        if self.rbf_c is not None:
+            d = torch.cdist(a, b, compute_mode="donot_use_mm_for_euclid_dist")
+            return d.square_().mul_(self.rbf_c).exp_()
+        return kernel_matrix(self.kernel, a, b)
+
+    def diag(self, a: Tensor) -> Tensor:
+        """``k(a_i, a_i)`` of ``a`` ``[..., n, d]`` → ``[..., n]``."""
+        if self.const is not None:
+            return a.new_full(a.shape[:-1], self.const)
+        return kernel_diag(self.kernel, a.reshape(-1, a.shape[-1])).reshape(a.shape[:-1])
+
+
+def batched_kernel(kernel: Kernel) -> _Kernel:
+    """The batched kernel evaluator of :class:`~torchbandits.models.batched_nystrom.BatchedNystrom`
+    (``.block(a, b)`` ``[R, na, nb]``, ``.diag(a)``)."""
+    return _Kernel(kernel)
+
+
+class BatchedNystromState(ResizableModule):
+    """The storage of :class:`~torchbandits.models.batched_nystrom.BatchedNystrom` (see there for
+    the arguments).
+    """
+
+    def __init__(self, kernel: Kernel, lam: float, n_runs: int, *, jitter: float = 0.0,
+                 min_residual: float = 1e-8, dtype: torch.dtype = torch.float64,
+                 device: torch.device | str | None = None) -> None:
+        super().__init__()
+        if int(n_runs) < 1:
+            raise ValueError(f"n_runs must be >= 1, got {n_runs}")
+        r = int(n_runs)
+        self.lam, self.jitter, self.min_residual = float(lam), float(jitter), float(min_residual)
+        self.kernel = kernel.to(dtype=dtype, device=device)
+        self._k = _Kernel(self.kernel)
+        z = dict(dtype=dtype, device=device)
+        self.register_buffer("_m", torch.zeros(r, dtype=torch.long, device=device))
+        self.register_buffer("_z", torch.zeros(r, 16, 0, **z))
+        self.register_buffer("_p", torch.zeros(r, 16, 16, **z))
+        self.register_buffer("_q", torch.zeros(r, 16, 16, **z))
+        self.register_buffer("_g", torch.zeros(r, 16, **z))
+        self.register_buffer("_x", torch.zeros(r, 16, 0, **z))
+        self.register_buffer("_c", torch.ones(r, 16, **z))
+        self.register_buffer("_s", torch.zeros(r, 16, **z))
+        self.register_buffer("_e", torch.zeros(r, 16, 16, **z))
+        self.register_buffer("_logdet", torch.zeros(r, **z))
+        self.register_buffer("_refused", torch.zeros(r, dtype=torch.long, device=device))
+        self._n = 0
+        self._mmax = 0
+        self._version = 0   # bumped by every change: keys the columns of the last score
+        self._chunk_cache: list[tuple[int, int, int]] | None = None
+        self._scored: tuple[int, Tensor, list[tuple[Tensor, Tensor, Tensor]]] | None = None
+
+    # ------------------------------------------------------------------ sizes / state
+    @property
+    def n_runs(self) -> int:
+        """Number of runs R."""
+        return int(self._m.shape[0])
+
+    @property
+    def n(self) -> int:
+        """Data points per run (common to all runs)."""
+        return self._n
+
+    @property
+    def sizes(self) -> Tensor:
+        """Dictionary sizes ``m_r`` ``[R]`` (a view)."""
+        return self._m
+
+    @property
+    def max_size(self) -> int:
+        """``M = max_r m_r``, the width every round works on."""
+        return self._mmax
+
+    #: runs per chunk of the per-chunk widths (:meth:`chunks`)
+    CHUNK = 16
+
+    def chunks(self) -> list[tuple[int, int, int]]:
+        """``(a, b, M_g)``: the runs ``a..b−1`` in chunks of :attr:`CHUNK` and each chunk's own
+        width ``M_g = max m_r`` over it. Rounds work chunk by chunk on ``[:M_g]`` slices, so a
+        chunk of small dictionaries does not pay for the largest one; :meth:`permute` (runs
+        sorted by size) makes the chunks homogeneous."""
+        c = self._chunk_cache
+        if c is None:
+            sizes = self._m.tolist()
+            step = self.CHUNK
+            c = self._chunk_cache = [(a, min(a + step, len(sizes)), max(sizes[a:a + step]))
+                                     for a in range(0, len(sizes), step)]
+        return c
+
+    def chunked_cost(self, order: Tensor | None = None) -> int:
+        """``Σ_g (b − a)·M_g²`` of the chunks (with the runs in ``order``, if given)."""
+        sizes = (self._m if order is None else self._m[order]).tolist()
+        step = self.CHUNK
+        return sum(len(sizes[a:a + step]) * max(sizes[a:a + step]) ** 2
+                   for a in range(0, len(sizes), step))
+
+    def permute(self, order: Tensor) -> None:
+        """Reorder the runs: new run ``i`` is old run ``order[i]`` (every per-run buffer)."""
+        for name, buf in list(self._buffers.items()):
+            if buf is not None:
+                self._buffers[name] = buf.index_select(0, order.to(buf.device))
+        self._version += 1
+        self._chunk_cache = None
+
+    @property
+    def refused(self) -> Tensor:
+        """Anchors refused by the ``min_residual`` guard, per run ``[R]``."""
+        return self._refused
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self._c.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self._c.device
+
+    def dictionary(self, run: int) -> Tensor:
+        """Anchors of run ``run`` ``[m_r, d]`` (a view)."""
+        return self._z[run, : int(self._m[run])]
+
+    @property
+    def x(self) -> Tensor:
+        """Stored points ``[R, n, d]`` (a view)."""
+        return self._x[:, : self._n]
+
+    def log_det(self) -> Tensor:
+        """``log det(I + K̃_r/λ) = log det A_r − m_r log λ`` ``[R]``."""
+        return self._logdet - self._m.to(self.dtype) * math.log(self.lam)
+
+    def get_extra_state(self) -> dict[str, Any]:
+        return {"n": self._n}
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        self._n = int(state["n"])
+        self._version += 1
+        self._chunk_cache = None
+        self._mmax = int(self._m.max()) if self._m.numel() else 0
+
+    def _apply(self, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+        out = super()._apply(fn, *args, **kwargs)
+        self._k = _Kernel(self.kernel)
+        self._version += 1
+        return out
+
+    def reset(self) -> None:
+        """Forget the data and the dictionaries of every run."""
+        self._n = self._mmax = 0
+        self._version += 1
+        self._chunk_cache = None
+        for buf in (self._m, self._p, self._q, self._g, self._e, self._logdet, self._refused):
+            buf.zero_()
+        self._c.fill_(1.0)
+
+    def _ensure(self, n: int, m: int, d: int) -> None:
+        """Capacity for ``n`` points and ``m`` anchors of dimension ``d`` (zero padding)."""
+        x, e, p = self._x, self._e, self._p
+        if x.shape[2] == d and n <= e.shape[1] and m <= e.shape[2] and m <= p.shape[1] \
+                and n <= x.shape[1] and m <= self._z.shape[1]:
+            return
+        if self._x.shape[2] != d:
+            self._x = self._c.new_zeros(self.n_runs, self._x.shape[1], d)
+            self._z = self._c.new_zeros(self.n_runs, self._z.shape[1], d)
+        old = self._c.shape[1]
+        self._x = grow_rows(self._x, n, dims=(1,))
+        self._c = grow_rows(self._c, n, dims=(1,))
+        self._c[:, old:] = 1.0
+        self._s = grow_rows(self._s, n, dims=(1,))
+        self._e = grow_rows(self._e, n, dims=(1,))
+        self._z = grow_rows(self._z, m, dims=(1,))
+        self._p = grow_rows(self._p, m, dims=(1, 2))
+        self._q = grow_rows(self._q, m, dims=(1, 2))
+        self._g = grow_rows(self._g, m, dims=(1,))
+        self._e = grow_rows(self._e, m, dims=(2,))

@@ -1,0 +1,321 @@
+"""Batched mode of EK-UCB (Zenati et al. 2022, Algorithms 2 and 4): ``R`` runs, each with its own
+KORS-grown dictionary, stepped together.
+
+``reset(seed=[s_1, …, s_R])`` starts a batch: the ``R`` posteriors are one
+:class:`~torchbandits.models.batched_nystrom.BatchedNystrom` and the ``R`` samplers one
+:class:`~torchbandits.models.batched_kors.BatchedKORS`, dictionaries padded to a common capacity
+(sizes ``[R]``; padded rows of the whitening factor and of the inverses are zero, so padded
+anchors are exact no-ops). A round: ``select(candidates [R, A, d])`` scores all runs with one
+batched kernel block and two batched products (``LongTensor [R]``, first index on ties);
+``update(x [R, d], reward [R])`` appends to every run, computes every run's KORS probability,
+draws the coins of the runs with ``p̃ < 1`` from their own streams (:class:`RunCoins`, exactly
+the sequential draws), and grows the dictionaries of the accepted runs only (one batched border
+of the accepted subset). Run ``r`` plays what the sequential EK-UCB reset with ``seed=s_r`` plays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..batching import check_batch_points, check_batch_rewards, check_batched_candidates, check_seeds
+from ..confidence import ConstantBeta
+from ..models.batched_kors import BatchedKORS
+from ..models.batched_nystrom import BatchedNystrom
+
+__all__ = ["RESORT_EVERY", "EKUCBBatchMixin", "RunCoins"]
+
+#: rounds between two checks of the storage order of a batch (runs sorted by dictionary size)
+RESORT_EVERY = 64
+
+
+class RunCoins:
+    """Per-run uniform coins drawn only by the runs that need one, each from its own generator,
+    in chunks: run ``r``'s ``j``-th coin is its generator's ``j``-th ``torch.rand((), float64)``
+    (CPU ``rand`` fills a tensor element by element, so one call of ``chunk`` draws is the same
+    numbers). :meth:`sync` rewinds each generator to exactly the coins handed out.
+
+    Args:
+        generators: one ``torch.Generator`` per run (used from their current state).
+        chunk: coins drawn per refill of one run (64).
+    """
+
+    def __init__(self, generators: Sequence[torch.Generator], *, chunk: int = 64) -> None:
+        self.generators = list(generators)
+        self.chunk = int(chunk)
+        r = len(self.generators)
+        self._buf = torch.zeros(r, self.chunk, dtype=torch.float64)
+        self._used = torch.full((r,), self.chunk, dtype=torch.long)  # chunk = nothing buffered
+        self._states: list[Tensor | None] = [None] * r
+
+    @property
+    def n_runs(self) -> int:
+        """Number of runs R."""
+        return len(self.generators)
+
+    def draw(self, need: Tensor) -> Tensor:
+        """Coins ``[R]`` (float64, CPU); a run's entry is a fresh draw where ``need`` ``[R]`` (bool)
+        is set and meaningless elsewhere (nothing is consumed there)."""
+        need = need.cpu()
+        empty = need & (self._used >= self.chunk)
+        if bool(empty.any()):
+            for r in empty.nonzero()[:, 0].tolist():
+                g = self.generators[r]
+                self._states[r] = g.get_state()
+                self._buf[r] = torch.rand(self.chunk, generator=g, dtype=torch.float64)
+                self._used[r] = 0
+        out = self._buf.gather(1, self._used.clamp(max=self.chunk - 1)[:, None])[:, 0]
+        self._used += need
+        return out
+
+    def sync(self) -> list[torch.Generator]:
+        """The generators rewound to exactly the coins handed out (for a state save or a draw
+        of another kind, e.g. the warm-up's ``randint``)."""
+        for r, state in enumerate(self._states):
+            if state is not None:
+                g = self.generators[r]
+                g.set_state(state)
+                for _ in range(int(self._used[r])):
+                    torch.rand((), generator=g, dtype=torch.float64)
+        self._states = [None] * self.n_runs
+        self._used.fill_(self.chunk)
+        return self.generators
+
+
+class EKUCBBatchMixin:
+    """The batched branch of :class:`~torchbandits.policies.EKUCB` (module docstring); the
+    single-run calls go to the next class of the MRO unchanged."""
+
+    coins: RunCoins | None = None
+    _perm: Tensor | None = None
+    _inv: Tensor | None = None
+
+    # ---------------------------------------------------------------- eligibility
+    def why_not_batched(self) -> str | None:
+        """``None`` if this policy can step a batch of runs, else the reason."""
+        from .ekucb import EKUCB
+        if type(self) is not EKUCB:
+            return f"{type(self).__name__} changes EKUCB's steps (runs sequentially)"
+        if type(self.rule) is not ConstantBeta:  # type: ignore[attr-defined]
+            return (f"{type(self.rule).__name__} has no batched width for EK-UCB (batched: a "  # type: ignore[attr-defined]
+                    "constant β); EKUCB runs sequentially")
+        if self.model.parametrisation != "whitened":  # type: ignore[attr-defined]
+            return "the plain parametrisation runs sequentially (batched: whitened)"
+        return None
+
+    @property
+    def batchable(self) -> bool:
+        """Whether ``reset(seed=[…])`` can start a batch (see :meth:`why_not_batched`)."""
+        return self.why_not_batched() is None
+
+    @property
+    def n_runs(self) -> int | None:
+        """``R`` in batched mode, ``None`` for a single run."""
+        return None if self.coins is None else self.coins.n_runs
+
+    @property
+    def batch_model(self) -> BatchedNystrom | None:
+        """The ``R`` posteriors in batched mode (a submodule), else ``None``."""
+        return self._modules.get("batched")  # type: ignore[attr-defined]
+
+    @property
+    def batch_kors(self) -> BatchedKORS | None:
+        """The ``R`` KORS samplers in batched mode (a submodule), else ``None``."""
+        return self._modules.get("batched_kors")  # type: ignore[attr-defined]
+
+    # ---------------------------------------------------------------- start / leave
+    def _install_batch(self, gens: list[torch.Generator]) -> None:
+        model, kors, r = self.model, self.kors, len(gens)  # type: ignore[attr-defined]
+        opts = dict(dtype=self.dtype, device=self.device)  # type: ignore[attr-defined]
+        self.batched = BatchedNystrom(model.kernel, model.lam, r, jitter=model.jitter,
+                                      min_residual=model.min_residual, **opts)
+        self.batched_kors = BatchedKORS(kors.mu, kors.eps, kors.gamma, kors.score, r, **opts)
+        self.coins = RunCoins(gens)
+        zeros = torch.zeros(r, **opts)  # type: ignore[arg-type]
+        self._batch_stats = {"last_p": torch.full_like(zeros, float("nan")),
+                             "sum_p": zeros.clone(), "sum_pq": zeros.clone()}
+        self._set_order(None)
+
+    # ---------------------------------------------------------------- run order
+    def _set_order(self, perm: Tensor | None) -> None:
+        """Storage order of the runs: slot ``i`` holds run ``perm[i]`` (``None``: identity).
+        The batched state is kept sorted by dictionary size (re-sorted every
+        :data:`RESORT_EVERY` rounds when that cuts the chunked work by 15 %), so that each chunk
+        of :attr:`BatchedNystrom.CHUNK` runs works at its own width; inputs and outputs stay in
+        run order."""
+        self._perm = perm
+        self._inv = None if perm is None else torch.argsort(perm)
+
+    def _to_slots(self, t: Tensor) -> Tensor:
+        return t if self._perm is None else t[self._perm.to(t.device)]
+
+    def _to_runs(self, t: Tensor) -> Tensor:
+        return t if self._inv is None else t[self._inv.to(t.device)]
+
+    def _maybe_resort(self) -> None:
+        model, kors = self.batch_model, self.batch_kors
+        assert model is not None and kors is not None
+        if model.n_runs <= model.CHUNK or self.t % RESORT_EVERY != RESORT_EVERY - 1:  # type: ignore[attr-defined]
+            return
+        order = torch.argsort(model.sizes, descending=True, stable=True)
+        if model.chunked_cost(order) >= 0.85 * model.chunked_cost():
+            return
+        model.permute(order)
+        kors.permute(order)
+        self._batch_stats = {k: v[order.to(v.device)] for k, v in self._batch_stats.items()}
+        perm = order.cpu() if self._perm is None else self._perm[order.cpu()]
+        self._set_order(perm)
+
+    def run_dictionary(self, run: int) -> Tensor:
+        """Anchors of run ``run`` of the batch ``[m_r, d]``."""
+        model = self.batch_model
+        assert model is not None
+        return model.dictionary(run if self._inv is None else int(self._inv[run]))
+
+    def run_kors_probabilities(self, run: int) -> Tensor:
+        """KORS acceptance probabilities ``p̃`` of run ``run``'s anchors ``[m_r]``."""
+        kors = self.batch_kors
+        assert kors is not None
+        return kors.probabilities(run if self._inv is None else int(self._inv[run]))
+
+    def _leave_batch(self) -> None:
+        for name in ("batched", "batched_kors"):
+            if name in self._modules:  # type: ignore[attr-defined]
+                delattr(self, name)
+        self.coins = None
+
+    def reset(self, seed: int | Sequence[int] | Tensor | None = None) -> None:
+        """Forget all observations; an int seeds one run, a sequence of seeds starts a batch
+        (``ValueError`` naming ``seed`` if the policy cannot batch, see :meth:`why_not_batched`)."""
+        if seed is None or isinstance(seed, int) or (isinstance(seed, Tensor) and seed.ndim == 0):
+            if seed is not None:
+                self._leave_batch()
+            super().reset(None if seed is None else int(seed))  # type: ignore[misc]
+            if self.coins is not None:
+                self._install_batch(self.coins.sync())
+            return
+        seeds = check_seeds(seed)
+        reason = self.why_not_batched()
+        if reason is not None:
+            raise ValueError(f"seed: a list of seeds starts a batch, but {reason}")
+        super().reset(None)  # type: ignore[misc]
+        self._install_batch([torch.Generator().manual_seed(s) for s in seeds])
+
+    # ---------------------------------------------------------------- rounds
+    def _check_batch(self, candidates: Any) -> Tensor:
+        assert self.coins is not None
+        return check_batched_candidates("candidates", candidates, self.coins.n_runs,
+                                        dtype=self.dtype, device=self.device,  # type: ignore[attr-defined]
+                                        dim=self.dim)  # type: ignore[attr-defined]
+
+    def _batch_ucb(self, cand: Tensor) -> Tensor:
+        """UCB ``[R, A]`` of checked candidates ``[R, A, d]``: ``μ̃ + β·sd`` (ridge sd
+        ``= GP sd/√λ`` unless ``variance="gp"``)."""
+        model, rule = self.batch_model, self.rule  # type: ignore[attr-defined]
+        assert model is not None
+        mean, var = model.score(self._to_slots(cand))
+        scale = rule.beta / model.lam ** 0.5 if rule.variance == "ridge" else rule.beta
+        return self._to_runs(mean.add_(var.sqrt_(), alpha=scale))
+
+    def forward(self, candidates: Tensor) -> Tensor:
+        """UCB ``[A]`` of candidates ``[A, d]``; in batched mode ``[R, A]`` of ``[R, A, d]``."""
+        if self.coins is None:
+            return super().forward(candidates)  # type: ignore[misc]
+        return self._batch_ucb(self._check_batch(candidates))
+
+    def select(self, candidates: Any) -> Any:
+        """One index (single run), or a ``LongTensor [R]`` for candidates ``[R, A, d]``: each
+        run's UCB argmax (first index on ties), uniform from its own stream in the warm-up."""
+        coins = self.coins
+        if coins is None:
+            return super().select(candidates)  # type: ignore[misc]
+        cand = self._check_batch(candidates)
+        dev = self.device  # type: ignore[attr-defined]
+        if self.t < self.n_warmup:  # type: ignore[attr-defined]
+            index = self.warmup_index  # type: ignore[attr-defined]
+            if index is None:
+                draws = [torch.randint(cand.shape[1], (1,), generator=g) for g in coins.sync()]
+                return torch.cat(draws).to(dev)
+            if index >= cand.shape[1]:
+                raise ValueError(f"warmup_index {index} is out of range for {cand.shape[1]} "
+                                 f"candidates")
+            return torch.full((cand.shape[0],), index, dtype=torch.long, device=dev)
+        with torch.no_grad():
+            return torch.argmax(self._batch_ucb(cand), dim=1)
+
+    def update(self, x: Any, reward: Any) -> None:
+        """Single run: as before. Batch: ``x [R, d]`` and ``reward [R]``, both checked before any
+        run's state changes (``ValueError`` naming the argument); then the data update of every
+        run, the KORS decisions (coins from each run's stream where ``0 < p̃ < 1``; a run's
+        first point is its first anchor with ``p̃ = 1``), and the growth of the accepted runs."""
+        coins = self.coins
+        if coins is None:
+            super().update(x, reward)  # type: ignore[misc]
+            return
+        model, kors = self.batch_model, self.batch_kors
+        assert model is not None and kors is not None
+        n = coins.n_runs
+        opts = dict(dtype=self.dtype, device=self.device)  # type: ignore[attr-defined]
+        xv = check_batch_points("x", x, n, dim=self.dim, **opts)  # type: ignore[attr-defined,arg-type]
+        y = check_batch_rewards("reward", reward, n, **opts)  # type: ignore[arg-type]
+        with torch.no_grad():
+            xv, y = self._to_slots(xv), self._to_slots(y)    # storage order from here on
+            first = model.sizes == 0
+            cols = model.scored_columns(xv)   # the played candidates of the last select
+            kz = model.kernel_columns(xv) if cols is None else cols[0]
+            kss = model.prior_variance(xv)
+            chunks = model.chunks()
+            f, omega = model.append(xv, y, cols)
+            p = torch.where(first, 1.0, kors.probability(kz, kss, chunks))
+            need = ~first & (p < 1.0)
+            coin = self._to_slots(coins.draw(self._to_runs(need))).to(p)
+            accept = first | (p >= 1.0) | (need & (coin < p))
+            stats = self._batch_stats
+            later = (~first).to(p)
+            stats["sum_p"].add_(p * later)
+            stats["sum_pq"].add_(p * (1.0 - p) * later)
+            stats["last_p"] = p
+            runs = accept.nonzero()[:, 0]
+            if runs.numel():
+                added = model.add_last(runs, f[runs], omega[runs])
+                kors.add(runs[added], kz[runs][added], kss[runs][added], p[runs][added])
+            self._maybe_resort()
+        self.dim = xv.shape[1]
+        self.t += 1  # type: ignore[attr-defined]
+
+    def batch_diagnostics(self) -> dict[str, Any]:
+        """Per-run ``[R]`` tensors: dictionary size, KORS counters, refused anchors; ``n``, β."""
+        model = self.batch_model
+        assert model is not None
+        st = {k: self._to_runs(v) for k, v in self._batch_stats.items()}
+        dt = self.dtype  # type: ignore[attr-defined]
+        return {"dict_size": self._to_runs(model.sizes).to(dt), "n": float(model.n),
+                "kors_prob": st["last_p"], "kors_prob_sum": st["sum_p"],
+                "kors_prob_var_sum": st["sum_pq"], "refused": self._to_runs(model.refused).to(dt),
+                **self.rule.diagnostics()}  # type: ignore[attr-defined]
+
+    # ---------------------------------------------------------------- state
+    def batch_state(self) -> dict[str, Any] | None:
+        """The batch's picklable state (generators, KORS counters), or ``None`` for one run."""
+        if self.coins is None:
+            return None
+        return {"rng": [g.get_state() for g in self.coins.sync()],
+                "stats": {k: v.detach().cpu().clone() for k, v in self._batch_stats.items()},
+                "perm": None if self._perm is None else self._perm.clone()}
+
+    def load_batch_state(self, batch: dict[str, Any] | None) -> None:
+        """Install an empty batch of the saved ``R`` (its buffers load right after: children
+        load after their parent's extra state), or leave batched mode for ``None``."""
+        self._leave_batch()
+        if batch is None:
+            return
+        gens = [torch.Generator() for _ in batch["rng"]]
+        for g, s in zip(gens, batch["rng"], strict=True):
+            g.set_state(s)
+        self._install_batch(gens)
+        self._batch_stats = {k: v.to(dtype=self.dtype, device=self.device)  # type: ignore[attr-defined]
+                             for k, v in batch["stats"].items()}
+        self._set_order(batch.get("perm"))
