@@ -17,10 +17,19 @@ from typing import Any, Literal
 
 import torch
 
-from ..batching import check_seeds
+from ..batching import check_seeds, deferred_checks
 from ..envs.batched import BatchedEnv, why_not_batchable
 from .results import RunResult, resumable_run
-from .runner import EnvFactory, Job, PolicyFactory, run_jobs, simulate, tqdm
+from .runner import (
+    EnvFactory,
+    Job,
+    PolicyFactory,
+    policy_memory,
+    run_jobs,
+    simulate,
+    start_memory,
+    tqdm,
+)
 
 __all__ = ["BatchMode", "can_batch", "run_grid_batched", "simulate_batch", "why_not_batch"]
 
@@ -46,9 +55,33 @@ def can_batch(policy: Any, env: Any) -> bool:
     return why_not_batch(policy, env) is None
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+class _StepClock:
+    """Agent seconds of every round (``select`` + ``update``) without a host synchronisation:
+    ``time.perf_counter`` on the CPU; on a CUDA device, CUDA events recorded in the stream and
+    read once, at the end."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.marks: list[Any] = []
+
+    def mark(self) -> None:
+        """Four marks per round: before/after ``select``, before/after ``update``."""
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self.marks.append(event)
+        else:
+            self.marks.append(time.perf_counter())
+
+    def seconds(self) -> list[float]:
+        """``(m1 − m0) + (m3 − m2)`` of every round (synchronises on CUDA: call at the end)."""
+        m = self.marks
+        if self.cuda:
+            if m:
+                m[-1].synchronize()
+            return [(m[i].elapsed_time(m[i + 1]) + m[i + 2].elapsed_time(m[i + 3])) / 1e3
+                    for i in range(0, len(m), 4)]
+        return [(m[i + 1] - m[i]) + (m[i + 3] - m[i + 2]) for i in range(0, len(m), 4)]
 
 
 def _per_run(value: Any, n_runs: int) -> list[float]:
@@ -70,66 +103,90 @@ def simulate_batch(
     progress: tqdm | bool = False,
     config: Mapping[str, Any] | None = None,
     chunk: int = 64,
+    sync_every: int = 100,
 ) -> list[RunResult]:
     """Run ``policy`` on ``env`` for ``horizon`` rounds once per seed, batched when possible.
 
     Batched: ``env`` is the template of a :class:`~torchbandits.envs.batched.BatchedEnv` (left
     unchanged), ``policy.reset(seed=seeds)`` puts the policy in batched mode; per round
     ``candidates [R, A, d]`` → ``select`` → ``LongTensor [R]`` → ``pull`` → rewards and regrets
-    ``[R]`` → ``update(candidates[r, i_r] [R, d], rewards [R])``. Actions, rewards and regrets
-    stay on the device until the end. A run's ``agent_seconds`` per round is its share of the
-    batched ``select`` + ``update`` (step time / R), its ``config["wall_seconds"]`` its share
-    of the loop's wall time. Otherwise: one :func:`~.runner.simulate` per seed, in order.
+    ``[R]`` → ``update(candidates[r, i_r] [R, d], rewards [R])``.
+
+    **No host synchronisation inside a round.** The loop runs inside
+    :func:`~torchbandits.batching.deferred_checks`: the policy and the environment are fed the
+    library's own tensors, so their value checks (finite candidates and rewards, index range,
+    the posterior's positive pivots) become per-run device flags; the runner reads them every
+    ``sync_every`` rounds (0: only at the end) and at the end, and raises
+    :class:`~torchbandits.batching.BatchCheckError` (a ``ValueError``) naming the check, run,
+    seed and round. Actions, rewards, regrets and the policy's diagnostics stay on the device
+    and are copied to the host at the end; the step clock is ``time.perf_counter`` on the CPU
+    and CUDA events on a CUDA device.
+
+    A run's ``agent_seconds`` per round is its share of the batched ``select`` + ``update``
+    (step time / R), its ``config["wall_seconds"]`` its share of the loop's wall time, and its
+    ``memory_bytes`` its share (/ R) of the batch's device memory (:func:`~.runner.policy_memory`).
+    Otherwise: one :func:`~.runner.simulate` per seed, in order.
     """
     seeds = check_seeds(seeds)
     if int(horizon) < 1:
         raise ValueError(f"horizon must be >= 1, got {horizon}")
+    if int(sync_every) < 0:
+        raise ValueError(f"sync_every must be >= 0, got {sync_every}")
     names = {"policy_name": policy_name, "env_name": env_name}
     if not can_batch(policy, env):
         return [simulate(policy, env, horizon, s, diagnostics_every=diagnostics_every,
                          progress=progress, config=config, **names) for s in seeds]
     n = len(seeds)
+    device = policy.device
+    base_bytes = start_memory(device)
     benv = BatchedEnv(env, seeds, chunk=chunk)
     policy.reset(seed=seeds)
-    device = policy.device
-    rows = torch.arange(n, device=benv.candidates().device)
-    actions, rewards, regrets, seconds = [], [], [], []
+    actions, rewards, regrets = [], [], []
+    clock = _StepClock(device)
     diag_steps: list[int] = []
-    diags: list[dict[str, list[float]]] = [{} for _ in range(n)]
+    raw_diags: list[dict[str, Any]] = []
     bar = progress if isinstance(progress, tqdm) else None
     own_bar = None
     if progress is True:
         own_bar = bar = tqdm(total=int(horizon) * n, desc=policy_name or type(policy).__name__,
                              leave=False)
     start = time.perf_counter()
-    for t in range(int(horizon)):
-        cand = benv.candidates()
-        _sync(device)
-        t0 = time.perf_counter()
-        idx = policy.select(cand)
-        t1 = time.perf_counter()
-        reward, regret = benv.pull(idx)
-        t2 = time.perf_counter()
-        policy.update(cand[rows, idx.to(rows.device)], reward)
-        _sync(device)
-        t3 = time.perf_counter()
-        seconds.append(((t1 - t0) + (t3 - t2)) / n)
-        actions.append(idx)
-        rewards.append(reward)
-        regrets.append(regret)
-        if diagnostics_every and (t + 1) % diagnostics_every == 0:
-            diag_steps.append(t + 1)
-            for k, v in policy.diagnostics().items():
-                for r, value in enumerate(_per_run(v, n)):
-                    diags[r].setdefault(k, []).append(value)
-        if bar is not None:
-            bar.update(n)
+    with deferred_checks() as checks:
+        for t in range(int(horizon)):
+            checks.round = t
+            cand = benv.candidates()
+            clock.mark()
+            idx = policy.select(cand)
+            clock.mark()
+            reward, regret = benv.pull(idx)
+            clock.mark()
+            gather = idx.to(cand.device)[:, None, None].expand(-1, 1, cand.shape[2])
+            policy.update(cand.gather(1, gather)[:, 0], reward)
+            clock.mark()
+            actions.append(idx)
+            rewards.append(reward)
+            regrets.append(regret)
+            if diagnostics_every and (t + 1) % diagnostics_every == 0:
+                diag_steps.append(t + 1)
+                raw_diags.append(policy.diagnostics())
+            if bar is not None:
+                bar.update(n)
+            if sync_every and (t + 1) % int(sync_every) == 0:
+                checks.raise_if_failed(seeds)
+        checks.raise_if_failed(seeds)
     if own_bar is not None:
         own_bar.close()
+    seconds = [s / n for s in clock.seconds()]
     wall = time.perf_counter() - start
+    memory = policy_memory(policy, device, base_bytes) / n
     acts = torch.stack(actions, dim=1).cpu().tolist()
     rews = torch.stack(rewards, dim=1).cpu().tolist()
     regs = torch.stack(regrets, dim=1).to(torch.float64).cpu().tolist()
+    diags: list[dict[str, list[float]]] = [{} for _ in range(n)]
+    for raw in raw_diags:
+        for k, v in raw.items():
+            for r, value in enumerate(_per_run(v, n)):
+                diags[r].setdefault(k, []).append(value)
     results = []
     for r, seed in enumerate(seeds):
         cfg = {"horizon": int(horizon), "device": str(device), "dtype": str(policy.dtype),
@@ -138,7 +195,8 @@ def simulate_batch(
         results.append(RunResult(
             policy=policy_name or type(policy).__name__, env=env_name or type(env).__name__,
             seed=int(seed), rewards=rews[r], regret=regs[r], agent_seconds=list(seconds),
-            actions=acts[r], diagnostic_steps=list(diag_steps), diagnostics=diags[r], config=cfg))
+            actions=acts[r], diagnostic_steps=list(diag_steps), diagnostics=diags[r], config=cfg,
+            memory_bytes=memory))
     return results
 
 

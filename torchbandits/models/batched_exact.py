@@ -31,7 +31,13 @@ import torch
 from gpytorch.kernels import Kernel
 from torch import Tensor
 
-from ..batching import check_batch_points, check_batch_rewards, check_batched_candidates
+from ..batching import (
+    active_checks,
+    check_batch_points,
+    check_batch_rewards,
+    check_batched_candidates,
+    check_runs,
+)
 from ..buffers import ResizableModule, grow_rows
 from ..kernels import kernel_diag, kernel_matrix
 
@@ -56,6 +62,15 @@ def check_run_values(name: str, value: Any, n_runs: int, *, positive: bool,
         bound = "> 0" if positive else ">= 0"
         raise ValueError(f"{name} must be finite and {bound}: run {run} has {float(v[run])}")
     return v
+
+
+def _storage_key(t: Tensor) -> tuple[Any, ...]:
+    """Which memory ``t`` views, and its version counter (host metadata only); an inference
+    tensor has no version counter, so its key equals nothing."""
+    if t.is_inference():
+        return (object(),)
+    return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.stride()), t.dtype,
+            t.device, t._version)
 
 
 class BatchedExactKernelRidge(ResizableModule):
@@ -161,7 +176,9 @@ class BatchedExactKernelRidge(ResizableModule):
         ``row = L⁻¹ k_S(x)``, ``d = sqrt(k(x,x) + λ − ‖row‖²)``, ``z_n = (y − row·z)/d``.
 
         Validates first (shapes, finiteness, positive pivots; ``validate=False``: the caller has
-        checked ``x`` and ``y`` already); a rejected call changes nothing.
+        checked ``x`` and ``y`` already); a rejected call changes nothing. Inside
+        :func:`~torchbandits.batching.deferred_checks` the pivot check is a device flag (no host
+        read): a run with a non-positive pivot goes on with NaN until the runner reads the flags.
         """
         n, r = self._n, self.n_runs
         if validate:
@@ -176,10 +193,9 @@ class BatchedExactKernelRidge(ResizableModule):
         else:
             row = x.new_zeros(r, 0)
             d2 = kxx + self._lam
-        if not bool((d2 > 0).all()):
-            run = int((d2 <= 0).nonzero()[0, 0])
-            raise ValueError(f"append: pivot {float(d2[run]):.3e} not positive in run {run} "
-                             f"(λ = {float(self._lam[run])})")
+        check_runs("append: Cholesky pivot not positive", ~(d2 > 0),
+                   lambda run: f"append: pivot {float(d2[run]):.3e} not positive in run {run} "
+                               f"(λ = {float(self._lam[run])})")
         d = torch.sqrt(d2)
         if self._x.shape[2] != x.shape[1]:
             self._x = x.new_zeros(r, self._x.shape[1], x.shape[1])
@@ -196,11 +212,17 @@ class BatchedExactKernelRidge(ResizableModule):
 
     # ------------------------------------------------------------------ queries
     def _whitened(self, cand: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """``(V [R, n, A], k_CC [R, A], colsum(V ⊙ V) [R, A])`` for candidates ``[R, A, d]``."""
+        """``(V [R, n, A], k_CC [R, A], colsum(V ⊙ V) [R, A])`` for candidates ``[R, A, d]``.
+
+        The cache of a fixed candidate set is hit when ``cand`` is a view of the same, unmodified
+        storage as the cached call (a host-side comparison of storage, offset, strides and
+        version counter — the cache holds a reference, so the storage cannot be reused), or, in
+        an eager call, when ``torch.equal`` finds the same values (one host read)."""
         n = self._n
         c = self._cache
-        if (c is not None and c["cand"].shape == cand.shape and c["n_at"] <= n
-                and torch.equal(c["cand"], cand)):
+        if c is not None and c["cand"].shape == cand.shape and c["n_at"] <= n and (
+                c["key"] == _storage_key(cand)
+                or (active_checks() is None and torch.equal(c["cand"], cand))):
             a = c["n_at"]
             if a < n:   # the rows of V for the points appended since the last call
                 kq_new = kernel_matrix(self.kernel, self._x[:, a:n], cand)     # [R, n−a, A]
@@ -220,7 +242,7 @@ class BatchedExactKernelRidge(ResizableModule):
             buf = v.new_zeros(v.shape[0], max(2 * n, 16), v.shape[2])
             buf[:, :n] = v
             self._cache = {"cand": cand.clone(), "kdiag": kdiag, "v": buf, "sumsq": sumsq,
-                           "n_at": n}
+                           "n_at": n, "src": cand, "key": _storage_key(cand)}
         return v, kdiag, sumsq
 
     @torch.no_grad()
