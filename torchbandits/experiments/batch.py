@@ -5,13 +5,16 @@
 either way it returns one :class:`~.results.RunResult` per seed with the fields and ``config``
 keys that :func:`~.runner.simulate` gives. The contract: run ``r`` of a batch is the sequential
 run with seed ``seeds[r]`` (same actions, same rewards and regrets), whatever runs beside it.
-:func:`run_grid_batched` is :func:`~.runner.run_grid` with that choice made per policy × env.
+:func:`run_grid_batched` is :func:`~.runner.run_grid` with that choice made per policy × env,
+:func:`run_jobs_batched` :func:`~.runner.run_jobs` with it made per setting (the reproductions'
+runner).
 """
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -31,7 +34,8 @@ from .runner import (
     tqdm,
 )
 
-__all__ = ["BatchMode", "can_batch", "run_grid_batched", "simulate_batch", "why_not_batch"]
+__all__ = ["BatchMode", "can_batch", "run_grid_batched", "run_jobs_batched", "simulate_batch",
+           "why_not_batch"]
 
 BatchMode = Literal["auto", "on", "off"]
 
@@ -204,6 +208,74 @@ class _NotSaved(Exception):
     """Raised by the probe of :func:`resumable_run` when a run has no finished file."""
 
 
+def run_jobs_batched(
+    jobs: Iterable[Job],
+    *,
+    batch: BatchMode = "auto",
+    out: str | Path | None = None,
+    progress: bool = True,
+    diagnostics_every: int = 1,
+    resume: bool = True,
+    match: Sequence[str] | None = None,
+    desc: str = "runs",
+) -> list[RunResult]:
+    """:func:`~.runner.run_jobs` (same results in the same order, same files, same resume rules)
+    with the seeds of each setting run as one batch.
+
+    A setting is the jobs with the same environment and policy names, horizon and ``config``
+    and no ``annotate`` (which needs each run's own policy and environment): by the runner's
+    convention (files ``ENV__POLICY__seedS``) such jobs differ only in their seed. A setting's
+    unfinished seeds go through :func:`simulate_batch` when :func:`can_batch` says so and
+    ``batch`` is ``"on"``, or ``"auto"`` with more than one seed to run; otherwise (and with
+    ``"off"``) through :func:`~.runner.run_jobs`, one seed at a time."""
+    if batch not in ("auto", "on", "off"):
+        raise ValueError(f"batch must be 'auto', 'on' or 'off', got {batch!r}")
+    jobs = list(jobs)
+    settings: dict[Any, list[int]] = {}
+    for i, job in enumerate(jobs):
+        key = (("alone", i) if job.annotate is not None else
+               (job.env, job.policy, int(job.horizon),
+                json.dumps(job.config, sort_keys=True, default=str)))
+        settings.setdefault(key, []).append(i)
+    done: dict[int, RunResult] = {}
+    bar = tqdm(total=sum(int(j.horizon) for j in jobs), desc=desc, disable=not progress)
+    for members in settings.values():
+        first = jobs[members[0]]
+        cfg = dict(first.config or {})
+        keys = [k for k in cfg if k != "argv"] if match is None else list(match)
+        todo = []
+        for i in members:
+            if out is not None and resume:
+                try:
+                    done[i] = resumable_run(Path(out) / "runs" / jobs[i].filename,
+                                            _raise_not_saved, horizon=jobs[i].horizon,
+                                            match={k: cfg.get(k) for k in keys})[0]
+                    bar.update(int(jobs[i].horizon))
+                    continue
+                except _NotSaved:
+                    pass
+            todo.append(i)
+        env = first.make_env() if todo and batch != "off" else None
+        policy = first.make_policy(env) if env is not None else None
+        if env is not None and can_batch(policy, env) and (batch == "on" or len(todo) > 1):
+            bar.set_postfix_str(f"{first.env} / {first.policy} / {len(todo)} seeds batched")
+            runs = simulate_batch(policy, env, first.horizon, [jobs[i].seed for i in todo],
+                                  policy_name=first.policy, env_name=first.env,
+                                  diagnostics_every=diagnostics_every, progress=bar,
+                                  config=first.config)
+            for i, res in zip(todo, runs, strict=True):
+                if out is not None:
+                    res.save(Path(out) / "runs" / jobs[i].filename)
+                done[i] = res
+        elif todo:
+            ran = run_jobs([jobs[i] for i in todo], out=out, progress=False,
+                           diagnostics_every=diagnostics_every, resume=False, match=match)
+            bar.update(sum(int(jobs[i].horizon) for i in todo))
+            done.update(zip(todo, ran, strict=True))
+    bar.close()
+    return [done[i] for i in range(len(jobs))]
+
+
 def run_grid_batched(
     policies: Mapping[str, PolicyFactory],
     envs: Mapping[str, EnvFactory],
@@ -221,51 +293,12 @@ def run_grid_batched(
     """:func:`~.runner.run_grid` (same order, files, resume rules) with the seeds of each
     policy × env batched: ``batch="auto"`` when :func:`can_batch` and there is more than one seed
     to run, ``"on"`` whenever :func:`can_batch`, ``"off"`` never (the sequential loop)."""
-    if batch not in ("auto", "on", "off"):
-        raise ValueError(f"batch must be 'auto', 'on' or 'off', got {batch!r}")
     seeds = check_seeds(seeds)
-    cfg = dict(config or {})
-    keys = [k for k in cfg if k != "argv"] if match is None else list(match)
-    match_values = {k: cfg.get(k) for k in keys}
-    results: list[RunResult] = []
-    total = len(policies) * len(envs) * len(seeds) * int(horizon)
-    bar = tqdm(total=total, desc="runs", disable=not progress)
-    for env_name, make_env in envs.items():
-        for pol_name, make_policy in policies.items():
-            jobs = [Job(env_name, pol_name, s, int(horizon), make_env, make_policy, config)
-                    for s in seeds]
-            done: dict[int, RunResult] = {}
-            if out is not None and resume:
-                for job in jobs:
-                    path = Path(out) / "runs" / job.filename
-                    try:
-                        done[job.seed] = resumable_run(path, _raise_not_saved, horizon=horizon,
-                                                       match=match_values)[0]
-                        bar.update(int(horizon))
-                    except _NotSaved:
-                        pass
-            todo = [job for job in jobs if job.seed not in done]
-            env = make_env() if todo and batch != "off" else None
-            policy = make_policy(env) if env is not None else None
-            batched = (env is not None and can_batch(policy, env)
-                       and (batch == "on" or len(todo) > 1))
-            if batched:
-                bar.set_postfix_str(f"{env_name} / {pol_name} / {len(todo)} seeds batched")
-                for job, res in zip(todo, simulate_batch(
-                        policy, env, horizon, [j.seed for j in todo], policy_name=pol_name,
-                        env_name=env_name, diagnostics_every=diagnostics_every, progress=bar,
-                        config=config), strict=True):
-                    if out is not None:
-                        res.save(Path(out) / "runs" / job.filename)
-                    done[job.seed] = res
-            elif todo:
-                ran = run_jobs(todo, out=out, progress=False, diagnostics_every=diagnostics_every,
-                               resume=False, match=match)
-                bar.update(len(todo) * int(horizon))
-                done.update({job.seed: res for job, res in zip(todo, ran, strict=True)})
-            results.extend(done[s] for s in seeds)
-    bar.close()
-    return results
+    jobs = [Job(env_name, pol_name, s, int(horizon), make_env, make_policy, config)
+            for env_name, make_env in envs.items() for pol_name, make_policy in policies.items()
+            for s in seeds]
+    return run_jobs_batched(jobs, batch=batch, out=out, progress=progress,
+                            diagnostics_every=diagnostics_every, resume=resume, match=match)
 
 
 def _raise_not_saved() -> RunResult:
