@@ -217,3 +217,45 @@ def test_cuda_batched_loop_under_sync_debug_error(monkeypatch: pytest.MonkeyPatc
     for res in runs:
         assert res.actions == simulate(make_policy(policy, cpu_env), cpu_env, 20, res.seed).actions
         assert res.memory_bytes is not None and res.memory_bytes > 0
+
+
+def test_block_solves_past_the_head_size_equal_the_sequential_model() -> None:
+    """Past 64 points the batched factor is solved as a contiguous head plus a tail (refreshed
+    every 64 appends): 150 appends against ``ExactKernelRidge`` run by run (mean, variance to
+    1e-10), before and after a state-dict reload mid-way (the head is rebuilt from the state)."""
+    from torchbandits import make_kernel
+    from torchbandits.models import ExactKernelRidge
+    from torchbandits.models.batched_exact import BatchedExactKernelRidge
+
+    g = torch.Generator().manual_seed(3)
+    r, n, a, d = 3, 150, 40, 2
+    lam = torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64)
+    x = torch.rand(r, n, d, generator=g, dtype=torch.float64)
+    y = torch.randn(r, n, generator=g, dtype=torch.float64)
+    cand = torch.rand(r, a, d, generator=g, dtype=torch.float64)
+    model = BatchedExactKernelRidge(make_kernel("rbf", 0.3), lam, r)
+    seq = [ExactKernelRidge(make_kernel("rbf", 0.3), float(lam[i])) for i in range(r)]
+    for t in range(n):
+        with deferred_checks() as checks:
+            model.append(x[:, t], y[:, t])
+        assert checks.failures() == []
+        for i in range(r):
+            seq[i].append(x[i, t], y[i, t])
+        if t in (63, 64, 100, 129, 149):
+            mean, var = model.mean_var(cand, "gp")
+            for i in range(r):
+                m_i, v_i = seq[i].mean_var(cand[i])
+                assert torch.allclose(mean[i], m_i, atol=1e-10, rtol=0)
+                assert torch.allclose(var[i], v_i, atol=1e-10, rtol=0)
+        if t == 129:
+            twin = BatchedExactKernelRidge(make_kernel("rbf", 0.3), lam, r)
+            twin.load_state_dict(model.state_dict())
+            assert torch.allclose(twin.mean_var(cand)[1], model.mean_var(cand)[1], atol=1e-13)
+            model = twin
+
+
+def test_kucb_batch_past_the_head_size_equals_sequential() -> None:
+    env = make_env("rkhs", dim=2, n_arms=25)
+    runs = simulate_batch(make_policy("kucb", env), env, 150, [0, 1])
+    for res in runs:
+        assert res.actions == simulate(make_policy("kucb", env), env, 150, res.seed).actions
