@@ -4,6 +4,7 @@
     python benchmarks/bench_batch.py --quick       # seconds: random only, R = 1, 4; T = 30
     python benchmarks/bench_batch.py --policies kucb,gpucb --learning-horizon 200
     python benchmarks/bench_batch.py --policies ekucb --max-sequential 8   # Chessboard, T = 2000
+    python benchmarks/bench_batch.py --whole-run   # K-UCB, rkhs, T = 1000, R = 64: one row
 
 For each environment a policy plays ``T`` rounds for ``R`` seeds (R = 1, 8, 64), once through
 :func:`~torchbandits.experiments.simulate_batch` (one batch) and once through ``R`` calls of
@@ -213,6 +214,29 @@ def rule_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def bench_whole_run(policy: str, name: str, n_runs: int, horizon: int,
+                    repeats: int) -> dict:
+    """One whole run of ``policy`` on ``name`` for ``n_runs`` seeds (T = ``horizon``): one
+    batch against ``n_runs`` sequential runs, process CPU time, median of ``repeats`` (A/B
+    alternating); the batch's peak memory per run (``memory_bytes``) is reported too."""
+    env = _env(name, horizon)
+    seeds = list(range(n_runs))
+    tb, ts = [], []
+    for _ in range(repeats):
+        cb, res_b = _cpu(lambda: simulate_batch(make_policy(policy, env), env, horizon, seeds,
+                                                diagnostics_every=0))
+        cs, res_s = _cpu(lambda: [simulate(make_policy(policy, env), env, horizon, s,
+                                           diagnostics_every=0) for s in seeds])
+        tb.append(cb)
+        ts.append(cs)
+    b, s = statistics.median(tb), statistics.median(ts)
+    same = all(a.actions == c.actions for a, c in zip(res_b, res_s, strict=True))
+    return {"policy": policy, "env": name, "R": n_runs, "T": horizon, "batched_s": b,
+            "sequential_s": s, "batched_steps_per_s": n_runs * horizon / b,
+            "sequential_steps_per_s": n_runs * horizon / s, "speedup": s / b,
+            "same_actions": same, "memory_bytes_per_run": res_b[0].memory_bytes}
+
+
 def table(rows: list[dict]) -> str:
     lines = ["| policy | env | R | T | batched CPU s | sequential CPU s | batched run-steps/s | "
              "sequential run-steps/s | speedup | batched GFLOP/s |",
@@ -247,7 +271,18 @@ def main(argv: list[str] | None = None) -> int:
                          "(default: all; 8 is plenty for EK-UCB at T = 2000)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default="results/bench_batch")
+    ap.add_argument("--whole-run", action="store_true",
+                    help="only K-UCB's whole run: rkhs (d = 3, 100 fresh arms), T = --horizon "
+                         "(1000), R = --runs (64), against R sequential runs")
     args = ap.parse_args(argv)
+    if args.whole_run:
+        torch.set_num_threads(max(1, args.threads))
+        row = bench_whole_run("kucb", "rkhs", (args.runs or [64])[0], args.horizon or 1000,
+                              args.repeats or 1)
+        print(json.dumps(row, indent=2))
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "whole_run.json").write_text(json.dumps(row, indent=2))
+        return 0
     torch.set_num_threads(max(1, args.threads))
     runs = args.runs or ([1, 4] if args.quick else [1, 8, 64])
     horizon = args.horizon or (30 if args.quick else 500)

@@ -15,24 +15,45 @@ the state saved at the start of its chunk and redraws only what was consumed, so
 or invented.
 
 The checks raise ``ValueError`` naming the argument, before any state changes.
+
+**Host synchronisation.** An eager check reads one flag back to the host (``float``/``bool`` of
+a reduction): fine for a call from user code, a stall per check on a CUDA device. Inside
+:func:`deferred_checks` (entered by :func:`~torchbandits.experiments.simulate_batch`, which feeds
+the policy tensors made by the library's own batched environment) the same functions keep the
+shape checks (host metadata, no device read) and turn every value check (finite candidates,
+points and rewards, index range, the batched posterior's positive pivots) into a per-run flag
+accumulated *on the device* (:class:`DeferredChecks`, the first failing round of each run); the
+runner reads all flags at once every ``sync_every`` rounds and at the end, and raises
+:class:`BatchCheckError` (a ``ValueError``) naming the check, the run, its seed and the round.
+A deferred check does not reject the call: a failing run computes on (its numbers become NaN)
+until that read. :class:`RunStreams` given a ``device`` moves each chunk there with one
+non-blocking copy, so a round's draws are device tensors and need no per-round transfer.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import torch
 from torch import Tensor
 
 __all__ = [
+    "BatchCheckError",
+    "DeferredChecks",
     "RunStreams",
+    "active_checks",
     "check_batch_index",
     "check_batch_points",
     "check_batch_rewards",
     "check_batched_candidates",
+    "check_runs",
     "check_seeds",
+    "deferred_checks",
+    "to_device",
 ]
 
 _NORMAL_SERIAL = 15  # randn fills at most this many elements per call in generator order
@@ -67,28 +88,33 @@ class RunStreams:
     Args:
         generators: the runs' generators (``R`` of them), used from their current state.
         chunk: rounds drawn per refill (64).
+        device: where the draws are handed out (CPU by default); each refill is moved there with
+            one non-blocking copy (the generators stay on the CPU).
 
     Draw ``n`` rounds of ``shape`` and run ``r`` gets what ``n`` calls of
     ``torch.rand(*shape, generator=g_r)`` (or ``randn``, ``randint(high, shape)``) would give.
     """
 
-    def __init__(self, generators: Sequence[torch.Generator], *, chunk: int = 64) -> None:
+    def __init__(self, generators: Sequence[torch.Generator], *, chunk: int = 64,
+                 device: torch.device | str | None = None) -> None:
         self.generators = list(generators)
         if not self.generators:
             raise ValueError("generators must hold at least one generator")
         if int(chunk) < 1:
             raise ValueError(f"chunk must be >= 1, got {chunk}")
         self.chunk = int(chunk)
+        self.device = torch.device("cpu" if device is None else device)
         self._spec: tuple[Any, ...] | None = None
         self._buffer: Tensor | None = None   # [R, K, numel]
         self._used = 0
         self._states: list[Tensor] = []
 
     @classmethod
-    def from_seeds(cls, seeds: Sequence[int], *, chunk: int = 64) -> RunStreams:
+    def from_seeds(cls, seeds: Sequence[int], *, chunk: int = 64,
+                   device: torch.device | str | None = None) -> RunStreams:
         """Fresh generators ``torch.Generator().manual_seed(s)`` for every seed."""
         return cls([torch.Generator().manual_seed(int(s)) for s in check_seeds(seeds)],
-                   chunk=chunk)
+                   chunk=chunk, device=device)
 
     @property
     def n_runs(self) -> int:
@@ -121,7 +147,8 @@ class RunStreams:
             for g in self.generators:
                 parts = [_draw(g, kind, per_call * numel, dtype, high) for _ in range(calls)]
                 rows.append(torch.cat(parts) if calls > 1 else parts[0])
-            self._buffer = torch.stack(rows).reshape(self.n_runs, rounds, numel)
+            self._buffer = to_device(torch.stack(rows).reshape(self.n_runs, rounds, numel),
+                                     self.device)
             self._spec, self._used = spec, 0
         out = self._buffer[:, self._used]
         self._used += 1
@@ -146,11 +173,100 @@ class RunStreams:
         return self.generators
 
 
+# ---------------------------------------------------------------------- deferred checks
+def to_device(x: Tensor, device: torch.device) -> Tensor:
+    """``x`` on ``device``: a CPU → CUDA copy is non-blocking (no host synchronisation)."""
+    return x.to(device, non_blocking=x.device.type == "cpu" and device.type == "cuda")
+
+
+class BatchCheckError(ValueError):
+    """A check of a batched run that failed on the device, reported when the runner synced."""
+
+
+class DeferredChecks:
+    """Per-run failure flags of a batched run, kept on the device until :meth:`raise_if_failed`.
+
+    ``round`` is set by the runner before each round; :meth:`flag` records, for every run whose
+    entry of ``bad`` ``[R]`` is true, the first round it happened (a ``[R]`` int64 tensor per
+    check, ``-1`` while clean) with ``torch.where`` — no host read.
+    """
+
+    def __init__(self) -> None:
+        self.round = 0
+        self._first: dict[str, Tensor] = {}
+
+    def flag(self, check: str, bad: Tensor) -> None:
+        """Record the runs where ``bad`` ``[R]`` (bool) holds, under the label ``check``."""
+        bad = bad.reshape(-1)
+        first = self._first.get(check)
+        if first is None:
+            first = torch.full(bad.shape, -1, dtype=torch.long, device=bad.device)
+        self._first[check] = torch.where(bad & (first < 0), self.round, first)
+
+    def failures(self) -> list[tuple[str, int, int]]:
+        """``(check, run, first round)`` of every failed run: one host read of all flags."""
+        if not self._first:
+            return []
+        names = list(self._first)
+        rounds = torch.stack([self._first[k] for k in names]).tolist()
+        return [(k, r, t) for k, row in zip(names, rounds, strict=True)
+                for r, t in enumerate(row) if t >= 0]
+
+    def raise_if_failed(self, seeds: Sequence[int] | None = None) -> None:
+        """Raise :class:`BatchCheckError` naming the first failure (check, run, seed, round)."""
+        bad = self.failures()
+        if bad:
+            check, run, t = min(bad, key=lambda f: (f[2], f[1]))
+            seed = f" (seed {seeds[run]})" if seeds is not None else ""
+            raise BatchCheckError(f"{check}: failed in run {run}{seed} at round {t} "
+                                  f"({len(bad)} failing (check, run) pairs in all)")
+
+
+_ACTIVE: ContextVar[DeferredChecks | None] = ContextVar("torchbandits_deferred_checks",
+                                                        default=None)
+
+
+def active_checks() -> DeferredChecks | None:
+    """The :class:`DeferredChecks` of the enclosing :func:`deferred_checks`, else ``None``."""
+    return _ACTIVE.get()
+
+
+@contextmanager
+def deferred_checks() -> Iterator[DeferredChecks]:
+    """Inside: the value checks of this module flag failures on the device instead of reading
+    them to the host (the trusted path of a runner stepping library-made tensors)."""
+    checks = DeferredChecks()
+    token = _ACTIVE.set(checks)
+    try:
+        yield checks
+    finally:
+        _ACTIVE.reset(token)
+
+
+def check_runs(check: str, bad: Tensor, message: Callable[[int], str]) -> None:
+    """Runs where ``bad`` ``[R]`` holds fail ``check``: deferred inside :func:`deferred_checks`,
+    else ``ValueError(message(first bad run))`` (one host read)."""
+    checks = _ACTIVE.get()
+    if checks is not None:
+        checks.flag(check, bad)
+    elif bool(bad.any()):
+        raise ValueError(message(int(bad.reshape(-1).nonzero()[0, 0])))
+
+
 # ---------------------------------------------------------------------- input checks
 def _all_finite(x: Tensor) -> bool:
     """Every entry finite: one reduction (a NaN or ±inf makes the sum non-finite); the entries
     are looked at one by one only when the sum is not finite (or overflows)."""
     return math.isfinite(float(x.sum())) or bool(torch.isfinite(x).all())
+
+
+def _check_finite(name: str, x: Tensor) -> None:
+    """Every entry of ``x`` ``[R, ...]`` finite (deferred per run inside :func:`deferred_checks`)."""
+    checks = _ACTIVE.get()
+    if checks is not None:
+        checks.flag(f"{name} must be finite", ~torch.isfinite(x).reshape(x.shape[0], -1).all(1))
+    elif not _all_finite(x):
+        raise ValueError(f"{name} must be finite (found NaN or inf)")
 
 
 def _tensor(name: str, value: Any) -> Tensor:
@@ -179,8 +295,7 @@ def check_batched_candidates(name: str, value: Any, n_runs: int, *, dtype: torch
     if dim is not None and x.shape[2] != dim:
         raise ValueError(f"{name} must have d = {dim} columns, got {x.shape[2]}")
     x = x.to(dtype=dtype, device=device)
-    if not _all_finite(x):
-        raise ValueError(f"{name} must be finite (found NaN or inf)")
+    _check_finite(name, x)
     return x
 
 
@@ -195,8 +310,7 @@ def check_batch_points(name: str, value: Any, n_runs: int, *, dtype: torch.dtype
     if dim is not None and x.shape[1] != dim:
         raise ValueError(f"{name} must have d = {dim} columns, got {x.shape[1]}")
     x = x.to(dtype=dtype, device=device)
-    if not _all_finite(x):
-        raise ValueError(f"{name} must be finite (found NaN or inf)")
+    _check_finite(name, x)
     return x
 
 
@@ -209,7 +323,10 @@ def check_batch_rewards(name: str, value: Any, n_runs: int, *, dtype: torch.dtyp
     if y.shape != (n_runs,):
         raise ValueError(f"{name} must be [R] with R = {n_runs}, got shape {tuple(y.shape)}")
     y = y.to(dtype=dtype, device=device)
-    if not _all_finite(y):
+    checks = _ACTIVE.get()
+    if checks is not None:
+        checks.flag(f"{name} must be finite", ~torch.isfinite(y))
+    elif not _all_finite(y):
         run = int((~torch.isfinite(y)).nonzero()[0, 0])
         raise ValueError(f"{name} must be finite: run {run} has {float(y[run])}")
     return y
@@ -224,6 +341,10 @@ def check_batch_index(name: str, value: Any, n_runs: int, n_candidates: int,
     if i.shape != (n_runs,):
         raise ValueError(f"{name} must be [R] with R = {n_runs}, got shape {tuple(i.shape)}")
     i = i.to(device=device, dtype=torch.long)
+    checks = _ACTIVE.get()
+    if checks is not None:   # flagged, and clamped so that a gather stays in range until then
+        checks.flag(f"{name} must lie in [0, {n_candidates})", (i < 0) | (i >= n_candidates))
+        return i.clamp(0, n_candidates - 1)
     lo, hi = torch.aminmax(i)
     if int(lo) < 0 or int(hi) >= n_candidates:
         raise ValueError(f"{name} must lie in [0, {n_candidates}), got {i.tolist()}")

@@ -132,7 +132,8 @@ def test_cli_run_killed_mid_grid_resumes(tmp_path):
 
 
 def test_reproduction_loops_resume(tmp_path, monkeypatch):
-    """cmm's, ekucb's and opkb's runs go through the runner and read finished runs back."""
+    """cmm's, ekucb's and opkb's runs go through the runner (batched or not) and read finished
+    runs back."""
     import torchbandits.experiments.runner as runner
     from torchbandits.reproduce import cmm, ekucb, opkb
 
@@ -143,8 +144,16 @@ def test_reproduction_loops_resume(tmp_path, monkeypatch):
         calls["n"] += 1
         return real(*args, **kwargs)
 
+    import torchbandits.experiments.batch as batch
+    real_batch = batch.simulate_batch
+
+    def counting_batch(*args, **kwargs):   # a batch counts one run per seed
+        calls["n"] += len(args[3])
+        return real_batch(*args, **kwargs)
+
     monkeypatch.setattr(runner, "simulate", counting)
-    # cmm._run
+    monkeypatch.setattr(batch, "simulate_batch", counting_batch)
+    # cmm._run (its two random seeds: one batch)
     pols = {"random": RandomPolicy}
     cmm._run(tmp_path / "cmm", "rkhs", _env, pols, {"random": 20}, [0, 1], "t", progress=False)
     assert calls["n"] == 2

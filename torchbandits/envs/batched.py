@@ -17,6 +17,11 @@ An environment class takes part by declaring
 :func:`why_not_batchable` also refuses a subclass that overrides the round logic (``reset``,
 ``pull``, ``candidates``, ``mean_rewards``, ``means_at``; ``_means_at`` for ``batch_means``) below
 the class whose hooks it inherits.
+
+A round reads nothing back to the host: the streams hand out draws already on the environment's
+device (one non-blocking copy per chunk), the chosen means are a ``gather``, and inside
+:func:`~torchbandits.batching.deferred_checks` (the runner's trusted path) the index check of
+:meth:`BatchedEnv.pull` is a device flag (the index clamped into range until the runner reads it).
 """
 
 from __future__ import annotations
@@ -104,7 +109,8 @@ class BatchedEnv:
         self.fields: dict[str, Tensor] = {
             name: torch.stack([getattr(c, name) for c in self.copies]) for name in env.batch_fields}
         gens = [c.batch_generators() for c in self.copies]
-        self.streams = {name: RunStreams([g[name] for g in gens], chunk=chunk) for name in gens[0]}
+        self.streams = {name: RunStreams([g[name] for g in gens], chunk=chunk, device=self.device)
+                        for name in gens[0]}
         self.t = 0
         self._cands, self._means = env.batch_round(self)
 

@@ -5,24 +5,37 @@
 either way it returns one :class:`~.results.RunResult` per seed with the fields and ``config``
 keys that :func:`~.runner.simulate` gives. The contract: run ``r`` of a batch is the sequential
 run with seed ``seeds[r]`` (same actions, same rewards and regrets), whatever runs beside it.
-:func:`run_grid_batched` is :func:`~.runner.run_grid` with that choice made per policy × env.
+:func:`run_grid_batched` is :func:`~.runner.run_grid` with that choice made per policy × env,
+:func:`run_jobs_batched` :func:`~.runner.run_jobs` with it made per setting (the reproductions'
+runner).
 """
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 
-from ..batching import check_seeds
+from ..batching import check_seeds, deferred_checks
 from ..envs.batched import BatchedEnv, why_not_batchable
 from .results import RunResult, resumable_run
-from .runner import EnvFactory, Job, PolicyFactory, run_jobs, simulate, tqdm
+from .runner import (
+    EnvFactory,
+    Job,
+    PolicyFactory,
+    policy_memory,
+    run_jobs,
+    simulate,
+    start_memory,
+    tqdm,
+)
 
-__all__ = ["BatchMode", "can_batch", "run_grid_batched", "simulate_batch", "why_not_batch"]
+__all__ = ["BatchMode", "can_batch", "run_grid_batched", "run_jobs_batched", "simulate_batch",
+           "why_not_batch"]
 
 BatchMode = Literal["auto", "on", "off"]
 
@@ -46,9 +59,33 @@ def can_batch(policy: Any, env: Any) -> bool:
     return why_not_batch(policy, env) is None
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+class _StepClock:
+    """Agent seconds of every round (``select`` + ``update``) without a host synchronisation:
+    ``time.perf_counter`` on the CPU; on a CUDA device, CUDA events recorded in the stream and
+    read once, at the end."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.marks: list[Any] = []
+
+    def mark(self) -> None:
+        """Four marks per round: before/after ``select``, before/after ``update``."""
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self.marks.append(event)
+        else:
+            self.marks.append(time.perf_counter())
+
+    def seconds(self) -> list[float]:
+        """``(m1 − m0) + (m3 − m2)`` of every round (synchronises on CUDA: call at the end)."""
+        m = self.marks
+        if self.cuda:
+            if m:
+                m[-1].synchronize()
+            return [(m[i].elapsed_time(m[i + 1]) + m[i + 2].elapsed_time(m[i + 3])) / 1e3
+                    for i in range(0, len(m), 4)]
+        return [(m[i + 1] - m[i]) + (m[i + 3] - m[i + 2]) for i in range(0, len(m), 4)]
 
 
 def _per_run(value: Any, n_runs: int) -> list[float]:
@@ -70,66 +107,90 @@ def simulate_batch(
     progress: tqdm | bool = False,
     config: Mapping[str, Any] | None = None,
     chunk: int = 64,
+    sync_every: int = 100,
 ) -> list[RunResult]:
     """Run ``policy`` on ``env`` for ``horizon`` rounds once per seed, batched when possible.
 
     Batched: ``env`` is the template of a :class:`~torchbandits.envs.batched.BatchedEnv` (left
     unchanged), ``policy.reset(seed=seeds)`` puts the policy in batched mode; per round
     ``candidates [R, A, d]`` → ``select`` → ``LongTensor [R]`` → ``pull`` → rewards and regrets
-    ``[R]`` → ``update(candidates[r, i_r] [R, d], rewards [R])``. Actions, rewards and regrets
-    stay on the device until the end. A run's ``agent_seconds`` per round is its share of the
-    batched ``select`` + ``update`` (step time / R), its ``config["wall_seconds"]`` its share
-    of the loop's wall time. Otherwise: one :func:`~.runner.simulate` per seed, in order.
+    ``[R]`` → ``update(candidates[r, i_r] [R, d], rewards [R])``.
+
+    **No host synchronisation inside a round.** The loop runs inside
+    :func:`~torchbandits.batching.deferred_checks`: the policy and the environment are fed the
+    library's own tensors, so their value checks (finite candidates and rewards, index range,
+    the posterior's positive pivots) become per-run device flags; the runner reads them every
+    ``sync_every`` rounds (0: only at the end) and at the end, and raises
+    :class:`~torchbandits.batching.BatchCheckError` (a ``ValueError``) naming the check, run,
+    seed and round. Actions, rewards, regrets and the policy's diagnostics stay on the device
+    and are copied to the host at the end; the step clock is ``time.perf_counter`` on the CPU
+    and CUDA events on a CUDA device.
+
+    A run's ``agent_seconds`` per round is its share of the batched ``select`` + ``update``
+    (step time / R), its ``config["wall_seconds"]`` its share of the loop's wall time, and its
+    ``memory_bytes`` its share (/ R) of the batch's device memory (:func:`~.runner.policy_memory`).
+    Otherwise: one :func:`~.runner.simulate` per seed, in order.
     """
     seeds = check_seeds(seeds)
     if int(horizon) < 1:
         raise ValueError(f"horizon must be >= 1, got {horizon}")
+    if int(sync_every) < 0:
+        raise ValueError(f"sync_every must be >= 0, got {sync_every}")
     names = {"policy_name": policy_name, "env_name": env_name}
     if not can_batch(policy, env):
         return [simulate(policy, env, horizon, s, diagnostics_every=diagnostics_every,
                          progress=progress, config=config, **names) for s in seeds]
     n = len(seeds)
+    device = policy.device
+    base_bytes = start_memory(device)
     benv = BatchedEnv(env, seeds, chunk=chunk)
     policy.reset(seed=seeds)
-    device = policy.device
-    rows = torch.arange(n, device=benv.candidates().device)
-    actions, rewards, regrets, seconds = [], [], [], []
+    actions, rewards, regrets = [], [], []
+    clock = _StepClock(device)
     diag_steps: list[int] = []
-    diags: list[dict[str, list[float]]] = [{} for _ in range(n)]
+    raw_diags: list[dict[str, Any]] = []
     bar = progress if isinstance(progress, tqdm) else None
     own_bar = None
     if progress is True:
         own_bar = bar = tqdm(total=int(horizon) * n, desc=policy_name or type(policy).__name__,
                              leave=False)
     start = time.perf_counter()
-    for t in range(int(horizon)):
-        cand = benv.candidates()
-        _sync(device)
-        t0 = time.perf_counter()
-        idx = policy.select(cand)
-        t1 = time.perf_counter()
-        reward, regret = benv.pull(idx)
-        t2 = time.perf_counter()
-        policy.update(cand[rows, idx.to(rows.device)], reward)
-        _sync(device)
-        t3 = time.perf_counter()
-        seconds.append(((t1 - t0) + (t3 - t2)) / n)
-        actions.append(idx)
-        rewards.append(reward)
-        regrets.append(regret)
-        if diagnostics_every and (t + 1) % diagnostics_every == 0:
-            diag_steps.append(t + 1)
-            for k, v in policy.diagnostics().items():
-                for r, value in enumerate(_per_run(v, n)):
-                    diags[r].setdefault(k, []).append(value)
-        if bar is not None:
-            bar.update(n)
+    with deferred_checks() as checks:
+        for t in range(int(horizon)):
+            checks.round = t
+            cand = benv.candidates()
+            clock.mark()
+            idx = policy.select(cand)
+            clock.mark()
+            reward, regret = benv.pull(idx)
+            clock.mark()
+            gather = idx.to(cand.device)[:, None, None].expand(-1, 1, cand.shape[2])
+            policy.update(cand.gather(1, gather)[:, 0], reward)
+            clock.mark()
+            actions.append(idx)
+            rewards.append(reward)
+            regrets.append(regret)
+            if diagnostics_every and (t + 1) % diagnostics_every == 0:
+                diag_steps.append(t + 1)
+                raw_diags.append(policy.diagnostics())
+            if bar is not None:
+                bar.update(n)
+            if sync_every and (t + 1) % int(sync_every) == 0:
+                checks.raise_if_failed(seeds)
+        checks.raise_if_failed(seeds)
     if own_bar is not None:
         own_bar.close()
+    seconds = [s / n for s in clock.seconds()]
     wall = time.perf_counter() - start
+    memory = policy_memory(policy, device, base_bytes) / n
     acts = torch.stack(actions, dim=1).cpu().tolist()
     rews = torch.stack(rewards, dim=1).cpu().tolist()
     regs = torch.stack(regrets, dim=1).to(torch.float64).cpu().tolist()
+    diags: list[dict[str, list[float]]] = [{} for _ in range(n)]
+    for raw in raw_diags:
+        for k, v in raw.items():
+            for r, value in enumerate(_per_run(v, n)):
+                diags[r].setdefault(k, []).append(value)
     results = []
     for r, seed in enumerate(seeds):
         cfg = {"horizon": int(horizon), "device": str(device), "dtype": str(policy.dtype),
@@ -138,12 +199,81 @@ def simulate_batch(
         results.append(RunResult(
             policy=policy_name or type(policy).__name__, env=env_name or type(env).__name__,
             seed=int(seed), rewards=rews[r], regret=regs[r], agent_seconds=list(seconds),
-            actions=acts[r], diagnostic_steps=list(diag_steps), diagnostics=diags[r], config=cfg))
+            actions=acts[r], diagnostic_steps=list(diag_steps), diagnostics=diags[r], config=cfg,
+            memory_bytes=memory))
     return results
 
 
 class _NotSaved(Exception):
     """Raised by the probe of :func:`resumable_run` when a run has no finished file."""
+
+
+def run_jobs_batched(
+    jobs: Iterable[Job],
+    *,
+    batch: BatchMode = "auto",
+    out: str | Path | None = None,
+    progress: bool = True,
+    diagnostics_every: int = 1,
+    resume: bool = True,
+    match: Sequence[str] | None = None,
+    desc: str = "runs",
+) -> list[RunResult]:
+    """:func:`~.runner.run_jobs` (same results in the same order, same files, same resume rules)
+    with the seeds of each setting run as one batch.
+
+    A setting is the jobs with the same environment and policy names, horizon and ``config``
+    and no ``annotate`` (which needs each run's own policy and environment): by the runner's
+    convention (files ``ENV__POLICY__seedS``) such jobs differ only in their seed. A setting's
+    unfinished seeds go through :func:`simulate_batch` when :func:`can_batch` says so and
+    ``batch`` is ``"on"``, or ``"auto"`` with more than one seed to run; otherwise (and with
+    ``"off"``) through :func:`~.runner.run_jobs`, one seed at a time."""
+    if batch not in ("auto", "on", "off"):
+        raise ValueError(f"batch must be 'auto', 'on' or 'off', got {batch!r}")
+    jobs = list(jobs)
+    settings: dict[Any, list[int]] = {}
+    for i, job in enumerate(jobs):
+        key = (("alone", i) if job.annotate is not None else
+               (job.env, job.policy, int(job.horizon),
+                json.dumps(job.config, sort_keys=True, default=str)))
+        settings.setdefault(key, []).append(i)
+    done: dict[int, RunResult] = {}
+    bar = tqdm(total=sum(int(j.horizon) for j in jobs), desc=desc, disable=not progress)
+    for members in settings.values():
+        first = jobs[members[0]]
+        cfg = dict(first.config or {})
+        keys = [k for k in cfg if k != "argv"] if match is None else list(match)
+        todo = []
+        for i in members:
+            if out is not None and resume:
+                try:
+                    done[i] = resumable_run(Path(out) / "runs" / jobs[i].filename,
+                                            _raise_not_saved, horizon=jobs[i].horizon,
+                                            match={k: cfg.get(k) for k in keys})[0]
+                    bar.update(int(jobs[i].horizon))
+                    continue
+                except _NotSaved:
+                    pass
+            todo.append(i)
+        env = first.make_env() if todo and batch != "off" else None
+        policy = first.make_policy(env) if env is not None else None
+        if env is not None and can_batch(policy, env) and (batch == "on" or len(todo) > 1):
+            bar.set_postfix_str(f"{first.env} / {first.policy} / {len(todo)} seeds batched")
+            runs = simulate_batch(policy, env, first.horizon, [jobs[i].seed for i in todo],
+                                  policy_name=first.policy, env_name=first.env,
+                                  diagnostics_every=diagnostics_every, progress=bar,
+                                  config=first.config)
+            for i, res in zip(todo, runs, strict=True):
+                if out is not None:
+                    res.save(Path(out) / "runs" / jobs[i].filename)
+                done[i] = res
+        elif todo:
+            ran = run_jobs([jobs[i] for i in todo], out=out, progress=False,
+                           diagnostics_every=diagnostics_every, resume=False, match=match)
+            bar.update(sum(int(jobs[i].horizon) for i in todo))
+            done.update(zip(todo, ran, strict=True))
+    bar.close()
+    return [done[i] for i in range(len(jobs))]
 
 
 def run_grid_batched(
@@ -163,51 +293,12 @@ def run_grid_batched(
     """:func:`~.runner.run_grid` (same order, files, resume rules) with the seeds of each
     policy × env batched: ``batch="auto"`` when :func:`can_batch` and there is more than one seed
     to run, ``"on"`` whenever :func:`can_batch`, ``"off"`` never (the sequential loop)."""
-    if batch not in ("auto", "on", "off"):
-        raise ValueError(f"batch must be 'auto', 'on' or 'off', got {batch!r}")
     seeds = check_seeds(seeds)
-    cfg = dict(config or {})
-    keys = [k for k in cfg if k != "argv"] if match is None else list(match)
-    match_values = {k: cfg.get(k) for k in keys}
-    results: list[RunResult] = []
-    total = len(policies) * len(envs) * len(seeds) * int(horizon)
-    bar = tqdm(total=total, desc="runs", disable=not progress)
-    for env_name, make_env in envs.items():
-        for pol_name, make_policy in policies.items():
-            jobs = [Job(env_name, pol_name, s, int(horizon), make_env, make_policy, config)
-                    for s in seeds]
-            done: dict[int, RunResult] = {}
-            if out is not None and resume:
-                for job in jobs:
-                    path = Path(out) / "runs" / job.filename
-                    try:
-                        done[job.seed] = resumable_run(path, _raise_not_saved, horizon=horizon,
-                                                       match=match_values)[0]
-                        bar.update(int(horizon))
-                    except _NotSaved:
-                        pass
-            todo = [job for job in jobs if job.seed not in done]
-            env = make_env() if todo and batch != "off" else None
-            policy = make_policy(env) if env is not None else None
-            batched = (env is not None and can_batch(policy, env)
-                       and (batch == "on" or len(todo) > 1))
-            if batched:
-                bar.set_postfix_str(f"{env_name} / {pol_name} / {len(todo)} seeds batched")
-                for job, res in zip(todo, simulate_batch(
-                        policy, env, horizon, [j.seed for j in todo], policy_name=pol_name,
-                        env_name=env_name, diagnostics_every=diagnostics_every, progress=bar,
-                        config=config), strict=True):
-                    if out is not None:
-                        res.save(Path(out) / "runs" / job.filename)
-                    done[job.seed] = res
-            elif todo:
-                ran = run_jobs(todo, out=out, progress=False, diagnostics_every=diagnostics_every,
-                               resume=False, match=match)
-                bar.update(len(todo) * int(horizon))
-                done.update({job.seed: res for job, res in zip(todo, ran, strict=True)})
-            results.extend(done[s] for s in seeds)
-    bar.close()
-    return results
+    jobs = [Job(env_name, pol_name, s, int(horizon), make_env, make_policy, config)
+            for env_name, make_env in envs.items() for pol_name, make_policy in policies.items()
+            for s in seeds]
+    return run_jobs_batched(jobs, batch=batch, out=out, progress=progress,
+                            diagnostics_every=diagnostics_every, resume=resume, match=match)
 
 
 def _raise_not_saved() -> RunResult:

@@ -47,7 +47,10 @@ class RunResult:
     ``regret`` is the instantaneous pseudo-regret ``max_a f(a) − f(a_t)`` over this round's
     candidates; ``agent_seconds`` is the wall time of ``select`` + ``update`` only (environment
     excluded). ``diagnostics[k][i]`` is the policy's diagnostic ``k`` after step
-    ``diagnostic_steps[i]``.
+    ``diagnostic_steps[i]``. ``memory_bytes`` is the run's device memory in bytes
+    (:func:`~torchbandits.experiments.runner.policy_memory`: the peak allocated on CUDA, the
+    policy's tensor state elsewhere; a run of a batch of ``R`` gets the batch's figure / R),
+    ``None`` in files written before it was recorded.
     """
 
     policy: str
@@ -60,6 +63,7 @@ class RunResult:
     diagnostic_steps: list[int] = field(default_factory=list)
     diagnostics: dict[str, list[float]] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
+    memory_bytes: float | None = None
 
     @property
     def horizon(self) -> int:

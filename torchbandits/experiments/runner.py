@@ -21,7 +21,7 @@ if importlib.util.find_spec("ipywidgets") is not None:   # notebook widgets when
 else:  # tqdm.auto would warn "IProgress not found" in a notebook: the plain bar instead
     from tqdm import tqdm
 
-__all__ = ["Job", "run_grid", "run_jobs", "simulate", "tqdm"]
+__all__ = ["Job", "policy_memory", "run_grid", "run_jobs", "simulate", "start_memory", "tqdm"]
 
 PolicyFactory = Callable[[BanditEnv], Policy]
 EnvFactory = Callable[[], BanditEnv]
@@ -30,6 +30,35 @@ EnvFactory = Callable[[], BanditEnv]
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def start_memory(device: torch.device) -> int:
+    """Start a run's memory count: on CUDA, reset the peak counter and return the bytes
+    allocated now (the baseline); 0 elsewhere."""
+    if device.type != "cuda":
+        return 0
+    torch.cuda.reset_peak_memory_stats(device)
+    return int(torch.cuda.memory_allocated(device))
+
+
+def policy_memory(policy: Any, device: torch.device, base: int = 0) -> float:
+    """Device memory of a run (of a batch: divide by ``R``), in bytes.
+
+    On CUDA: the peak allocated since :func:`start_memory` minus its baseline
+    (``torch.cuda.max_memory_allocated``: state and temporaries of policy and environment).
+    Elsewhere: the bytes of the policy's parameters and buffers at the end of the run (distinct
+    storages, e.g. the posterior's Cholesky factor, inputs and targets) — the state, a lower
+    bound of the peak (temporaries and candidate caches are not counted).
+    """
+    if device.type == "cuda":
+        return float(torch.cuda.max_memory_allocated(device) - base)
+    if not isinstance(policy, torch.nn.Module):
+        return 0.0
+    seen: dict[int, int] = {}
+    for t in (*policy.parameters(), *policy.buffers()):
+        storage = t.untyped_storage()
+        seen[storage.data_ptr()] = storage.nbytes()
+    return float(sum(seen.values()))
 
 
 def simulate(
@@ -53,7 +82,7 @@ def simulate(
     ``max mean_rewards() − mean_rewards()[i]``. An environment with ``round_metrics()`` has
     its per-round values stored in ``config["env_metrics"]``; ``config["dim"]`` is the width
     ``d`` of the candidates, ``config["wall_seconds"]`` the wall time of the whole loop
-    (environment included).
+    (environment included), ``memory_bytes`` the run's device memory (:func:`policy_memory`).
 
     With ``cpu_clock`` the CPU time of the running thread spent in ``select`` + ``update``
     (``time.thread_time``: what the policy itself consumed, robust to other processes on a
@@ -69,9 +98,10 @@ def simulate(
     track_cpu = bool(cpu_clock) or cpu_budget is not None
     cpu: list[float] = []
     stopped = None
+    device = policy.device
+    base_bytes = start_memory(device)
     env.reset(seed)
     policy.reset(seed=seed)
-    device = policy.device
     rewards, regret, seconds, actions = [], [], [], []
     diag_steps: list[int] = []
     diags: dict[str, list[float]] = {}
@@ -144,6 +174,7 @@ def simulate(
         diagnostic_steps=diag_steps,
         diagnostics=diags,
         config=cfg,
+        memory_bytes=policy_memory(policy, device, base_bytes),
     )
 
 

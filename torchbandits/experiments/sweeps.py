@@ -25,6 +25,11 @@ environments) is selected; phase ``eval`` runs it on the held-out ``eval_seeds``
 ``evaluate_on`` environments — the protocol of Hong, Li & Tewari (2023, Sec. 6 "Algorithm
 Tuning"), who tune SW-GP-UCB and W-GP-UCB on the one-switch environment and run the tuned values
 on the two-switch one.
+
+Grid folding: pending trials that differ only in ``lam`` and/or ``beta`` of a batchable policy
+(same environment, policy entry, seeds, horizon, device) run as one Tune trial and one batch of
+``trials × seeds`` runs with per-run λ/β (:mod:`~torchbandits.experiments.sweep_fold`); each
+trial still gets its own runs and completion marker, with the runs of the unfolded trial.
 """
 
 from __future__ import annotations
@@ -45,7 +50,8 @@ from .sweep_report import params_text, plot_vs_param, select_best, trial_metrics
 from .sweep_spec import SpecError, SweepSpec, load_spec, parse_spec
 from .sweep_trials import TrialSpec, expand_trials, make_trial
 
-__all__ = ["INSTALL_HINT", "SweepOutcome", "run_trial", "sweep"]
+__all__ = ["INSTALL_HINT", "SweepOutcome", "finish_trial", "run_saver", "run_trial", "start_trial",
+           "sweep"]
 
 INSTALL_HINT = ("`torchbandits sweep` needs Ray Tune and PyYAML: pip install 'torchbandits[sweep]' "
                 "(or pip install 'ray[tune]>=2.9' pyyaml)")
@@ -125,24 +131,43 @@ def run_trial(trial: TrialSpec | Mapping[str, Any], out: str | Path) -> dict[str
     marker's record. A finished trial (marker present) is returned as it is, never recomputed; a
     partial one (runs but no marker) is redone from scratch."""
     trial = trial if isinstance(trial, TrialSpec) else TrialSpec.from_dict(trial)
-    tdir, marker = trial_dir(out, trial.trial_id), _marker(out, trial.trial_id)
+    marker = _marker(out, trial.trial_id)
     if marker.is_file():
         return json.loads(marker.read_text())
+    started = start_trial(trial, out)
+    t0, c0 = time.perf_counter(), time.process_time()
+    results = run_seeds(trial, run_saver(trial, out))
+    return finish_trial(trial, out, results, started=started, seconds=time.perf_counter() - t0,
+                        cpu_seconds=time.process_time() - c0)
+
+
+def start_trial(trial: TrialSpec, out: str | Path) -> float:
+    """Log a start of ``trial`` in its ``attempts.log`` and clear its partial runs; the time."""
+    tdir = trial_dir(out, trial.trial_id)
     tdir.mkdir(parents=True, exist_ok=True)
     started = time.time()
     with (tdir / "attempts.log").open("a") as f:
         f.write(json.dumps({"started": started, "pid": os.getpid(), "host": socket.gethostname()}) + "\n")
-    runs_dir = tdir / "runs"
-    if runs_dir.exists():
-        shutil.rmtree(runs_dir)
-    t0, c0 = time.perf_counter(), time.process_time()
-    results = run_seeds(trial, lambda r: atomic_write_text(runs_dir / f"seed{r.seed}.json",
-                                                       json.dumps(r.to_dict(), allow_nan=True)))
+    if (tdir / "runs").exists():
+        shutil.rmtree(tdir / "runs")
+    return started
+
+
+def run_saver(trial: TrialSpec, out: str | Path) -> Callable[[RunResult], Path]:
+    """Saves a run of ``trial`` as ``trials/<id>/runs/seed<k>.json`` (atomically)."""
+    runs_dir = trial_dir(out, trial.trial_id) / "runs"
+    return lambda r: atomic_write_text(runs_dir / f"seed{r.seed}.json",
+                                       json.dumps(r.to_dict(), allow_nan=True))
+
+
+def finish_trial(trial: TrialSpec, out: str | Path, results: list[RunResult], *, started: float,
+                 seconds: float, cpu_seconds: float, **extra: Any) -> dict[str, Any]:
+    """Write ``trial``'s completion marker (metrics, times, host, ``extra``); its record."""
     record = {"trial": trial.to_dict(), "metrics": trial_metrics(results), "started": started,
-              "finished": time.time(), "seconds": time.perf_counter() - t0,
-              "cpu_seconds": time.process_time() - c0, "pid": os.getpid(),
-              "host": socket.gethostname(), "batched": bool(results[0].config.get("batched", False))}
-    atomic_write_text(marker, json.dumps(record, indent=1))
+              "finished": time.time(), "seconds": seconds, "cpu_seconds": cpu_seconds,
+              "pid": os.getpid(), "host": socket.gethostname(),
+              "batched": bool(results[0].config.get("batched", False)), **extra}
+    atomic_write_text(_marker(out, trial.trial_id), json.dumps(record, indent=1))
     return record
 
 
@@ -151,9 +176,12 @@ def _tune_trainable(config: dict[str, Any]) -> None:
     import torch
     from ray import tune
 
+    from .sweep_fold import run_group
+
     torch.set_num_threads(max(1, int(config["threads"])))
-    record = run_trial(config["trial"], config["out"])
-    tune.report({**record["metrics"], "trial_seconds": record["seconds"]})
+    records = run_group(config["trials"], config["out"])
+    tune.report({**records[0]["metrics"], "trial_seconds": sum(r["seconds"] for r in records),
+                 "trials": len(records)})
 
 
 def _import_ray() -> Any:
@@ -165,11 +193,19 @@ def _import_ray() -> Any:
     return ray
 
 
+def _group_name(t: Any) -> str:
+    """A Tune trial's name: its first sweep trial's id (+ how many more were folded in)."""
+    trials = t.config["trials"]
+    return trials[0]["trial_id"] + (f"+{len(trials) - 1}" if len(trials) > 1 else "")
+
+
 def _run_on_ray(trials: list[TrialSpec], out: Path, phase: str, *, spec: SweepSpec,
                 workers: int | None, address: str | None, num_cpus: int | None,
                 ray_tmp_dir: str | None, verbose: bool) -> None:
     ray = _import_ray()
     from ray import tune
+
+    from .sweep_fold import fold_trials
 
     started_here = False
     if not ray.is_initialized():
@@ -187,7 +223,7 @@ def _run_on_ray(trials: list[TrialSpec], out: Path, phase: str, *, spec: SweepSp
         def on_trial_result(self, iteration, trials, trial, result, **info):
             self.done += 1
             if verbose:
-                tid = trial.config["trial"]["trial_id"]
+                tid = "+".join(t["trial_id"] for t in trial.config["trials"])
                 print(f"[{phase} {self.done}/{len(trials_)}] {tid}: regret at T "
                       f"{result['final_regret_mean']:.4g} ± {result['final_regret_std']:.3g} "
                       f"({result['trial_seconds']:.1f} s)", flush=True)
@@ -197,11 +233,12 @@ def _run_on_ray(trials: list[TrialSpec], out: Path, phase: str, *, spec: SweepSp
                                                       "gpu": spec.gpus_per_trial})
     tuner = tune.Tuner(
         trainable,
-        param_space={"trial": tune.grid_search([t.to_dict() for t in trials]), "out": str(out),
-                     "threads": max(1, int(spec.cpus_per_trial))},
+        param_space={"trials": tune.grid_search([[t.to_dict() for t in g]
+                                                  for g in fold_trials(trials)]),
+                     "out": str(out), "threads": max(1, int(spec.cpus_per_trial))},
         tune_config=tune.TuneConfig(max_concurrent_trials=workers, reuse_actors=True,
-                                    trial_dirname_creator=lambda t: t.config["trial"]["trial_id"],
-                                    trial_name_creator=lambda t: t.config["trial"]["trial_id"]),
+                                    trial_dirname_creator=_group_name,
+                                    trial_name_creator=_group_name),
         run_config=tune.RunConfig(storage_path=str(out / "tune"),
                                   name=f"{phase}-{time.strftime('%Y%m%d-%H%M%S')}", verbose=0,
                                   callbacks=[_Progress()],

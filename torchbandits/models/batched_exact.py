@@ -31,7 +31,13 @@ import torch
 from gpytorch.kernels import Kernel
 from torch import Tensor
 
-from ..batching import check_batch_points, check_batch_rewards, check_batched_candidates
+from ..batching import (
+    active_checks,
+    check_batch_points,
+    check_batch_rewards,
+    check_batched_candidates,
+    check_runs,
+)
 from ..buffers import ResizableModule, grow_rows
 from ..kernels import kernel_diag, kernel_matrix
 
@@ -56,6 +62,51 @@ def check_run_values(name: str, value: Any, n_runs: int, *, positive: bool,
         bound = "> 0" if positive else ">= 0"
         raise ValueError(f"{name} must be finite and {bound}: run {run} has {float(v[run])}")
     return v
+
+
+def _storage_key(t: Tensor) -> tuple[Any, ...]:
+    """Which memory ``t`` views, and its version counter (host metadata only); an inference
+    tensor has no version counter, so its key equals nothing."""
+    if t.is_inference():
+        return (object(),)
+    return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.stride()), t.dtype,
+            t.device, t._version)
+
+
+_HEAD_BLOCK = 64   # the contiguous head of the factor is refreshed every that many appends
+
+
+def _block_solve(chol: Tensor, head: Tensor, n: int, rhs: Tensor) -> Tensor:
+    """``L⁻¹ rhs`` ``[R, n, k]`` for the factors ``chol[:, :n, :n]`` of a capacity buffer, with
+    ``head`` a contiguous copy of its leading ``n0 × n0`` block ``[R, n0, n0]``.
+
+    A batched triangular solve on a slice of a capacity buffer would copy all ``R·n²`` entries
+    first (LAPACK wants contiguous matrices) — a memory-bound copy as costly as the solve. So,
+    as :class:`~torchbandits.linalg.GrowingCholesky` does for one run, the solve is split:
+    ``x1 = head⁻¹ b1`` on the contiguous head, ``x2 = L22⁻¹ (b2 − L21 x1)`` on the ``m = n − n0``
+    tail rows (``m < 64``; the small ``L22`` is the only copy)."""
+    n0 = head.shape[1]
+    x1 = torch.linalg.solve_triangular(head, rhs[:, :n0], upper=False) if n0 else rhs[:, :0]
+    if n0 == n:
+        return x1
+    r2 = rhs[:, n0:n] - chol[:, n0:n, :n0] @ x1 if n0 else rhs[:, n0:n]
+    x2 = torch.linalg.solve_triangular(chol[:, n0:n, n0:n], r2, upper=False)
+    return torch.cat([x1, x2], dim=1)
+
+
+def _factor_head(model: BatchedExactKernelRidge) -> Tensor:
+    """The contiguous copy ``[R, n0, n0]`` of the leading block of ``model``'s factors,
+    ``n0 = 64·⌊n/64⌋``: kept in the model's cache (dropped, like the candidate cache, by
+    ``reset``, a state load or a move) and re-copied when ``n0`` grows, an O(R·n²) copy every 64
+    appends. Rows below ``n0`` never change under appends, so the copy stays exact."""
+    n0 = (model.n // _HEAD_BLOCK) * _HEAD_BLOCK
+    if model._cache is None:
+        model._cache = {}
+    head = model._cache.get("head")
+    if head is None or head.shape[1] != n0:
+        head = model._L[:, :n0, :n0].contiguous()
+        model._cache["head"] = head
+    return head
 
 
 class BatchedExactKernelRidge(ResizableModule):
@@ -165,7 +216,9 @@ class BatchedExactKernelRidge(ResizableModule):
         ``row = L⁻¹ k_S(x)``, ``d = sqrt(k(x,x) + λ − ‖row‖²)``, ``z_n = (y − row·z)/d``.
 
         Validates first (shapes, finiteness, positive pivots; ``validate=False``: the caller has
-        checked ``x`` and ``y`` already); a rejected call changes nothing.
+        checked ``x`` and ``y`` already); a rejected call changes nothing. Inside
+        :func:`~torchbandits.batching.deferred_checks` the pivot check is a device flag (no host
+        read): a run with a non-positive pivot goes on with NaN until the runner reads the flags.
         """
         n, r = self._n, self.n_runs
         if validate:
@@ -175,15 +228,14 @@ class BatchedExactKernelRidge(ResizableModule):
         kxx = self._kdiag(x[:, None])[:, 0]
         if n:
             k_col = kernel_matrix(self.kernel, self._x[:, :n], x[:, None])     # [R, n, 1]
-            row = torch.linalg.solve_triangular(self._L[:, :n, :n], k_col, upper=False)[..., 0]
+            row = _block_solve(self._L, _factor_head(self), n, k_col)[..., 0]
             d2 = kxx + self._lam - (row * row).sum(-1)
         else:
             row = x.new_zeros(r, 0)
             d2 = kxx + self._lam
-        if not bool((d2 > 0).all()):
-            run = int((d2 <= 0).nonzero()[0, 0])
-            raise ValueError(f"append: pivot {float(d2[run]):.3e} not positive in run {run} "
-                             f"(λ = {float(self._lam[run])})")
+        check_runs("append: Cholesky pivot not positive", ~(d2 > 0),
+                   lambda run: f"append: pivot {float(d2[run]):.3e} not positive in run {run} "
+                               f"(λ = {float(self._lam[run])})")
         d = torch.sqrt(d2)
         if self._x.shape[2] != x.shape[1]:
             self._x = x.new_zeros(r, self._x.shape[1], x.shape[1])
@@ -200,11 +252,18 @@ class BatchedExactKernelRidge(ResizableModule):
 
     # ------------------------------------------------------------------ queries
     def _whitened(self, cand: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """``(V [R, n, A], k_CC [R, A], colsum(V ⊙ V) [R, A])`` for candidates ``[R, A, d]``."""
+        """``(V [R, n, A], k_CC [R, A], colsum(V ⊙ V) [R, A])`` for candidates ``[R, A, d]``.
+
+        The cache of a fixed candidate set is hit when ``cand`` is a view of the same, unmodified
+        storage as the cached call (a host-side comparison of storage, offset, strides and
+        version counter — the cache holds a reference, so the storage cannot be reused), or, in
+        an eager call, when ``torch.equal`` finds the same values (one host read). Fresh
+        candidates are solved against the factor in blocks (:func:`_block_solve`)."""
         n = self._n
         c = self._cache
-        if (c is not None and c["cand"].shape == cand.shape and c["n_at"] <= n
-                and torch.equal(c["cand"], cand)):
+        if c is not None and "cand" in c and c["cand"].shape == cand.shape and c["n_at"] <= n and (
+                c["key"] == _storage_key(cand)
+                or (active_checks() is None and torch.equal(c["cand"], cand))):
             a = c["n_at"]
             if a < n:   # the rows of V for the points appended since the last call
                 kq_new = kernel_matrix(self.kernel, self._x[:, a:n], cand)     # [R, n−a, A]
@@ -218,13 +277,12 @@ class BatchedExactKernelRidge(ResizableModule):
             return c["v"][:, :n], c["kdiag"], c["sumsq"]
         kq = kernel_matrix(self.kernel, self._x[:, :n], cand)                  # [R, n, A]
         kdiag = self._kdiag(cand)
-        v = torch.linalg.solve_triangular(self._L[:, :n, :n], kq, upper=False)
+        v = _block_solve(self._L, _factor_head(self), n, kq)
         sumsq = (v * v).sum(1)
-        if self.cache_candidates:
-            buf = v.new_zeros(v.shape[0], max(2 * n, 16), v.shape[2])
-            buf[:, :n] = v
-            self._cache = {"cand": cand.clone(), "kdiag": kdiag, "v": buf, "sumsq": sumsq,
-                           "n_at": n}
+        if self.cache_candidates:   # V itself: it gains capacity on the first hit (grow_rows)
+            self._cache = {"cand": cand.clone(), "kdiag": kdiag, "v": v, "sumsq": sumsq,
+                           "n_at": n, "src": cand, "key": _storage_key(cand),
+                           "head": self._cache.get("head") if self._cache else None}
         return v, kdiag, sumsq
 
     @torch.no_grad()

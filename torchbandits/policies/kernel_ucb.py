@@ -283,7 +283,7 @@ class KernelUCB(RefitMixin, RuleUCB):
         if self.t < self.n_warmup:
             index = self.warmup_index
             if index is None:
-                return self.run_streams.randint(cand.shape[1]).to(self.device)
+                return self.run_streams.randint(cand.shape[1]).to(self.device, non_blocking=True)
             if index >= cand.shape[1]:
                 raise ValueError(f"warmup_index {index} is out of range for {cand.shape[1]} "
                                  f"candidates")

@@ -27,6 +27,10 @@ class RandomPolicy(Policy):
     ``LongTensor [R]`` on the policy's device and ``update(x [R, d], reward [R])`` checks its
     input; run ``r`` draws from a generator seeded ``s_r``, so it plays exactly what the
     sequential policy reset with ``seed=s_r`` plays. ``reset(seed=int)`` returns to one run.
+    A batched step reads nothing back to the host: the draws come on the policy's device (one
+    non-blocking copy per chunk of rounds), and inside
+    :func:`~torchbandits.batching.deferred_checks` (the runner's trusted path) the input checks
+    are device flags instead of host reads.
 
     Examples:
         >>> import torch
@@ -62,7 +66,7 @@ class RandomPolicy(Policy):
             return
         seeds = check_seeds(seed)
         super().reset(None)
-        self.run_streams = RunStreams.from_seeds(seeds)
+        self.run_streams = RunStreams.from_seeds(seeds, device=self.device)
 
     def forward(self, candidates: Tensor) -> Tensor:
         """Uniform random scores (their argmax is a uniform choice)."""
@@ -105,4 +109,4 @@ class RandomPolicy(Policy):
         gens = [torch.Generator() for _ in rngs]
         for g, s in zip(gens, rngs, strict=True):
             g.set_state(s)
-        self.run_streams = RunStreams(gens)
+        self.run_streams = RunStreams(gens, device=self.device)

@@ -38,10 +38,10 @@ import numpy as np
 import torch
 
 from ..envs.rkhs import RKHSFunctionEnv
+from ..experiments.batch import run_grid_batched
 from ..experiments.figures import figure_grid, save_figure, setting_title
 from ..experiments.report import plot_diagnostic, write_report
 from ..experiments.results import RunResult
-from ..experiments.runner import run_grid
 from ..kernels import kernel_matrix, make_kernel
 from ..models import ExactKernelRidge
 from ..policies import BKB, RandomPolicy
@@ -223,8 +223,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     envs = {name: _env_factory(k, d, ls, a, dev) for name, k, d, ls, a in settings}
     config = {"beta": beta, "beta_variance": "ridge", "lam": LAM, "qbar": qbar, "noise_std": NOISE,
               "norm": NORM}
-    results = run_grid(policies, envs, seeds, horizon, out=out, progress=not args.no_progress,
-                       config=config)
+    results = run_grid_batched(policies, envs, seeds, horizon, out=out, config=config,
+                               progress=not args.no_progress, batch=args.batch)
     title = setting_title("BKB vs exact GP-UCB vs Random (RKHS functions, fixed arms, ‖f‖ = 1, "
                           f"ξ = {NOISE}, constant β = {beta} on the ridge sd)", quick=args.quick)
     table = write_report(results, out, title=title)

@@ -33,6 +33,7 @@ from matplotlib.figure import Figure
 
 from ..confidence import AMMBound, AYBeta, CMMBound, DMMBound, IGPBeta, default_c
 from ..envs.rkhs import RKHSFunctionEnv
+from ..experiments.batch import Job, run_jobs_batched
 from ..experiments.figures import (
     CUM_REGRET,
     ROUND,
@@ -44,7 +45,6 @@ from ..experiments.figures import (
 )
 from ..experiments.report import markdown_table, plot_time
 from ..experiments.results import RunResult, summarize
-from ..experiments.runner import Job, run_jobs
 from ..kernels import kernel_matrix, make_kernel
 from ..models import ExactKernelRidge
 from ..policies import AMMUCB, AYGPUCB, CMMUCB, DMMUCB, IGPUCB, Policy, RandomPolicy
@@ -102,7 +102,7 @@ def _run(out: Path, env_name: str, make_env: Callable[[], RKHSFunctionEnv],
     runs read back (resume). The same seed gives every policy the same ``f*``, arms and noise."""
     jobs = [Job(env_name, name, seed, horizons[name], make_env, lambda env, f=factory: f(), extra)
             for seed in seeds for name, factory in policies.items()]
-    return run_jobs(jobs, out=out, progress=progress, diagnostics_every=0, desc=desc)
+    return run_jobs_batched(jobs, out=out, progress=progress, diagnostics_every=0, desc=desc)
 
 
 def _env(kernel: str, d: int, ls: float, args: argparse.Namespace) -> Callable[[], RKHSFunctionEnv]:

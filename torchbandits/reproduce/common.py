@@ -22,8 +22,9 @@ def reproduction_parser(name: str, doc: str, *, quick: str, out: str | None = No
                         threads: int = 1) -> argparse.ArgumentParser:
     """The parser of ``torchbandits reproduce NAME`` with the common flags: ``--quick`` (help
     text ``quick``: the sizes it uses), ``--device``, ``--out`` (default ``results/NAME``),
-    ``--threads`` (default ``threads``) and ``--no-progress``. ``doc`` (the module docstring)
-    is the description, printed as written."""
+    ``--threads`` (default ``threads``), ``--no-progress`` and ``--batch`` (``auto``, ``on``,
+    ``off``: :func:`~torchbandits.experiments.batch.run_jobs_batched`; the runs are the same).
+    ``doc`` (the module docstring) is the description, printed as written."""
     p = argparse.ArgumentParser(prog=f"torchbandits reproduce {name}", description=doc,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     common = p.add_argument_group("common options (every reproduction)")
@@ -33,6 +34,9 @@ def reproduction_parser(name: str, doc: str, *, quick: str, out: str | None = No
     common.add_argument("--threads", type=int, default=threads,
                         help=f"torch threads (default {threads}; 0: torch's default)")
     common.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    common.add_argument("--batch", default="auto", choices=["auto", "on", "off"],
+                        help="run a setting's seeds as one batch where the policy and environment "
+                             "can (auto, default: with more than one seed; off: one at a time)")
     return p
 
 

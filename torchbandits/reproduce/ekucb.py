@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from ..envs.contextual import BumpEnv, ChessboardEnv, ContextualGridEnv, StepDiagonalEnv
+from ..experiments.batch import run_jobs_batched
 from ..experiments.figures import (
     CUM_REGRET,
     CUM_SECONDS,
@@ -52,7 +53,7 @@ from ..experiments.figures import (
 )
 from ..experiments.report import markdown_table
 from ..experiments.results import RunResult, load_results, summarize
-from ..experiments.runner import Job, run_jobs
+from ..experiments.runner import Job
 from ..policies import KernelUCB, Policy
 from ..presets.zenati2022 import BETA, DEFAULT_KORS_B
 from ..presets.zenati2022 import cbbkb as cbbkb_policy
@@ -191,7 +192,8 @@ def run_job(spec: RunSpec, seed: int, args: argparse.Namespace,
               "settings": settings}
     return Job(spec.env, spec.label, seed, spec.horizon,
                lambda: ENVS[spec.env](regret_mode=args.regret_mode), make_policy, config,
-               file=spec.filename(seed) + ".json", annotate=annotate)
+               file=spec.filename(seed) + ".json",
+               annotate=annotate if args.regret_mode == "reference" else None)
 
 
 def plot_figure(fig: int, specs: list[RunSpec], results: dict[RunSpec, list[RunResult]],
@@ -330,8 +332,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = {k: getattr(args, k) for k in ("kors_b", "kors_score", "eta", "warmup", "device",
                                               "diagnostics_every")}
     jobs = [run_job(spec, seed, args, settings) for spec in unique for seed in args.seeds]
-    runs = run_jobs(jobs, out=out, progress=not args.no_progress, match=["settings"],
-                    diagnostics_every=args.diagnostics_every, desc="ekucb")
+    runs = run_jobs_batched(jobs, batch=args.batch, out=out, progress=not args.no_progress,
+                            match=["settings"], diagnostics_every=args.diagnostics_every,
+                            desc="ekucb")
     results: dict[RunSpec, list[RunResult]] = {}
     for (spec, _), res in zip(((s, seed) for s in unique for seed in args.seeds), runs):
         results.setdefault(spec, []).append(res)

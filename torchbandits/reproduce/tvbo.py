@@ -47,10 +47,10 @@ from ..envs.time_varying import (
     SwitchingRKHSEnv,
     TimeVaryingRKHSEnv,
 )
+from ..experiments.batch import run_grid_batched
 from ..experiments.figures import figure_grid, mark_times, save_figure, setting_title
 from ..experiments.report import write_report
 from ..experiments.results import RunResult
-from ..experiments.runner import run_grid
 from ..presets import zhou2021 as F
 from ..presets.baselines import random as random_policy
 from .common import QUICK_NOTE, quick_banner, reproduction_parser, start
@@ -168,9 +168,9 @@ def _sweep(make_env: Callable[[], TimeVaryingRKHSEnv], seeds: Sequence[int], hor
     for h in lengths:
         policies[f"R-GP-UCB H={h}"] = lambda e, h=h: F.rgpucb(e, h, lam, beta, device=device)
         policies[f"SW-GP-UCB w={h}"] = lambda e, h=h: F.swgpucb(e, h, lam, beta, device=device)
-    res = run_grid(policies, {"sweep": make_env}, seeds, T, out=out / "sweep_runs",
-                   diagnostics_every=0, config={"lam": lam, "beta": beta, "env": repr(env)},
-                   progress=progress)
+    res = run_grid_batched(policies, {"sweep": make_env}, seeds, T, out=out / "sweep_runs",
+                           diagnostics_every=0, progress=progress,
+                           config={"lam": lam, "beta": beta, "env": repr(env)})
     table = {}
     fig, ax = figure_grid(figsize=(6.4, 5.4))
     for kind in ("R-GP-UCB H", "SW-GP-UCB w"):
@@ -204,9 +204,9 @@ def _rate(horizons: Sequence[int], budget: float, seeds: Sequence[int], lam: flo
                 "SW-GP-UCB": lambda e: F.swgpucb(e, "known", lam, beta, c=c, device=device)}
         env = {f"rate-T{T}": lambda T=T: RotatingRKHSEnv(horizon=T, budget=budget, n_arms=n_arms,
                                                           device=device)}
-        res = run_grid(pols, env, seeds, T, out=out / "rate_runs", diagnostics_every=0,
-                       progress=progress,
-                       config={"lam": lam, "c": c, "beta": beta, "budget": budget, "n_arms": n_arms})
+        res = run_grid_batched(pols, env, seeds, T, out=out / "rate_runs", diagnostics_every=0,
+                               progress=progress, config={"lam": lam, "c": c, "beta": beta,
+                                                          "budget": budget, "n_arms": n_arms})
         for name in finals:
             finals[name].append(float(np.mean([r.final_regret for r in res if r.policy == name])))
     logt = np.log(np.asarray(horizons, dtype=float))
@@ -255,8 +255,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     info = {name: _env_info(make, seeds, args.lam, args.c) for name, make in envs.items()}
     config = {"lam": args.lam, "c": args.c, "beta": args.beta, "budgets": budgets,
               "quick": args.quick}
-    results = run_grid(policies, envs, seeds, T, out=out, diagnostics_every=max(T // 100, 1),
-                       config=config, progress=progress)
+    results = run_grid_batched(policies, envs, seeds, T, out=out, config=config,
+                               diagnostics_every=max(T // 100, 1), progress=progress,
+                               batch=args.batch)
     where = f"d = 1, {n_arms} arms, λ = {args.lam:g}, c = {args.c:g}"
     table = write_report(results, out, title=setting_title(
         "Time-varying kernel bandits (Zhou & Shroff 2021)", extra=where, quick=args.quick))

@@ -1,0 +1,261 @@
+"""A batched step reads nothing back to the host: proved on the CPU by making every host read raise.
+
+:func:`no_host_reads` replaces the entry points through which a tensor's value reaches Python —
+``Tensor.item``, ``tolist``, ``numpy``, ``__bool__``, ``__int__``, ``__float__``, ``__index__``,
+``torch.equal``, ``Tensor.nonzero`` / ``torch.nonzero`` — by functions that raise
+:class:`HostRead`. On a CUDA device each of them is a synchronisation; on the CPU they are not,
+but a step that calls none of them on the CPU calls none on CUDA either (the code path is the
+same). The guard is switched on around every round of ``simulate_batch``'s loop
+(``select`` → environment round → ``update``) through the runner's step clock, and the runs must
+still equal the sequential runs. Under CUDA the real thing: ``torch.cuda.set_sync_debug_mode``
+("error") around the batched loop (skipped without a GPU).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+import torch
+
+from torchbandits.batching import (
+    BatchCheckError,
+    DeferredChecks,
+    check_batch_index,
+    check_batch_rewards,
+    check_runs,
+    deferred_checks,
+)
+from torchbandits.experiments import batch as batch_module
+from torchbandits.experiments import simulate, simulate_batch
+from torchbandits.experiments.registry import make_env, make_policy
+from torchbandits.experiments.results import RunResult
+
+
+class HostRead(AssertionError):
+    """A tensor's value was read back to the host inside a guarded batched step."""
+
+
+_TENSOR_READS = ("item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__",
+                 "nonzero", "__array__")
+_TORCH_READS = ("equal", "nonzero")
+
+
+@contextmanager
+def no_host_reads() -> Iterator[None]:
+    """Inside, every host-reading entry point of a tensor raises :class:`HostRead`."""
+    saved = [(torch.Tensor, n, torch.Tensor.__dict__.get(n)) for n in _TENSOR_READS]
+    saved += [(torch, n, getattr(torch, n)) for n in _TORCH_READS]
+
+    def forbid(name: str):  # type: ignore[no-untyped-def]
+        def raiser(*args: Any, **kwargs: Any) -> Any:
+            raise HostRead(f"host read through {name} inside a batched step")
+        return raiser
+
+    for owner, name, _ in saved:
+        setattr(owner, name, forbid(name))
+    try:
+        yield
+    finally:
+        for owner, name, old in saved:
+            if old is None:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, old)
+
+
+@pytest.fixture
+def guarded_steps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Every round of ``simulate_batch`` runs under :func:`no_host_reads`: the guard opens at the
+    round's first clock mark (before ``select``) and closes at its last (after ``update``).
+    Returns the list of guarded rounds (one entry per round)."""
+    mark = batch_module._StepClock.mark
+    rounds: list[int] = []
+    state: dict[str, Any] = {}
+
+    def guarded_mark(self: Any) -> None:
+        k = len(self.marks) % 4
+        if k == 3:
+            state.pop("guard").__exit__(None, None, None)
+        mark(self)
+        if k == 0:
+            state["guard"] = no_host_reads()
+            state["guard"].__enter__()
+            rounds.append(len(self.marks) // 4)
+
+    monkeypatch.setattr(batch_module._StepClock, "mark", guarded_mark)
+    return rounds
+
+
+def test_the_guard_catches_every_host_read() -> None:
+    x = torch.tensor([1.0, 2.0])
+    reads = [lambda: x.sum().item(), lambda: x.tolist(), lambda: float(x[0]), lambda: int(x[0]),
+             lambda: bool(x[0]), lambda: [0, 1, 2][x.long()[0]], lambda: torch.equal(x, x),
+             lambda: x.nonzero(), lambda: torch.nonzero(x), lambda: x.numpy()]
+    with no_host_reads():
+        for read in reads:
+            with pytest.raises(HostRead):
+                read()
+    assert float(x[0]) == 1.0 and torch.equal(x, x)   # restored
+    # the eager (user-facing) checks do read the host: the guard sees them
+    with no_host_reads(), pytest.raises(HostRead):
+        check_batch_rewards("reward", x, 2, dtype=torch.float64, device=torch.device("cpu"))
+
+
+CASES = [("kucb", "rkhs", {"dim": 3, "n_arms": 30}), ("kucb", "rkhs", {"dim": 2, "n_arms": 20,
+                                                                        "fixed_arms": True}),
+         ("kucb-theory", "rkhs", {"dim": 2, "n_arms": 20}), ("gpucb", "rkhs", {"dim": 3,
+                                                                               "n_arms": 30}),
+         ("random", "rkhs", {"dim": 3, "n_arms": 30}), ("kucb", "chessboard", {}),
+         ("gpucb", "chessboard", {}), ("random", "chessboard", {})]
+
+
+@pytest.mark.parametrize(("policy", "env", "kwargs"), CASES)
+def test_batched_steps_make_no_host_read(guarded_steps: list[int], policy: str, env: str,
+                                         kwargs: dict[str, Any]) -> None:
+    horizon, seeds = 25, [0, 3, 7]
+    e = make_env(env, **kwargs)
+    runs = simulate_batch(make_policy(policy, e), e, horizon, seeds, sync_every=10)
+    assert guarded_steps == list(range(horizon))   # every round ran under the guard
+    for res in runs:
+        seq = simulate(make_policy(policy, e), e, horizon, res.seed)
+        assert res.actions == seq.actions
+        assert res.regret == pytest.approx(seq.regret, abs=1e-12, rel=0)
+        assert res.rewards == pytest.approx(seq.rewards, abs=1e-12, rel=0)
+
+
+def test_a_nan_reward_is_reported_at_the_next_sync() -> None:
+    """Run 1's reward turns NaN at round 7: nothing raises inside the step; the runner's read at
+    round 10 (``sync_every=5``) raises naming the check, the run, its seed and the round."""
+    env = make_env("rkhs", dim=2, n_arms=20)
+    noise = env.batch_noise
+
+    def bad_noise(b: Any, means: torch.Tensor) -> torch.Tensor:
+        out = noise(b, means)
+        if b.t == 7:
+            out = out.clone()
+            out[1] = float("nan")
+        return out
+
+    env.batch_noise = bad_noise
+    for name in ("kucb", "random"):
+        with pytest.raises(BatchCheckError, match=r"reward must be finite: failed in run 1 "
+                                                  r"\(seed 11\) at round 7"):
+            simulate_batch(make_policy(name, env), env, 30, [10, 11, 12], sync_every=5)
+    # a NaN reward is a ValueError for code that catches those
+    assert issubclass(BatchCheckError, ValueError)
+
+
+def test_deferred_checks_flag_on_the_device_and_report_the_first_round() -> None:
+    cpu = torch.device("cpu")
+    checks = DeferredChecks()
+    assert checks.failures() == []
+    with deferred_checks() as checks:
+        for t in range(4):
+            checks.round = t
+            y = torch.tensor([0.0, float("nan") if t >= 2 else 1.0, 0.0])
+            check_batch_rewards("reward", y, 3, dtype=torch.float64, device=cpu)  # no raise
+            idx = check_batch_index("index", torch.tensor([0, 5, -1]), 3, 4, cpu)
+            assert idx.tolist() == [0, 3, 0]   # clamped into range until the read
+            check_runs("pivot", torch.tensor([False, False, t == 3]), lambda r: f"run {r}")
+    assert sorted(checks.failures()) == [("index must lie in [0, 4)", 1, 0),
+                                         ("index must lie in [0, 4)", 2, 0),
+                                         ("pivot", 2, 3), ("reward must be finite", 1, 2)]
+    with pytest.raises(BatchCheckError, match=r"failed in run 1 \(seed 9\) at round 0"):
+        checks.raise_if_failed([8, 9, 10])
+    # outside the context the same checks raise at once, naming the run
+    with pytest.raises(ValueError, match="run 1"):
+        check_batch_rewards("reward", torch.tensor([0.0, float("inf")]), 2, dtype=torch.float64,
+                            device=cpu)
+    with pytest.raises(ValueError, match="in run 2"):
+        check_runs("pivot", torch.tensor([False, False, True]), lambda r: f"bad in run {r}")
+
+
+def test_memory_is_recorded_per_run_and_survives_json() -> None:
+    env = make_env("rkhs", dim=2, n_arms=20)
+    runs = simulate_batch(make_policy("kucb", env), env, 20, [0, 1, 2, 3])
+    seq = simulate(make_policy("kucb", env), env, 20, 0)
+    # CPU: the policy's tensor state / R; the batched factor [R, cap, cap] with cap = 32 after
+    # 20 points holds at least R·32²·8 bytes, so a run's share is at least 32²·8
+    assert all(r.memory_bytes == runs[0].memory_bytes for r in runs)
+    assert runs[0].memory_bytes >= 32 * 32 * 8
+    assert seq.memory_bytes is not None and seq.memory_bytes > 0
+    back = RunResult.from_dict(runs[0].to_dict())
+    assert back.memory_bytes == runs[0].memory_bytes
+    old = runs[0].to_dict()
+    del old["memory_bytes"]    # a file written before the field existed
+    assert RunResult.from_dict(old).memory_bytes is None
+    random_runs = simulate_batch(make_policy("random", env), env, 5, [0, 1])
+    assert random_runs[0].memory_bytes < 64    # no posterior: a few scalars
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("policy", ["kucb", "gpucb", "random"])
+def test_cuda_batched_loop_under_sync_debug_error(monkeypatch: pytest.MonkeyPatch,
+                                                  policy: str) -> None:
+    """On a GPU: every round runs under ``torch.cuda.set_sync_debug_mode("error")``."""
+    mark = batch_module._StepClock.mark
+
+    def strict_mark(self: Any) -> None:
+        k = len(self.marks) % 4
+        if k == 3:
+            torch.cuda.set_sync_debug_mode("default")
+        mark(self)
+        if k == 0:
+            torch.cuda.set_sync_debug_mode("error")
+
+    monkeypatch.setattr(batch_module._StepClock, "mark", strict_mark)
+    env = make_env("rkhs", dim=3, n_arms=30, device="cuda")
+    try:
+        runs = simulate_batch(make_policy(policy, env, device="cuda"), env, 20, [0, 1, 2],
+                              sync_every=7)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    cpu_env = make_env("rkhs", dim=3, n_arms=30)
+    for res in runs:
+        assert res.actions == simulate(make_policy(policy, cpu_env), cpu_env, 20, res.seed).actions
+        assert res.memory_bytes is not None and res.memory_bytes > 0
+
+
+def test_block_solves_past_the_head_size_equal_the_sequential_model() -> None:
+    """Past 64 points the batched factor is solved as a contiguous head plus a tail (refreshed
+    every 64 appends): 150 appends against ``ExactKernelRidge`` run by run (mean, variance to
+    1e-10), before and after a state-dict reload mid-way (the head is rebuilt from the state)."""
+    from torchbandits import make_kernel
+    from torchbandits.models import ExactKernelRidge
+    from torchbandits.models.batched_exact import BatchedExactKernelRidge
+
+    g = torch.Generator().manual_seed(3)
+    r, n, a, d = 3, 150, 40, 2
+    lam = torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64)
+    x = torch.rand(r, n, d, generator=g, dtype=torch.float64)
+    y = torch.randn(r, n, generator=g, dtype=torch.float64)
+    cand = torch.rand(r, a, d, generator=g, dtype=torch.float64)
+    model = BatchedExactKernelRidge(make_kernel("rbf", 0.3), lam, r)
+    seq = [ExactKernelRidge(make_kernel("rbf", 0.3), float(lam[i])) for i in range(r)]
+    for t in range(n):
+        with deferred_checks() as checks:
+            model.append(x[:, t], y[:, t])
+        assert checks.failures() == []
+        for i in range(r):
+            seq[i].append(x[i, t], y[i, t])
+        if t in (63, 64, 100, 129, 149):
+            mean, var = model.mean_var(cand, "gp")
+            for i in range(r):
+                m_i, v_i = seq[i].mean_var(cand[i])
+                assert torch.allclose(mean[i], m_i, atol=1e-10, rtol=0)
+                assert torch.allclose(var[i], v_i, atol=1e-10, rtol=0)
+        if t == 129:
+            twin = BatchedExactKernelRidge(make_kernel("rbf", 0.3), lam, r)
+            twin.load_state_dict(model.state_dict())
+            assert torch.allclose(twin.mean_var(cand)[1], model.mean_var(cand)[1], atol=1e-13)
+            model = twin
+
+
+def test_kucb_batch_past_the_head_size_equals_sequential() -> None:
+    env = make_env("rkhs", dim=2, n_arms=25)
+    runs = simulate_batch(make_policy("kucb", env), env, 150, [0, 1])
+    for res in runs:
+        assert res.actions == simulate(make_policy("kucb", env), env, 150, res.seed).actions
