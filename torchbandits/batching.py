@@ -199,6 +199,11 @@ class DeferredChecks:
         """Record the runs where ``bad`` ``[R]`` (bool) holds, under the label ``check``."""
         bad = bad.reshape(-1)
         first = self._first.get(check)
+        if first is not None and first.shape != bad.shape:
+            # a model of another run count under the same label (e.g. DMM's companion of R·G
+            # runs at its regulariser grid, run r·G + g): its own entry
+            check = f"{check} [{bad.numel()} runs]"
+            first = self._first.get(check)
         if first is None:
             first = torch.full(bad.shape, -1, dtype=torch.long, device=bad.device)
         self._first[check] = torch.where(bad & (first < 0), self.round, first)
@@ -208,9 +213,13 @@ class DeferredChecks:
         if not self._first:
             return []
         names = list(self._first)
-        rounds = torch.stack([self._first[k] for k in names]).tolist()
-        return [(k, r, t) for k, row in zip(names, rounds, strict=True)
-                for r, t in enumerate(row) if t >= 0]
+        flat = torch.cat([self._first[k] for k in names]).tolist()
+        out, start = [], 0
+        for k in names:
+            size = self._first[k].numel()
+            out.extend((k, r, t) for r, t in enumerate(flat[start:start + size]) if t >= 0)
+            start += size
+        return out
 
     def raise_if_failed(self, seeds: Sequence[int] | None = None) -> None:
         """Raise :class:`BatchCheckError` naming the first failure (check, run, seed, round)."""

@@ -31,7 +31,7 @@ def test_batchable_trial_runs_as_one_batch_equal_to_simulate():
 
 
 def test_unbatchable_policy_and_batch_off_run_seed_after_seed():
-    for trial in (_trial("ekucb"), _trial("random", batch=False)):   # EK-UCB: sequential
+    for trial in (_trial("cbkb"), _trial("random", batch=False)):   # CBKB: sequential
         runs = run_seeds(trial, lambda r: None)
         assert all("batched" not in r.config for r in runs)
         for r in runs:

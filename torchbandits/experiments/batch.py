@@ -172,7 +172,9 @@ def simulate_batch(
             regrets.append(regret)
             if diagnostics_every and (t + 1) % diagnostics_every == 0:
                 diag_steps.append(t + 1)
-                raw_diags.append(policy.diagnostics())
+                # a policy may hand out live buffers (running sums): keep this round's values
+                raw_diags.append({k: v.clone() if isinstance(v, torch.Tensor) else v
+                                  for k, v in policy.diagnostics().items()})
             if bar is not None:
                 bar.update(n)
             if sync_every and (t + 1) % int(sync_every) == 0:

@@ -371,7 +371,7 @@ class BatchedExactKernelRidge(ResizableModule):
         last = self._extra.get(("last_candidates",))
         self._extra[("last_candidates",)] = candidates.clone()
         c = self._cache
-        if n == 0 or (c is not None and c["cand"].shape == cand.shape and c["n_at"] <= n
+        if n == 0 or (c is not None and "cand" in c and c["cand"].shape == cand.shape and c["n_at"] <= n
                       and torch.equal(c["cand"], cand)) or (
                 last is not None and last.shape == candidates.shape
                 and torch.equal(last, candidates)):
