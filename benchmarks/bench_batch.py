@@ -55,6 +55,11 @@ ENVS = {  # registry name -> keyword arguments (the registry's defaults otherwis
 QUICK_ENVS = ("rkhs", "chessboard", "tv-rotation")
 LEARNING = ("kucb", "gpucb")        # batched learning policies: K-UCB, GP-UCB (IGP radius)
 LEARNING_ENVS = ("rkhs", "rkhs-fixed", "bump")
+# batched time-varying policies of Zhou & Shroff (2021): SW-GP-UCB (Algorithm 2) with w = 100,
+# R-GP-UCB (Algorithm 1) with H = 100, the registry's theory widths (Lemmas 1-2, greedy γ);
+# `--policies sw-gpucb,r-gpucb --learning-horizon 500` runs them on TV_ENVS
+TV_LEARNING = {"sw-gpucb": {"window": 100}, "r-gpucb": {"period": 100}}
+TV_ENVS = ("tv-rotation", "tv-bump")
 
 
 def _env(name: str, horizon: int):  # type: ignore[no-untyped-def]
@@ -96,12 +101,12 @@ def bench_env(name: str, runs: list[int], horizon: int, repeats: int,
         seeds = list(range(n))
 
         def batched(seeds: list[int] = seeds):  # type: ignore[no-untyped-def]
-            return simulate_batch(make_policy(policy, env), env, horizon, seeds,
-                                  diagnostics_every=0)
+            return simulate_batch(make_policy(policy, env, **TV_LEARNING.get(policy, {})), env,
+                                  horizon, seeds, diagnostics_every=0)
 
         def sequential(seeds: list[int] = seeds):  # type: ignore[no-untyped-def]
-            return [simulate(make_policy(policy, env), env, horizon, s, diagnostics_every=0)
-                    for s in seeds]
+            return [simulate(make_policy(policy, env, **TV_LEARNING.get(policy, {})), env, horizon,
+                             s, diagnostics_every=0) for s in seeds]
 
         tb, ts = [], []
         for _ in range(repeats):  # alternate A/B
@@ -116,7 +121,7 @@ def bench_env(name: str, runs: list[int], horizon: int, repeats: int,
                "batched_steps_per_s": n * horizon / b if b > 0 else float("inf"),
                "sequential_steps_per_s": n * horizon / s if s > 0 else float("inf"),
                "speedup": s / b if b > 0 else float("inf"), "same_actions": same}
-        if policy != "random":
+        if policy in LEARNING:
             env.reset(0)
             cand = env.candidates()
             flops = posterior_flops(n, horizon, int(cand.shape[0]), int(cand.shape[1]))
@@ -163,13 +168,15 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"unknown env(s) {unknown}; choose from {sorted(ENVS)}")
     policies = (args.policies.split(",") if args.policies
                 else ["random"] if args.quick else ["random", *LEARNING])
-    bad = [p for p in policies if p not in ("random", *LEARNING)]
+    bad = [p for p in policies if p not in ("random", *LEARNING, *TV_LEARNING)]
     if bad:
-        raise SystemExit(f"unknown policies {bad}; choose from random,{','.join(LEARNING)}")
+        raise SystemExit(f"unknown policies {bad}; choose from random,"
+                         f"{','.join((*LEARNING, *TV_LEARNING))}")
     rows = []
     for policy in policies:
         learning = policy != "random"
-        envs = names if not learning or args.envs else list(LEARNING_ENVS)
+        envs = names if not learning or args.envs else list(
+            TV_ENVS if policy in TV_LEARNING else LEARNING_ENVS)
         for name in envs:
             rows.extend(bench_env(name, runs, args.learning_horizon if learning else horizon,
                                   repeats, policy))

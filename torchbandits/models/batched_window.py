@@ -41,9 +41,11 @@ def batched_rank_one_factor(chol: Tensor, p: Tensor) -> Tensor:
     t_prev = torch.cat([torch.ones_like(t[..., :1]), t[..., :-1]], dim=-1)
     g_diag = torch.sqrt(t / t_prev)
     g_off = p / torch.sqrt(t_prev * t)
-    prefix = torch.cumsum(chol * p[..., None, :], dim=-1)      # Σ_{k≤j} L_ik p_k
-    tail = prefix[..., -1:] - prefix                            # Σ_{k>j} L_ik p_k
-    return torch.tril(tail * g_off[..., None, :] + chol * g_diag[..., None, :])
+    out = torch.mul(chol, p[..., None, :]).cumsum_(dim=-1)     # Σ_{k≤j} L_ik p_k
+    totals = out[..., -1:].clone()
+    out.neg_().add_(totals)                                     # Σ_{k>j} L_ik p_k
+    out.mul_(g_off[..., None, :]).addcmul_(chol, g_diag[..., None, :])
+    return out.tril_()
 
 
 class BatchedWindowKernelRidge(BatchedExactKernelRidge):
@@ -63,6 +65,7 @@ class BatchedWindowKernelRidge(BatchedExactKernelRidge):
         self.carry_cache = bool(carry_cache)
         self.refresh_cache_every = int(refresh_cache_every)
         self._carried = 0
+        self._spare: Tensor | None = None   # a second cache buffer, swapped at every removal
 
     @torch.no_grad()
     def remove_oldest(self, count: int = 1) -> None:
@@ -87,8 +90,13 @@ class BatchedWindowKernelRidge(BatchedExactKernelRidge):
             self._z[:, : n - 1] = torch.linalg.solve_triangular(
                 new, self._y[:, : n - 1, None], upper=False)[..., 0]
             if cache is not None:
-                v_new = carry_with_p(p, cache["v"][:, :n])
-                cache["v"][:, : n - 1] = v_new
+                # carried into the spare buffer, which then becomes the cache's (no copy)
+                buf = self._spare
+                if buf is None or buf.shape != cache["v"].shape or buf.dtype != new.dtype \
+                        or buf.device != new.device:
+                    buf = torch.empty_like(cache["v"])
+                v_new = carry_with_p(p, cache["v"][:, :n], out=buf[:, : n - 1])
+                self._spare, cache["v"] = cache["v"], buf
                 cache["sumsq"] = (v_new * v_new).sum(1)
                 cache["n_at"] = n - 1
                 self._cache = cache

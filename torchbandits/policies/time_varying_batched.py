@@ -46,8 +46,12 @@ from ..models.batched_exact import BatchedExactKernelRidge, check_run_values
 from ..models.batched_window import BatchedWindowKernelRidge
 from ..models.window import SlidingWindowKernelRidge
 
-__all__ = ["BatchedRestartMixin", "BatchedTimeVaryingMixin", "BatchedWindowMixin",
-           "TV_BATCHED_RULES"]
+__all__ = [
+    "TV_BATCHED_RULES",
+    "BatchedRestartMixin",
+    "BatchedTimeVaryingMixin",
+    "BatchedWindowMixin",
+]
 
 #: the confidence rules whose width the batched time-varying policies compute
 TV_BATCHED_RULES = (ConstantBeta, RestartBeta, WindowBeta)
