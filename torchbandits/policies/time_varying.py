@@ -24,6 +24,9 @@ the data the method keeps:
 width. Ties of the UCB (every candidate ties on an empty data set with a stationary kernel) are
 broken uniformly at random from the policy's generator (``tie_break="random"``) or by
 the lowest index (``"first"``, like :class:`~torchbandits.policies.GPUCB`).
+
+R-GP-UCB and SW-GP-UCB also run ``R`` seeds as one batch (``reset(seed=[s_1, …, s_R])``,
+candidates ``[R, A, d]``; :mod:`torchbandits.policies.time_varying_batched`).
 """
 
 from __future__ import annotations
