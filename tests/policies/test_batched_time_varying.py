@@ -12,6 +12,8 @@ the sequential one.
 from __future__ import annotations
 
 import copy
+import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -234,7 +236,6 @@ def test_cli_batch_on_equals_batch_off(tmp_path: Path, capsys: pytest.CaptureFix
             "--set", "r-gpucb.period=12", "--set", "env.horizon=40"]
     for mode in ("on", "off"):
         assert main([*args, "--batch", mode, "--out", str(tmp_path / mode)]) == 0
-    import json
     on, off = ({p.name: json.loads(p.read_text()) for p in (tmp_path / m / "runs").glob("*.json")}
                for m in ("on", "off"))
     assert sorted(on) == sorted(off) and len(on) == 12
@@ -242,3 +243,19 @@ def test_cli_batch_on_equals_batch_off(tmp_path: Path, capsys: pytest.CaptureFix
         assert on[name]["actions"] == off[name]["actions"], name
         assert on[name]["regret"] == pytest.approx(off[name]["regret"], abs=1e-10, rel=0)
     capsys.readouterr()
+
+
+def test_bench_batch_entries(tmp_path: Path) -> None:
+    """``benchmarks/bench_batch.py --policies sw-gpucb,r-gpucb`` runs and its batched runs equal
+    the sequential ones (no timing asserted)."""
+    spec = importlib.util.spec_from_file_location(
+        "bench_batch", Path(__file__).resolve().parents[2] / "benchmarks" / "bench_batch.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--policies", "sw-gpucb,r-gpucb", "--runs", "1", "3", "--repeats", "1",
+                       "--learning-horizon", "15", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "bench.json").read_text())["rows"]
+    assert {(r["policy"], r["env"], r["R"]) for r in rows} == {
+        (p, e, n) for p in ("sw-gpucb", "r-gpucb") for e in ("tv-rotation", "tv-bump")
+        for n in (1, 3)}
+    assert all(r["same_actions"] for r in rows)
