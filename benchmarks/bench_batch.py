@@ -63,6 +63,11 @@ RULE_TS = (50, 100, 200)
 #: Nyström policies: EK-UCB (Zenati et al. 2022, Algorithms 2 and 4) on Chessboard, T = 2000
 NYSTROM = {"ekucb": ("chessboard",)}
 NYSTROM_HORIZON = 2000
+# batched time-varying policies of Zhou & Shroff (2021): SW-GP-UCB (Algorithm 2) with w = 100,
+# R-GP-UCB (Algorithm 1) with H = 100, the registry's theory widths (Lemmas 1-2, greedy γ);
+# `--policies sw-gpucb,r-gpucb --learning-horizon 500` runs them on TV_ENVS
+TV_LEARNING = {"sw-gpucb": {"window": 100}, "r-gpucb": {"period": 100}}
+TV_ENVS = ("tv-rotation", "tv-bump")
 
 
 def _env(name: str, horizon: int):  # type: ignore[no-untyped-def]
@@ -107,12 +112,12 @@ def bench_env(name: str, runs: list[int], horizon: int, repeats: int,
         n_seq = n if max_sequential is None else min(n, max_sequential)
 
         def batched(seeds: list[int] = seeds):  # type: ignore[no-untyped-def]
-            return simulate_batch(make_policy(policy, env), env, horizon, seeds,
-                                  diagnostics_every=0)
+            return simulate_batch(make_policy(policy, env, **TV_LEARNING.get(policy, {})), env,
+                                  horizon, seeds, diagnostics_every=0)
 
         def sequential(seeds: list[int] = seeds[:n_seq]):  # type: ignore[no-untyped-def]
-            return [simulate(make_policy(policy, env), env, horizon, s, diagnostics_every=0)
-                    for s in seeds]
+            return [simulate(make_policy(policy, env, **TV_LEARNING.get(policy, {})), env, horizon,
+                             s, diagnostics_every=0) for s in seeds]
 
         tb, ts = [], []
         for _ in range(repeats):  # alternate A/B
@@ -293,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"unknown env(s) {unknown}; choose from {sorted(ENVS)}")
     policies = (args.policies.split(",") if args.policies
                 else ["random"] if args.quick else ["random", *LEARNING])
-    known = ("random", *LEARNING, *RULES, *NYSTROM)
+    known = ("random", *LEARNING, *RULES, *NYSTROM, *TV_LEARNING)
     bad = [p for p in policies if p not in known]
     if bad:
         raise SystemExit(f"unknown policies {bad}; choose from {','.join(known)}")
@@ -311,7 +316,8 @@ def main(argv: list[str] | None = None) -> int:
                 print("\n".join(table(rows).splitlines()[-len(runs):]), flush=True)
             continue
         learning = policy != "random"
-        envs = names if not learning or args.envs else list(LEARNING_ENVS)
+        envs = names if not learning or args.envs else list(
+            TV_ENVS if policy in TV_LEARNING else LEARNING_ENVS)
         for name in envs:
             rows.extend(bench_env(name, runs, args.learning_horizon if learning else horizon,
                                   repeats, policy))

@@ -32,10 +32,11 @@ from .posterior import colsum_sq
 __all__ = ["SlidingWindowKernelRidge", "carry_cache_through_removal", "carry_with_p"]
 
 
-def _strict_reverse_cumsum(a: Tensor) -> Tensor:
-    """``out_i = Σ_{j>i} a_j`` along dim 0."""
-    rev = torch.flip(torch.cumsum(torch.flip(a, dims=(0,)), dim=0), dims=(0,))
-    return torch.cat([rev[1:], torch.zeros_like(rev[:1])], dim=0)
+def _strict_reverse_cumsum(a: Tensor, dim: int = 0) -> Tensor:
+    """``out_i = Σ_{j>i} a_j`` along ``dim``."""
+    rev = torch.flip(torch.cumsum(torch.flip(a, dims=(dim,)), dim=dim), dims=(dim,))
+    tail = rev.narrow(dim, 1, rev.shape[dim] - 1)
+    return torch.cat([tail, torch.zeros_like(rev.narrow(dim, 0, 1))], dim=dim)
 
 
 def carry_cache_through_removal(chol: Tensor, v: Tensor) -> Tensor:
@@ -49,16 +50,34 @@ def carry_cache_through_removal(chol: Tensor, v: Tensor) -> Tensor:
     return carry_with_p(p, v)
 
 
-def carry_with_p(p: Tensor, v: Tensor) -> Tensor:
-    """``V' = G⁻¹ (V₂ + p V₁)`` given the removal vector ``p = L22⁻¹ l21`` (O(nA))."""
-    t = 1.0 + torch.cumsum(p * p, dim=0)
-    t_prev = torch.cat([t.new_ones(1), t[:-1]])
+def carry_with_p(p: Tensor, v: Tensor, *, out: Tensor | None = None) -> Tensor:
+    """``V' = G⁻¹ (V₂ + p V₁)`` given the removal vector ``p = L22⁻¹ l21`` (O(nA)).
+
+    ``p`` is ``[n−1]`` and ``v`` ``[n, A]``, or with a leading run dimension ``[R, n−1]`` and
+    ``[R, n, A]`` (one removal per run, :mod:`torchbandits.models.batched_window`). The batched
+    form evaluates the same expression in place in ``out`` (``[R, n−1, A]``, must not overlap
+    ``v``; allocated when ``None``), with the tail sums ``Σ_{j>i}`` as totals minus prefix sums
+    (as :func:`~torchbandits.linalg.cholesky_rank_one_update` does) instead of reversed cumulative
+    sums: a few passes over ``[R, n, A]`` and no temporaries of that size.
+    """
+    t = 1.0 + torch.cumsum(p * p, dim=-1)
+    t_prev = torch.cat([torch.ones_like(t[..., :1]), t[..., :-1]], dim=-1)
     g = torch.sqrt(t / t_prev)
     q = p / torch.sqrt(t_prev * t)
-    r = v[1:] + p[:, None] * v[0][None, :]
-    gt_r = g[:, None] * r + q[:, None] * _strict_reverse_cumsum(p[:, None] * r)
-    s = g * p + q * _strict_reverse_cumsum(p * p)
-    return gt_r - s[:, None] * (p @ r)[None, :] / (1.0 + p @ p)
+    if p.ndim == 1:
+        r = v[1:] + p[:, None] * v[0][None, :]
+        gt_r = g[:, None] * r + q[:, None] * _strict_reverse_cumsum(p[:, None] * r)
+        s = g * p + q * _strict_reverse_cumsum(p * p)
+        return gt_r - s[:, None] * (p @ r)[None, :] / (1.0 + p @ p)
+    pp = p * p
+    s = g * p + q * (pp.sum(-1, keepdim=True) - torch.cumsum(pp, dim=-1))      # [R, n−1]
+    r = torch.addcmul(v[:, 1:], p[:, :, None], v[:, :1], out=out)             # V₂ + p V₁
+    tail = torch.cumsum(p[:, :, None] * r, dim=1)                              # Σ_{j≤i} p_j r_j
+    pr = tail[:, -1:].clone()                                                  # pᵀr [R, 1, A]
+    tail.neg_().add_(pr)                                                       # Σ_{j>i}
+    r.mul_(g[:, :, None]).addcmul_(q[:, :, None], tail)                         # Gᵀ r
+    coef = s / (1.0 + pp.sum(-1, keepdim=True))                                # [R, n−1]
+    return r.addcmul_(coef[:, :, None], pr, value=-1.0)
 
 
 class SlidingWindowKernelRidge(ExactKernelRidge):

@@ -24,6 +24,9 @@ the data the method keeps:
 width. Ties of the UCB (every candidate ties on an empty data set with a stationary kernel) are
 broken uniformly at random from the policy's generator (``tie_break="random"``) or by
 the lowest index (``"first"``, like :class:`~torchbandits.policies.GPUCB`).
+
+R-GP-UCB and SW-GP-UCB also run ``R`` seeds as one batch (``reset(seed=[s_1, …, s_R])``,
+candidates ``[R, A, d]``; :mod:`torchbandits.policies.time_varying_batched`).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from ..models.window import SlidingWindowKernelRidge
 from ..validation import check_positive
 from .base import RuleUCB, check_model
 from .refit import RefitMixin
+from .time_varying_batched import BatchedRestartMixin, BatchedWindowMixin
 
 __all__ = ["RGPUCB", "SWGPUCB", "TVGPUCB", "WGPUCB", "TimeVaryingUCB"]
 
@@ -96,7 +100,7 @@ class TimeVaryingUCB(RuleUCB):
         return f"{super().extra_repr()}, tie_break={self.tie_break!r}"
 
 
-class RGPUCB(RefitMixin, TimeVaryingUCB):
+class RGPUCB(BatchedRestartMixin, RefitMixin, TimeVaryingUCB):
     """R-GP-UCB: IGP-UCB restarted every ``period`` (= H) rounds (Zhou & Shroff 2021, Algorithm 1;
     β on the **GP** sd).
 
@@ -175,7 +179,7 @@ class RGPUCB(RefitMixin, TimeVaryingUCB):
         return {**super().diagnostics(), "restarts": float(self.restarts)}
 
 
-class SWGPUCB(RefitMixin, TimeVaryingUCB):
+class SWGPUCB(BatchedWindowMixin, RefitMixin, TimeVaryingUCB):
     """SW-GP-UCB: GP-UCB on the last ``window`` (= w) observations (Zhou & Shroff 2021,
     Algorithm 2; β on the **GP** sd).
 
