@@ -23,7 +23,8 @@ SPEC = {
                                                              "beta": [0.3, 2.0]}},
                  {"name": "gpucb", "label": "GP-UCB", "grid": {"beta": [0.3, 3.0]}},
                  {"name": "kucb-theory", "label": "K-UCB-th", "grid": {"lam": [0.5, 2.0]}},
-                 {"name": "gpucb-srinivas", "label": "Srinivas", "grid": {"lam": [0.5, 2.0]}}],
+                 {"name": "gpucb-srinivas", "label": "Srinivas", "grid": {"lam": [0.5, 2.0]}},
+                 {"name": "gpucb-fit", "label": "Fit", "grid": {"beta": [1.0, 2.0]}}],
 }
 
 
@@ -37,15 +38,15 @@ def test_fold_groups_only_lam_beta_grids_of_one_entry() -> None:
     groups = fold_trials(trials)
     sizes = [(g[0].env_label, g[0].policy_label, len(g)) for g in groups]
     assert sizes == [("rkhs", "K-UCB", 6), ("rkhs", "GP-UCB", 2), ("rkhs", "K-UCB-th", 2),
-                     ("rkhs", "Srinivas", 2), ("chessboard", "K-UCB", 6),
+                     ("rkhs", "Srinivas", 2), ("rkhs", "Fit", 2), ("chessboard", "K-UCB", 6),
                      ("chessboard", "GP-UCB", 2), ("chessboard", "K-UCB-th", 2),
-                     ("chessboard", "Srinivas", 2)]
+                     ("chessboard", "Srinivas", 2), ("chessboard", "Fit", 2)]
     assert [t for g in groups for t in g] == sorted(trials, key=trials.index)
     off = expand_trials(parse_spec({**SPEC, "batch": False}))
     assert all(len(g) == 1 for g in fold_trials(off))
 
 
-@pytest.mark.parametrize("label", ["K-UCB", "GP-UCB", "K-UCB-th", "Srinivas"])
+@pytest.mark.parametrize("label", ["K-UCB", "GP-UCB", "K-UCB-th", "Srinivas", "Fit"])
 def test_folded_trials_equal_unfolded(tmp_path: Path, label: str) -> None:
     spec = parse_spec({**SPEC, "environments": SPEC["environments"][:1]})
     group = next(g for g in fold_trials(expand_trials(spec)) if g[0].policy_label == label)
@@ -54,7 +55,7 @@ def test_folded_trials_equal_unfolded(tmp_path: Path, label: str) -> None:
     assert [r["trial"]["trial_id"] for r in records] == [t.trial_id for t in group]
     for t, rec in zip(group, records, strict=True):
         ref = run_trial(t, plain)
-        if label == "Srinivas":   # Srinivas: no batched width, trial by trial
+        if label == "Fit":   # marginal-likelihood refits do not batch: trial by trial
             assert "folded" not in rec
         else:
             assert rec["folded"] == [g.trial_id for g in group]
