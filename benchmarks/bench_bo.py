@@ -180,7 +180,7 @@ def plot(runs: list[dict], out: Path) -> None:
 
     fns = sorted({r["function"] for r in runs})
     for kind in ("simple", "cumulative"):
-        fig, axes = plt.subplots(1, len(fns), figsize=(4.6 * len(fns), 3.8), squeeze=False)
+        fig, axes = plt.subplots(1, len(fns), figsize=(max(7.0, 4.6 * len(fns)), 3.8), squeeze=False)
         for ax, fn in zip(axes[0], fns):
             for m in METHODS:
                 rs = [r for r in runs if r["function"] == fn and r["method"] == m]
