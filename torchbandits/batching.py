@@ -116,6 +116,19 @@ class RunStreams:
         return cls([torch.Generator().manual_seed(int(s)) for s in check_seeds(seeds)],
                    chunk=chunk, device=device)
 
+    @classmethod
+    def from_states(cls, states: Sequence[Tensor], *, chunk: int = 64,
+                    device: torch.device | str | None = None) -> RunStreams:
+        """Generators restored from :meth:`states` (a saved batch continues its draws)."""
+        gens = [torch.Generator() for _ in states]
+        for g, state in zip(gens, states, strict=True):
+            g.set_state(state)
+        return cls(gens, chunk=chunk, device=device)
+
+    def states(self) -> list[Tensor]:
+        """Every run's generator state, rewound to the draws handed out so far (:meth:`sync`)."""
+        return [g.get_state() for g in self.sync()]
+
     @property
     def n_runs(self) -> int:
         """Number of runs R (one generator each)."""

@@ -40,6 +40,7 @@ from ..batching import (
 )
 from ..buffers import ResizableModule, grow_rows
 from ..kernels import kernel_diag, kernel_matrix
+from .batched_solve import HEAD_BLOCK, block_solve, storage_key
 
 __all__ = ["BatchedExactKernelRidge", "check_run_values"]
 
@@ -64,42 +65,12 @@ def check_run_values(name: str, value: Any, n_runs: int, *, positive: bool,
     return v
 
 
-def _storage_key(t: Tensor) -> tuple[Any, ...]:
-    """Which memory ``t`` views, and its version counter (host metadata only); an inference
-    tensor has no version counter, so its key equals nothing."""
-    if t.is_inference():
-        return (object(),)
-    return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.stride()), t.dtype,
-            t.device, t._version)
-
-
-_HEAD_BLOCK = 64   # the contiguous head of the factor is refreshed every that many appends
-
-
-def _block_solve(chol: Tensor, head: Tensor, n: int, rhs: Tensor) -> Tensor:
-    """``L⁻¹ rhs`` ``[R, n, k]`` for the factors ``chol[:, :n, :n]`` of a capacity buffer, with
-    ``head`` a contiguous copy of its leading ``n0 × n0`` block ``[R, n0, n0]``.
-
-    A batched triangular solve on a slice of a capacity buffer would copy all ``R·n²`` entries
-    first (LAPACK wants contiguous matrices) — a memory-bound copy as costly as the solve. So,
-    as :class:`~torchbandits.linalg.GrowingCholesky` does for one run, the solve is split:
-    ``x1 = head⁻¹ b1`` on the contiguous head, ``x2 = L22⁻¹ (b2 − L21 x1)`` on the ``m = n − n0``
-    tail rows (``m < 64``; the small ``L22`` is the only copy)."""
-    n0 = head.shape[1]
-    x1 = torch.linalg.solve_triangular(head, rhs[:, :n0], upper=False) if n0 else rhs[:, :0]
-    if n0 == n:
-        return x1
-    r2 = rhs[:, n0:n] - chol[:, n0:n, :n0] @ x1 if n0 else rhs[:, n0:n]
-    x2 = torch.linalg.solve_triangular(chol[:, n0:n, n0:n], r2, upper=False)
-    return torch.cat([x1, x2], dim=1)
-
-
 def _factor_head(model: BatchedExactKernelRidge) -> Tensor:
     """The contiguous copy ``[R, n0, n0]`` of the leading block of ``model``'s factors,
     ``n0 = 64·⌊n/64⌋``: kept in the model's cache (dropped, like the candidate cache, by
     ``reset``, a state load or a move) and re-copied when ``n0`` grows, an O(R·n²) copy every 64
     appends. Rows below ``n0`` never change under appends, so the copy stays exact."""
-    n0 = (model.n // _HEAD_BLOCK) * _HEAD_BLOCK
+    n0 = (model.n // HEAD_BLOCK) * HEAD_BLOCK
     if model._cache is None:
         model._cache = {}
     head = model._cache.get("head")
@@ -228,7 +199,7 @@ class BatchedExactKernelRidge(ResizableModule):
         kxx = self._kdiag(x[:, None])[:, 0]
         if n:
             k_col = kernel_matrix(self.kernel, self._x[:, :n], x[:, None])     # [R, n, 1]
-            row = _block_solve(self._L, _factor_head(self), n, k_col)[..., 0]
+            row = block_solve(self._L, _factor_head(self), n, k_col)[..., 0]
             d2 = kxx + self._lam - (row * row).sum(-1)
         else:
             row = x.new_zeros(r, 0)
@@ -258,11 +229,12 @@ class BatchedExactKernelRidge(ResizableModule):
         storage as the cached call (a host-side comparison of storage, offset, strides and
         version counter — the cache holds a reference, so the storage cannot be reused), or, in
         an eager call, when ``torch.equal`` finds the same values (one host read). Fresh
-        candidates are solved against the factor in blocks (:func:`_block_solve`)."""
+        candidates are solved against the factor in blocks
+        (:func:`~torchbandits.models.batched_solve.block_solve`)."""
         n = self._n
         c = self._cache
         if c is not None and "cand" in c and c["cand"].shape == cand.shape and c["n_at"] <= n and (
-                c["key"] == _storage_key(cand)
+                c["key"] == storage_key(cand)
                 or (active_checks() is None and torch.equal(c["cand"], cand))):
             a = c["n_at"]
             if a < n:   # the rows of V for the points appended since the last call
@@ -277,11 +249,11 @@ class BatchedExactKernelRidge(ResizableModule):
             return c["v"][:, :n], c["kdiag"], c["sumsq"]
         kq = kernel_matrix(self.kernel, self._x[:, :n], cand)                  # [R, n, A]
         kdiag = self._kdiag(cand)
-        v = _block_solve(self._L, _factor_head(self), n, kq)
+        v = block_solve(self._L, _factor_head(self), n, kq)
         sumsq = (v * v).sum(1)
         if self.cache_candidates:   # V itself: it gains capacity on the first hit (grow_rows)
             self._cache = {"cand": cand.clone(), "kdiag": kdiag, "v": v, "sumsq": sumsq,
-                           "n_at": n, "src": cand, "key": _storage_key(cand),
+                           "n_at": n, "src": cand, "key": storage_key(cand),
                            "head": self._cache.get("head") if self._cache else None}
         return v, kdiag, sumsq
 

@@ -324,7 +324,7 @@ class KernelUCB(RefitMixin, RuleUCB):
         if self.run_streams is None or model is None:
             out["batch"] = None
             return out
-        out["batch"] = {"rng": [g.get_state() for g in self.run_streams.sync()],
+        out["batch"] = {"rng": self.run_streams.states(),
                         "lam": model.lam.detach().cpu(), "settings": dict(self._batch_settings)}
         return out
 
@@ -337,13 +337,11 @@ class KernelUCB(RefitMixin, RuleUCB):
         self._leave_batch()
         if batch is None:
             return
-        gens = [torch.Generator() for _ in batch["rng"]]
-        for g, s in zip(gens, batch["rng"], strict=True):
-            g.set_state(s)
-        self.batched = BatchedExactKernelRidge(self.model.kernel, batch["lam"], len(gens),
+        streams = RunStreams.from_states(batch["rng"])
+        self.batched = BatchedExactKernelRidge(self.model.kernel, batch["lam"], streams.n_runs,
                                                dtype=self.dtype, device=self.device,
                                                cache_candidates=self.model.cache_candidates)
-        self.run_streams = RunStreams(gens)
+        self.run_streams = streams
         self._batch_settings = dict(batch["settings"])
 
 

@@ -99,14 +99,11 @@ class RandomPolicy(Policy):
     def _extra_state(self) -> dict[str, Any]:
         if self.run_streams is None:
             return {"run_rng": None}
-        return {"run_rng": [g.get_state() for g in self.run_streams.sync()]}
+        return {"run_rng": self.run_streams.states()}
 
     def _set_extra_state(self, state: dict[str, Any]) -> None:
         rngs = state.get("run_rng")
         if rngs is None:
             self.run_streams = None
             return
-        gens = [torch.Generator() for _ in rngs]
-        for g, s in zip(gens, rngs, strict=True):
-            g.set_state(s)
-        self.run_streams = RunStreams(gens, device=self.device)
+        self.run_streams = RunStreams.from_states(rngs, device=self.device)

@@ -287,7 +287,7 @@ class BatchedTimeVaryingMixin:
         if getattr(self, "run_streams", None) is None or model is None:
             out["batch"] = None
             return out
-        out["batch"] = {"rng": [g.get_state() for g in self.run_streams.sync()],
+        out["batch"] = {"rng": self.run_streams.states(),
                         "lam": model.lam.detach().cpu(), "settings": dict(self._batch_settings)}
         return out
 
@@ -300,11 +300,9 @@ class BatchedTimeVaryingMixin:
         self._leave_batch()
         if batch is None:
             return
-        gens = [torch.Generator() for _ in batch["rng"]]
-        for g, s in zip(gens, batch["rng"], strict=True):
-            g.set_state(s)
-        self.batched = self._new_batch_model(batch["lam"], len(gens))
-        self.run_streams = RunStreams(gens)
+        streams = RunStreams.from_states(batch["rng"])
+        self.batched = self._new_batch_model(batch["lam"], streams.n_runs)
+        self.run_streams = streams
         self._batch_settings = dict(batch["settings"])
         self._batch_beta = None
 

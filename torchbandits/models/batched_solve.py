@@ -1,0 +1,42 @@
+"""Host-light pieces of the batched exact posterior (:mod:`torchbandits.models.batched_exact`):
+a tensor's storage key (the fixed-candidate cache's test without a host read of values) and the
+head-plus-tail triangular solve on a capacity buffer of ``R`` Cholesky factors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+__all__ = ["HEAD_BLOCK", "block_solve", "storage_key"]
+
+
+def storage_key(t: Tensor) -> tuple[Any, ...]:
+    """Which memory ``t`` views, and its version counter (host metadata only); an inference
+    tensor has no version counter, so its key equals nothing."""
+    if t.is_inference():
+        return (object(),)
+    return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.stride()), t.dtype,
+            t.device, t._version)
+
+
+HEAD_BLOCK = 64   # the contiguous head of the factor is refreshed every that many appends
+
+
+def block_solve(chol: Tensor, head: Tensor, n: int, rhs: Tensor) -> Tensor:
+    """``L⁻¹ rhs`` ``[R, n, k]`` for the factors ``chol[:, :n, :n]`` of a capacity buffer, with
+    ``head`` a contiguous copy of its leading ``n0 × n0`` block ``[R, n0, n0]``.
+
+    A batched triangular solve on a slice of a capacity buffer would copy all ``R·n²`` entries
+    first (LAPACK wants contiguous matrices) — a memory-bound copy as costly as the solve. So,
+    as :class:`~torchbandits.linalg.GrowingCholesky` does for one run, the solve is split:
+    ``x1 = head⁻¹ b1`` on the contiguous head, ``x2 = L22⁻¹ (b2 − L21 x1)`` on the ``m = n − n0``
+    tail rows (``m < 64``; the small ``L22`` is the only copy)."""
+    n0 = head.shape[1]
+    x1 = torch.linalg.solve_triangular(head, rhs[:, :n0], upper=False) if n0 else rhs[:, :0]
+    if n0 == n:
+        return x1
+    r2 = rhs[:, n0:n] - chol[:, n0:n, :n0] @ x1 if n0 else rhs[:, n0:n]
+    x2 = torch.linalg.solve_triangular(chol[:, n0:n, n0:n], r2, upper=False)
+    return torch.cat([x1, x2], dim=1)
