@@ -40,6 +40,9 @@ from ..batching import (
 )
 from ..buffers import ResizableModule, grow_rows
 from ..kernels import kernel_diag, kernel_matrix
+from .batched_groups import at_regularisers, mean_var_groups, repeat_candidates
+from .batched_inverse import InverseFactor, Workspace
+from .batched_kernel import kernel_rows_into
 from .batched_solve import HEAD_BLOCK, block_solve, storage_key
 
 __all__ = ["BatchedExactKernelRidge", "check_run_values"]
@@ -108,6 +111,8 @@ class BatchedExactKernelRidge(ResizableModule):
         self._n = 0
         self._cache: dict[str, Any] | None = None
         self._extra: dict[Any, Any] = {}   # companions / spectra derived from the data
+        self._inverse = InverseFactor()      # explicit L⁻¹ while n <= INVERSE_MAX_N
+        self.workspace = Workspace()         # reused buffers of the scoring
         if device is not None:
             self.to(device)
 
@@ -157,16 +162,21 @@ class BatchedExactKernelRidge(ResizableModule):
         return self._L[:, : self._n, : self._n].clone()
 
     def get_extra_state(self) -> dict:
-        return {"n": self._n}
+        return {"n": self._n, "no_inverse": self._inverse.stale(self._L, self._n)}
 
     def set_extra_state(self, state: dict) -> None:
         self._n = int(state["n"])
         self._cache = None
         self._extra = {}
+        self._inverse.restart()    # rebuilt from the loaded factor at the next use ...
+        if state.get("no_inverse", False):
+            self._inverse.drop()   # ... unless the saved model solved with the factor
 
     def _apply(self, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
         self._cache = None
         self._extra = {}
+        self._inverse.restart()
+        self.workspace.clear()
         return super()._apply(fn, *args, **kwargs)
 
     def reset(self) -> None:
@@ -174,6 +184,17 @@ class BatchedExactKernelRidge(ResizableModule):
         self._n = 0
         self._cache = None
         self._extra = {}
+        self._inverse.restart()
+
+    def inverse_valid(self) -> bool:
+        """Whether the explicit ``L⁻¹`` of every run is kept for the current points
+        (:class:`~torchbandits.models.batched_inverse.InverseFactor`; rebuilt here if missing)."""
+        return self._inverse.valid(self._L, self._n)
+
+    def inverse_factor(self, n: int) -> Tensor:
+        """``L⁻¹`` ``[R, n, n]`` (a view; call :meth:`inverse_valid` first)."""
+        assert self._inverse.inv is not None
+        return self._inverse.inv[:, :n, :n]
 
     # ------------------------------------------------------------------ kernel helpers
     def _kdiag(self, x: Tensor) -> Tensor:
@@ -197,9 +218,11 @@ class BatchedExactKernelRidge(ResizableModule):
             y = check_batch_rewards("y", y, r, dtype=self.dtype, device=self.device)
         yv = y
         kxx = self._kdiag(x[:, None])[:, 0]
+        with_inverse = self._inverse.ready_for_append(self._L, n)
         if n:
             k_col = kernel_matrix(self.kernel, self._x[:, :n], x[:, None])     # [R, n, 1]
-            row = block_solve(self._L, _factor_head(self), n, k_col)[..., 0]
+            row = (self._inverse.matvec(n, k_col) if with_inverse
+                   else block_solve(self._L, _factor_head(self), n, k_col))[..., 0]
             d2 = kxx + self._lam - (row * row).sum(-1)
         else:
             row = x.new_zeros(r, 0)
@@ -219,6 +242,8 @@ class BatchedExactKernelRidge(ResizableModule):
         self._x[:, n] = x
         self._y[:, n] = yv
         self._z[:, n] = (yv - (row * self._z[:, :n]).sum(-1)) / d
+        if with_inverse:
+            self._inverse.border(self._L, row, d, n)
         self._n = n + 1
 
     # ------------------------------------------------------------------ queries
@@ -228,14 +253,17 @@ class BatchedExactKernelRidge(ResizableModule):
         The cache of a fixed candidate set is hit when ``cand`` is a view of the same, unmodified
         storage as the cached call (a host-side comparison of storage, offset, strides and
         version counter — the cache holds a reference, so the storage cannot be reused), or, in
-        an eager call, when ``torch.equal`` finds the same values (one host read). Fresh
-        candidates are solved against the factor in blocks
-        (:func:`~torchbandits.models.batched_solve.block_solve`)."""
+        an eager call, when ``torch.equal`` finds the same values (one host read). A set is
+        remembered at its first call and its ``V`` kept from its second (fresh arm sets, seen
+        once, cost no copy of ``V``). Fresh candidates are scored by :meth:`_score_fresh`."""
         n = self._n
         c = self._cache
         if c is not None and "cand" in c and c["cand"].shape == cand.shape and c["n_at"] <= n and (
-                c["key"] == storage_key(cand)
+                cand is c["cand"] or c["key"] == storage_key(cand)
                 or (active_checks() is None and torch.equal(c["cand"], cand))):
+            if "v" not in c:   # the second call with this set: its V, owned by the cache
+                v, _, sumsq = self._score_fresh(cand, owned=True)
+                c.update(v=v, sumsq=sumsq, n_at=n)
             a = c["n_at"]
             if a < n:   # the rows of V for the points appended since the last call
                 kq_new = kernel_matrix(self.kernel, self._x[:, a:n], cand)     # [R, n−a, A]
@@ -247,15 +275,31 @@ class BatchedExactKernelRidge(ResizableModule):
                 c["sumsq"] = c["sumsq"] + (v_new * v_new).sum(1)
                 c["n_at"] = n
             return c["v"][:, :n], c["kdiag"], c["sumsq"]
-        kq = kernel_matrix(self.kernel, self._x[:, :n], cand)                  # [R, n, A]
-        kdiag = self._kdiag(cand)
-        v = block_solve(self._L, _factor_head(self), n, kq)
-        sumsq = (v * v).sum(1)
-        if self.cache_candidates:   # V itself: it gains capacity on the first hit (grow_rows)
-            self._cache = {"cand": cand.clone(), "kdiag": kdiag, "v": v, "sumsq": sumsq,
-                           "n_at": n, "src": cand, "key": storage_key(cand),
+        v, kdiag, sumsq = self._score_fresh(cand)
+        if self.cache_candidates:   # remembered; V itself is kept if the set comes again
+            self._cache = {"cand": cand.clone(), "kdiag": kdiag, "n_at": n, "src": cand,
+                           "key": storage_key(cand),
                            "head": self._cache.get("head") if self._cache else None}
         return v, kdiag, sumsq
+
+    def _score_fresh(self, cand: Tensor, *, owned: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+        """``(V, k_CC, colsum(V ⊙ V))`` of candidates ``[R, A, d]`` from scratch: with the
+        explicit inverse, ``Vᵀ = K_CS (L⁻¹)ᵀ`` ``[R, A, n]``, one batched product into the
+        workspace (``owned``: into a new tensor, ``V`` contiguous); else the blocked triangular
+        solve (:func:`~torchbandits.models.batched_solve.block_solve`)."""
+        n = self._n
+        kdiag = self._kdiag(cand)
+        if self._inverse.valid(self._L, n):
+            kq_t = kernel_rows_into(self.kernel, cand, self._x[:, :n], self.workspace)  # [R, A, n]
+            shape = (cand.shape[0], cand.shape[1], n)
+            vt = torch.empty(shape, dtype=kq_t.dtype, device=kq_t.device) if owned \
+                else self.workspace.get("vt", shape, kq_t)
+            self._inverse.whiten_t(kq_t, n, vt)
+            sumsq = torch.mul(vt, vt, out=kq_t).sum(-1)     # kq_t is spent: its memory reused
+            return (vt.mT.contiguous() if owned else vt.mT), kdiag, sumsq
+        kq = kernel_matrix(self.kernel, self._x[:, :n], cand)                  # [R, n, A]
+        v = block_solve(self._L, _factor_head(self), n, kq)
+        return v, kdiag, (v * v).sum(1)
 
     @torch.no_grad()
     def mean_var(self, candidates: Any, variance: str = "gp", *, validate: bool = True
@@ -295,67 +339,25 @@ class BatchedExactKernelRidge(ResizableModule):
         return (z * z).sum(-1)
 
     # ------------------------------------------------------------------ other regularisers
-    @torch.no_grad()
     def at_regularisers(self, multipliers: tuple[float, ...]) -> BatchedExactKernelRidge:
         """The posteriors of every run at ``G`` further regularisers ``λ_{r,g} = m_g·λ_r``, as one
-        model of ``R·G`` runs (run ``r·G + g``), kept in step with this one.
+        model of ``R·G`` runs (run ``r·G + g``), kept in step with this one
+        (:func:`~torchbandits.models.batched_groups.at_regularisers`). Dropped by :meth:`reset`,
+        by loading a ``state_dict`` and by ``.to()``; a rebuilt companion replays the same
+        appends, so it holds the same numbers. Not saved in the ``state_dict``."""
+        return at_regularisers(self, multipliers)
 
-        Built lazily and caught up before it is returned: the points appended here since the
-        last call are appended to it, in order (one bordered Cholesky step each, the same
-        steps a sequential model maintaining these regularisers makes). Dropped by
-        :meth:`reset`, by loading a ``state_dict`` and by ``.to()``; a rebuilt companion
-        replays the same appends, so it holds the same numbers. Not saved in the ``state_dict``.
-        """
-        key = ("reg", tuple(float(m) for m in multipliers))
-        comp = self._extra.get(key)
-        g = len(key[1])
-        if comp is None:
-            mult = torch.tensor(key[1], dtype=self.dtype, device=self.device)
-            lam = (mult[None, :] * self._lam[:, None]).reshape(-1)     # m_g·λ_r, [R·G]
-            comp = BatchedExactKernelRidge(self.kernel, lam.cpu(), self.n_runs * g,
-                                           dtype=self.dtype, device=self.device,
-                                           cache_candidates=self.cache_candidates)
-            self._extra[key] = comp
-        for k in range(comp.n, self._n):
-            x = self._x[:, k]
-            comp.append(x[:, None].expand(-1, g, -1).reshape(-1, x.shape[-1]),
-                        self._y[:, k, None].expand(-1, g).reshape(-1), validate=False)
-        return comp
-
-    @torch.no_grad()
     def repeat_candidates(self, candidates: Tensor, groups: int) -> Tensor:
-        """Candidates ``[R, A, d]`` as ``[R·G, A, d]`` (run ``r``'s set for each of its ``G``
-        regularisers), the input of :meth:`at_regularisers`' model."""
-        r, a, d = candidates.shape
-        return candidates[:, None].expand(r, groups, a, d).reshape(r * groups, a, d)
+        """Candidates ``[R, A, d]`` as ``[R·G, A, d]``, the input of :meth:`at_regularisers`'
+        model."""
+        return repeat_candidates(candidates, groups)
 
-    @torch.no_grad()
     def mean_var_groups(self, candidates: Tensor, groups: int) -> tuple[Tensor, Tensor]:
-        """:meth:`mean_var` (GP variance) of an :meth:`at_regularisers` model, whose runs come
-        in groups of ``groups`` sharing their data, at the checked candidates ``[R, A, d]`` of
-        the ``R = n_runs / groups`` original runs: the kernel columns ``[R, n, A]`` are
-        evaluated once per original run, then every group member solves with its own factor.
-        Returns ``[R·G, A]`` each; the same values as ``mean_var`` of the repeated candidates.
-        A candidate set seen twice in a row goes through ``mean_var`` and its cache (a fixed arm
-        set: O(n·A) per round); a fresh set is not cached (no ``[R·G, 2n, A]`` buffer per round)."""
-        n, g = self._n, int(groups)
-        cand = self.repeat_candidates(candidates, g)
-        last = self._extra.get(("last_candidates",))
-        self._extra[("last_candidates",)] = candidates.clone()
-        c = self._cache
-        if n == 0 or (c is not None and "cand" in c and c["cand"].shape == cand.shape and c["n_at"] <= n
-                      and torch.equal(c["cand"], cand)) or (
-                last is not None and last.shape == candidates.shape
-                and torch.equal(last, candidates)):
-            return self.mean_var(cand, "gp", validate=False)
-        r, a = candidates.shape[:2]
-        kq = kernel_matrix(self.kernel, self._x[::g, :n], candidates)            # [R, n, A]
-        kq = kq[:, None].expand(r, g, n, a).reshape(r * g, n, a)
-        v = torch.linalg.solve_triangular(self._L[:, :n, :n], kq, upper=False)
-        sumsq = (v * v).sum(1)
-        kdiag = self._kdiag(candidates)[:, None].expand(r, g, a).reshape(r * g, a)
-        mean = (self._z[:, None, :n] @ v)[:, 0]
-        return mean, torch.clamp(kdiag - sumsq, min=0.0)
+        """:meth:`mean_var` (GP variance) of an :meth:`at_regularisers` model at the checked
+        candidates ``[R, A, d]`` of the ``R = n_runs / groups`` original runs, the kernel
+        evaluated once per original run
+        (:func:`~torchbandits.models.batched_groups.mean_var_groups`); ``[R·G, A]`` each."""
+        return mean_var_groups(self, candidates, groups)
 
     @torch.no_grad()
     def spectrum(self) -> tuple[Tensor, Tensor, Tensor]:
