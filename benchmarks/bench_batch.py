@@ -5,6 +5,8 @@
     python benchmarks/bench_batch.py --policies kucb,gpucb --learning-horizon 200
     python benchmarks/bench_batch.py --policies ekucb --max-sequential 8   # Chessboard, T = 2000
     python benchmarks/bench_batch.py --whole-run   # K-UCB, rkhs, T = 1000, R = 64: one row
+    python benchmarks/bench_batch.py --device cuda --policies kucb,gpucb,amm-ucb,dmm-ucb,igp-ucb
+        # the batches on the GPU (R = 64, 1024) against the CPU sequential loop (8 runs, scaled)
 
 For each environment a policy plays ``T`` rounds for ``R`` seeds (R = 1, 8, 64), once through
 :func:`~torchbandits.experiments.simulate_batch` (one batch) and once through ``R`` calls of
@@ -84,6 +86,39 @@ def _cpu(fn) -> tuple[float, object]:  # type: ignore[no-untyped-def]
     return time.process_time() - c0, out
 
 
+def _timed(fn, device: torch.device) -> tuple[float, object]:  # type: ignore[no-untyped-def]
+    """``fn()``'s time: process CPU time on the CPU; on CUDA the wall-clock time between two
+    ``torch.cuda.synchronize`` calls (the GPU's queued work included), cross-checked with CUDA
+    events recorded around the call (the larger of the two is returned)."""
+    if device.type != "cuda":
+        return _cpu(fn)
+    torch.cuda.synchronize(device)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    t0 = time.perf_counter()
+    start.record()
+    out = fn()
+    end.record()
+    torch.cuda.synchronize(device)
+    wall = time.perf_counter() - t0
+    return max(wall, start.elapsed_time(end) / 1e3), out
+
+
+def _device_env(name: str, horizon: int, device: torch.device):  # type: ignore[no-untyped-def]
+    """The bench's environment ``name``, on ``device`` where its constructor takes one."""
+    if device.type == "cpu":
+        return _env(name, horizon)
+    import inspect
+
+    from torchbandits.experiments.registry import ENVIRONMENTS, resolve
+    registry = "rkhs" if name == "rkhs-fixed" else name
+    kwargs = dict(ENVS[name])
+    if registry.startswith("tv-"):
+        kwargs["horizon"] = max(horizon, 2)
+    if "device" in inspect.signature(resolve(ENVIRONMENTS[registry])).parameters:
+        kwargs["device"] = str(device)
+    return make_env(registry, **kwargs)
+
+
 def gemm_gflops(size: int = 256, repeats: int = 20) -> float:
     """This machine's float64 matrix-product rate (GFLOP/s, process CPU time, best of 5)."""
     a = torch.rand(size, size, dtype=torch.float64)
@@ -102,18 +137,25 @@ def posterior_flops(n_runs: int, horizon: int, n_arms: int, dim: int) -> float:
 
 
 def bench_env(name: str, runs: list[int], horizon: int, repeats: int,
-              policy: str = "random", max_sequential: int | None = None) -> list[dict]:
+              policy: str = "random", max_sequential: int | None = None,
+              device: str = "cpu") -> list[dict]:
     """``max_sequential``: time at most that many sequential runs and scale to ``R`` (the
-    sequential runs are independent, so their time is additive; the row says so)."""
+    sequential runs are independent, so their time is additive; the row says so). ``device``:
+    where the batch runs (its policy and, where it takes one, its environment); the sequential
+    runs stay on the CPU. On CUDA the batch is timed by wall clock between synchronisations
+    (:func:`_timed`), the CPU side by process CPU time."""
+    dev = torch.device(device)
     env = _env(name, horizon)
+    benv = env if dev.type == "cpu" else _device_env(name, horizon, dev)
+    pkw = {} if dev.type == "cpu" else {"device": str(dev)}
     rows = []
     for n in runs:
         seeds = list(range(n))
         n_seq = n if max_sequential is None else min(n, max_sequential)
 
         def batched(seeds: list[int] = seeds):  # type: ignore[no-untyped-def]
-            return simulate_batch(make_policy(policy, env, **TV_LEARNING.get(policy, {})), env,
-                                  horizon, seeds, diagnostics_every=0)
+            return simulate_batch(make_policy(policy, benv, **TV_LEARNING.get(policy, {}), **pkw),
+                                  benv, horizon, seeds, diagnostics_every=0)
 
         def sequential(seeds: list[int] = seeds[:n_seq]):  # type: ignore[no-untyped-def]
             return [simulate(make_policy(policy, env, **TV_LEARNING.get(policy, {})), env, horizon,
@@ -121,7 +163,7 @@ def bench_env(name: str, runs: list[int], horizon: int, repeats: int,
 
         tb, ts = [], []
         for _ in range(repeats):  # alternate A/B
-            cb, res_b = _cpu(batched)
+            cb, res_b = _timed(batched, dev)
             cs, res_s = _cpu(sequential)
             tb.append(cb)
             ts.append(cs * n / n_seq)
@@ -132,7 +174,7 @@ def bench_env(name: str, runs: list[int], horizon: int, repeats: int,
                "batched_steps_per_s": n * horizon / b if b > 0 else float("inf"),
                "sequential_steps_per_s": n * horizon / s if s > 0 else float("inf"),
                "speedup": s / b if b > 0 else float("inf"), "same_actions": same,
-               "sequential_runs_timed": n_seq}
+               "sequential_runs_timed": n_seq, "device": str(dev)}
         if policy in LEARNING:
             env.reset(0)
             cand = env.candidates()
@@ -275,11 +317,20 @@ def main(argv: list[str] | None = None) -> int:
                     help="time at most this many sequential runs per row and scale to R "
                          "(default: all; 8 is plenty for EK-UCB at T = 2000)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu",
+                    help="where the batches run (cpu; cuda: R = 64 1024 by default, the CPU "
+                         "sequential loop timed on --max-sequential runs (8) and scaled; whole "
+                         "runs for every policy, the confidence rules included)")
     ap.add_argument("--out", default="results/bench_batch")
     ap.add_argument("--whole-run", action="store_true",
                     help="only K-UCB's whole run: rkhs (d = 3, 100 fresh arms), T = --horizon "
                          "(1000), R = --runs (64), against R sequential runs")
     args = ap.parse_args(argv)
+    if args.device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise SystemExit("--device cuda requested but CUDA is not available on this machine")
+        args.runs = args.runs or [64, 1024]
+        args.max_sequential = args.max_sequential or 8
     if args.whole_run:
         torch.set_num_threads(max(1, args.threads))
         row = bench_whole_run("kucb", "rkhs", (args.runs or [64])[0], args.horizon or 1000,
@@ -303,29 +354,33 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         raise SystemExit(f"unknown policies {bad}; choose from {','.join(known)}")
     rule_rows = []
-    for policy in [p for p in policies if p in RULES]:
+    on_cpu = args.device == "cpu"
+    for policy in [p for p in policies if p in RULES and on_cpu]:
         rule_rows.extend(bench_rule_steps(policy, runs, args.learning_horizon))
         print(rule_table(rule_rows), flush=True)
-    policies = [p for p in policies if p not in RULES]
+    policies = [p for p in policies if p not in RULES or not on_cpu]
     rows = []
     for policy in policies:
         if policy in NYSTROM:   # EK-UCB: Chessboard at T = 2000 (Zenati et al. 2022, §5)
             for name in (args.envs.split(",") if args.envs else NYSTROM[policy]):
                 rows.extend(bench_env(name, runs, args.nystrom_horizon, repeats, policy,
-                                      args.max_sequential))
+                                      args.max_sequential, args.device))
                 print("\n".join(table(rows).splitlines()[-len(runs):]), flush=True)
             continue
         learning = policy != "random"
         envs = names if not learning or args.envs else list(
-            TV_ENVS if policy in TV_LEARNING else LEARNING_ENVS)
+            TV_ENVS if policy in TV_LEARNING else ("rkhs",) if policy in RULES else LEARNING_ENVS)
         for name in envs:
             rows.extend(bench_env(name, runs, args.learning_horizon if learning else horizon,
-                                  repeats, policy))
+                                  repeats, policy, args.max_sequential, args.device))
             print("\n".join(table(rows).splitlines()[-len(runs):]), flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     meta = {"threads": torch.get_num_threads(), "torch": torch.__version__, "repeats": repeats,
-            "clock": "process CPU time (time.process_time) of the whole call",
+            "device": args.device,
+            "clock": "process CPU time (time.process_time) of the whole call"
+                     + ("" if on_cpu else "; the batch on CUDA: wall clock between "
+                        "torch.cuda.synchronize calls"),
             "gemm_gflops": gemm_gflops()}
     (out / "bench.json").write_text(json.dumps({"meta": meta, "rows": rows, "rule_rows": rule_rows},
                                                indent=2))
