@@ -12,12 +12,16 @@ The math is :class:`~torchbandits.models.ExactKernelRidge`'s, run by run: for ru
 Every run holds the same number of points ``n`` (one per round), so the state stacks: lower
 Cholesky factors ``L`` ``[R, cap, cap]`` of ``K_r + λ_r I``, inputs ``[R, cap, d]``, targets and
 whitened targets ``z = L⁻¹Y`` ``[R, cap]``, the capacity doubling as in the sequential model.
-An append borders every factor at once (one batched triangular solve, O(n²) per run; the
-Cholesky form of the recursive update of Flynn & Reeb 2024, App. E.2); scoring candidates
-``[R, A, d]`` is one batched kernel product and one batched triangular solve,
-``V = L⁻¹ K_SC`` ``[R, n, A]``, ``μ = zᵀV``, ``ρ² = k_CC − colsum(V ⊙ V)``. A fixed candidate
-set (the same tensor values as the previous call) keeps ``V`` and gains one row per append, as
-:class:`~torchbandits.models.posterior.CandidateCache` does for one run (O(n·A) per round).
+An append borders every factor at once (O(n²) per run; the Cholesky form of the recursive
+update of Flynn & Reeb 2024, App. E.2); scoring candidates ``[R, A, d]`` is one batched kernel
+evaluation and ``V = L⁻¹ K_SC`` ``[R, n, A]``, ``μ = zᵀV``, ``ρ² = k_CC − colsum(V ⊙ V)``. Up
+to :data:`~torchbandits.models.batched_inverse.INVERSE_MAX_N` points the explicit ``L⁻¹`` is
+kept by the same bordering and ``V`` is one batched product into reused buffers
+(:mod:`~torchbandits.models.batched_inverse`, :mod:`~torchbandits.models.batched_kernel`);
+beyond, or after the factor changed otherwise, a blocked batched triangular solve. A fixed
+candidate set (the same tensor values as the previous call) keeps ``V`` from its second call on
+and gains one row per append, as :class:`~torchbandits.models.posterior.CandidateCache` does
+for one run (O(n·A) per round).
 
 ``λ`` may be one float for all runs or a tensor ``[R]`` (a λ grid as one batch). The numbers
 equal the sequential model's up to rounding (batched BLAS may sum in another order).

@@ -91,8 +91,8 @@ def mean_var_groups(comp: BatchedExactKernelRidge, candidates: Tensor, groups: i
         for j in range(g):
             torch.bmm(kq_t, inv[:, j].mT, out=vt[j])                           # [R, A, n]
         zg = z.reshape(r, g, n).transpose(0, 1)                                # [G, R, n]
-        mean = (vt @ zg[..., None])[..., 0].transpose(0, 1).reshape(r * g, a)
-        sumsq = (vt * vt).sum(-1).transpose(0, 1).reshape(r * g, a)
+        mean = (zg[..., None, :] @ vt.mT)[..., 0, :].transpose(0, 1).reshape(r * g, a)
+        sumsq = vt.mul_(vt).sum(-1).transpose(0, 1).reshape(r * g, a)     # vt is spent
         return mean, torch.clamp(kdiag - sumsq, min=0.0)
     kq = kernel_matrix(comp.kernel, comp.x[::g], candidates)                   # [R, n, A]
     kq = kq[:, None].expand(r, g, n, a).reshape(r * g, n, a)
