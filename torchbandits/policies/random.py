@@ -14,6 +14,7 @@ from ..batching import (
     check_batch_rewards,
     check_batched_candidates,
     check_seeds,
+    to_device,
 )
 from .base import Policy
 
@@ -80,7 +81,7 @@ class RandomPolicy(Policy):
             return int(torch.randint(cand.shape[0], (1,), generator=self.generator))
         cand = check_batched_candidates("candidates", candidates, self.run_streams.n_runs,
                                         dtype=self.dtype, device=self.device, dim=self.dim)
-        return self.run_streams.randint(cand.shape[1]).to(self.device)
+        return to_device(self.run_streams.randint(cand.shape[1]), self.device)
 
     def update(self, x: Any, reward: Any) -> None:
         """Single run: as :meth:`Policy.update`. Batch: ``x [R, d]``, ``reward [R]`` checked."""
