@@ -199,30 +199,67 @@ class BatchCheckError(ValueError):
 class DeferredChecks:
     """Per-run failure flags of a batched run, kept on the device until :meth:`raise_if_failed`.
 
-    ``round`` is set by the runner before each round; :meth:`flag` records, for every run whose
-    entry of ``bad`` ``[R]`` is true, the first round it happened (a ``[R]`` int64 tensor per
-    check, ``-1`` while clean) with ``torch.where`` — no host read.
+    ``round`` is set by the runner before each round. :meth:`flag` only files the ``bad`` ``[R]``
+    mask of this round (no device operation); every :attr:`FOLD` masks of a check, and at a read,
+    they are folded at once into the first failing round of every run (a ``[R]`` int64 tensor per
+    check, ``-1`` while clean) — on the device, no host read.
+
+    ``inputs_checked`` (set by :func:`~torchbandits.experiments.simulate_batch`): the runner
+    itself flags each round's candidates and rewards as they leave the environment, so the
+    policy's own value checks of its candidates, points (rows of those candidates) and rewards
+    are skipped — each value is checked once per round, under the same labels.
     """
+
+    #: masks of one check filed before they are folded (one fold = a few device operations)
+    FOLD = 64
 
     def __init__(self) -> None:
         self.round = 0
+        self.inputs_checked = False
         self._first: dict[str, Tensor] = {}
+        self._pending: dict[str, list[tuple[int, Tensor]]] = {}
 
     def flag(self, check: str, bad: Tensor) -> None:
         """Record the runs where ``bad`` ``[R]`` (bool) holds, under the label ``check``."""
         bad = bad.reshape(-1)
-        first = self._first.get(check)
-        if first is not None and first.shape != bad.shape:
+        known = self._first.get(check)
+        pending = self._pending.get(check)
+        size = known.numel() if known is not None else (
+            pending[0][1].numel() if pending else bad.numel())
+        if size != bad.numel():
             # a model of another run count under the same label (e.g. DMM's companion of R·G
             # runs at its regulariser grid, run r·G + g): its own entry
             check = f"{check} [{bad.numel()} runs]"
-            first = self._first.get(check)
+            pending = self._pending.get(check)
+        if pending is None:
+            pending = self._pending[check] = []
+        pending.append((self.round, bad))
+        if len(pending) >= self.FOLD:
+            self._fold(check)
+
+    def flag_finite(self, check: str, x: Tensor) -> None:
+        """Flag the runs of ``x`` ``[R, ...]`` holding a NaN or ±inf (``x·0`` is 0 where finite,
+        NaN elsewhere: three device operations, no overflow of large finite values)."""
+        x = x.reshape(x.shape[0], -1)
+        self.flag(check, (x * 0).sum(1).ne(0))
+
+    def _fold(self, check: str) -> None:
+        pending = self._pending.pop(check, None)
+        if not pending:
+            return
+        bads = torch.stack([b for _, b in pending])                          # [K, R]
+        rounds = to_device(torch.tensor([t for t, _ in pending]), bads.device)
+        hit = bads.any(0)
+        at = rounds[bads.to(torch.uint8).argmax(0)]                         # first True per run
+        first = self._first.get(check)
         if first is None:
-            first = torch.full(bad.shape, -1, dtype=torch.long, device=bad.device)
-        self._first[check] = torch.where(bad & (first < 0), self.round, first)
+            first = torch.full(hit.shape, -1, dtype=torch.long, device=bads.device)
+        self._first[check] = torch.where(hit & (first < 0), at, first)
 
     def failures(self) -> list[tuple[str, int, int]]:
         """``(check, run, first round)`` of every failed run: one host read of all flags."""
+        for check in list(self._pending):
+            self._fold(check)
         if not self._first:
             return []
         names = list(self._first)
@@ -286,7 +323,8 @@ def _check_finite(name: str, x: Tensor) -> None:
     """Every entry of ``x`` ``[R, ...]`` finite (deferred per run inside :func:`deferred_checks`)."""
     checks = _ACTIVE.get()
     if checks is not None:
-        checks.flag(f"{name} must be finite", ~torch.isfinite(x).reshape(x.shape[0], -1).all(1))
+        if not checks.inputs_checked:
+            checks.flag_finite(f"{name} must be finite", x)
     elif not _all_finite(x):
         raise ValueError(f"{name} must be finite (found NaN or inf)")
 
@@ -347,7 +385,8 @@ def check_batch_rewards(name: str, value: Any, n_runs: int, *, dtype: torch.dtyp
     y = y.to(dtype=dtype, device=device)
     checks = _ACTIVE.get()
     if checks is not None:
-        checks.flag(f"{name} must be finite", ~torch.isfinite(y))
+        if not checks.inputs_checked:
+            checks.flag_finite(f"{name} must be finite", y)
     elif not _all_finite(y):
         run = int((~torch.isfinite(y)).nonzero()[0, 0])
         raise ValueError(f"{name} must be finite: run {run} has {float(y[run])}")
@@ -365,8 +404,9 @@ def check_batch_index(name: str, value: Any, n_runs: int, n_candidates: int,
     i = i.to(device=device, dtype=torch.long)
     checks = _ACTIVE.get()
     if checks is not None:   # flagged, and clamped so that a gather stays in range until then
-        checks.flag(f"{name} must lie in [0, {n_candidates})", (i < 0) | (i >= n_candidates))
-        return i.clamp(0, n_candidates - 1)
+        inside = i.clamp(0, n_candidates - 1)
+        checks.flag(f"{name} must lie in [0, {n_candidates})", inside.ne(i))
+        return inside
     lo, hi = torch.aminmax(i)
     if int(lo) < 0 or int(hi) >= n_candidates:
         raise ValueError(f"{name} must lie in [0, {n_candidates}), got {i.tolist()}")
