@@ -225,6 +225,41 @@ def test_deferred_checks_flag_on_the_device_and_report_the_first_round() -> None
         check_runs("pivot", torch.tensor([False, False, True]), lambda r: f"bad in run {r}")
 
 
+def test_folded_flags_keep_the_first_failing_round() -> None:
+    """Flags are filed and folded every ``FOLD`` rounds: the first failing round survives the
+    folds; ``flag_finite`` flags NaN and ±inf, not large finite values."""
+    checks = DeferredChecks()
+    for t in range(3 * DeferredChecks.FOLD + 5):
+        checks.round = t
+        checks.flag("c", torch.tensor([t == 70, t >= 130, False]))
+        checks.flag("c", torch.tensor([t == 150]))    # another run count: its own entry
+    assert sorted(checks.failures()) == [("c", 0, 70), ("c", 1, 130), ("c [1 runs]", 0, 150)]
+    checks = DeferredChecks()
+    x = torch.tensor([[1e308, 1e308], [float("inf"), 0.0], [float("nan"), 1.0], [0.0, -0.0],
+                      [-float("inf"), 1.0]], dtype=torch.float64)
+    checks.flag_finite("x", x)
+    assert sorted(checks.failures()) == [("x", 1, 0), ("x", 2, 0), ("x", 4, 0)]
+
+
+def test_nan_candidates_are_reported_by_the_runner() -> None:
+    """The runner flags each round's candidates once (the policies skip the repeat): a NaN
+    candidate of run 2 at round 12 is reported with its round, run and seed."""
+    env = make_env("rkhs", dim=2, n_arms=20)
+    batch_round = env.batch_round
+
+    def bad_round(b: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        cand, means = batch_round(b)
+        if b.t == 12:
+            cand = cand.clone()
+            cand[2, 5, 1] = float("nan")
+        return cand, means
+
+    env.batch_round = bad_round
+    for name in ("random", "kucb"):
+        with pytest.raises(BatchCheckError, match=r"failed in run 2 \(seed 7\) at round 12"):
+            simulate_batch(make_policy(name, env), env, 20, [3, 5, 7], sync_every=0)
+
+
 def test_memory_is_recorded_per_run_and_survives_json() -> None:
     env = make_env("rkhs", dim=2, n_arms=20)
     runs = simulate_batch(make_policy("kucb", env), env, 20, [0, 1, 2, 3])
