@@ -254,12 +254,18 @@ def _env_for(name: str) -> Any:
     return _env("tv-switch" if name in WINDOWED else "rkhs-fixed")
 
 
-@pytest.mark.parametrize("name", list(POLICIES))
-def test_bad_input_raises_naming_the_argument_and_changes_no_run(name: str) -> None:
+def _started(name: str, rounds: int) -> tuple[Any, Any, BatchedEnv]:
+    """The environment, the batched policy after ``rounds`` rounds, and its batched env."""
     env = _env_for(name)
     policy = _seeded(_policy(name, env), SEEDS)
     benv = BatchedEnv(env, SEEDS)
-    _play(policy, benv, 9)
+    _play(policy, benv, rounds)
+    return env, policy, benv
+
+
+@pytest.mark.parametrize("name", list(POLICIES))
+def test_bad_input_raises_naming_the_argument_and_changes_no_run(name: str) -> None:
+    _, policy, benv = _started(name, 9)
     twin = copy.deepcopy(policy)
     before = _tensors(policy.state_dict())
     cand = benv.candidates()
@@ -290,10 +296,7 @@ def test_bad_input_raises_naming_the_argument_and_changes_no_run(name: str) -> N
 # ------------------------------------------------------------------- state, dtype, device
 @pytest.mark.parametrize("name", list(POLICIES))
 def test_state_dict_round_trip_mid_batch_continues_identically(name: str) -> None:
-    env = _env_for(name)
-    policy = _seeded(_policy(name, env), SEEDS)
-    benv = BatchedEnv(env, SEEDS)
-    _play(policy, benv, 11)
+    env, policy, benv = _started(name, 11)
     state = copy.deepcopy(policy.state_dict())
     fresh = _policy(name, env)                     # sequential mode until it loads
     fresh.load_state_dict(state)
@@ -320,10 +323,7 @@ DTYPE_CASES = [pytest.param(n, marks=pytest.mark.xfail(
 def test_to_dtype_mid_batch(name: str) -> None:
     """``.to(float32)`` mid-batch: the batch goes on in float32 (scores near the float64 ones,
     indices ``[R]``); ``.double()`` back gives the float64 scores again to float32 rounding."""
-    env = _env_for(name)
-    policy = _seeded(_policy(name, env), SEEDS)
-    benv = BatchedEnv(env, SEEDS)
-    _play(policy, benv, 8)
+    _, policy, benv = _started(name, 8)
     cand = benv.candidates()
     before = policy(cand) if _scored(policy) else None
     policy.to(torch.float32)
@@ -342,10 +342,7 @@ def test_to_dtype_mid_batch(name: str) -> None:
 def test_to_device_mid_batch(name: str) -> None:
     """``.to(device)`` mid-batch keeps the batch (CPU → CPU here; CPU → CUDA when present, where
     the rest of the batch must make the choices of the batch that stayed on the CPU)."""
-    env = _env_for(name)
-    policy = _seeded(_policy(name, env), SEEDS)
-    benv = BatchedEnv(env, SEEDS)
-    _play(policy, benv, 6)
+    _, policy, benv = _started(name, 6)
     twin = copy.deepcopy(policy)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     policy.to(device)

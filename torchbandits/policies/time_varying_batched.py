@@ -48,6 +48,7 @@ from ..models import ExactKernelRidge
 from ..models.batched_exact import BatchedExactKernelRidge, check_run_values
 from ..models.batched_window import BatchedWindowKernelRidge
 from ..models.window import SlidingWindowKernelRidge
+from .batch_mode import BatchModeMixin
 
 __all__ = [
     "TV_BATCHED_RULES",
@@ -110,7 +111,7 @@ def _realised_beta(rule: Any, n: int, t: int, log_det: Tensor) -> Tensor:
     return s * (b + a * torch.sqrt(log_det + root_c * root_c))
 
 
-class BatchedTimeVaryingMixin:
+class BatchedTimeVaryingMixin(BatchModeMixin):
     """Batched mode of a time-varying UCB (module docstring). Subclasses implement
     :meth:`_batch_forget` (what the algorithm drops after an update) and may extend
     :meth:`why_not_batched` and :meth:`_new_batch_model`."""
@@ -147,22 +148,6 @@ class BatchedTimeVaryingMixin:
             return (f"{type(self.rule).__name__} takes the posterior at a second regulariser "
                     f"{self.model.regularisers[1:]} (not batched)")
         return None
-
-    @property
-    def batchable(self) -> bool:
-        """Whether ``reset(seed=[…])`` can start a batch (see :meth:`why_not_batched`)."""
-        return self.why_not_batched() is None
-
-    @property
-    def n_runs(self) -> int | None:
-        """``R`` in batched mode, ``None`` for a single run."""
-        streams = getattr(self, "run_streams", None)
-        return None if streams is None else streams.n_runs
-
-    @property
-    def batch_model(self) -> BatchedExactKernelRidge | None:
-        """The posterior of the ``R`` runs in batched mode (a submodule), else ``None``."""
-        return self._modules.get("batched")  # type: ignore[attr-defined,no-any-return]
 
     def set_per_run(self, *, lam: Any = None, beta: Any = None) -> None:
         """Per-run settings of the next batches, with a constant radius only: ``lam`` ``[R]``
