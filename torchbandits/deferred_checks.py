@@ -54,7 +54,8 @@ class DeferredChecks:
         self._pending: dict[str, list[tuple[int, Tensor]]] = {}
 
     def flag(self, check: str, bad: Tensor) -> None:
-        """Record the runs where ``bad`` ``[R]`` (bool) holds, under the label ``check``."""
+        """Record the runs where ``bad`` ``[R]`` holds, under the label ``check`` (a bool mask,
+        or numbers that are nonzero — NaN included — exactly where a run fails)."""
         bad = bad.reshape(-1)
         known = self._first.get(check)
         pending = self._pending.get(check)
@@ -72,16 +73,19 @@ class DeferredChecks:
             self._fold(check)
 
     def flag_finite(self, check: str, x: Tensor) -> None:
-        """Flag the runs of ``x`` ``[R, ...]`` holding a NaN or ±inf (``x·0`` is 0 where finite,
-        NaN elsewhere: three device operations, no overflow of large finite values)."""
-        x = x.reshape(x.shape[0], -1)
-        self.flag(check, (x * 0).sum(1).ne(0))
+        """Flag the runs of ``x`` ``[R, ...]`` holding a NaN or ±inf: ``x·0`` is 0 where finite
+        and NaN elsewhere (no overflow of large finite values), summed per run — two device
+        operations; the comparison with 0 is made when the masks are folded."""
+        zero = x * 0
+        self.flag(check, zero.sum(tuple(range(1, x.ndim))) if x.ndim > 1 else zero)
 
     def _fold(self, check: str) -> None:
         pending = self._pending.pop(check, None)
         if not pending:
             return
         bads = torch.stack([b for _, b in pending])                          # [K, R]
+        if bads.dtype != torch.bool:
+            bads = bads.ne(0)
         rounds = to_device(torch.tensor([t for t, _ in pending]), bads.device)
         hit = bads.any(0)
         at = rounds[bads.to(torch.uint8).argmax(0)]                         # first True per run
