@@ -279,7 +279,8 @@ def test_memory_is_recorded_per_run_and_survives_json() -> None:
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("policy", ["kucb", "gpucb", "random"])
+@pytest.mark.parametrize("policy", ["kucb", "gpucb", "random", "gpucb-srinivas", "ay-gpucb",
+                                    "amm-ucb"])
 def test_cuda_batched_loop_under_sync_debug_error(monkeypatch: pytest.MonkeyPatch,
                                                   policy: str) -> None:
     """On a GPU: every round runs under ``torch.cuda.set_sync_debug_mode("error")``."""
