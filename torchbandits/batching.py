@@ -33,13 +33,20 @@ non-blocking copy, so a round's draws are device tensors and need no per-round t
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
+
+from .deferred_checks import (
+    BatchCheckError,
+    DeferredChecks,
+    active_checks,
+    check_runs,
+    deferred_checks,
+    to_device,
+)
 
 __all__ = [
     "BatchCheckError",
@@ -186,95 +193,6 @@ class RunStreams:
         return self.generators
 
 
-# ---------------------------------------------------------------------- deferred checks
-def to_device(x: Tensor, device: torch.device) -> Tensor:
-    """``x`` on ``device``: a CPU → CUDA copy is non-blocking (no host synchronisation)."""
-    return x.to(device, non_blocking=x.device.type == "cpu" and device.type == "cuda")
-
-
-class BatchCheckError(ValueError):
-    """A check of a batched run that failed on the device, reported when the runner synced."""
-
-
-class DeferredChecks:
-    """Per-run failure flags of a batched run, kept on the device until :meth:`raise_if_failed`.
-
-    ``round`` is set by the runner before each round; :meth:`flag` records, for every run whose
-    entry of ``bad`` ``[R]`` is true, the first round it happened (a ``[R]`` int64 tensor per
-    check, ``-1`` while clean) with ``torch.where`` — no host read.
-    """
-
-    def __init__(self) -> None:
-        self.round = 0
-        self._first: dict[str, Tensor] = {}
-
-    def flag(self, check: str, bad: Tensor) -> None:
-        """Record the runs where ``bad`` ``[R]`` (bool) holds, under the label ``check``."""
-        bad = bad.reshape(-1)
-        first = self._first.get(check)
-        if first is not None and first.shape != bad.shape:
-            # a model of another run count under the same label (e.g. DMM's companion of R·G
-            # runs at its regulariser grid, run r·G + g): its own entry
-            check = f"{check} [{bad.numel()} runs]"
-            first = self._first.get(check)
-        if first is None:
-            first = torch.full(bad.shape, -1, dtype=torch.long, device=bad.device)
-        self._first[check] = torch.where(bad & (first < 0), self.round, first)
-
-    def failures(self) -> list[tuple[str, int, int]]:
-        """``(check, run, first round)`` of every failed run: one host read of all flags."""
-        if not self._first:
-            return []
-        names = list(self._first)
-        flat = torch.cat([self._first[k] for k in names]).tolist()
-        out, start = [], 0
-        for k in names:
-            size = self._first[k].numel()
-            out.extend((k, r, t) for r, t in enumerate(flat[start:start + size]) if t >= 0)
-            start += size
-        return out
-
-    def raise_if_failed(self, seeds: Sequence[int] | None = None) -> None:
-        """Raise :class:`BatchCheckError` naming the first failure (check, run, seed, round)."""
-        bad = self.failures()
-        if bad:
-            check, run, t = min(bad, key=lambda f: (f[2], f[1]))
-            seed = f" (seed {seeds[run]})" if seeds is not None else ""
-            raise BatchCheckError(f"{check}: failed in run {run}{seed} at round {t} "
-                                  f"({len(bad)} failing (check, run) pairs in all)")
-
-
-_ACTIVE: ContextVar[DeferredChecks | None] = ContextVar("torchbandits_deferred_checks",
-                                                        default=None)
-
-
-def active_checks() -> DeferredChecks | None:
-    """The :class:`DeferredChecks` of the enclosing :func:`deferred_checks`, else ``None``."""
-    return _ACTIVE.get()
-
-
-@contextmanager
-def deferred_checks() -> Iterator[DeferredChecks]:
-    """Inside: the value checks of this module flag failures on the device instead of reading
-    them to the host (the trusted path of a runner stepping library-made tensors)."""
-    checks = DeferredChecks()
-    token = _ACTIVE.set(checks)
-    try:
-        yield checks
-    finally:
-        _ACTIVE.reset(token)
-
-
-def check_runs(check: str, bad: Tensor, message: Callable[[int], str]) -> None:
-    """Runs where ``bad`` ``[R]`` holds fail ``check``: deferred inside :func:`deferred_checks`,
-    else ``ValueError(message(first bad run))`` (one host read)."""
-    checks = _ACTIVE.get()
-    if checks is not None:
-        checks.flag(check, bad)
-    elif bool(bad.any()):
-        raise ValueError(message(int(bad.reshape(-1).nonzero()[0, 0])))
-
-
 # ---------------------------------------------------------------------- input checks
 def _all_finite(x: Tensor) -> bool:
     """Every entry finite: one reduction (a NaN or ±inf makes the sum non-finite); the entries
@@ -284,9 +202,10 @@ def _all_finite(x: Tensor) -> bool:
 
 def _check_finite(name: str, x: Tensor) -> None:
     """Every entry of ``x`` ``[R, ...]`` finite (deferred per run inside :func:`deferred_checks`)."""
-    checks = _ACTIVE.get()
+    checks = active_checks()
     if checks is not None:
-        checks.flag(f"{name} must be finite", ~torch.isfinite(x).reshape(x.shape[0], -1).all(1))
+        if not checks.inputs_checked:
+            checks.flag_finite(f"{name} must be finite", x)
     elif not _all_finite(x):
         raise ValueError(f"{name} must be finite (found NaN or inf)")
 
@@ -345,9 +264,10 @@ def check_batch_rewards(name: str, value: Any, n_runs: int, *, dtype: torch.dtyp
     if y.shape != (n_runs,):
         raise ValueError(f"{name} must be [R] with R = {n_runs}, got shape {tuple(y.shape)}")
     y = y.to(dtype=dtype, device=device)
-    checks = _ACTIVE.get()
+    checks = active_checks()
     if checks is not None:
-        checks.flag(f"{name} must be finite", ~torch.isfinite(y))
+        if not checks.inputs_checked:
+            checks.flag_finite(f"{name} must be finite", y)
     elif not _all_finite(y):
         run = int((~torch.isfinite(y)).nonzero()[0, 0])
         raise ValueError(f"{name} must be finite: run {run} has {float(y[run])}")
@@ -363,10 +283,11 @@ def check_batch_index(name: str, value: Any, n_runs: int, n_candidates: int,
     if i.shape != (n_runs,):
         raise ValueError(f"{name} must be [R] with R = {n_runs}, got shape {tuple(i.shape)}")
     i = i.to(device=device, dtype=torch.long)
-    checks = _ACTIVE.get()
+    checks = active_checks()
     if checks is not None:   # flagged, and clamped so that a gather stays in range until then
-        checks.flag(f"{name} must lie in [0, {n_candidates})", (i < 0) | (i >= n_candidates))
-        return i.clamp(0, n_candidates - 1)
+        inside = i.clamp(0, n_candidates - 1)
+        checks.flag(f"{name} must lie in [0, {n_candidates})", inside.ne(i))
+        return inside
     lo, hi = torch.aminmax(i)
     if int(lo) < 0 or int(hi) >= n_candidates:
         raise ValueError(f"{name} must lie in [0, {n_candidates}), got {i.tolist()}")

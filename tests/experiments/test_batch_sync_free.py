@@ -126,6 +126,58 @@ def test_batched_steps_make_no_host_read(guarded_steps: list[int], policy: str, 
         assert res.rewards == pytest.approx(seq.rewards, abs=1e-12, rel=0)
 
 
+def _host_reading(reason: str) -> dict[str, Any]:
+    return {"marks": pytest.mark.xfail(raises=HostRead, strict=True, reason=reason)}
+
+
+#: the other batched policies: (policy, its keyword arguments, environment, its keyword
+#: arguments); those that still read the host inside a round are strict xfails naming the read
+MORE_CASES = [
+    pytest.param("gpucb-srinivas", {}, "rkhs", {"dim": 2, "n_arms": 20}),
+    pytest.param("ay-gpucb", {}, "rkhs", {"dim": 2, "n_arms": 20}),
+    pytest.param("aygp-ucb", {"horizon": 200}, "rkhs", {"dim": 2, "n_arms": 20}),
+    pytest.param("amm-ucb", {"horizon": 200}, "rkhs", {"dim": 2, "n_arms": 20}),
+    pytest.param("cmm-ucb", {"horizon": 200}, "rkhs", {"dim": 2, "n_arms": 20}),
+    pytest.param("amm-ucb", {"horizon": 200}, "rkhs", {"dim": 2, "n_arms": 20, "fixed_arms": True}),
+    pytest.param("cgpucb", {}, "chessboard", {}),
+    pytest.param("dmm-ucb", {"horizon": 200}, "rkhs", {"dim": 2, "n_arms": 20}, **_host_reading(
+        "DMM's companion model: built with lam.cpu() and check_run_values' bool(bad.any()) "
+        "(models/batched_exact.py, at_regularisers), and mean_var_groups matches the candidates "
+        "with torch.equal every round")),
+    pytest.param("ekucb", {}, "chessboard", {}, **_host_reading(
+        "EK-UCB's update: RunCoins.draw (need.cpu(), bool(empty.any())), accept.nonzero(), the "
+        "pivot and hit checks of BatchedNystrom / BatchedKORS (bool(...)), int(self._m.max()) "
+        "and the chunk widths (self._m.tolist())")),
+    pytest.param("r-gpucb", {"period": 7, "tie_break": "first"}, "tv-rotation", {"horizon": 100}),
+    pytest.param("sw-gpucb", {"window": 6, "tie_break": "first"}, "tv-rotation", {"horizon": 100}),
+    pytest.param("r-gpucb", {"period": 7, "tie_break": "first", "gamma": "realised"},
+                 "tv-switch", {"horizon": 100}),
+    pytest.param("sw-gpucb", {"window": 6, "tie_break": "first", "gamma": "realised"},
+                 "tv-switch", {"horizon": 100}),
+    pytest.param("sw-gpucb", {"window": 6}, "tv-rotation", {"horizon": 100}, **_host_reading(
+        "tie_break='random' reads which runs tie (bool of counts > 1) and draws in those runs "
+        "from their own generators (policies/time_varying_batched.py, select)")),
+]
+
+
+@pytest.mark.parametrize(("policy", "policy_kwargs", "env", "env_kwargs"), MORE_CASES)
+def test_every_batched_policy_makes_no_host_read(guarded_steps: list[int], policy: str,
+                                                 policy_kwargs: dict[str, Any], env: str,
+                                                 env_kwargs: dict[str, Any]) -> None:
+    """Every other batched policy: 25 guarded rounds (past DMM's companion, EK-UCB's first
+    dictionary growth, R-GP-UCB's restarts and SW-GP-UCB's removals), equal to the sequential
+    runs."""
+    horizon, seeds = 25, [0, 3, 7]
+    e = make_env(env, **env_kwargs)
+    runs = simulate_batch(make_policy(policy, e, **policy_kwargs), e, horizon, seeds,
+                          sync_every=10)
+    assert guarded_steps == list(range(horizon))
+    for res in runs:
+        seq = simulate(make_policy(policy, e, **policy_kwargs), e, horizon, res.seed)
+        assert res.actions == seq.actions
+        assert res.regret == pytest.approx(seq.regret, abs=1e-12, rel=0)
+
+
 def test_a_nan_reward_is_reported_at_the_next_sync() -> None:
     """Run 1's reward turns NaN at round 7: nothing raises inside the step; the runner's read at
     round 10 (``sync_every=5``) raises naming the check, the run, its seed and the round."""
@@ -173,6 +225,41 @@ def test_deferred_checks_flag_on_the_device_and_report_the_first_round() -> None
         check_runs("pivot", torch.tensor([False, False, True]), lambda r: f"bad in run {r}")
 
 
+def test_folded_flags_keep_the_first_failing_round() -> None:
+    """Flags are filed and folded every ``FOLD`` rounds: the first failing round survives the
+    folds; ``flag_finite`` flags NaN and ±inf, not large finite values."""
+    checks = DeferredChecks()
+    for t in range(3 * DeferredChecks.FOLD + 5):
+        checks.round = t
+        checks.flag("c", torch.tensor([t == 70, t >= 130, False]))
+        checks.flag("c", torch.tensor([t == 150]))    # another run count: its own entry
+    assert sorted(checks.failures()) == [("c", 0, 70), ("c", 1, 130), ("c [1 runs]", 0, 150)]
+    checks = DeferredChecks()
+    x = torch.tensor([[1e308, 1e308], [float("inf"), 0.0], [float("nan"), 1.0], [0.0, -0.0],
+                      [-float("inf"), 1.0]], dtype=torch.float64)
+    checks.flag_finite("x", x)
+    assert sorted(checks.failures()) == [("x", 1, 0), ("x", 2, 0), ("x", 4, 0)]
+
+
+def test_nan_candidates_are_reported_by_the_runner() -> None:
+    """The runner flags each round's candidates once (the policies skip the repeat): a NaN
+    candidate of run 2 at round 12 is reported with its round, run and seed."""
+    env = make_env("rkhs", dim=2, n_arms=20)
+    batch_round = env.batch_round
+
+    def bad_round(b: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        cand, means = batch_round(b)
+        if b.t == 12:
+            cand = cand.clone()
+            cand[2, 5, 1] = float("nan")
+        return cand, means
+
+    env.batch_round = bad_round
+    for name in ("random", "kucb"):
+        with pytest.raises(BatchCheckError, match=r"failed in run 2 \(seed 7\) at round 12"):
+            simulate_batch(make_policy(name, env), env, 20, [3, 5, 7], sync_every=0)
+
+
 def test_memory_is_recorded_per_run_and_survives_json() -> None:
     env = make_env("rkhs", dim=2, n_arms=20)
     runs = simulate_batch(make_policy("kucb", env), env, 20, [0, 1, 2, 3])
@@ -192,7 +279,8 @@ def test_memory_is_recorded_per_run_and_survives_json() -> None:
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("policy", ["kucb", "gpucb", "random"])
+@pytest.mark.parametrize("policy", ["kucb", "gpucb", "random", "gpucb-srinivas", "ay-gpucb",
+                                    "amm-ucb"])
 def test_cuda_batched_loop_under_sync_debug_error(monkeypatch: pytest.MonkeyPatch,
                                                   policy: str) -> None:
     """On a GPU: every round runs under ``torch.cuda.set_sync_debug_mode("error")``."""

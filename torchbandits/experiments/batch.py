@@ -118,8 +118,9 @@ def simulate_batch(
 
     **No host synchronisation inside a round.** The loop runs inside
     :func:`~torchbandits.batching.deferred_checks`: the policy and the environment are fed the
-    library's own tensors, so their value checks (finite candidates and rewards, index range,
-    the posterior's positive pivots) become per-run device flags; the runner reads them every
+    library's own tensors, so their value checks (finite candidates and rewards — made here, once
+    per round, as they leave the environment — index range, the posterior's positive pivots)
+    become per-run device flags; the runner reads them every
     ``sync_every`` rounds (0: only at the end) and at the end, and raises
     :class:`~torchbandits.batching.BatchCheckError` (a ``ValueError``) naming the check, run,
     seed and round. Actions, rewards, regrets and the policy's diagnostics stay on the device
@@ -156,13 +157,16 @@ def simulate_batch(
                              leave=False)
     start = time.perf_counter()
     with deferred_checks() as checks:
+        checks.inputs_checked = True   # candidates and rewards flagged here, once per round
         for t in range(int(horizon)):
             checks.round = t
             cand = benv.candidates()
+            checks.flag_finite("candidates must be finite", cand)
             clock.mark()
             idx = policy.select(cand)
             clock.mark()
             reward, regret = benv.pull(idx)
+            checks.flag_finite("reward must be finite", reward)
             clock.mark()
             gather = idx.to(cand.device)[:, None, None].expand(-1, 1, cand.shape[2])
             policy.update(cand.gather(1, gather)[:, 0], reward)

@@ -56,6 +56,7 @@ from ..models import ExactKernelRidge
 from ..models.batched_exact import BatchedExactKernelRidge, check_run_values
 from ..validation import check_positive
 from .base import RuleUCB, check_model
+from .batch_mode import BatchModeMixin
 from .refit import RefitMixin
 
 __all__ = ["BATCHED_RULES", "GPUCB", "KernelUCB", "batched_radius"]
@@ -78,7 +79,7 @@ def _batch_safe_subclass(cls: type) -> bool:
     return False
 
 
-class KernelUCB(RefitMixin, RuleUCB):
+class KernelUCB(BatchModeMixin, RefitMixin, RuleUCB):
     """Kernel UCB with the exact posterior (K-UCB of Zenati et al. 2022, Algorithm 3;
     Algorithm 1 of Flynn & Reeb 2024).
 
@@ -162,21 +163,6 @@ class KernelUCB(RefitMixin, RuleUCB):
         if reason is not None:
             return f"{reason}; {name} runs sequentially"
         return None
-
-    @property
-    def batchable(self) -> bool:  # type: ignore[override]
-        """Whether ``reset(seed=[…])`` can start a batch (see :meth:`why_not_batched`)."""
-        return self.why_not_batched() is None
-
-    @property
-    def n_runs(self) -> int | None:
-        """``R`` in batched mode, ``None`` for a single run."""
-        return None if self.run_streams is None else self.run_streams.n_runs
-
-    @property
-    def batch_model(self) -> BatchedExactKernelRidge | None:
-        """The posterior of the ``R`` runs in batched mode (a submodule), else ``None``."""
-        return self._modules.get("batched")  # type: ignore[return-value]
 
     def set_per_run(self, *, lam: Any = None, beta: Any = None) -> None:
         """Per-run settings of the next batches: ``lam`` ``[R]`` (> 0) and, with a constant

@@ -14,13 +14,15 @@ from ..batching import (
     check_batch_rewards,
     check_batched_candidates,
     check_seeds,
+    to_device,
 )
 from .base import Policy
+from .batch_mode import BatchModeMixin
 
 __all__ = ["RandomPolicy"]
 
 
-class RandomPolicy(Policy):
+class RandomPolicy(BatchModeMixin, Policy):
     """Plays a uniformly random candidate each round, from its own generator.
 
     Batched mode (``reset(seed=[s_1, …, s_R])``): ``select(candidates [R, A, d])`` returns a
@@ -44,18 +46,10 @@ class RandomPolicy(Policy):
         torch.Size([3])
     """
 
-    #: the policy runs with a leading run dimension (see :mod:`torchbandits.experiments.batch`)
-    batchable = True
-
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("n_warmup", 0)
         super().__init__(**kwargs)
         self.run_streams: RunStreams | None = None
-
-    @property
-    def n_runs(self) -> int | None:
-        """``R`` in batched mode, ``None`` for a single run."""
-        return None if self.run_streams is None else self.run_streams.n_runs
 
     def reset(self, seed: int | Sequence[int] | Tensor | None = None) -> None:
         """Forget all observations; an int seeds one run, a sequence of seeds starts a batch."""
@@ -80,7 +74,7 @@ class RandomPolicy(Policy):
             return int(torch.randint(cand.shape[0], (1,), generator=self.generator))
         cand = check_batched_candidates("candidates", candidates, self.run_streams.n_runs,
                                         dtype=self.dtype, device=self.device, dim=self.dim)
-        return self.run_streams.randint(cand.shape[1]).to(self.device)
+        return to_device(self.run_streams.randint(cand.shape[1]), self.device)
 
     def update(self, x: Any, reward: Any) -> None:
         """Single run: as :meth:`Policy.update`. Batch: ``x [R, d]``, ``reward [R]`` checked."""

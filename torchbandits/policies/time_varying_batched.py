@@ -26,6 +26,8 @@ draws in every tied run from that run's own generator (the sequential draw, in r
 
 from __future__ import annotations
 
+import copy
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -38,6 +40,7 @@ from ..batching import (
     check_batch_rewards,
     check_batched_candidates,
     check_seeds,
+    to_device,
 )
 from ..confidence import ConstantBeta
 from ..confidence.time_varying import RestartBeta, WindowBeta
@@ -45,6 +48,7 @@ from ..models import ExactKernelRidge
 from ..models.batched_exact import BatchedExactKernelRidge, check_run_values
 from ..models.batched_window import BatchedWindowKernelRidge
 from ..models.window import SlidingWindowKernelRidge
+from .batch_mode import BatchModeMixin
 
 __all__ = [
     "TV_BATCHED_RULES",
@@ -58,17 +62,56 @@ TV_BATCHED_RULES = (ConstantBeta, RestartBeta, WindowBeta)
 
 
 class _RunLogDet:
-    """One run's view for a rule's ``beta_at``: ``n`` and ``log_det`` (its realised γ)."""
+    """A model view for a rule's ``beta_at``: ``n`` and a host ``log_det`` (a Python float)."""
 
-    def __init__(self, n: int, log_det: Tensor) -> None:
+    def __init__(self, n: int, log_det: float) -> None:
         self.n = n
         self._log_det = log_det
 
-    def log_det(self, reg: float | None = None) -> Tensor:
+    def log_det(self, reg: float | None = None) -> float:
         return self._log_det
 
 
-class BatchedTimeVaryingMixin:
+class _GammaTable:
+    """A γ provider's values ``γ(0..L)`` read once, on the host, when the batch starts: the
+    rounds then look them up (no tensor is read inside a round); beyond ``L`` (R-GP-UCB without
+    a period) the provider is asked, once per new index."""
+
+    def __init__(self, provider: Any, upto: int) -> None:
+        self.provider = provider
+        self.values = [float(provider(i)) for i in range(upto + 1)]
+
+    def __call__(self, index: int) -> float:
+        while index >= len(self.values):
+            self.values.append(float(self.provider(len(self.values))))
+        return self.values[index]
+
+
+def _host_rule(rule: Any, policy: Any) -> Any:
+    """``rule`` for the batched rounds: a γ provider's table built now (see :class:`_GammaTable`);
+    the rule itself for a constant β or the realised γ."""
+    if type(rule) is ConstantBeta or rule.gamma == "realised":
+        return rule
+    length = getattr(policy, "period", None) or getattr(policy, "window", None) or 0
+    out = copy.copy(rule)
+    out.gamma = _GammaTable(rule.gamma, int(length) + 1)
+    return out
+
+
+def _realised_beta(rule: Any, n: int, t: int, log_det: Tensor) -> Tensor:
+    """The width of ``rule`` (Zhou & Shroff 2021, Lemmas 1–2) at the realised γ_r = ½ log det
+    ``[R]`` of every run, on the device: ``β_r = s·(B + a·sqrt(2γ_r + c))`` with ``a = σ/√λ``
+    (``mode="lemma"``) or ``σ`` (``"igp_ucb"``); ``c`` is read off the rule's own β at γ = 0
+    (host arithmetic), so the confidence term of the rule is not written twice."""
+    s, b = rule.beta_scale, rule.norm_bound
+    a = rule.noise_std / math.sqrt(rule.lam) if rule.mode == "lemma" else rule.noise_std
+    if a == 0.0:
+        return log_det.new_full(log_det.shape, rule.beta_at(_RunLogDet(n, 0.0), t))
+    root_c = (rule.beta_at(_RunLogDet(n, 0.0), t) / s - b) / a
+    return s * (b + a * torch.sqrt(log_det + root_c * root_c))
+
+
+class BatchedTimeVaryingMixin(BatchModeMixin):
     """Batched mode of a time-varying UCB (module docstring). Subclasses implement
     :meth:`_batch_forget` (what the algorithm drops after an update) and may extend
     :meth:`why_not_batched` and :meth:`_new_batch_model`."""
@@ -105,22 +148,6 @@ class BatchedTimeVaryingMixin:
             return (f"{type(self.rule).__name__} takes the posterior at a second regulariser "
                     f"{self.model.regularisers[1:]} (not batched)")
         return None
-
-    @property
-    def batchable(self) -> bool:
-        """Whether ``reset(seed=[…])`` can start a batch (see :meth:`why_not_batched`)."""
-        return self.why_not_batched() is None
-
-    @property
-    def n_runs(self) -> int | None:
-        """``R`` in batched mode, ``None`` for a single run."""
-        streams = getattr(self, "run_streams", None)
-        return None if streams is None else streams.n_runs
-
-    @property
-    def batch_model(self) -> BatchedExactKernelRidge | None:
-        """The posterior of the ``R`` runs in batched mode (a submodule), else ``None``."""
-        return self._modules.get("batched")  # type: ignore[attr-defined,no-any-return]
 
     def set_per_run(self, *, lam: Any = None, beta: Any = None) -> None:
         """Per-run settings of the next batches, with a constant radius only: ``lam`` ``[R]``
@@ -162,9 +189,10 @@ class BatchedTimeVaryingMixin:
         super().reset(None)  # type: ignore[misc]
         lam = per_run["lam"] if per_run.get("lam") is not None else self.lam
         self.batched = self._new_batch_model(lam, len(seeds))
-        self.run_streams = RunStreams.from_seeds(seeds)
+        self.run_streams = RunStreams.from_seeds(seeds, device=self.device)
         self._batch_settings = dict(per_run)
         self._batch_beta: Tensor | None = None
+        self._batch_rule = _host_rule(self.rule, self)
 
     def _leave_batch(self) -> None:
         if "batched" in self._modules:  # type: ignore[attr-defined]
@@ -192,10 +220,8 @@ class BatchedTimeVaryingMixin:
             beta = self._batch_settings.get("beta")
             return beta if beta is not None else model.lam.new_full((model.n_runs,), rule.beta)
         if rule.gamma != "realised":
-            return model.lam.new_full((model.n_runs,), rule.beta_at(model, t))
-        log_det = model.log_det().cpu()
-        return torch.tensor([rule.beta_at(_RunLogDet(model.n, ld), t) for ld in log_det],
-                            dtype=torch.float64)
+            return model.lam.new_full((model.n_runs,), self._batch_rule.beta_at(model, t))
+        return _realised_beta(rule, model.n, t, model.log_det().to(torch.float64))
 
     def _batch_bounds(self, cand: Tensor) -> tuple[Tensor, Tensor]:
         """``(UCB, LCB)`` ``[R, A]`` of checked candidates ``[R, A, d]``."""
@@ -232,7 +258,7 @@ class BatchedTimeVaryingMixin:
         if self.t < self.n_warmup:
             index = self.warmup_index  # type: ignore[attr-defined]
             if index is None:
-                return self.run_streams.randint(n_cand).to(self.device)
+                return to_device(self.run_streams.randint(n_cand), self.device)
             if index >= n_cand:
                 raise ValueError(f"warmup_index {index} is out of range for {n_cand} candidates")
             return torch.full((n_runs,), index, dtype=torch.long, device=self.device)
@@ -300,10 +326,11 @@ class BatchedTimeVaryingMixin:
         self._leave_batch()
         if batch is None:
             return
-        streams = RunStreams.from_states(batch["rng"])
+        streams = RunStreams.from_states(batch["rng"], device=self.device)
         self.batched = self._new_batch_model(batch["lam"], streams.n_runs)
         self.run_streams = streams
         self._batch_settings = dict(batch["settings"])
+        self._batch_rule = _host_rule(self.rule, self)
         self._batch_beta = None
 
 
