@@ -53,9 +53,13 @@ __all__ = ["BatchedExactKernelRidge", "check_run_values"]
 
 
 def check_run_values(name: str, value: Any, n_runs: int, *, positive: bool,
-                     dtype: torch.dtype = torch.float64) -> Tensor:
+                     dtype: torch.dtype = torch.float64, checked: bool = False) -> Tensor:
     """A per-run setting as a finite tensor ``[R]`` (a number is repeated ``R`` times);
-    ``positive``: every entry > 0, else every entry >= 0. Raises ``ValueError`` naming ``name``."""
+    ``positive``: every entry > 0, else every entry >= 0. Raises ``ValueError`` naming ``name``.
+    ``checked``: ``value`` is a tensor ``[R]`` derived from checked values (kept on its device,
+    no host read)."""
+    if checked:
+        return value.detach().to(dtype).clone()
     try:
         v = torch.as_tensor(value, dtype=dtype).detach().cpu()
     except (TypeError, ValueError, RuntimeError):
@@ -100,13 +104,14 @@ class BatchedExactKernelRidge(ResizableModule):
 
     def __init__(self, kernel: Kernel, lam: float | Tensor, n_runs: int, *,
                  dtype: torch.dtype = torch.float64, device: torch.device | str | None = None,
-                 cache_candidates: bool = True) -> None:
+                 cache_candidates: bool = True, lam_checked: bool = False) -> None:
         super().__init__()
         if int(n_runs) < 1:
             raise ValueError(f"n_runs must be >= 1, got {n_runs}")
         r = int(n_runs)
         self.kernel = kernel.to(dtype=dtype, device=device)
-        self.register_buffer("_lam", check_run_values("lam", lam, r, positive=True, dtype=dtype))
+        self.register_buffer("_lam", check_run_values("lam", lam, r, positive=True, dtype=dtype,
+                                                         checked=lam_checked))
         self.register_buffer("_L", torch.zeros(r, 16, 16, dtype=dtype))
         self.register_buffer("_x", torch.zeros(r, 16, 0, dtype=dtype))
         self.register_buffer("_y", torch.zeros(r, 16, dtype=dtype))
