@@ -1,0 +1,127 @@
+"""BKB's per-round DTC posterior for ``R`` runs at once, each on its own padded dictionary, from
+kernel blocks (Calandriello, Carratino, Lazaric, Valko & Rosasco, COLT 2019, §3.1 eq. 4 and the
+count-based caching of §3.2).
+
+The statements of :func:`~torchbandits.models.nystrom_arms.arm_posterior` (the sequential fused
+round) with a leading run dimension. For run ``r`` with dictionary ``Z_r`` (``m_r`` anchors,
+padded to ``M = max_r m_r``; ``live`` ``[R, M]`` marks the real ones), distinct pulled points
+with pull counts ``c`` and reward sums ``s`` (padded to ``N`` with ``c = s = 0``):
+
+* ``P_r = L_r⁻¹`` for the lower Cholesky factor of ``K_ZZ + ηI``, padded with the identity
+  (``[[K_r, 0], [0, I]]``: one batched Cholesky for every run), its padded rows and columns set to
+  zero afterwards; a run whose ``K_ZZ`` is numerically singular is whitened alone by the pivoted
+  factor of :func:`~torchbandits.models.nystrom_updates.whitening` (as the sequential model);
+* ``E = K_PZ Pᵀ`` ``[R, N, M]``, ``A = EᵀCE + λI``, ``w = A⁻¹Eᵀs`` (the padded coordinates of
+  ``E`` are 0, so ``A`` is ``λ`` there and ``A⁻¹`` is ``1/λ``);
+* one batched product ``W K_ZA`` with ``W = [P; (λA⁻¹ − I)P; wᵀP]`` ``[R, 2M+1, M]`` gives
+  ``μ̃ = wᵀf`` and ``λσ̃² = k − ‖f‖² + λfᵀA⁻¹f`` at every candidate (the padded rows of ``W`` are
+  0, so the junk kernel rows of padded anchors drop out).
+
+``λ`` may differ per run (``[R]``). The numbers are the sequential ones up to BLAS rounding.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .nystrom_updates import PIVOT_TOL, whitening
+
+__all__ = ["batched_dtc_scores", "batched_whitening", "compact_positions", "dtc_apply",
+           "dtc_scoring_matrix"]
+
+
+def compact_positions(mask: Tensor, width: int) -> tuple[Tensor, Tensor]:
+    """Positions of the set entries of ``mask`` ``[R, N]`` (bool), in increasing order, padded to
+    ``width`` columns: ``(pos [R, width] long, live [R, width] bool)``; padded positions are 0.
+    Row ``r`` holds ``mask[r].nonzero()`` first, with no host read."""
+    r, n = mask.shape
+    key = torch.where(mask, torch.arange(n, device=mask.device), n)      # set entries sort first
+    pos = torch.sort(key, dim=1, stable=True).values[:, :width]
+    if pos.shape[1] < width:
+        pos = torch.nn.functional.pad(pos, (0, width - pos.shape[1]), value=n)
+    live = pos < n
+    return pos.masked_fill(~live, 0), live
+
+
+def batched_whitening(kzz: Tensor, live: Tensor, scale: Tensor) -> Tensor:
+    """``P`` ``[R, M, M]`` of padded Gram matrices ``kzz`` ``[R, M, M]`` (jitter included; the
+    padded entries are ignored) with ``live`` ``[R, M]`` and ``scale`` ``[R]`` = ``max k(z,z) + η``:
+    ``L⁻¹`` of ``[[K_r, 0], [0, I]]`` with the padded rows and columns zeroed; a run whose plain
+    factor fails or has a pivot² ``≤ PIVOT_TOL·scale`` gets the pivoted
+    :func:`~torchbandits.models.nystrom_updates.whitening` of its ``m_r × m_r`` block (one host
+    read of the flags, then a loop over those runs only)."""
+    mm = kzz.shape[-1]
+    pair = live[:, :, None] & live[:, None, :]
+    padded = torch.where(pair, kzz, 0.0) + torch.diag_embed((~live).to(kzz.dtype))
+    chol, info = torch.linalg.cholesky_ex(padded)
+    eye = torch.eye(mm, dtype=kzz.dtype, device=kzz.device)
+    p = torch.linalg.solve_triangular(chol, eye.expand_as(chol), upper=False)
+    pivots = torch.diagonal(chol, dim1=-2, dim2=-1).square()
+    bad = (info != 0) | ((pivots <= PIVOT_TOL * scale[:, None]) & live).any(-1)
+    if bool(bad.any()):
+        sizes = live.sum(-1)
+        for run in bad.nonzero()[:, 0].tolist():   # numerically singular: pivoted, run alone
+            m_r = int(sizes[run])
+            p[run] = 0.0
+            p[run, :m_r, :m_r] = whitening(kzz[run, :m_r, :m_r], eye[:m_r, :m_r], float(scale[run]))
+    return p * pair
+
+
+def dtc_scoring_matrix(kpz: Tensor, kzz: Tensor, live: Tensor, counts: Tensor, sums: Tensor,
+                       lam: Tensor, scale: Tensor, jitter: float = 0.0) -> Tensor:
+    """``W = [P; (λA⁻¹ − I)P; wᵀP]`` ``[R, 2M+1, M]`` of the padded dictionaries (module
+    docstring; arguments as in :func:`batched_dtc_scores`, ``scale`` ``[R]`` = ``max k(z,z) + η``)."""
+    mm = kzz.shape[-1]
+    if jitter:
+        kzz = kzz + jitter * torch.eye(mm, dtype=kzz.dtype, device=kzz.device)
+    p = batched_whitening(kzz, live, scale)
+    feat = kpz @ p.mT                                                    # E [R, N, M]
+    a = (feat.mT * counts[:, None, :]) @ feat
+    a.diagonal(dim1=-2, dim2=-1).add_(lam[:, None])
+    a_inv = torch.cholesky_inverse(torch.linalg.cholesky_ex(a)[0])
+    w = a_inv @ (feat.mT @ sums[..., None])                              # [R, M, 1]
+    h = (a_inv @ p) * lam[:, None, None] - p                             # (λA⁻¹ − I) P
+    return torch.cat([p, h, w.mT @ p], dim=1)
+
+
+def dtc_apply(w: Tensor, kz: Tensor, kdiag: Tensor | float,
+              kconst: float | None) -> tuple[Tensor, Tensor]:
+    """``(μ̃, λσ̃²)`` ``([R, A], [R, A])`` from ``W`` ``[R, 2M+1, M]`` (:func:`dtc_scoring_matrix`)
+    and the dictionaries' kernel columns ``kz`` ``[R, M, A]``: ``μ̃ = wᵀf``,
+    ``λσ̃² = k + fᵀh`` clamped to ``[0, k]``."""
+    mm = kz.shape[1]
+    out = w @ kz                                                          # [R, 2M+1, A]
+    mean = out[:, 2 * mm]
+    var = torch.linalg.vecdot(out[:, :mm], out[:, mm:2 * mm], dim=1).add_(kdiag)
+    if kconst is not None:
+        return mean, var.clamp_(0.0, kconst)
+    return mean, torch.minimum(var.clamp_(min=0.0), kdiag)
+
+
+def batched_dtc_scores(kza: Tensor, kpz: Tensor, kzz: Tensor, live: Tensor, counts: Tensor,
+                       sums: Tensor, lam: Tensor, kdiag: Tensor | float, kconst: float | None,
+                       jitter: float = 0.0) -> tuple[Tensor, Tensor, Tensor | None]:
+    """``(μ̃, λσ̃², W)`` ``([R, A], [R, A], [R, 2M+1, M])`` of every run at its candidates (the
+    GP-scale variance, clamped to ``[0, k(x,x)]``; ``W`` of :func:`dtc_scoring_matrix` for
+    further points, ``None`` when every dictionary is empty).
+
+    Args:
+        kza: ``K_ZA`` ``[R, M, A]``, the kernel rows of the (padded) dictionaries over the
+            candidates (rows of padded anchors: any finite values).
+        kpz: ``K_PZ`` ``[R, N, M]`` between the distinct pulled points and the dictionaries.
+        kzz: ``K_ZZ`` ``[R, M, M]`` of the dictionaries (no jitter; padded entries ignored).
+        live: ``[R, M]`` real anchors.
+        counts, sums: ``[R, N]`` pull counts and reward sums (0 on padded rows).
+        lam: ``[R]`` ridge regularisers.
+        kdiag: ``k(x, x)`` of the candidates ``[R, A]`` (or the constant of a stationary kernel).
+        kconst: the constant ``k(x, x)`` of a stationary kernel, else ``None``.
+        jitter: nugget ``η`` on the diagonal of ``K_ZZ`` (as the sequential model's).
+    """
+    if kza.shape[1] == 0:
+        zeros = kza.new_zeros(kza.shape[0], kza.shape[2])
+        return zeros, zeros + kdiag, None
+    scale = (kza.new_full((kza.shape[0],), kconst) if kconst is not None
+             else torch.diagonal(kzz, dim1=-2, dim2=-1).masked_fill(~live, 0.0).amax(-1)) + jitter
+    w = dtc_scoring_matrix(kpz, kzz, live, counts, sums, lam, scale, jitter)
+    return (*dtc_apply(w, kza, kdiag, kconst), w)

@@ -1,0 +1,412 @@
+"""Batched mode of BKB (Calandriello, Carratino, Lazaric, Valko & Rosasco, COLT 2019, Fig. 1 /
+Algorithm 1): ``R`` runs, each resampling its own dictionary every round, stepped together.
+
+``reset(seed=[s_1, …, s_R])`` starts a batch. The state is the count statistics of every run
+(:class:`~torchbandits.models.batched_counts.BatchedCounts`: distinct pulled points, counts,
+reward sums, dictionary masks, padded to a common capacity). A round:
+
+* ``select(candidates [R, A, d])``: every run's dictionary is compacted to ``M = max m_r``
+  padded positions, and the DTC posterior of all runs is rebuilt from scratch and scored in one
+  batched program (:func:`~torchbandits.models.batched_dtc.batched_dtc_scores`); on a fixed arm
+  set (the same candidate tensor as the round before) every kernel value is gathered from the
+  runs' cached kernel rows of their pulled arms ``[R, n, A]``, as the sequential fused round does;
+  ``ũ = μ̃ + β̃_t σ̃`` with the ridge sd and the width ``β̃_t`` ``[R]`` of every run
+  (:func:`batched_bkb_radius`); ``LongTensor [R]``, first index on ties;
+* ``update(x [R, d], reward [R])``: the variances of the model that chose ``x`` at every run's
+  distinct points and at ``x``, the count update, and each run's ridge-leverage resampling from
+  **its own generator**: ``torch.binomial`` on the run's padded row (a zero count draws nothing,
+  so the draws are exactly the sequential ones), the other samplers through
+  :meth:`~torchbandits.models.rls.RLSResampler.resample` run by run.
+
+Run ``r`` plays what the sequential BKB reset with ``seed=s_r`` plays. Host reads per round (CPU
+tensors on a CPU device; on CUDA one copy of the variances, which the CPU generators need, and
+the widths ``N``, ``M``): the step is not sync-free.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..batching import check_batch_points, check_batch_rewards, check_batched_candidates, check_seeds
+from ..confidence.bkb import BKBBeta
+from ..models.batched_counts import BatchedCounts
+from ..models.batched_dtc import batched_dtc_scores, compact_positions, dtc_apply
+from ..models.batched_nystrom_state import batched_kernel
+from ..models.batched_solve import storage_key
+
+__all__ = ["BKBBatchMixin", "batched_bkb_radius", "with_batch_mode"]
+
+
+def batched_bkb_radius(rule: BKBBeta, sum_var: Tensor, t: int, kappa2: Tensor | float,
+                       lam: Tensor, beta: Tensor | None = None) -> Tensor:
+    """β̃_t ``[R]`` of :meth:`~torchbandits.confidence.bkb.BKBBeta.radius` for every run:
+    ``S_t = sum_var`` ``[R]``, ``κ²`` a float or ``[R]``, ``λ`` ``[R]``; ``beta`` ``[R]`` replaces
+    the constant of ``rule="constant"`` run by run."""
+    if rule.rule == "constant":
+        base = sum_var.new_full(sum_var.shape, rule.beta) if beta is None else beta.to(sum_var)
+        return base * rule.beta_scale
+    xi, f, s = rule.noise_std, rule.norm_bound, sum_var.clamp_min(0.0)
+    log_delta = math.log(1.0 / rule.delta)
+    if rule.rule == "authors_code":
+        lt = math.log(t) if t > 1 else 0.0
+        width = torch.sqrt(lam) * f + xi * torch.sqrt(lt * s + log_delta)
+    else:
+        if isinstance(kappa2, Tensor):
+            kt = kappa2 * t
+            guard = 0.5 * (1.0 + torch.log1p(kt))
+            lt = torch.where(kt > 0, torch.maximum(torch.log(kt.clamp_min(1e-300)), guard), guard)
+        else:
+            lt = rule.log_term(kappa2, t)  # type: ignore[assignment]
+        width = (2.0 * xi * torch.sqrt(rule.alpha * lt * s + log_delta)
+                 + (1.0 + 1.0 / math.sqrt(1.0 - rule.eps)) * torch.sqrt(lam) * f)
+    return width * rule.beta_scale
+
+
+class BKBBatchMixin:
+    """The batched branch of :class:`~torchbandits.policies.BKB` (module docstring); single-run
+    calls go to the sequential class unchanged. Installed in front of it by
+    :func:`with_batch_mode`."""
+
+    gens: list[torch.Generator] | None = None
+
+    # ---------------------------------------------------------------- eligibility / settings
+    def why_not_batched(self) -> str | None:
+        """``None`` if this policy can step a batch of runs, else the reason."""
+        if type(self).__mro__[1] is not BKBBatchMixin:
+            return f"{type(self).__name__} changes BKB's steps (runs sequentially)"
+        if self.variance_kind != "dtc":  # type: ignore[attr-defined]
+            return "the SoR ablation (variance='sor') runs sequentially (batched: DTC)"
+        if self.track_exact:  # type: ignore[attr-defined]
+            return "track_exact keeps an exact posterior per run (runs sequentially)"
+        if self._nys.parametrisation != "whitened":  # type: ignore[attr-defined]
+            return "the plain parametrisation runs sequentially (batched: whitened)"
+        return None
+
+    @property
+    def batchable(self) -> bool:
+        """Whether ``reset(seed=[…])`` can start a batch (see :meth:`why_not_batched`)."""
+        return self.why_not_batched() is None
+
+    @property
+    def n_runs(self) -> int | None:
+        """``R`` in batched mode, ``None`` for a single run."""
+        return None if self.gens is None else len(self.gens)
+
+    @property
+    def batch_counts(self) -> BatchedCounts | None:
+        """The ``R`` runs' count statistics in batched mode (a submodule), else ``None``."""
+        return self._modules.get("batched")  # type: ignore[attr-defined,return-value]
+
+    def set_per_run(self, *, lam: Any = None, beta: Any = None) -> None:
+        """Per-run settings of the next batches: ``lam`` ``[R]`` (> 0) and, with
+        ``beta_rule="constant"``, ``beta`` ``[R]`` (≥ 0): run ``r`` then plays what the sequential
+        BKB built with ``lam=lam[r]`` (``beta=beta[r]``) plays. Held in float64; ``None`` clears."""
+        out: dict[str, Tensor | None] = {}
+        for name, value, low in (("lam", lam, 0.0), ("beta", beta, -1.0)):
+            if value is None:
+                out[name] = None
+                continue
+            v = torch.as_tensor(value, dtype=torch.float64).reshape(-1)
+            if v.numel() == 0 or not bool(torch.isfinite(v).all()) or bool((v <= low).any()) \
+                    or (name == "beta" and bool((v < 0).any())):
+                raise ValueError(f"{name} must be finite numbers {'> 0' if low == 0 else '>= 0'}"
+                                 f", got {value!r}")
+            out[name] = v
+        if out["beta"] is not None and self.rule.rule != "constant":  # type: ignore[attr-defined]
+            raise ValueError("beta: per-run widths need beta_rule='constant'")
+        self._per_run = out
+
+    # ---------------------------------------------------------------- start / leave
+    def _start_batch(self, gens: list[torch.Generator]) -> None:
+        r = len(gens)
+        settings = getattr(self, "_per_run", {"lam": None, "beta": None})
+        for name, v in settings.items():
+            if v is not None and v.shape[0] != r:
+                raise ValueError(f"{name} holds {v.shape[0]} per-run values but the batch has "
+                                 f"R = {r} runs")
+        self.batched = BatchedCounts(r, dtype=self.dtype, device=self.device)  # type: ignore[attr-defined]
+        self.gens = gens
+        lam = settings["lam"]
+        self._lam64 = lam.clone() if lam is not None else torch.full((r,), self.lam, dtype=torch.float64)  # type: ignore[attr-defined]
+        self._beta64 = None if settings["beta"] is None else settings["beta"].clone()
+        self._bk = batched_kernel(self._nys.kernel)  # type: ignore[attr-defined]
+        self._forget()
+
+    def _forget(self) -> None:
+        """Drop the derived data (row cache, last scores); kept: the statistics and generators."""
+        self._bcache: dict[str, Any] | None = None      # fixed arm set: idx, rows
+        self._bscored: Any = None                        # (version, pulled variances) of select
+        self._bmodel: Any = None                         # (version, W, dictionaries)
+        self._last_key: Any = None
+        self._last_cand: Tensor | None = None            # held: its memory is not reused
+        self._last_b: dict[str, Tensor] = {}
+
+    def _leave_batch(self) -> None:
+        if "batched" in self._modules:  # type: ignore[attr-defined]
+            del self.batched
+        self.gens = None
+
+    def reset(self, seed: int | Sequence[int] | Tensor | None = None) -> None:
+        """Forget all observations; an int seeds one run, a sequence of seeds starts a batch
+        (``ValueError`` naming ``seed`` if the policy cannot batch, see :meth:`why_not_batched`)."""
+        if seed is None or isinstance(seed, int) or (isinstance(seed, Tensor) and seed.ndim == 0):
+            if seed is not None:
+                self._leave_batch()
+            super().reset(None if seed is None else int(seed))  # type: ignore[misc]
+            if self.gens is not None and seed is None:
+                self.batched.reset()
+                self._forget()
+            return
+        seeds = check_seeds(seed)
+        reason = self.why_not_batched()
+        if reason is not None:
+            raise ValueError(f"seed: a list of seeds starts a batch, but {reason}")
+        super().reset(None)  # type: ignore[misc]
+        self._leave_batch()
+        self._start_batch([torch.Generator().manual_seed(s) for s in seeds])
+
+    # ---------------------------------------------------------------- the posterior
+    def _lam(self) -> Tensor:
+        return self._lam64.to(dtype=self.dtype, device=self.device)  # type: ignore[attr-defined]
+
+    def _dictionary(self, n: int) -> tuple[Tensor, Tensor, int]:
+        """``(sel [R, M], live [R, M], M)``: every run's dictionary positions, compacted."""
+        mask = self.batched.in_dict[:, :n]
+        mm = int(mask.sum(-1).max()) if n else 0
+        sel, live = compact_positions(mask, mm)
+        return sel, live, mm
+
+    def _rows(self, cand: Tensor, n: int) -> dict[str, Any] | None:
+        """The fixed arm set's cache: arm rows ``idx`` ``[R, cap]`` and kernel rows ``rows``
+        ``[R, cap, A]`` of the pulled points (built for the ``n`` distinct points, kept up to
+        date by :meth:`_cache_played`); ``None`` when ``cand`` is not the candidate tensor of the
+        round before or a pulled point is not one of the arms."""
+        key = storage_key(cand)
+        same = self._last_key is not None and key == self._last_key
+        self._last_key, self._last_cand = key, cand
+        if not same:
+            self._bcache = None
+            return None
+        if self._bcache is None:
+            px = self.batched.px[:, :n]
+            eq = (px[:, :, None, :] == cand[:, None, :, :]).all(-1)           # [R, n, A]
+            live = torch.arange(n, device=cand.device)[None, :] < self.batched.n_distinct[:, None]
+            self._bcache = {"idx": eq.to(torch.int8).argmax(-1) if n else px[..., 0].long(),
+                            "rows": self._bk.block(px, cand),
+                            "ok": bool((eq.any(-1) | ~live).all())}
+        return self._bcache if self._bcache["ok"] else None
+
+    def _cache_played(self, x: Tensor, slot: Tensor, new: Tensor) -> None:
+        """Add the new distinct points ``x`` ``[R, d]`` (at ``slot`` where ``new``) to the cache."""
+        c, arms = self._bcache, self._last_cand
+        if c is None or arms is None or not c["ok"]:
+            return
+        need = self.batched.counts.shape[1]
+        if c["idx"].shape[1] < need:
+            extra = need - c["idx"].shape[1]
+            c["idx"] = torch.nn.functional.pad(c["idx"], (0, extra))
+            c["rows"] = torch.nn.functional.pad(c["rows"], (0, 0, 0, extra))
+        ar = torch.arange(x.shape[0], device=x.device)
+        eq = (arms == x[:, None, :]).all(-1)                                  # [R, A]
+        c["ok"] = c["ok"] and bool((eq.any(-1) | ~new).all())
+        c["idx"][ar, slot] = torch.where(new, eq.to(torch.int8).argmax(-1), c["idx"][ar, slot])
+        row = self._bk.block(x[:, None], arms)[:, 0]
+        c["rows"][ar, slot] = torch.where(new[:, None], row, c["rows"][ar, slot])
+
+    def _posterior(self, cand: Tensor, cached: bool = True) -> dict[str, Tensor]:
+        """GP-scale means and variances of ``cand`` ``[R, A, d]`` and variances of the pulled
+        points under every run's current dictionary; remembers ``W`` (and the dictionaries) for
+        the played points of :meth:`update`."""
+        st, lam = self.batched, self._lam()
+        st.ensure_dim(cand.shape[2])
+        n = st.width
+        sel, live, mm = self._dictionary(n)
+        kc = self._nys.kernel_constant  # type: ignore[attr-defined]
+        jit = self._nys.jitter  # type: ignore[attr-defined]
+        counts, sums = st.counts[:, :n], st.sums[:, :n]
+        px = st.px[:, :n]
+        z = px.gather(1, sel[..., None].expand(-1, -1, px.shape[2]))
+        cache = self._rows(cand, n) if cached else None
+        a = cand.shape[1]
+        if cache is not None and mm:                  # gathered from the cached kernel rows
+            kd = kc if kc is not None else self._bk.diag(cand)
+            kza = cache["rows"].gather(1, sel[..., None].expand(-1, -1, a))         # [R, M, A]
+            kpz = kza.gather(2, cache["idx"][:, None, :n].expand(-1, mm, -1)).mT   # [R, n, M]
+            kzz = kpz.gather(1, sel[..., None].expand(-1, -1, mm))
+            mean, var, w = batched_dtc_scores(kza, kpz, kzz, live, counts, sums, lam, kd, kc, jit)
+            pvar = var.gather(1, cache["idx"][:, :n])
+        else:
+            allp = torch.cat([cand, px], 1)
+            kd = kc if kc is not None else self._bk.diag(allp)
+            mean, var, w = batched_dtc_scores(self._bk.block(z, allp), self._bk.block(px, z),
+                                              self._bk.block(z, z), live, counts, sums, lam, kd,
+                                              kc, jit)
+            mean, pvar, var = mean[:, :a], var[:, a:], var[:, :a]
+        self._bmodel = (st.version, w, z)
+        return {"mean": mean, "var": var, "pvar": pvar}
+
+    def _played_variance(self, x: Tensor) -> Tensor | None:
+        """GP variance ``[R]`` of the played points ``x`` ``[R, d]`` under the model of the last
+        :meth:`_posterior` (``None`` if the statistics changed since)."""
+        model = self._bmodel
+        if model is None or model[0] != self.batched.version:
+            return None
+        kc = self._nys.kernel_constant  # type: ignore[attr-defined]
+        kd = kc if kc is not None else self._bk.diag(x[:, None])
+        if model[1] is None:
+            return x.new_zeros(x.shape[0]) + (kd if kc is not None else kd[:, 0])
+        return dtc_apply(model[1], self._bk.block(model[2], x[:, None]), kd, kc)[1][:, 0]
+
+    # ---------------------------------------------------------------- rounds
+    def _check_batch(self, candidates: Any) -> Tensor:
+        return check_batched_candidates("candidates", candidates, len(self.gens),  # type: ignore[arg-type]
+                                        dtype=self.dtype, device=self.device, dim=self.dim)  # type: ignore[attr-defined]
+
+    def _batch_ucb(self, cand: Tensor) -> Tensor:
+        """UCB ``[R, A]`` of checked candidates: ``μ̃ + β̃_t σ̃`` (ridge sd ``σ̃ = sqrt(var_GP/λ)``)."""
+        post = self._posterior(cand)
+        lam = self._lam()
+        var = post["var"] / lam[:, None]
+        pvar = post["pvar"] / lam[:, None]
+        sum_var = (self.batched.counts[:, :pvar.shape[1]] * pvar).sum(-1)
+        kc = self._nys.kernel_constant  # type: ignore[attr-defined]
+        kappa2 = kc if kc is not None else self._bk.diag(cand).amax(-1)
+        beta = batched_bkb_radius(self.rule, sum_var, self.t, kappa2, lam,  # type: ignore[attr-defined]
+                                  self._beta64)
+        self._bscored = (self.batched.version, pvar)
+        self._last_b = {"beta": beta, "sum_var": sum_var,
+                        "kappa2": torch.as_tensor(kappa2, dtype=self.dtype).expand_as(beta)}  # type: ignore[attr-defined]
+        return post["mean"] + beta[:, None] * torch.sqrt(var)
+
+    def forward(self, candidates: Tensor) -> Tensor:
+        """UCB ``[A]`` of candidates ``[A, d]``; in batched mode ``[R, A]`` of ``[R, A, d]``."""
+        if self.gens is None:
+            return super().forward(candidates)  # type: ignore[misc]
+        with torch.no_grad():
+            return self._batch_ucb(self._check_batch(candidates))
+
+    def select(self, candidates: Any) -> Any:
+        """One index (single run), or a ``LongTensor [R]`` for candidates ``[R, A, d]``: each
+        run's UCB argmax (first index on ties), uniform from its own generator in the warm-up."""
+        if self.gens is None:
+            return super().select(candidates)  # type: ignore[misc]
+        cand = self._check_batch(candidates)
+        dev = self.device  # type: ignore[attr-defined]
+        if self.t < self.n_warmup:  # type: ignore[attr-defined]
+            self._rows(cand, 0)   # remember the candidate tensor (a fixed arm set)
+            index = self.warmup_index  # type: ignore[attr-defined]
+            if index is None:
+                draws = [torch.randint(cand.shape[1], (1,), generator=g) for g in self.gens]
+                return torch.cat(draws).to(dev)
+            if index >= cand.shape[1]:
+                raise ValueError(f"warmup_index {index} is out of range for {cand.shape[1]} "
+                                 f"candidates")
+            return torch.full((cand.shape[0],), index, dtype=torch.long, device=dev)
+        with torch.no_grad():
+            return torch.argmax(self._batch_ucb(cand), dim=1)
+
+    def update(self, x: Any, reward: Any) -> None:
+        """Single run: as before. Batch: ``x [R, d]`` and ``reward [R]``, both checked before any
+        run's state changes (``ValueError`` naming the argument); then every run's count update
+        and its dictionary resampled from its own generator (§3.1)."""
+        if self.gens is None:
+            super().update(x, reward)  # type: ignore[misc]
+            return
+        st, r = self.batched, len(self.gens)
+        opts = dict(dtype=self.dtype, device=self.device)  # type: ignore[attr-defined]
+        xv = check_batch_points("x", x, r, dim=self.dim, **opts)  # type: ignore[attr-defined,arg-type]
+        y = check_batch_rewards("reward", reward, r, **opts)  # type: ignore[arg-type]
+        with torch.no_grad():
+            lam = self._lam()
+            scored = self._bscored
+            if scored is None or scored[0] != st.version:    # no select since the last change
+                pvar = self._posterior(xv[:, None, :], cached=False)["pvar"] / lam[:, None]
+            else:
+                pvar = scored[1]
+            xvar = self._played_variance(xv) / lam                           # type: ignore[operator]
+            n = pvar.shape[1]
+            slot, new = st.record(xv, y, n)
+            self._cache_played(xv, slot, new)
+            ar = torch.arange(r, device=xv.device)
+            var = torch.cat([pvar, pvar.new_zeros(r, 1)], 1)
+            var[ar, slot] = torch.where(new, xvar, var[ar, slot])
+            self._resample(var, st.counts[:, :n + 1])
+            self._bscored = None
+        self.dim = xv.shape[1]
+        self.t += 1  # type: ignore[attr-defined]
+
+    def _resample(self, var: Tensor, counts: Tensor) -> None:
+        """Every run's dictionary drawn from its own generator over its distinct points."""
+        res = self.resampler  # type: ignore[attr-defined]
+        v = var.detach().to("cpu", torch.float64)
+        c = counts.detach().to("cpu", torch.float64)
+        if res.sampler == "binomial":
+            p = torch.clamp(res.qbar * v.clamp_min(0.0), max=1.0).nan_to_num_(0.0)
+            copies = torch.stack([torch.binomial(c[i], p[i], generator=g)
+                                  for i, g in enumerate(self.gens)])  # type: ignore[arg-type]
+        else:
+            sizes = self.batched.n_distinct.tolist()
+            copies = torch.zeros_like(c)
+            for i, g in enumerate(self.gens):  # type: ignore[arg-type]
+                copies[i, :sizes[i]] = res.resample(v[i, :sizes[i]], c[i, :sizes[i]], g).copies
+        self.batched.set_dictionary(copies)
+
+    # ---------------------------------------------------------------- per-run views / state
+    def run_dictionary(self, run: int) -> Tensor:
+        """Dictionary of run ``run`` ``[m_r, d]`` (in the order of the sequential run's)."""
+        st = self.batched
+        return st.px[run][st.in_dict[run]]
+
+    def diagnostics(self) -> dict[str, Any]:
+        """As the sequential diagnostics; in batched mode tensors ``[R]``, one entry per run."""
+        if self.gens is None:
+            return super().diagnostics()  # type: ignore[misc]
+        st, dt = self.batched, self.dtype  # type: ignore[attr-defined]
+        out = {"dictionary_size": st.sizes.to(dt), "m_theory": st.m_theory.to(dt),
+               "n_distinct": st.n_distinct.to(dt), "empty_dictionaries": st.empty.to(dt)}
+        out.update({k: self._last_b[k] for k in ("beta", "sum_var") if k in self._last_b})
+        return out
+
+    def get_extra_state(self) -> dict[str, Any]:
+        state = super().get_extra_state()  # type: ignore[misc]
+        if self.gens is not None:
+            state["batch"] = {"rng": [g.get_state() for g in self.gens], "lam": self._lam64.clone(),
+                              "beta": None if self._beta64 is None else self._beta64.clone(),
+                              "last": {k: v.detach().cpu().clone() for k, v in self._last_b.items()}}
+        return state
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        super().set_extra_state(state)  # type: ignore[misc]
+        batch = state.get("batch")
+        self._leave_batch()
+        if batch is None:
+            return
+        gens = [torch.Generator() for _ in batch["rng"]]
+        for g, s in zip(gens, batch["rng"], strict=True):
+            g.set_state(s)
+        saved = getattr(self, "_per_run", None)
+        self._per_run = {"lam": batch["lam"], "beta": batch["beta"]}
+        self._start_batch(gens)   # an empty batch of the saved R: its buffers load right after
+        self._per_run = saved if saved is not None else {"lam": None, "beta": None}
+        self._last_b = {k: v.to(dtype=self.dtype, device=self.device)  # type: ignore[attr-defined]
+                        for k, v in batch["last"].items()}
+
+    def _apply(self, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+        out = super()._apply(fn, *args, **kwargs)  # type: ignore[misc]
+        if self.gens is not None:
+            last = {k: fn(v) for k, v in self._last_b.items()}
+            self._forget()
+            self._last_b = last
+        return out
+
+
+def with_batch_mode(cls: type) -> type:
+    """``cls`` with :class:`BKBBatchMixin` in front (the same name, module and docstring): the
+    batched entry points wrap the sequential ones without touching them."""
+    return type(cls.__name__, (BKBBatchMixin, cls), {
+        "__doc__": cls.__doc__, "__module__": cls.__module__, "__qualname__": cls.__qualname__})
