@@ -22,20 +22,21 @@ with pull counts ``c`` and reward sums ``s`` (padded to ``N`` with ``c = s = 0``
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
 from .nystrom_updates import PIVOT_TOL, whitening
 
-__all__ = ["batched_dtc_scores", "batched_whitening", "compact_positions", "dtc_apply",
-           "dtc_scoring_matrix"]
+__all__ = ["DTCSystem", "batched_whitening", "compact_positions", "dtc_system"]
 
 
 def compact_positions(mask: Tensor, width: int) -> tuple[Tensor, Tensor]:
     """Positions of the set entries of ``mask`` ``[R, N]`` (bool), in increasing order, padded to
     ``width`` columns: ``(pos [R, width] long, live [R, width] bool)``; padded positions are 0.
     Row ``r`` holds ``mask[r].nonzero()`` first, with no host read."""
-    r, n = mask.shape
+    n = mask.shape[1]
     key = torch.where(mask, torch.arange(n, device=mask.device), n)      # set entries sort first
     pos = torch.sort(key, dim=1, stable=True).values[:, :width]
     if pos.shape[1] < width:
@@ -68,11 +69,82 @@ def batched_whitening(kzz: Tensor, live: Tensor, scale: Tensor) -> Tensor:
     return p * pair
 
 
-def dtc_scoring_matrix(kpz: Tensor, kzz: Tensor, live: Tensor, counts: Tensor, sums: Tensor,
-                       lam: Tensor, scale: Tensor, jitter: float = 0.0) -> Tensor:
-    """``W = [P; (λA⁻¹ − I)P; wᵀP]`` ``[R, 2M+1, M]`` of the padded dictionaries (module
-    docstring; arguments as in :func:`batched_dtc_scores`, ``scale`` ``[R]`` = ``max k(z,z) + η``)."""
+@dataclass
+class DTCSystem:
+    """The rebuilt posterior of ``R`` padded dictionaries: ``P`` and ``A⁻¹`` ``[R, M, M]``, mean
+    weights ``w = A⁻¹Eᵀs`` ``[R, M]``, ``λ`` ``[R]`` (``lam_scalar``: the common λ, if any),
+    dictionary sizes ``[R]`` and their range ``(m_min, m_max)`` on the host."""
+
+    p: Tensor
+    a_inv: Tensor
+    w: Tensor
+    lam: Tensor
+    sizes: Tensor
+    m_range: tuple[int, int]
+    lam_scalar: float | None = None
+    _big: Tensor | None = None
+
+    def scoring_matrix(self) -> Tensor:
+        """``W = [P; (λA⁻¹ − I)P; wᵀP]`` ``[R, 2M+1, M]`` (built once)."""
+        if self._big is None:
+            p, q = self.p, self.a_inv
+            if self.lam_scalar is not None:
+                h = torch.baddbmm(p, q, p, beta=-1.0, alpha=self.lam_scalar)
+            else:
+                h = (q @ p) * self.lam[:, None, None] - p
+            self._big = torch.cat([p, h, self.w[:, None, :] @ p], dim=1)
+        return self._big
+
+    def scores(self, kz: Tensor, kdiag: Tensor | float, kconst: float | None,
+               many: bool = False) -> tuple[Tensor, Tensor]:
+        """``(μ̃, λσ̃²)`` ``([R, A], [R, A])`` of points with kernel columns ``kz`` ``[R, M, A]``,
+        clamped to ``[0, k]``, run by run as the sequential model scores them: with ``A ≥ m_r``
+        (or ``many``) one product with :meth:`scoring_matrix` (``λσ̃² = k + fᵀh``), else
+        ``f = P k_Z``, ``λσ̃² = (k − ‖f‖²)₊ + λ fᵀA⁻¹f``."""
+        mm, na = kz.shape[1], kz.shape[2]
+        mean = var = None
+        if many or na >= self.m_range[0]:
+            out = self.scoring_matrix() @ kz                                  # [R, 2M+1, A]
+            mean = out[:, 2 * mm]
+            var = torch.linalg.vecdot(out[:, :mm], out[:, mm:2 * mm], dim=1).add_(kdiag)
+        if not many and na < self.m_range[1]:
+            f = self.p @ kz
+            mean_f = (self.w[:, None, :] @ f)[:, 0]
+            var_f = (kdiag - torch.linalg.vecdot(f, f, dim=1)).clamp_(min=0.0)
+            quad = torch.linalg.vecdot(f, self.a_inv @ f, dim=1)
+            if self.lam_scalar is not None:
+                var_f.add_(quad, alpha=self.lam_scalar)
+            else:
+                var_f.add_(quad * self.lam[:, None])
+            if mean is None or var is None:
+                mean, var = mean_f, var_f
+            else:
+                few = (self.sizes > na)[:, None]
+                mean, var = torch.where(few, mean_f, mean), torch.where(few, var_f, var)
+        assert mean is not None and var is not None
+        if kconst is not None:
+            return mean, var.clamp_(0.0, kconst)
+        return mean, torch.minimum(var.clamp_(min=0.0), kdiag)
+
+
+def dtc_system(kpz: Tensor, kzz: Tensor, live: Tensor, counts: Tensor, sums: Tensor, lam: Tensor,
+               kconst: float | None, jitter: float = 0.0, m_range: tuple[int, int] | None = None,
+               lam_scalar: float | None = None) -> DTCSystem:
+    """Rebuild every run's posterior from scratch (module docstring).
+
+    Args:
+        kpz: ``K_PZ`` ``[R, N, M]`` between the distinct pulled points and the dictionaries.
+        kzz: ``K_ZZ`` ``[R, M, M]`` of the dictionaries (no jitter; padded entries ignored).
+        live: ``[R, M]`` real anchors (``M ≥ 1``).
+        counts, sums: ``[R, N]`` pull counts and reward sums (0 on padded rows).
+        lam: ``[R]`` ridge regularisers (``lam_scalar``: their common value, if any).
+        kconst: the constant ``k(x, x)`` of a stationary kernel, else ``None``.
+        jitter: nugget ``η`` on the diagonal of ``K_ZZ`` (as the sequential model's).
+        m_range: ``(min, max)`` of the dictionary sizes (read from ``live`` if not given).
+    """
     mm = kzz.shape[-1]
+    scale = (kzz.new_full((kzz.shape[0],), kconst) if kconst is not None
+             else torch.diagonal(kzz, dim1=-2, dim2=-1).masked_fill(~live, 0.0).amax(-1)) + jitter
     if jitter:
         kzz = kzz + jitter * torch.eye(mm, dtype=kzz.dtype, device=kzz.device)
     p = batched_whitening(kzz, live, scale)
@@ -80,48 +152,9 @@ def dtc_scoring_matrix(kpz: Tensor, kzz: Tensor, live: Tensor, counts: Tensor, s
     a = (feat.mT * counts[:, None, :]) @ feat
     a.diagonal(dim1=-2, dim2=-1).add_(lam[:, None])
     a_inv = torch.cholesky_inverse(torch.linalg.cholesky_ex(a)[0])
-    w = a_inv @ (feat.mT @ sums[..., None])                              # [R, M, 1]
-    h = (a_inv @ p) * lam[:, None, None] - p                             # (λA⁻¹ − I) P
-    return torch.cat([p, h, w.mT @ p], dim=1)
-
-
-def dtc_apply(w: Tensor, kz: Tensor, kdiag: Tensor | float,
-              kconst: float | None) -> tuple[Tensor, Tensor]:
-    """``(μ̃, λσ̃²)`` ``([R, A], [R, A])`` from ``W`` ``[R, 2M+1, M]`` (:func:`dtc_scoring_matrix`)
-    and the dictionaries' kernel columns ``kz`` ``[R, M, A]``: ``μ̃ = wᵀf``,
-    ``λσ̃² = k + fᵀh`` clamped to ``[0, k]``."""
-    mm = kz.shape[1]
-    out = w @ kz                                                          # [R, 2M+1, A]
-    mean = out[:, 2 * mm]
-    var = torch.linalg.vecdot(out[:, :mm], out[:, mm:2 * mm], dim=1).add_(kdiag)
-    if kconst is not None:
-        return mean, var.clamp_(0.0, kconst)
-    return mean, torch.minimum(var.clamp_(min=0.0), kdiag)
-
-
-def batched_dtc_scores(kza: Tensor, kpz: Tensor, kzz: Tensor, live: Tensor, counts: Tensor,
-                       sums: Tensor, lam: Tensor, kdiag: Tensor | float, kconst: float | None,
-                       jitter: float = 0.0) -> tuple[Tensor, Tensor, Tensor | None]:
-    """``(μ̃, λσ̃², W)`` ``([R, A], [R, A], [R, 2M+1, M])`` of every run at its candidates (the
-    GP-scale variance, clamped to ``[0, k(x,x)]``; ``W`` of :func:`dtc_scoring_matrix` for
-    further points, ``None`` when every dictionary is empty).
-
-    Args:
-        kza: ``K_ZA`` ``[R, M, A]``, the kernel rows of the (padded) dictionaries over the
-            candidates (rows of padded anchors: any finite values).
-        kpz: ``K_PZ`` ``[R, N, M]`` between the distinct pulled points and the dictionaries.
-        kzz: ``K_ZZ`` ``[R, M, M]`` of the dictionaries (no jitter; padded entries ignored).
-        live: ``[R, M]`` real anchors.
-        counts, sums: ``[R, N]`` pull counts and reward sums (0 on padded rows).
-        lam: ``[R]`` ridge regularisers.
-        kdiag: ``k(x, x)`` of the candidates ``[R, A]`` (or the constant of a stationary kernel).
-        kconst: the constant ``k(x, x)`` of a stationary kernel, else ``None``.
-        jitter: nugget ``η`` on the diagonal of ``K_ZZ`` (as the sequential model's).
-    """
-    if kza.shape[1] == 0:
-        zeros = kza.new_zeros(kza.shape[0], kza.shape[2])
-        return zeros, zeros + kdiag, None
-    scale = (kza.new_full((kza.shape[0],), kconst) if kconst is not None
-             else torch.diagonal(kzz, dim1=-2, dim2=-1).masked_fill(~live, 0.0).amax(-1)) + jitter
-    w = dtc_scoring_matrix(kpz, kzz, live, counts, sums, lam, scale, jitter)
-    return (*dtc_apply(w, kza, kdiag, kconst), w)
+    w = (a_inv @ (feat.mT @ sums[..., None]))[..., 0]                    # [R, M]
+    sizes = live.sum(-1)
+    if m_range is None:
+        lo, hi = torch.aminmax(sizes)
+        m_range = (int(lo), int(hi))
+    return DTCSystem(p, a_inv, w, lam, sizes, m_range, lam_scalar)

@@ -35,7 +35,7 @@ from torch import Tensor
 from ..batching import check_batch_points, check_batch_rewards, check_batched_candidates, check_seeds
 from ..confidence.bkb import BKBBeta
 from ..models.batched_counts import BatchedCounts
-from ..models.batched_dtc import batched_dtc_scores, compact_positions, dtc_apply
+from ..models.batched_dtc import compact_positions, dtc_system
 from ..models.batched_nystrom_state import batched_kernel
 from ..models.batched_solve import storage_key
 
@@ -134,13 +134,15 @@ class BKBBatchMixin:
         lam = settings["lam"]
         self._lam64 = lam.clone() if lam is not None else torch.full((r,), self.lam, dtype=torch.float64)  # type: ignore[attr-defined]
         self._beta64 = None if settings["beta"] is None else settings["beta"].clone()
+        lams = self._lam64.unique()
+        self._lam_scalar = float(lams[0]) if lams.numel() == 1 else None
         self._bk = batched_kernel(self._nys.kernel)  # type: ignore[attr-defined]
         self._forget()
 
     def _forget(self) -> None:
         """Drop the derived data (row cache, last scores); kept: the statistics and generators."""
         self._bcache: dict[str, Any] | None = None      # fixed arm set: idx, rows
-        self._bscored: Any = None                        # (version, pulled variances) of select
+        self._bscored: Any = None                        # [version, pulled var, var, cand, choice]
         self._bmodel: Any = None                         # (version, W, dictionaries)
         self._last_key: Any = None
         self._last_cand: Tensor | None = None            # held: its memory is not reused
@@ -174,12 +176,13 @@ class BKBBatchMixin:
     def _lam(self) -> Tensor:
         return self._lam64.to(dtype=self.dtype, device=self.device)  # type: ignore[attr-defined]
 
-    def _dictionary(self, n: int) -> tuple[Tensor, Tensor, int]:
-        """``(sel [R, M], live [R, M], M)``: every run's dictionary positions, compacted."""
+    def _dictionary(self, n: int) -> tuple[Tensor, Tensor, tuple[int, int]]:
+        """``(sel [R, M], live [R, M], (min m_r, M))``: every run's dictionary, compacted."""
         mask = self.batched.in_dict[:, :n]
-        mm = int(mask.sum(-1).max()) if n else 0
-        sel, live = compact_positions(mask, mm)
-        return sel, live, mm
+        sizes = mask.sum(-1)
+        lo, hi = torch.stack([sizes.min(), sizes.max()]).tolist() if n else (0, 0)
+        sel, live = compact_positions(mask, hi)
+        return sel, live, (lo, hi)
 
     def _rows(self, cand: Tensor, n: int) -> dict[str, Any] | None:
         """The fixed arm set's cache: arm rows ``idx`` ``[R, cap]`` and kernel rows ``rows``
@@ -220,12 +223,13 @@ class BKBBatchMixin:
 
     def _posterior(self, cand: Tensor, cached: bool = True) -> dict[str, Tensor]:
         """GP-scale means and variances of ``cand`` ``[R, A, d]`` and variances of the pulled
-        points under every run's current dictionary; remembers ``W`` (and the dictionaries) for
-        the played points of :meth:`update`."""
+        points under every run's current dictionary; remembers the rebuilt system (and the
+        dictionaries) for the played points of :meth:`update`."""
         st, lam = self.batched, self._lam()
         st.ensure_dim(cand.shape[2])
         n = st.width
-        sel, live, mm = self._dictionary(n)
+        sel, live, m_range = self._dictionary(n)
+        mm = m_range[1]
         kc = self._nys.kernel_constant  # type: ignore[attr-defined]
         jit = self._nys.jitter  # type: ignore[attr-defined]
         counts, sums = st.counts[:, :n], st.sums[:, :n]
@@ -233,34 +237,40 @@ class BKBBatchMixin:
         z = px.gather(1, sel[..., None].expand(-1, -1, px.shape[2]))
         cache = self._rows(cand, n) if cached else None
         a = cand.shape[1]
-        if cache is not None and mm:                  # gathered from the cached kernel rows
-            kd = kc if kc is not None else self._bk.diag(cand)
+        kd = kc if kc is not None else self._bk.diag(cand)
+        system = None
+        if mm == 0:
+            mean = cand.new_zeros(cand.shape[:2])
+            var, pvar = mean + kd, px.new_zeros(px.shape[:2]) + (kc if kc is not None else
+                                                                   self._bk.diag(px))
+        elif cache is not None:                      # gathered from the cached kernel rows
             kza = cache["rows"].gather(1, sel[..., None].expand(-1, -1, a))         # [R, M, A]
             kpz = kza.gather(2, cache["idx"][:, None, :n].expand(-1, mm, -1)).mT   # [R, n, M]
             kzz = kpz.gather(1, sel[..., None].expand(-1, -1, mm))
-            mean, var, w = batched_dtc_scores(kza, kpz, kzz, live, counts, sums, lam, kd, kc, jit)
+            system = dtc_system(kpz, kzz, live, counts, sums, lam, kc, jit, m_range,
+                                self._lam_scalar)
+            mean, var = system.scores(kza, kd, kc)
             pvar = var.gather(1, cache["idx"][:, :n])
         else:
-            allp = torch.cat([cand, px], 1)
-            kd = kc if kc is not None else self._bk.diag(allp)
-            mean, var, w = batched_dtc_scores(self._bk.block(z, allp), self._bk.block(px, z),
-                                              self._bk.block(z, z), live, counts, sums, lam, kd,
-                                              kc, jit)
-            mean, pvar, var = mean[:, :a], var[:, a:], var[:, :a]
-        self._bmodel = (st.version, w, z)
+            kpz = self._bk.block(px, z)
+            system = dtc_system(kpz, self._bk.block(z, z), live, counts, sums, lam, kc, jit,
+                                m_range, self._lam_scalar)
+            mean, var = system.scores(self._bk.block(z, cand), kd, kc)
+            pvar = system.scores(kpz.mT, kc if kc is not None else self._bk.diag(px), kc,
+                                 many=True)[1]
+        self._bmodel = (st.version, system, z)
         return {"mean": mean, "var": var, "pvar": pvar}
 
-    def _played_variance(self, x: Tensor) -> Tensor | None:
-        """GP variance ``[R]`` of the played points ``x`` ``[R, d]`` under the model of the last
-        :meth:`_posterior` (``None`` if the statistics changed since)."""
+    def _played_variance(self, x: Tensor) -> Tensor:
+        """GP variance ``[R]`` of the played points ``x`` ``[R, d]`` under the system of the
+        last :meth:`_posterior` (current: :meth:`update` calls it before any change)."""
         model = self._bmodel
-        if model is None or model[0] != self.batched.version:
-            return None
+        assert model is not None
         kc = self._nys.kernel_constant  # type: ignore[attr-defined]
         kd = kc if kc is not None else self._bk.diag(x[:, None])
         if model[1] is None:
             return x.new_zeros(x.shape[0]) + (kd if kc is not None else kd[:, 0])
-        return dtc_apply(model[1], self._bk.block(model[2], x[:, None]), kd, kc)[1][:, 0]
+        return model[1].scores(self._bk.block(model[2], x[:, None]), kd, kc, many=True)[1][:, 0]
 
     # ---------------------------------------------------------------- rounds
     def _check_batch(self, candidates: Any) -> Tensor:
@@ -278,10 +288,13 @@ class BKBBatchMixin:
         kappa2 = kc if kc is not None else self._bk.diag(cand).amax(-1)
         beta = batched_bkb_radius(self.rule, sum_var, self.t, kappa2, lam,  # type: ignore[attr-defined]
                                   self._beta64)
-        self._bscored = (self.batched.version, pvar)
+        self._bscored = [self.batched.version, pvar, var, cand, None]
         self._last_b = {"beta": beta, "sum_var": sum_var,
                         "kappa2": torch.as_tensor(kappa2, dtype=self.dtype).expand_as(beta)}  # type: ignore[attr-defined]
-        return post["mean"] + beta[:, None] * torch.sqrt(var)
+        mean, sd = post["mean"], torch.sqrt(var)
+        # run by run as the sequential ``torch.add(μ̃, σ̃, alpha=β̃)`` (a fused multiply-add on the
+        # vectorised part): near-ties at the prior are then broken identically
+        return torch.stack([torch.add(mean[i], sd[i], alpha=b) for i, b in enumerate(beta.tolist())])
 
     def forward(self, candidates: Tensor) -> Tensor:
         """UCB ``[A]`` of candidates ``[A, d]``; in batched mode ``[R, A]`` of ``[R, A, d]``."""
@@ -308,7 +321,9 @@ class BKBBatchMixin:
                                  f"candidates")
             return torch.full((cand.shape[0],), index, dtype=torch.long, device=dev)
         with torch.no_grad():
-            return torch.argmax(self._batch_ucb(cand), dim=1)
+            index = torch.argmax(self._batch_ucb(cand), dim=1)
+        self._bscored[4] = index
+        return index
 
     def update(self, x: Any, reward: Any) -> None:
         """Single run: as before. Batch: ``x [R, d]`` and ``reward [R]``, both checked before any
@@ -324,11 +339,15 @@ class BKBBatchMixin:
         with torch.no_grad():
             lam = self._lam()
             scored = self._bscored
-            if scored is None or scored[0] != st.version:    # no select since the last change
+            if scored is None or scored[0] != st.version or scored[4] is None:  # no select
                 pvar = self._posterior(xv[:, None, :], cached=False)["pvar"] / lam[:, None]
+                xvar = self._played_variance(xv) / lam
             else:
                 pvar = scored[1]
-            xvar = self._played_variance(xv) / lam                           # type: ignore[operator]
+                xvar = self._played_variance(xv) / lam
+                chosen = scored[3].gather(1, scored[4][:, None, None].expand(-1, 1, xv.shape[1]))
+                hit = (chosen[:, 0] == xv).all(-1)           # the candidate just selected
+                xvar = torch.where(hit, scored[2].gather(1, scored[4][:, None])[:, 0], xvar)
             n = pvar.shape[1]
             slot, new = st.record(xv, y, n)
             self._cache_played(xv, slot, new)
