@@ -195,9 +195,11 @@ def test_state_dict_round_trip_mid_batch(env_name: str, kwargs: dict) -> None:
     fresh = make_policy("bkb", env)                  # sequential mode until it loads
     fresh.load_state_dict(state)
     assert fresh.n_runs == 3 and fresh.t == 40
-    for _ in range(60):
+    for t in range(60):
         cand = benv.candidates()
-        torch.testing.assert_close(fresh(cand), policy(cand), atol=0, rtol=0)
+        # the fresh policy's first round evaluates the kernel (its cache of the fixed arm set's
+        # kernel rows is built when it sees the same arms again): rounding apart, then equal
+        torch.testing.assert_close(fresh(cand), policy(cand), atol=1e-12 if t == 0 else 0, rtol=0)
         idx = policy.select(cand)
         assert torch.equal(fresh.select(cand), idx)
         reward, _ = benv.pull(idx)
