@@ -25,7 +25,6 @@ the widths ``N``, ``M``): the step is not sync-free.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,41 +32,15 @@ import torch
 from torch import Tensor
 
 from ..batching import check_batch_points, check_batch_rewards, check_batched_candidates, check_seeds
-from ..confidence.bkb import BKBBeta
+from ..confidence.bkb_batched import batched_bkb_radius
 from ..models.batched_counts import BatchedCounts
-from ..models.batched_dtc import compact_positions, dtc_system
 from ..models.batched_nystrom_state import batched_kernel
-from ..models.batched_solve import storage_key
+from .bkb_batched_posterior import BKBBatchPosterior
 
-__all__ = ["BKBBatchMixin", "batched_bkb_radius", "with_batch_mode"]
-
-
-def batched_bkb_radius(rule: BKBBeta, sum_var: Tensor, t: int, kappa2: Tensor | float,
-                       lam: Tensor, beta: Tensor | None = None) -> Tensor:
-    """β̃_t ``[R]`` of :meth:`~torchbandits.confidence.bkb.BKBBeta.radius` for every run:
-    ``S_t = sum_var`` ``[R]``, ``κ²`` a float or ``[R]``, ``λ`` ``[R]``; ``beta`` ``[R]`` replaces
-    the constant of ``rule="constant"`` run by run."""
-    if rule.rule == "constant":
-        base = sum_var.new_full(sum_var.shape, rule.beta) if beta is None else beta.to(sum_var)
-        return base * rule.beta_scale
-    xi, f, s = rule.noise_std, rule.norm_bound, sum_var.clamp_min(0.0)
-    log_delta = math.log(1.0 / rule.delta)
-    if rule.rule == "authors_code":
-        lt = math.log(t) if t > 1 else 0.0
-        width = torch.sqrt(lam) * f + xi * torch.sqrt(lt * s + log_delta)
-    else:
-        if isinstance(kappa2, Tensor):
-            kt = kappa2 * t
-            guard = 0.5 * (1.0 + torch.log1p(kt))
-            lt = torch.where(kt > 0, torch.maximum(torch.log(kt.clamp_min(1e-300)), guard), guard)
-        else:
-            lt = rule.log_term(kappa2, t)  # type: ignore[assignment]
-        width = (2.0 * xi * torch.sqrt(rule.alpha * lt * s + log_delta)
-                 + (1.0 + 1.0 / math.sqrt(1.0 - rule.eps)) * torch.sqrt(lam) * f)
-    return width * rule.beta_scale
+__all__ = ["BKBBatchMixin", "with_batch_mode"]
 
 
-class BKBBatchMixin:
+class BKBBatchMixin(BKBBatchPosterior):
     """The batched branch of :class:`~torchbandits.policies.BKB` (module docstring); single-run
     calls go to the sequential class unchanged. Installed in front of it by
     :func:`with_batch_mode`."""
@@ -143,7 +116,7 @@ class BKBBatchMixin:
         """Drop the derived data (row cache, last scores); kept: the statistics and generators."""
         self._bcache: dict[str, Any] | None = None      # fixed arm set: idx, rows
         self._bscored: Any = None                        # [version, pulled var, var, cand, choice]
-        self._bmodel: Any = None                         # (version, W, dictionaries)
+        self._bmodel: Any = None                         # (version, [(runs, system, Z)])
         self._last_key: Any = None
         self._last_cand: Tensor | None = None            # held: its memory is not reused
         self._last_b: dict[str, Tensor] = {}
@@ -171,106 +144,6 @@ class BKBBatchMixin:
         super().reset(None)  # type: ignore[misc]
         self._leave_batch()
         self._start_batch([torch.Generator().manual_seed(s) for s in seeds])
-
-    # ---------------------------------------------------------------- the posterior
-    def _lam(self) -> Tensor:
-        return self._lam64.to(dtype=self.dtype, device=self.device)  # type: ignore[attr-defined]
-
-    def _dictionary(self, n: int) -> tuple[Tensor, Tensor, tuple[int, int]]:
-        """``(sel [R, M], live [R, M], (min m_r, M))``: every run's dictionary, compacted."""
-        mask = self.batched.in_dict[:, :n]
-        sizes = mask.sum(-1)
-        lo, hi = torch.stack([sizes.min(), sizes.max()]).tolist() if n else (0, 0)
-        sel, live = compact_positions(mask, hi)
-        return sel, live, (lo, hi)
-
-    def _rows(self, cand: Tensor, n: int) -> dict[str, Any] | None:
-        """The fixed arm set's cache: arm rows ``idx`` ``[R, cap]`` and kernel rows ``rows``
-        ``[R, cap, A]`` of the pulled points (built for the ``n`` distinct points, kept up to
-        date by :meth:`_cache_played`); ``None`` when ``cand`` is not the candidate tensor of the
-        round before or a pulled point is not one of the arms."""
-        key = storage_key(cand)
-        same = self._last_key is not None and key == self._last_key
-        self._last_key, self._last_cand = key, cand
-        if not same:
-            self._bcache = None
-            return None
-        if self._bcache is None:
-            px = self.batched.px[:, :n]
-            eq = (px[:, :, None, :] == cand[:, None, :, :]).all(-1)           # [R, n, A]
-            live = torch.arange(n, device=cand.device)[None, :] < self.batched.n_distinct[:, None]
-            self._bcache = {"idx": eq.to(torch.int8).argmax(-1) if n else px[..., 0].long(),
-                            "rows": self._bk.block(px, cand),
-                            "ok": bool((eq.any(-1) | ~live).all())}
-        return self._bcache if self._bcache["ok"] else None
-
-    def _cache_played(self, x: Tensor, slot: Tensor, new: Tensor) -> None:
-        """Add the new distinct points ``x`` ``[R, d]`` (at ``slot`` where ``new``) to the cache."""
-        c, arms = self._bcache, self._last_cand
-        if c is None or arms is None or not c["ok"]:
-            return
-        need = self.batched.counts.shape[1]
-        if c["idx"].shape[1] < need:
-            extra = need - c["idx"].shape[1]
-            c["idx"] = torch.nn.functional.pad(c["idx"], (0, extra))
-            c["rows"] = torch.nn.functional.pad(c["rows"], (0, 0, 0, extra))
-        ar = torch.arange(x.shape[0], device=x.device)
-        eq = (arms == x[:, None, :]).all(-1)                                  # [R, A]
-        c["ok"] = c["ok"] and bool((eq.any(-1) | ~new).all())
-        c["idx"][ar, slot] = torch.where(new, eq.to(torch.int8).argmax(-1), c["idx"][ar, slot])
-        row = self._bk.block(x[:, None], arms)[:, 0]
-        c["rows"][ar, slot] = torch.where(new[:, None], row, c["rows"][ar, slot])
-
-    def _posterior(self, cand: Tensor, cached: bool = True) -> dict[str, Tensor]:
-        """GP-scale means and variances of ``cand`` ``[R, A, d]`` and variances of the pulled
-        points under every run's current dictionary; remembers the rebuilt system (and the
-        dictionaries) for the played points of :meth:`update`."""
-        st, lam = self.batched, self._lam()
-        st.ensure_dim(cand.shape[2])
-        n = st.width
-        sel, live, m_range = self._dictionary(n)
-        mm = m_range[1]
-        kc = self._nys.kernel_constant  # type: ignore[attr-defined]
-        jit = self._nys.jitter  # type: ignore[attr-defined]
-        counts, sums = st.counts[:, :n], st.sums[:, :n]
-        px = st.px[:, :n]
-        z = px.gather(1, sel[..., None].expand(-1, -1, px.shape[2]))
-        cache = self._rows(cand, n) if cached else None
-        a = cand.shape[1]
-        kd = kc if kc is not None else self._bk.diag(cand)
-        system = None
-        if mm == 0:
-            mean = cand.new_zeros(cand.shape[:2])
-            var, pvar = mean + kd, px.new_zeros(px.shape[:2]) + (kc if kc is not None else
-                                                                   self._bk.diag(px))
-        elif cache is not None:                      # gathered from the cached kernel rows
-            kza = cache["rows"].gather(1, sel[..., None].expand(-1, -1, a))         # [R, M, A]
-            kpz = kza.gather(2, cache["idx"][:, None, :n].expand(-1, mm, -1)).mT   # [R, n, M]
-            kzz = kpz.gather(1, sel[..., None].expand(-1, -1, mm))
-            system = dtc_system(kpz, kzz, live, counts, sums, lam, kc, jit, m_range,
-                                self._lam_scalar)
-            mean, var = system.scores(kza, kd, kc)
-            pvar = var.gather(1, cache["idx"][:, :n])
-        else:
-            kpz = self._bk.block(px, z)
-            system = dtc_system(kpz, self._bk.block(z, z), live, counts, sums, lam, kc, jit,
-                                m_range, self._lam_scalar)
-            mean, var = system.scores(self._bk.block(z, cand), kd, kc)
-            pvar = system.scores(kpz.mT, kc if kc is not None else self._bk.diag(px), kc,
-                                 many=True)[1]
-        self._bmodel = (st.version, system, z)
-        return {"mean": mean, "var": var, "pvar": pvar}
-
-    def _played_variance(self, x: Tensor) -> Tensor:
-        """GP variance ``[R]`` of the played points ``x`` ``[R, d]`` under the system of the
-        last :meth:`_posterior` (current: :meth:`update` calls it before any change)."""
-        model = self._bmodel
-        assert model is not None
-        kc = self._nys.kernel_constant  # type: ignore[attr-defined]
-        kd = kc if kc is not None else self._bk.diag(x[:, None])
-        if model[1] is None:
-            return x.new_zeros(x.shape[0]) + (kd if kc is not None else kd[:, 0])
-        return model[1].scores(self._bk.block(model[2], x[:, None]), kd, kc, many=True)[1][:, 0]
 
     # ---------------------------------------------------------------- rounds
     def _check_batch(self, candidates: Any) -> Tensor:
