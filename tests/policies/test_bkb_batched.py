@@ -23,6 +23,7 @@ from torchbandits.experiments.batch import why_not_batch
 from torchbandits.experiments.registry import make_env, make_policy
 from torchbandits.models.batched_dtc import compact_positions
 from torchbandits.policies import BKB
+from torchbandits.policies.bkb_batched_posterior import CHUNK
 
 F64 = torch.float64
 FIXED = {"dim": 2, "n_arms": 60, "fixed_arms": True}
@@ -109,6 +110,17 @@ def test_simulate_batch_equals_simulate() -> None:
             assert run.diagnostics[key] == seq.diagnostics[key], key
         for key in ("beta", "sum_var"):
             assert run.diagnostics[key] == pytest.approx(seq.diagnostics[key], abs=1e-10, rel=0)
+
+
+def test_groups_of_runs_sorted_by_dictionary_size() -> None:
+    """R = 20 > CHUNK: each round the runs are grouped by dictionary size (16 + 4), each group at
+    its own width; run ``r`` is still the sequential run with seed ``r``."""
+    env = make_env("rkhs", **FIXED)
+    seeds = list(range(20))
+    batch = make_policy("bkb", env)
+    batch.reset(seed=seeds)
+    assert batch.n_runs > CHUNK
+    _lockstep(env, seeds, 80, batch, [_seeded(make_policy("bkb", env), s) for s in seeds])
 
 
 @pytest.mark.parametrize("sampler", ["linearized", "uniform", "all"])
