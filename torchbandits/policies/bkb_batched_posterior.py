@@ -117,12 +117,13 @@ class BKBBatchPosterior:
                 var, pvar = mean + kd, px.new_zeros(px.shape[:2]) + (
                     kc if kc is not None else self._bk.diag(px))
             elif cache is not None:                  # gathered from the cached kernel rows
-                rows = cache["rows"]
-                kza = (rows.gather(1, sel[..., None].expand(-1, -1, a)) if runs is None
-                       else rows[runs[:, None], sel])                           # [k, M, A]
+                # row copies by advanced indexing (a ``gather`` with an expanded index runs
+                # element by element: 40x slower for [8, 46, 1000])
+                ar = torch.arange(sel.shape[0], device=sel.device)[:, None]
+                kza = cache["rows"][ar if runs is None else runs[:, None], sel]    # [k, M, A]
                 idx = take(cache["idx"][:, :n])
-                kpz = kza.gather(2, idx[:, None, :].expand(-1, hi, -1)).mT      # [k, n, M]
-                kzz = kpz.gather(1, sel[..., None].expand(-1, -1, hi))
+                kpz = kza.mT[ar, idx]                                            # [k, n, M]
+                kzz = kpz[ar, sel]
                 system = dtc_system(kpz, kzz, live, counts, sums, take(lam), kc, jit, (lo, hi),
                                     self._lam_scalar)
                 mean, var = system.scores(kza, kd, kc)
