@@ -15,7 +15,9 @@ with pull counts ``c`` and reward sums ``s`` (padded to ``N`` with ``c = s = 0``
   ``E`` are 0, so ``A`` is ``λ`` there and ``A⁻¹`` is ``1/λ``);
 * one batched product ``W K_ZA`` with ``W = [P; (λA⁻¹ − I)P; wᵀP]`` ``[R, 2M+1, M]`` gives
   ``μ̃ = wᵀf`` and ``λσ̃² = k − ‖f‖² + λfᵀA⁻¹f`` at every candidate (the padded rows of ``W`` are
-  0, so the junk kernel rows of padded anchors drop out).
+  0, so the junk kernel rows of padded anchors drop out); a run with fewer candidates than
+  anchors is scored by ``f = P k_Z`` and ``A⁻¹f`` instead, as the sequential model does
+  (:meth:`DTCSystem.scores`).
 
 ``λ`` may differ per run (``[R]``). The numbers are the sequential ones up to BLAS rounding.
 """

@@ -7,11 +7,13 @@ reward sums, dictionary masks, padded to a common capacity). A round:
 
 * ``select(candidates [R, A, d])``: every run's dictionary is compacted to ``M = max m_r``
   padded positions, and the DTC posterior of all runs is rebuilt from scratch and scored in one
-  batched program (:func:`~torchbandits.models.batched_dtc.batched_dtc_scores`); on a fixed arm
+  batched program (:func:`~torchbandits.models.batched_dtc.dtc_system`), runs grouped by
+  dictionary size beyond 16 (:mod:`~torchbandits.policies.bkb_batched_posterior`); on a fixed arm
   set (the same candidate tensor as the round before) every kernel value is gathered from the
   runs' cached kernel rows of their pulled arms ``[R, n, A]``, as the sequential fused round does;
   ``ũ = μ̃ + β̃_t σ̃`` with the ridge sd and the width ``β̃_t`` ``[R]`` of every run
-  (:func:`batched_bkb_radius`); ``LongTensor [R]``, first index on ties;
+  (:func:`~torchbandits.confidence.bkb_batched.batched_bkb_radius`); ``LongTensor [R]``, first
+  index on ties (each run's ``μ̃ + β̃σ̃`` as the sequential ``torch.add`` computes it);
 * ``update(x [R, d], reward [R])``: the variances of the model that chose ``x`` at every run's
   distinct points and at ``x``, the count update, and each run's ridge-leverage resampling from
   **its own generator**: ``torch.binomial`` on the run's padded row (a zero count draws nothing,
