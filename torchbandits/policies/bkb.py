@@ -42,6 +42,7 @@ from ..models.exact import ExactKernelRidge
 from ..models.nystrom import NystromKernelRidge
 from ..models.rls import RLSResampler, Sampler, theory_qbar
 from ..validation import check_positive
+from .bkb_batched import with_batch_mode
 from .bkb_posterior import BKBPosterior
 
 __all__ = ["BKB"]
@@ -49,6 +50,7 @@ __all__ = ["BKB"]
 VarianceKind = Literal["dtc", "sor"]
 
 
+@with_batch_mode  # batched mode: reset(seed=[...]), see policies.bkb_batched
 class BKB(BKBPosterior):
     """BKB for a finite arm set (Calandriello et al. 2019, Fig. 1).
 

@@ -1,0 +1,127 @@
+"""Batched BKB (Calandriello et al., COLT 2019, Algorithm 1) against ``R`` sequential runs.
+
+    python benchmarks/bench_batch_bkb.py            # A = 1000, d = 2, T = 2000, R = 1, 8, 64
+    python benchmarks/bench_batch_bkb.py --quick    # A = 100, T = 40, R = 1, 4 (the tests)
+    python benchmarks/bench_batch_bkb.py --max-sequential 8   # time 8 sequential runs, scale
+
+The registry's ``bkb`` (Theorem 1's β̃_t, λ = ξ², q̄ = 5) on ``rkhs`` with a fixed arm set of
+``A`` arms in ``[0, 1]^d``: ``R`` seeds once through
+:func:`~torchbandits.experiments.simulate_batch` (one batch) and once through ``R`` calls of
+:func:`~torchbandits.experiments.simulate`; process CPU time of the whole call, one thread,
+``--repeats`` times alternating A/B (median). Both must give the same actions (asserted; with
+``--max-sequential k < R`` only the first ``k`` runs are compared and the sequential time is
+scaled by ``R/k``).
+
+Each row also gives the batched round's arithmetic: the scoring product
+``W K_ZA`` (``(2M+1)·M·A`` multiply-adds per run, ``M`` the largest dictionary of the batch,
+sampled at the end) and the sequential one (``(2m_r+1)·m_r·A``) — over the measured one-thread
+float64 rate of that product's shape (``gemm_gflops``), the time those flops alone take. Writes
+``bench.json`` and ``table.md`` to ``--out``.
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+
+from torchbandits.experiments import simulate, simulate_batch  # noqa: E402
+from torchbandits.experiments.registry import make_env, make_policy  # noqa: E402
+
+
+def _cpu(fn):  # type: ignore[no-untyped-def]
+    t0 = time.process_time()
+    out = fn()
+    return time.process_time() - t0, out
+
+
+def gemm_rate(m: int, a: int, runs: int = 8) -> float:
+    """GFLOP/s of the batched scoring product ``[R, 2m+1, m] @ [R, m, A]`` on this thread."""
+    w = torch.randn(runs, 2 * m + 1, m, dtype=torch.float64)
+    k = torch.randn(runs, m, a, dtype=torch.float64)
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        w @ k
+        times.append(time.perf_counter() - t0)
+    return 2.0 * runs * (2 * m + 1) * m * a / statistics.median(times) / 1e9
+
+
+def bench_bkb(runs: int, horizon: int, n_arms: int, dim: int, repeats: int,
+              max_sequential: int | None) -> dict:
+    """One row: R runs of BKB batched and sequential (module docstring)."""
+    env = make_env("rkhs", dim=dim, n_arms=n_arms, fixed_arms=True)
+    seeds = list(range(runs))
+    k = runs if max_sequential is None else min(runs, max_sequential)
+    bt, st, batch, seq = [], [], None, None
+    for _ in range(repeats):
+        t, batch = _cpu(lambda: simulate_batch(make_policy("bkb", env), env, horizon, seeds))
+        bt.append(t)
+        t, seq = _cpu(lambda: [simulate(make_policy("bkb", env), env, horizon, s)
+                               for s in seeds[:k]])
+        st.append(t * runs / k)
+    assert batch is not None and seq is not None
+    same = all(b.actions == s.actions for b, s in zip(batch, seq))
+    assert same, "batched BKB runs differ from the sequential runs"
+    sizes = [int(b.diagnostics["dictionary_size"][-1]) for b in batch]
+    mx = max(sizes)
+    b_s, s_s = statistics.median(bt), statistics.median(st)
+    return {"R": runs, "T": horizon, "A": n_arms, "d": dim, "batched_s": b_s,
+            "sequential_s": s_s, "speedup": s_s / b_s if b_s > 0 else float("inf"),
+            "batched_steps_per_s": runs * horizon / b_s, "sequential_steps_per_s":
+            runs * horizon / s_s, "same_actions": same, "m_max": mx,
+            "m_mean": sum(sizes) / len(sizes),
+            "scoring_mflop_batched": 2e-6 * runs * (2 * mx + 1) * mx * n_arms,
+            "scoring_mflop_sequential": 2e-6 * sum((2 * m + 1) * m * n_arms for m in sizes),
+            "sequential_runs_timed": k}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="A = 100, T = 40, R = 1, 4")
+    ap.add_argument("--runs", type=int, nargs="+", default=None)
+    ap.add_argument("--horizon", type=int, default=None)
+    ap.add_argument("--arms", type=int, default=None)
+    ap.add_argument("--dim", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=None)
+    ap.add_argument("--max-sequential", type=int, default=None)
+    ap.add_argument("--out", default="results/bench_batch_bkb")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    runs = args.runs or ([1, 4] if args.quick else [1, 8, 64])
+    horizon = args.horizon or (40 if args.quick else 2000)
+    arms = args.arms or (100 if args.quick else 1000)
+    repeats = args.repeats or 1
+    rows = []
+    for r in runs:
+        row = bench_bkb(r, horizon, arms, args.dim, repeats, args.max_sequential)
+        row["gemm_gflops"] = gemm_rate(max(row["m_max"], 1), arms)
+        row["scoring_s_batched"] = row["scoring_mflop_batched"] * 1e-3 * horizon / row["gemm_gflops"]
+        rows.append(row)
+        print(f"R={r:3d} T={horizon} batched {row['batched_s']:.3f}s sequential "
+              f"{row['sequential_s']:.3f}s speedup {row['speedup']:.2f}x (M = {row['m_max']}, "
+              f"GEMM {row['gemm_gflops']:.1f} GFLOP/s)", flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.json").write_text(json.dumps({"rows": rows}, indent=2))
+    lines = ["| R | T | A | batched CPU s | sequential CPU s | batched run-steps/s | "
+             "sequential run-steps/s | speedup | max m | GEMM GFLOP/s |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += [f"| {r['R']} | {r['T']} | {r['A']} | {r['batched_s']:.3f} | {r['sequential_s']:.3f} "
+              f"| {r['batched_steps_per_s']:,.0f} | {r['sequential_steps_per_s']:,.0f} | "
+              f"{r['speedup']:.1f}× | {r['m_max']} | {r['gemm_gflops']:.1f} |" for r in rows]
+    (out / "table.md").write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,292 @@
+"""Batched BKB (Calandriello, Carratino, Lazaric, Valko & Rosasco, COLT 2019, Algorithm 1): run
+``r`` of a batch is the sequential run with seed ``r`` — the same actions, dictionaries and
+dictionary sizes, UCB values to 1e-10 — although every run resamples its own dictionary every
+round (padded to a common size) from its own generator; per-run β and λ; bad input changes
+nothing; ``state_dict`` round trip mid-batch; ``.to(dtype)``; the CLI's ``--batch on``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from torchbandits import make_kernel
+from torchbandits.cli import main
+from torchbandits.envs.batched import BatchedEnv
+from torchbandits.experiments import simulate, simulate_batch
+from torchbandits.experiments.batch import why_not_batch
+from torchbandits.experiments.registry import make_env, make_policy
+from torchbandits.models.batched_dtc import compact_positions
+from torchbandits.policies import BKB
+from torchbandits.policies.bkb_batched_posterior import CHUNK
+
+F64 = torch.float64
+FIXED = {"dim": 2, "n_arms": 60, "fixed_arms": True}
+
+
+def _seeded(policy: Any, seed: int) -> Any:
+    policy.reset(seed=seed)
+    return policy
+
+
+def _lockstep(env: Any, seeds: list[int], horizon: int, batch: Any, seqs: list[Any],
+              atol: float = 1e-10) -> float:
+    """Batched and sequential policies side by side: the same choice every round, UCB values
+    within ``atol``, the same dictionary (points, order) after every update. Returns the largest
+    UCB difference."""
+    benv = BatchedEnv(env, seeds)
+    rows = torch.arange(len(seeds))
+    worst = 0.0
+    for _ in range(horizon):
+        cand = benv.candidates()
+        if batch.t >= batch.n_warmup:
+            ucb = batch(cand)
+            for r, pol in enumerate(seqs):
+                seq = pol(cand[r])
+                worst = max(worst, float((ucb[r] - seq).abs().max()))
+                torch.testing.assert_close(ucb[r], seq, atol=atol, rtol=0)
+        idx = batch.select(cand)
+        assert idx.dtype == torch.long and idx.shape == (len(seeds),)
+        assert [pol.select(cand[r]) for r, pol in enumerate(seqs)] == idx.tolist()
+        reward, _ = benv.pull(idx)
+        batch.update(cand[rows, idx], reward)
+        for r, pol in enumerate(seqs):
+            pol.update(cand[r, idx[r]], float(reward[r]))
+            assert torch.equal(batch.run_dictionary(r), pol.dictionary)
+    diag = batch.diagnostics()
+    for key in ("dictionary_size", "m_theory", "n_distinct", "empty_dictionaries"):
+        assert diag[key].tolist() == [pol.diagnostics()[key] for pol in seqs], key
+    return worst
+
+
+@pytest.mark.parametrize(("env_name", "kwargs", "options"),
+                         [("rkhs", FIXED, {}), ("bump", {}, {"lam": 0.1, "qbar": 1.0})])
+def test_ucb_values_and_dictionaries_equal_the_sequential_ones(env_name: str, kwargs: dict,
+                                                               options: dict) -> None:
+    """R = 8, 200 rounds, Theorem 1's β̃_t: UCBs to 1e-10, identical actions and dictionaries;
+    the sizes differ between runs (on Bump λ = 0.1 and q̄ = 1 keep some points out: with the
+    registry's λ = ξ² every pulled point enters)."""
+    env = make_env(env_name, **kwargs)
+    seeds = list(range(8))
+    batch = make_policy("bkb", env, **options)
+    batch.reset(seed=seeds)
+    _lockstep(env, seeds, 200, batch,
+              [_seeded(make_policy("bkb", env, **options), s) for s in seeds])
+    assert len(set(batch.diagnostics()["dictionary_size"].tolist())) > 2
+
+
+@pytest.mark.parametrize(("env_name", "kwargs", "atol"),
+                         [("chessboard", {}, 1e-8), ("rkhs", {"dim": 2, "n_arms": 30}, 1e-6)])
+def test_ill_conditioned_dictionaries_agree_to_rounding(env_name: str, kwargs: dict,
+                                                        atol: float) -> None:
+    """Contextual candidates (Chessboard) and fresh arm sets: every pulled point is distinct and
+    the dictionaries hold up to ~160 nearby points (``K_ZZ`` ill-conditioned), so the batched
+    products' rounding moves the UCBs by up to 1e-9 (Chessboard) and 5e-8 (fresh arms: a
+    square root of a variance near 0 amplifies it); the actions and dictionaries are identical."""
+    env = make_env(env_name, **kwargs)
+    seeds = [0, 3, 5, 6]
+    batch = make_policy("bkb", env)
+    batch.reset(seed=seeds)
+    _lockstep(env, seeds, 200, batch, [_seeded(make_policy("bkb", env), s) for s in seeds],
+              atol=atol)
+
+
+def test_simulate_batch_equals_simulate() -> None:
+    env = make_env("rkhs", **FIXED)
+    policy = make_policy("bkb", env)
+    assert why_not_batch(policy, env) is None
+    runs = simulate_batch(policy, env, 200, list(range(8)))
+    for run in runs:
+        seq = simulate(make_policy("bkb", env), env, 200, run.seed)
+        assert run.actions == seq.actions
+        assert run.regret == pytest.approx(seq.regret, abs=1e-12, rel=0)
+        assert sorted(run.diagnostics) == sorted(seq.diagnostics)
+        for key in ("dictionary_size", "m_theory", "n_distinct", "empty_dictionaries"):
+            assert run.diagnostics[key] == seq.diagnostics[key], key
+        for key in ("beta", "sum_var"):
+            assert run.diagnostics[key] == pytest.approx(seq.diagnostics[key], abs=1e-10, rel=0)
+
+
+def test_groups_of_runs_sorted_by_dictionary_size() -> None:
+    """R = 20 > CHUNK: each round the runs are grouped by dictionary size (16 + 4), each group at
+    its own width; run ``r`` is still the sequential run with seed ``r``."""
+    env = make_env("rkhs", **FIXED)
+    seeds = list(range(20))
+    batch = make_policy("bkb", env)
+    batch.reset(seed=seeds)
+    assert batch.n_runs > CHUNK
+    _lockstep(env, seeds, 80, batch, [_seeded(make_policy("bkb", env), s) for s in seeds])
+
+
+@pytest.mark.parametrize("sampler", ["linearized", "uniform", "all"])
+def test_other_samplers_draw_as_the_sequential_runs(sampler: str) -> None:
+    env = make_env("rkhs", **FIXED)
+    seeds = [2, 9, 4]
+    batch = make_policy("bkb-const", env, sampler=sampler)
+    batch.reset(seed=seeds)
+    seqs = [_seeded(make_policy("bkb-const", env, sampler=sampler), s) for s in seeds]
+    _lockstep(env, seeds, 60, batch, seqs)
+
+
+def test_beta_and_lambda_grids_equal_the_sequential_runs() -> None:
+    """``set_per_run(beta=[0.1, 1, 10])`` (constant β) and ``lam=[…]`` with Theorem 1's width:
+    each run is the sequential policy built with its own value."""
+    env = make_env("rkhs", **FIXED)
+    seeds = [0, 1, 2]
+    grid = [0.1, 1.0, 10.0]
+    batch = make_policy("bkb-const", env)
+    batch.set_per_run(beta=grid)
+    batch.reset(seed=seeds)
+    seqs = [_seeded(make_policy("bkb-const", env, beta=b), s) for b, s in zip(grid, seeds)]
+    _lockstep(env, seeds, 120, batch, seqs)
+    assert batch.diagnostics()["beta"].tolist() == pytest.approx(grid)
+    lams = [0.003, 0.01, 0.05]
+    batch = make_policy("bkb", env)
+    batch.set_per_run(lam=lams)
+    batch.reset(seed=seeds)
+    seqs = [_seeded(make_policy("bkb", env, lam=lam), s) for lam, s in zip(lams, seeds)]
+    _lockstep(env, seeds, 120, batch, seqs)
+    with pytest.raises(ValueError, match="beta"):
+        make_policy("bkb", env).set_per_run(beta=grid)     # Theorem 1's width is not a constant
+    with pytest.raises(ValueError, match="R = 2"):
+        batch.reset(seed=[0, 1])
+
+
+def test_bad_input_raises_naming_the_argument_and_changes_nothing() -> None:
+    env = make_env("rkhs", **FIXED)
+    seeds = [0, 1, 2, 3]
+    policy = make_policy("bkb", env)
+    policy.reset(seed=seeds)
+    _lockstep(env, seeds, 30, policy, [_seeded(make_policy("bkb", env), s) for s in seeds])
+    state = copy.deepcopy(policy.state_dict())
+    dicts = [policy.run_dictionary(r).clone() for r in range(4)]
+    cand = torch.rand(4, 10, 2, dtype=F64)
+    x, y = cand[:, 0], torch.zeros(4, dtype=F64)
+    bad = [("candidates", lambda: policy.select(cand[:3])),
+           ("candidates", lambda: policy.select(cand[0])),
+           ("candidates", lambda: policy(cand[..., :1])),
+           ("x", lambda: policy.update(x[:3], y)),
+           ("x", lambda: policy.update(x[:, :1], y)),
+           ("reward", lambda: policy.update(x, y[:3])),
+           ("reward", lambda: policy.update(x, y[:, None])),
+           ("reward", lambda: policy.update(x, torch.tensor([0.0, 0.0, float("nan"), 0.0]))),
+           ("x", lambda: policy.update(torch.full((4, 2), float("inf")), y))]
+    for name, call in bad:
+        with pytest.raises(ValueError, match=name):
+            call()
+    now = policy.state_dict()
+    for k, v in state.items():
+        if isinstance(v, torch.Tensor):
+            assert torch.equal(v, now[k]), k
+    assert all(torch.equal(a, b) for a, b in zip(state["_extra_state"]["batch"]["rng"],
+                                                  now["_extra_state"]["batch"]["rng"]))
+    assert policy.t == 30
+    for r in range(4):
+        assert torch.equal(policy.run_dictionary(r), dicts[r])
+
+
+@pytest.mark.parametrize(("env_name", "kwargs"), [("rkhs", FIXED), ("chessboard", {})])
+def test_state_dict_round_trip_mid_batch(env_name: str, kwargs: dict) -> None:
+    env = make_env(env_name, **kwargs)
+    seeds = [4, 7, 1]
+    policy = make_policy("bkb", env)
+    policy.reset(seed=seeds)
+    benv = BatchedEnv(env, seeds)
+    rows = torch.arange(3)
+    for _ in range(40):
+        cand = benv.candidates()
+        idx = policy.select(cand)
+        reward, _ = benv.pull(idx)
+        policy.update(cand[rows, idx], reward)
+    state = copy.deepcopy(policy.state_dict())
+    fresh = make_policy("bkb", env)                  # sequential mode until it loads
+    fresh.load_state_dict(state)
+    assert fresh.n_runs == 3 and fresh.t == 40
+    for t in range(60):
+        cand = benv.candidates()
+        # the fresh policy's first round evaluates the kernel (its cache of the fixed arm set's
+        # kernel rows is built when it sees the same arms again): rounding apart, then equal
+        torch.testing.assert_close(fresh(cand), policy(cand), atol=1e-12 if t == 0 else 0, rtol=0)
+        idx = policy.select(cand)
+        assert torch.equal(fresh.select(cand), idx)
+        reward, _ = benv.pull(idx)
+        policy.update(cand[rows, idx], reward)
+        fresh.update(cand[rows, idx], reward)
+    for key, value in policy.diagnostics().items():
+        assert torch.equal(fresh.diagnostics()[key], value), key
+    fresh.load_state_dict(make_policy("bkb", env).state_dict())   # back to one run
+    assert fresh.n_runs is None and fresh.batch_counts is None
+    fresh.reset(seed=3)
+    assert isinstance(fresh.select(cand[0]), int)
+
+
+def test_to_dtype_mid_batch() -> None:
+    env = make_env("rkhs", **FIXED)
+    seeds = [0, 1, 2]
+    policy = make_policy("bkb", env)
+    policy.reset(seed=seeds)
+    _lockstep(env, seeds, 25, policy, [_seeded(make_policy("bkb", env), s) for s in seeds])
+    cand = BatchedEnv(env, seeds).candidates()
+    ucb64 = policy(cand)
+    single = copy.deepcopy(policy).to(torch.float32)
+    assert single.n_runs == 3 and single.batch_counts.counts.dtype == torch.float32
+    ucb32 = single(cand)
+    assert ucb32.dtype == torch.float32 and ucb32.shape == (3, 60)
+    torch.testing.assert_close(ucb32.double(), ucb64, atol=1e-3, rtol=1e-3)
+    idx = single.select(cand)
+    single.update(cand[torch.arange(3), idx], torch.zeros(3))
+    assert single.t == 26
+    back = copy.deepcopy(policy).to(torch.float32).to(F64)
+    assert back(cand).dtype == F64
+
+
+def test_refusals_and_single_run_mode() -> None:
+    kernel = make_kernel("rbf", 0.2)
+    assert "sor" in BKB(kernel, variance="sor").why_not_batched()
+    assert "track_exact" in BKB(kernel, track_exact=True).why_not_batched()
+
+    class Tweaked(BKB):
+        pass
+
+    assert "Tweaked" in Tweaked(kernel).why_not_batched()
+    with pytest.raises(ValueError, match="seed"):
+        BKB(kernel, variance="sor").reset(seed=[0, 1])
+    policy = BKB(kernel)
+    assert policy.why_not_batched() is None and policy.n_runs is None
+    policy.reset(seed=[0, 1])
+    assert policy.n_runs == 2
+    policy.reset(seed=5)                               # an int returns to one run
+    assert policy.n_runs is None and policy.batch_counts is None
+    arms = torch.rand(7, 2, dtype=F64)
+    assert isinstance(policy.select(arms), int)
+
+
+def test_compact_positions_are_the_rows_nonzero() -> None:
+    g = torch.Generator().manual_seed(0)
+    mask = torch.rand(6, 13, generator=g) < 0.4
+    width = int(mask.sum(-1).max())
+    pos, live = compact_positions(mask, width)
+    for r in range(6):
+        m = int(mask[r].sum())
+        assert pos[r, :m].tolist() == mask[r].nonzero()[:, 0].tolist()
+        assert live[r].tolist() == [True] * m + [False] * (width - m)
+
+
+def test_cli_batch_on_equals_batch_off(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["run", "--env", "bump", "--policy", "bkb", "--seeds", "0", "1", "2",
+            "--horizon", "25", "--no-progress"]
+    for mode in ("on", "off"):
+        assert main([*args, "--batch", mode, "--out", str(tmp_path / mode)]) == 0
+    on, off = ({p.name: json.loads(p.read_text()) for p in (tmp_path / m / "runs").glob("*.json")}
+               for m in ("on", "off"))
+    assert sorted(on) == sorted(off) and len(on) == 3
+    for name in on:
+        assert on[name]["actions"] == off[name]["actions"], name
+        assert sorted(on[name]) == sorted(off[name])
+        assert on[name]["diagnostics"]["dictionary_size"] == off[name]["diagnostics"]["dictionary_size"]
+    capsys.readouterr()

@@ -1,0 +1,162 @@
+"""BKB's per-round DTC posterior for ``R`` runs at once, each on its own padded dictionary, from
+kernel blocks (Calandriello, Carratino, Lazaric, Valko & Rosasco, COLT 2019, §3.1 eq. 4 and the
+count-based caching of §3.2).
+
+The statements of :func:`~torchbandits.models.nystrom_arms.arm_posterior` (the sequential fused
+round) with a leading run dimension. For run ``r`` with dictionary ``Z_r`` (``m_r`` anchors,
+padded to ``M = max_r m_r``; ``live`` ``[R, M]`` marks the real ones), distinct pulled points
+with pull counts ``c`` and reward sums ``s`` (padded to ``N`` with ``c = s = 0``):
+
+* ``P_r = L_r⁻¹`` for the lower Cholesky factor of ``K_ZZ + ηI``, padded with the identity
+  (``[[K_r, 0], [0, I]]``: one batched Cholesky for every run), its padded rows and columns set to
+  zero afterwards; a run whose ``K_ZZ`` is numerically singular is whitened alone by the pivoted
+  factor of :func:`~torchbandits.models.nystrom_updates.whitening` (as the sequential model);
+* ``E = K_PZ Pᵀ`` ``[R, N, M]``, ``A = EᵀCE + λI``, ``w = A⁻¹Eᵀs`` (the padded coordinates of
+  ``E`` are 0, so ``A`` is ``λ`` there and ``A⁻¹`` is ``1/λ``);
+* one batched product ``W K_ZA`` with ``W = [P; (λA⁻¹ − I)P; wᵀP]`` ``[R, 2M+1, M]`` gives
+  ``μ̃ = wᵀf`` and ``λσ̃² = k − ‖f‖² + λfᵀA⁻¹f`` at every candidate (the padded rows of ``W`` are
+  0, so the junk kernel rows of padded anchors drop out); a run with fewer candidates than
+  anchors is scored by ``f = P k_Z`` and ``A⁻¹f`` instead, as the sequential model does
+  (:meth:`DTCSystem.scores`).
+
+``λ`` may differ per run (``[R]``). The numbers are the sequential ones up to BLAS rounding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .nystrom_updates import PIVOT_TOL, whitening
+
+__all__ = ["DTCSystem", "batched_whitening", "compact_positions", "dtc_system"]
+
+
+def compact_positions(mask: Tensor, width: int) -> tuple[Tensor, Tensor]:
+    """Positions of the set entries of ``mask`` ``[R, N]`` (bool), in increasing order, padded to
+    ``width`` columns: ``(pos [R, width] long, live [R, width] bool)``; padded positions are 0.
+    Row ``r`` holds ``mask[r].nonzero()`` first, with no host read."""
+    n = mask.shape[1]
+    key = torch.where(mask, torch.arange(n, device=mask.device), n)      # set entries sort first
+    pos = torch.sort(key, dim=1, stable=True).values[:, :width]
+    if pos.shape[1] < width:
+        pos = torch.nn.functional.pad(pos, (0, width - pos.shape[1]), value=n)
+    live = pos < n
+    return pos.masked_fill(~live, 0), live
+
+
+def batched_whitening(kzz: Tensor, live: Tensor, scale: Tensor) -> Tensor:
+    """``P`` ``[R, M, M]`` of padded Gram matrices ``kzz`` ``[R, M, M]`` (jitter included; the
+    padded entries are ignored) with ``live`` ``[R, M]`` and ``scale`` ``[R]`` = ``max k(z,z) + η``:
+    ``L⁻¹`` of ``[[K_r, 0], [0, I]]`` with the padded rows and columns zeroed; a run whose plain
+    factor fails or has a pivot² ``≤ PIVOT_TOL·scale`` gets the pivoted
+    :func:`~torchbandits.models.nystrom_updates.whitening` of its ``m_r × m_r`` block (one host
+    read of the flags, then a loop over those runs only)."""
+    mm = kzz.shape[-1]
+    pair = live[:, :, None] & live[:, None, :]
+    padded = torch.where(pair, kzz, 0.0) + torch.diag_embed((~live).to(kzz.dtype))
+    chol, info = torch.linalg.cholesky_ex(padded)
+    eye = torch.eye(mm, dtype=kzz.dtype, device=kzz.device)
+    p = torch.linalg.solve_triangular(chol, eye.expand_as(chol), upper=False)
+    pivots = torch.diagonal(chol, dim1=-2, dim2=-1).square()
+    bad = (info != 0) | ((pivots <= PIVOT_TOL * scale[:, None]) & live).any(-1)
+    if bool(bad.any()):
+        sizes = live.sum(-1)
+        for run in bad.nonzero()[:, 0].tolist():   # numerically singular: pivoted, run alone
+            m_r = int(sizes[run])
+            p[run] = 0.0
+            p[run, :m_r, :m_r] = whitening(kzz[run, :m_r, :m_r], eye[:m_r, :m_r], float(scale[run]))
+    return p * pair
+
+
+@dataclass
+class DTCSystem:
+    """The rebuilt posterior of ``R`` padded dictionaries: ``P`` and ``A⁻¹`` ``[R, M, M]``, mean
+    weights ``w = A⁻¹Eᵀs`` ``[R, M]``, ``λ`` ``[R]`` (``lam_scalar``: the common λ, if any),
+    dictionary sizes ``[R]`` and their range ``(m_min, m_max)`` on the host."""
+
+    p: Tensor
+    a_inv: Tensor
+    w: Tensor
+    lam: Tensor
+    sizes: Tensor
+    m_range: tuple[int, int]
+    lam_scalar: float | None = None
+    _big: Tensor | None = None
+
+    def scoring_matrix(self) -> Tensor:
+        """``W = [P; (λA⁻¹ − I)P; wᵀP]`` ``[R, 2M+1, M]`` (built once)."""
+        if self._big is None:
+            p, q = self.p, self.a_inv
+            if self.lam_scalar is not None:
+                h = torch.baddbmm(p, q, p, beta=-1.0, alpha=self.lam_scalar)
+            else:
+                h = (q @ p) * self.lam[:, None, None] - p
+            self._big = torch.cat([p, h, self.w[:, None, :] @ p], dim=1)
+        return self._big
+
+    def scores(self, kz: Tensor, kdiag: Tensor | float, kconst: float | None,
+               many: bool = False) -> tuple[Tensor, Tensor]:
+        """``(μ̃, λσ̃²)`` ``([R, A], [R, A])`` of points with kernel columns ``kz`` ``[R, M, A]``,
+        clamped to ``[0, k]``, run by run as the sequential model scores them: with ``A ≥ m_r``
+        (or ``many``) one product with :meth:`scoring_matrix` (``λσ̃² = k + fᵀh``), else
+        ``f = P k_Z``, ``λσ̃² = (k − ‖f‖²)₊ + λ fᵀA⁻¹f``."""
+        mm, na = kz.shape[1], kz.shape[2]
+        mean = var = None
+        if many or na >= self.m_range[0]:
+            out = self.scoring_matrix() @ kz                                  # [R, 2M+1, A]
+            mean = out[:, 2 * mm]
+            var = torch.linalg.vecdot(out[:, :mm], out[:, mm:2 * mm], dim=1).add_(kdiag)
+        if not many and na < self.m_range[1]:
+            f = self.p @ kz
+            mean_f = (self.w[:, None, :] @ f)[:, 0]
+            var_f = (kdiag - torch.linalg.vecdot(f, f, dim=1)).clamp_(min=0.0)
+            quad = torch.linalg.vecdot(f, self.a_inv @ f, dim=1)
+            if self.lam_scalar is not None:
+                var_f.add_(quad, alpha=self.lam_scalar)
+            else:
+                var_f.add_(quad * self.lam[:, None])
+            if mean is None or var is None:
+                mean, var = mean_f, var_f
+            else:
+                few = (self.sizes > na)[:, None]
+                mean, var = torch.where(few, mean_f, mean), torch.where(few, var_f, var)
+        assert mean is not None and var is not None
+        if kconst is not None:
+            return mean, var.clamp_(0.0, kconst)
+        return mean, torch.minimum(var.clamp_(min=0.0), kdiag)
+
+
+def dtc_system(kpz: Tensor, kzz: Tensor, live: Tensor, counts: Tensor, sums: Tensor, lam: Tensor,
+               kconst: float | None, jitter: float = 0.0, m_range: tuple[int, int] | None = None,
+               lam_scalar: float | None = None) -> DTCSystem:
+    """Rebuild every run's posterior from scratch (module docstring).
+
+    Args:
+        kpz: ``K_PZ`` ``[R, N, M]`` between the distinct pulled points and the dictionaries.
+        kzz: ``K_ZZ`` ``[R, M, M]`` of the dictionaries (no jitter; padded entries ignored).
+        live: ``[R, M]`` real anchors (``M ≥ 1``).
+        counts, sums: ``[R, N]`` pull counts and reward sums (0 on padded rows).
+        lam: ``[R]`` ridge regularisers (``lam_scalar``: their common value, if any).
+        kconst: the constant ``k(x, x)`` of a stationary kernel, else ``None``.
+        jitter: nugget ``η`` on the diagonal of ``K_ZZ`` (as the sequential model's).
+        m_range: ``(min, max)`` of the dictionary sizes (read from ``live`` if not given).
+    """
+    mm = kzz.shape[-1]
+    scale = (kzz.new_full((kzz.shape[0],), kconst) if kconst is not None
+             else torch.diagonal(kzz, dim1=-2, dim2=-1).masked_fill(~live, 0.0).amax(-1)) + jitter
+    if jitter:
+        kzz = kzz + jitter * torch.eye(mm, dtype=kzz.dtype, device=kzz.device)
+    p = batched_whitening(kzz, live, scale)
+    feat = kpz @ p.mT                                                    # E [R, N, M]
+    a = (feat.mT * counts[:, None, :]) @ feat
+    a.diagonal(dim1=-2, dim2=-1).add_(lam[:, None])
+    a_inv = torch.cholesky_inverse(torch.linalg.cholesky_ex(a)[0])
+    w = (a_inv @ (feat.mT @ sums[..., None]))[..., 0]                    # [R, M]
+    sizes = live.sum(-1)
+    if m_range is None:
+        lo, hi = torch.aminmax(sizes)
+        m_range = (int(lo), int(hi))
+    return DTCSystem(p, a_inv, w, lam, sizes, m_range, lam_scalar)

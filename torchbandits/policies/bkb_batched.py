@@ -1,0 +1,306 @@
+"""Batched mode of BKB (Calandriello, Carratino, Lazaric, Valko & Rosasco, COLT 2019, Fig. 1 /
+Algorithm 1): ``R`` runs, each resampling its own dictionary every round, stepped together.
+
+``reset(seed=[s_1, …, s_R])`` starts a batch. The state is the count statistics of every run
+(:class:`~torchbandits.models.batched_counts.BatchedCounts`: distinct pulled points, counts,
+reward sums, dictionary masks, padded to a common capacity). A round:
+
+* ``select(candidates [R, A, d])``: every run's dictionary is compacted to ``M = max m_r``
+  padded positions, and the DTC posterior of all runs is rebuilt from scratch and scored in one
+  batched program (:func:`~torchbandits.models.batched_dtc.dtc_system`), runs grouped by
+  dictionary size beyond 16 (:mod:`~torchbandits.policies.bkb_batched_posterior`); on a fixed arm
+  set (the same candidate tensor as the round before) every kernel value is gathered from the
+  runs' cached kernel rows of their pulled arms ``[R, n, A]``, as the sequential fused round does;
+  ``ũ = μ̃ + β̃_t σ̃`` with the ridge sd and the width ``β̃_t`` ``[R]`` of every run
+  (:func:`~torchbandits.confidence.bkb_batched.batched_bkb_radius`); ``LongTensor [R]``, first
+  index on ties (each run's ``μ̃ + β̃σ̃`` as the sequential ``torch.add`` computes it);
+* ``update(x [R, d], reward [R])``: the variances of the model that chose ``x`` at every run's
+  distinct points and at ``x``, the count update, and each run's ridge-leverage resampling from
+  **its own generator**: ``torch.binomial`` on the run's padded row (a zero count draws nothing,
+  so the draws are exactly the sequential ones), the other samplers through
+  :meth:`~torchbandits.models.rls.RLSResampler.resample` run by run.
+
+Run ``r`` plays what the sequential BKB reset with ``seed=s_r`` plays. Host reads per round (CPU
+tensors on a CPU device; on CUDA one copy of the variances, which the CPU generators need, and
+the widths ``N``, ``M``): the step is not sync-free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..batching import check_batch_points, check_batch_rewards, check_batched_candidates, check_seeds
+from ..confidence.bkb_batched import batched_bkb_radius
+from ..models.batched_counts import BatchedCounts
+from ..models.batched_nystrom_state import batched_kernel
+from .bkb_batched_posterior import BKBBatchPosterior
+
+__all__ = ["BKBBatchMixin", "with_batch_mode"]
+
+
+class BKBBatchMixin(BKBBatchPosterior):
+    """The batched branch of :class:`~torchbandits.policies.BKB` (module docstring); single-run
+    calls go to the sequential class unchanged. Installed in front of it by
+    :func:`with_batch_mode`."""
+
+    gens: list[torch.Generator] | None = None
+
+    # ---------------------------------------------------------------- eligibility / settings
+    def why_not_batched(self) -> str | None:
+        """``None`` if this policy can step a batch of runs, else the reason."""
+        if type(self).__mro__[1] is not BKBBatchMixin:
+            return f"{type(self).__name__} changes BKB's steps (runs sequentially)"
+        if self.variance_kind != "dtc":  # type: ignore[attr-defined]
+            return "the SoR ablation (variance='sor') runs sequentially (batched: DTC)"
+        if self.track_exact:  # type: ignore[attr-defined]
+            return "track_exact keeps an exact posterior per run (runs sequentially)"
+        if self._nys.parametrisation != "whitened":  # type: ignore[attr-defined]
+            return "the plain parametrisation runs sequentially (batched: whitened)"
+        return None
+
+    @property
+    def batchable(self) -> bool:
+        """Whether ``reset(seed=[…])`` can start a batch (see :meth:`why_not_batched`)."""
+        return self.why_not_batched() is None
+
+    @property
+    def n_runs(self) -> int | None:
+        """``R`` in batched mode, ``None`` for a single run."""
+        return None if self.gens is None else len(self.gens)
+
+    @property
+    def batch_counts(self) -> BatchedCounts | None:
+        """The ``R`` runs' count statistics in batched mode (a submodule), else ``None``."""
+        return self._modules.get("batched")  # type: ignore[attr-defined,return-value]
+
+    def set_per_run(self, *, lam: Any = None, beta: Any = None) -> None:
+        """Per-run settings of the next batches: ``lam`` ``[R]`` (> 0) and, with
+        ``beta_rule="constant"``, ``beta`` ``[R]`` (≥ 0): run ``r`` then plays what the sequential
+        BKB built with ``lam=lam[r]`` (``beta=beta[r]``) plays. Held in float64; ``None`` clears."""
+        out: dict[str, Tensor | None] = {}
+        for name, value, low in (("lam", lam, 0.0), ("beta", beta, -1.0)):
+            if value is None:
+                out[name] = None
+                continue
+            v = torch.as_tensor(value, dtype=torch.float64).reshape(-1)
+            if v.numel() == 0 or not bool(torch.isfinite(v).all()) or bool((v <= low).any()) \
+                    or (name == "beta" and bool((v < 0).any())):
+                raise ValueError(f"{name} must be finite numbers {'> 0' if low == 0 else '>= 0'}"
+                                 f", got {value!r}")
+            out[name] = v
+        if out["beta"] is not None and self.rule.rule != "constant":  # type: ignore[attr-defined]
+            raise ValueError("beta: per-run widths need beta_rule='constant'")
+        self._per_run = out
+
+    # ---------------------------------------------------------------- start / leave
+    def _start_batch(self, gens: list[torch.Generator]) -> None:
+        r = len(gens)
+        settings = getattr(self, "_per_run", {"lam": None, "beta": None})
+        for name, v in settings.items():
+            if v is not None and v.shape[0] != r:
+                raise ValueError(f"{name} holds {v.shape[0]} per-run values but the batch has "
+                                 f"R = {r} runs")
+        self.batched = BatchedCounts(r, dtype=self.dtype, device=self.device)  # type: ignore[attr-defined]
+        self.gens = gens
+        lam = settings["lam"]
+        self._lam64 = lam.clone() if lam is not None else torch.full((r,), self.lam, dtype=torch.float64)  # type: ignore[attr-defined]
+        self._beta64 = None if settings["beta"] is None else settings["beta"].clone()
+        lams = self._lam64.unique()
+        self._lam_scalar = float(lams[0]) if lams.numel() == 1 else None
+        self._bk = batched_kernel(self._nys.kernel)  # type: ignore[attr-defined]
+        self._forget()
+
+    def _forget(self) -> None:
+        """Drop the derived data (row cache, last scores); kept: the statistics and generators."""
+        self._bcache: dict[str, Any] | None = None      # fixed arm set: idx, rows
+        self._bscored: Any = None                        # [version, pulled var, var, cand, choice]
+        self._bmodel: Any = None                         # (version, [(runs, system, Z)])
+        self._last_key: Any = None
+        self._last_cand: Tensor | None = None            # held: its memory is not reused
+        self._last_b: dict[str, Tensor] = {}
+
+    def _leave_batch(self) -> None:
+        if "batched" in self._modules:  # type: ignore[attr-defined]
+            del self.batched
+        self.gens = None
+
+    def reset(self, seed: int | Sequence[int] | Tensor | None = None) -> None:
+        """Forget all observations; an int seeds one run, a sequence of seeds starts a batch
+        (``ValueError`` naming ``seed`` if the policy cannot batch, see :meth:`why_not_batched`)."""
+        if seed is None or isinstance(seed, int) or (isinstance(seed, Tensor) and seed.ndim == 0):
+            if seed is not None:
+                self._leave_batch()
+            super().reset(None if seed is None else int(seed))  # type: ignore[misc]
+            if self.gens is not None and seed is None:
+                self.batched.reset()
+                self._forget()
+            return
+        seeds = check_seeds(seed)
+        reason = self.why_not_batched()
+        if reason is not None:
+            raise ValueError(f"seed: a list of seeds starts a batch, but {reason}")
+        super().reset(None)  # type: ignore[misc]
+        self._leave_batch()
+        self._start_batch([torch.Generator().manual_seed(s) for s in seeds])
+
+    # ---------------------------------------------------------------- rounds
+    def _check_batch(self, candidates: Any) -> Tensor:
+        return check_batched_candidates("candidates", candidates, len(self.gens),  # type: ignore[arg-type]
+                                        dtype=self.dtype, device=self.device, dim=self.dim)  # type: ignore[attr-defined]
+
+    def _batch_ucb(self, cand: Tensor) -> Tensor:
+        """UCB ``[R, A]`` of checked candidates: ``μ̃ + β̃_t σ̃`` (ridge sd ``σ̃ = sqrt(var_GP/λ)``)."""
+        post = self._posterior(cand)
+        lam = self._lam()
+        var = post["var"] / lam[:, None]
+        pvar = post["pvar"] / lam[:, None]
+        sum_var = (self.batched.counts[:, :pvar.shape[1]] * pvar).sum(-1)
+        kc = self._nys.kernel_constant  # type: ignore[attr-defined]
+        kappa2 = kc if kc is not None else self._bk.diag(cand).amax(-1)
+        beta = batched_bkb_radius(self.rule, sum_var, self.t, kappa2, lam,  # type: ignore[attr-defined]
+                                  self._beta64)
+        self._bscored = [self.batched.version, pvar, var, cand, None]
+        self._last_b = {"beta": beta, "sum_var": sum_var,
+                        "kappa2": torch.as_tensor(kappa2, dtype=self.dtype).expand_as(beta)}  # type: ignore[attr-defined]
+        mean, sd = post["mean"], torch.sqrt(var)
+        # run by run as the sequential ``torch.add(μ̃, σ̃, alpha=β̃)`` (a fused multiply-add on the
+        # vectorised part): near-ties at the prior are then broken identically
+        return torch.stack([torch.add(mean[i], sd[i], alpha=b) for i, b in enumerate(beta.tolist())])
+
+    def forward(self, candidates: Tensor) -> Tensor:
+        """UCB ``[A]`` of candidates ``[A, d]``; in batched mode ``[R, A]`` of ``[R, A, d]``."""
+        if self.gens is None:
+            return super().forward(candidates)  # type: ignore[misc]
+        with torch.no_grad():
+            return self._batch_ucb(self._check_batch(candidates))
+
+    def select(self, candidates: Any) -> Any:
+        """One index (single run), or a ``LongTensor [R]`` for candidates ``[R, A, d]``: each
+        run's UCB argmax (first index on ties), uniform from its own generator in the warm-up."""
+        if self.gens is None:
+            return super().select(candidates)  # type: ignore[misc]
+        cand = self._check_batch(candidates)
+        dev = self.device  # type: ignore[attr-defined]
+        if self.t < self.n_warmup:  # type: ignore[attr-defined]
+            self._rows(cand, 0)   # remember the candidate tensor (a fixed arm set)
+            index = self.warmup_index  # type: ignore[attr-defined]
+            if index is None:
+                draws = [torch.randint(cand.shape[1], (1,), generator=g) for g in self.gens]
+                return torch.cat(draws).to(dev)
+            if index >= cand.shape[1]:
+                raise ValueError(f"warmup_index {index} is out of range for {cand.shape[1]} "
+                                 f"candidates")
+            return torch.full((cand.shape[0],), index, dtype=torch.long, device=dev)
+        with torch.no_grad():
+            index = torch.argmax(self._batch_ucb(cand), dim=1)
+        self._bscored[4] = index
+        return index
+
+    def update(self, x: Any, reward: Any) -> None:
+        """Single run: as before. Batch: ``x [R, d]`` and ``reward [R]``, both checked before any
+        run's state changes (``ValueError`` naming the argument); then every run's count update
+        and its dictionary resampled from its own generator (§3.1)."""
+        if self.gens is None:
+            super().update(x, reward)  # type: ignore[misc]
+            return
+        st, r = self.batched, len(self.gens)
+        opts = dict(dtype=self.dtype, device=self.device)  # type: ignore[attr-defined]
+        xv = check_batch_points("x", x, r, dim=self.dim, **opts)  # type: ignore[attr-defined,arg-type]
+        y = check_batch_rewards("reward", reward, r, **opts)  # type: ignore[arg-type]
+        with torch.no_grad():
+            lam = self._lam()
+            scored = self._bscored
+            if scored is None or scored[0] != st.version or scored[4] is None:  # no select
+                pvar = self._posterior(xv[:, None, :], cached=False)["pvar"] / lam[:, None]
+                xvar = self._played_variance(xv) / lam
+            else:
+                pvar = scored[1]
+                xvar = self._played_variance(xv) / lam
+                chosen = scored[3].gather(1, scored[4][:, None, None].expand(-1, 1, xv.shape[1]))
+                hit = (chosen[:, 0] == xv).all(-1)           # the candidate just selected
+                xvar = torch.where(hit, scored[2].gather(1, scored[4][:, None])[:, 0], xvar)
+            n = pvar.shape[1]
+            slot, new = st.record(xv, y, n)
+            self._cache_played(xv, slot, new)
+            ar = torch.arange(r, device=xv.device)
+            var = torch.cat([pvar, pvar.new_zeros(r, 1)], 1)
+            var[ar, slot] = torch.where(new, xvar, var[ar, slot])
+            self._resample(var, st.counts[:, :n + 1])
+            self._bscored = None
+        self.dim = xv.shape[1]
+        self.t += 1  # type: ignore[attr-defined]
+
+    def _resample(self, var: Tensor, counts: Tensor) -> None:
+        """Every run's dictionary drawn from its own generator over its distinct points."""
+        res = self.resampler  # type: ignore[attr-defined]
+        v = var.detach().to("cpu", torch.float64)
+        c = counts.detach().to("cpu", torch.float64)
+        if res.sampler == "binomial":
+            p = torch.clamp(res.qbar * v.clamp_min(0.0), max=1.0).nan_to_num_(0.0)
+            copies = torch.stack([torch.binomial(c[i], p[i], generator=g)
+                                  for i, g in enumerate(self.gens)])  # type: ignore[arg-type]
+        else:
+            sizes = self.batched.n_distinct.tolist()
+            copies = torch.zeros_like(c)
+            for i, g in enumerate(self.gens):  # type: ignore[arg-type]
+                copies[i, :sizes[i]] = res.resample(v[i, :sizes[i]], c[i, :sizes[i]], g).copies
+        self.batched.set_dictionary(copies)
+
+    # ---------------------------------------------------------------- per-run views / state
+    def run_dictionary(self, run: int) -> Tensor:
+        """Dictionary of run ``run`` ``[m_r, d]`` (in the order of the sequential run's)."""
+        st = self.batched
+        return st.px[run][st.in_dict[run]]
+
+    def diagnostics(self) -> dict[str, Any]:
+        """As the sequential diagnostics; in batched mode tensors ``[R]``, one entry per run."""
+        if self.gens is None:
+            return super().diagnostics()  # type: ignore[misc]
+        st, dt = self.batched, self.dtype  # type: ignore[attr-defined]
+        out = {"dictionary_size": st.sizes.to(dt), "m_theory": st.m_theory.to(dt),
+               "n_distinct": st.n_distinct.to(dt), "empty_dictionaries": st.empty.to(dt)}
+        out.update({k: self._last_b[k] for k in ("beta", "sum_var") if k in self._last_b})
+        return out
+
+    def get_extra_state(self) -> dict[str, Any]:
+        state = super().get_extra_state()  # type: ignore[misc]
+        if self.gens is not None:
+            state["batch"] = {"rng": [g.get_state() for g in self.gens], "lam": self._lam64.clone(),
+                              "beta": None if self._beta64 is None else self._beta64.clone(),
+                              "last": {k: v.detach().cpu().clone() for k, v in self._last_b.items()}}
+        return state
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        super().set_extra_state(state)  # type: ignore[misc]
+        batch = state.get("batch")
+        self._leave_batch()
+        if batch is None:
+            return
+        gens = [torch.Generator() for _ in batch["rng"]]
+        for g, s in zip(gens, batch["rng"], strict=True):
+            g.set_state(s)
+        saved = getattr(self, "_per_run", None)
+        self._per_run = {"lam": batch["lam"], "beta": batch["beta"]}
+        self._start_batch(gens)   # an empty batch of the saved R: its buffers load right after
+        self._per_run = saved if saved is not None else {"lam": None, "beta": None}
+        self._last_b = {k: v.to(dtype=self.dtype, device=self.device)  # type: ignore[attr-defined]
+                        for k, v in batch["last"].items()}
+
+    def _apply(self, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+        out = super()._apply(fn, *args, **kwargs)  # type: ignore[misc]
+        if self.gens is not None:
+            last = {k: fn(v) for k, v in self._last_b.items()}
+            self._forget()
+            self._last_b = last
+        return out
+
+
+def with_batch_mode(cls: type) -> type:
+    """``cls`` with :class:`BKBBatchMixin` in front (the same name, module and docstring): the
+    batched entry points wrap the sequential ones without touching them."""
+    return type(cls.__name__, (BKBBatchMixin, cls), {
+        "__doc__": cls.__doc__, "__module__": cls.__module__, "__qualname__": cls.__qualname__})
