@@ -25,6 +25,7 @@ from ..batching import check_batch_points, check_batch_rewards, check_batched_ca
 from ..confidence import ConstantBeta
 from ..models.batched_kors import BatchedKORS
 from ..models.batched_nystrom import BatchedNystrom
+from .batch_mode import BatchModeMixin
 
 __all__ = ["RESORT_EVERY", "EKUCBBatchMixin", "RunCoins"]
 
@@ -85,11 +86,12 @@ class RunCoins:
         return self.generators
 
 
-class EKUCBBatchMixin:
+class EKUCBBatchMixin(BatchModeMixin):
     """The batched branch of :class:`~torchbandits.policies.EKUCB` (module docstring); the
     single-run calls go to the next class of the MRO unchanged."""
 
     coins: RunCoins | None = None
+    _batch_streams = "coins"
     _perm: Tensor | None = None
     _inv: Tensor | None = None
 
@@ -105,21 +107,6 @@ class EKUCBBatchMixin:
         if self.model.parametrisation != "whitened":  # type: ignore[attr-defined]
             return "the plain parametrisation runs sequentially (batched: whitened)"
         return None
-
-    @property
-    def batchable(self) -> bool:
-        """Whether ``reset(seed=[…])`` can start a batch (see :meth:`why_not_batched`)."""
-        return self.why_not_batched() is None
-
-    @property
-    def n_runs(self) -> int | None:
-        """``R`` in batched mode, ``None`` for a single run."""
-        return None if self.coins is None else self.coins.n_runs
-
-    @property
-    def batch_model(self) -> BatchedNystrom | None:
-        """The ``R`` posteriors in batched mode (a submodule), else ``None``."""
-        return self._modules.get("batched")  # type: ignore[attr-defined]
 
     @property
     def batch_kors(self) -> BatchedKORS | None:
