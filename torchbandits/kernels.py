@@ -177,7 +177,7 @@ class KernelPlan:
         if isinstance(kernel, (RBFKernel, MaternKernel)):
             return 1.0
         if isinstance(kernel, ScaleKernel) and isinstance(kernel.base_kernel, (RBFKernel, MaternKernel)):
-            return float(self.hyper[id(kernel)])
+            return float(self.hyper[id(kernel)].detach())
         return None
 
     def current(self, kernel: Kernel) -> bool:
