@@ -54,10 +54,10 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
+from torchbandits.confidence import KernelUCBTheoryBeta  # noqa: E402
 from torchbandits.confidence.mixture import DMM_GRID, default_c  # noqa: E402
 from torchbandits.envs.rkhs import RKHSFunctionEnv  # noqa: E402
 from torchbandits.kernels import make_kernel  # noqa: E402
-from torchbandits.confidence import KernelUCBTheoryBeta  # noqa: E402
 from torchbandits.policies import AMMUCB, AYGPUCB, BKB, DMMUCB, GPUCB, IGPUCB, KernelUCB  # noqa: E402
 
 SIGMA, NORM, DELTA, HORIZON, DIM, ELL = 0.1, 10.0, 0.01, 1000, 3, 0.5

@@ -7,7 +7,6 @@ import pytest
 import torch
 from gpytorch.kernels import LinearKernel, MaternKernel, RBFKernel, ScaleKernel
 
-from torchbandits.kernel_fast import ScaledStationary
 from torchbandits.kernels import KernelPlan, make_kernel
 from torchbandits.linalg import GrowingCholesky
 from torchbandits.models.exact import exact_posterior_reference
