@@ -54,10 +54,11 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
+from torchbandits.confidence import KernelUCBTheoryBeta  # noqa: E402
 from torchbandits.confidence.mixture import DMM_GRID, default_c  # noqa: E402
 from torchbandits.envs.rkhs import RKHSFunctionEnv  # noqa: E402
 from torchbandits.kernels import make_kernel  # noqa: E402
-from torchbandits.policies import AMMUCB, AYGPUCB, BKB, DMMUCB, IGPUCB  # noqa: E402
+from torchbandits.policies import AMMUCB, AYGPUCB, BKB, DMMUCB, GPUCB, IGPUCB, KernelUCB  # noqa: E402
 
 SIGMA, NORM, DELTA, HORIZON, DIM, ELL = 0.1, 10.0, 0.01, 1000, 3, 0.5
 
@@ -103,6 +104,7 @@ class ReferenceBound:
         self.method, self.c = method, c
         self.a0 = SIGMA**2 / c
         alphas = {"AMM": [self.a0], "AY": [self.a0], "IGP": [1.0 + 2.0 / HORIZON],
+                  "CONST": [self.a0], "KUCB": [_BOUNDS_KUCB_LAM],
                   "DMM": sorted({self.a0, *(g * self.a0 for g in DMM_GRID)})}[method]
         self.inv = {a: RegularisedInverse(a) for a in alphas}
         self.x = np.zeros((0, DIM))
@@ -127,6 +129,10 @@ class ReferenceBound:
                 beta = math.sqrt(self.c * r.logdet + 2 * self.c * log1d) + NORM
             elif self.method == "IGP":
                 beta = NORM + SIGMA * math.sqrt(r.logdet + 2.0 + 2.0 * log1d)
+            elif self.method == "CONST":
+                beta = _BOUNDS_CONST_BETA
+            elif self.method == "KUCB":  # Zenati et al. 2022, Lemma 3.1, on the ridge sd ρ/√λ
+                beta = (math.sqrt(a) * NORM + SIGMA * math.sqrt(2.0 * log1d + r.logdet)) / math.sqrt(a)
             else:
                 rt2 = max(r2 + a * NORM**2 - a * self.y @ r.inv @ self.y, 0.0)
                 beta = math.sqrt(rt2 / a)
@@ -145,11 +151,18 @@ class ReferenceBound:
         self.update(cand[i], float(means[i]))
 
 
+_BOUNDS_CONST_BETA = 2.0   # constant β on the GP sd at λ = σ²/c
+_BOUNDS_KUCB_LAM = 1.0     # K-UCB's ridge λ (theory radius of Zenati et al. 2022, Lemma 3.1)
+
+
 def our_bound(method: str, c: float):
     k = make_kernel("matern52", ELL)
     kw = dict(noise_std=SIGMA, norm_bound=NORM, delta=DELTA)
     return {"AMM": lambda: AMMUCB(k, c=c, **kw), "AY": lambda: AYGPUCB(k, c=c, **kw),
-            "IGP": lambda: IGPUCB(k, eta=2.0 / HORIZON, **kw), "DMM": lambda: DMMUCB(k, c=c, **kw)}[method]()
+            "IGP": lambda: IGPUCB(k, eta=2.0 / HORIZON, **kw), "DMM": lambda: DMMUCB(k, c=c, **kw),
+            "CONST": lambda: GPUCB(k, lam=SIGMA**2 / c, beta=_BOUNDS_CONST_BETA),
+            "KUCB": lambda: KernelUCB(k, lam=_BOUNDS_KUCB_LAM, beta=KernelUCBTheoryBeta(
+                NORM, delta=DELTA, noise_scale=SIGMA))}[method]()
 
 
 class _OpCounter(TorchDispatchMode):
@@ -327,7 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ts", type=int, nargs="+", default=[50, 100, 200, 1000])
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--methods", nargs="+", default=["AMM", "AY", "IGP", "DMM", "BKB"],
-                    help="any of AMM AY IGP DMM (the bound family) and BKB (case-insensitive)")
+                    help="any of AMM AY IGP DMM CONST KUCB (the bound family) and BKB "
+                         "(case-insensitive)")
     ap.add_argument("--bkb-horizon", type=int, default=2000)
     ap.add_argument("--bkb-arms", type=int, default=1000)
     ap.add_argument("--qbar", type=float, nargs="+", default=[1.0, 5.0])

@@ -33,6 +33,7 @@ from gpytorch.kernels import (
 )
 from torch import Tensor
 
+from .kernel_fast import ScaledStationary
 from .validation import check_positive
 
 __all__ = [
@@ -149,7 +150,9 @@ class KernelPlan:
     every lengthscale, output scale, linear variance and ``active_dims``; :meth:`current` says
     whether the kernel still holds the raw values read (one ``torch.equal`` per raw parameter;
     ``track=True`` keeps the copy of the raw values it compares with). ``diag_constant`` is
-    ``k(x, x)`` of a stationary kernel (RBF or Matérn, optionally scaled), else ``None``.
+    ``k(x, x)`` of a stationary kernel (RBF or Matérn, optionally scaled), else ``None``;
+    ``stationary`` (with ``track=True``) its :class:`~torchbandits.kernel_fast.ScaledStationary`
+    form for evaluation on inputs scaled once, else ``None``.
     """
 
     def __init__(self, kernel: Kernel, *, track: bool = False) -> None:
@@ -168,12 +171,13 @@ class KernelPlan:
                 self.hyper[id(module)] = module.variance
         self.raw = [(p, p.detach().clone()) for p in kernel.parameters()] if track else None
         self.diag_constant = self._diag_constant(kernel) if track else None
+        self.stationary = ScaledStationary.of(kernel, self.hyper) if track else None
 
     def _diag_constant(self, kernel: Kernel) -> float | None:
         if isinstance(kernel, (RBFKernel, MaternKernel)):
             return 1.0
         if isinstance(kernel, ScaleKernel) and isinstance(kernel.base_kernel, (RBFKernel, MaternKernel)):
-            return float(self.hyper[id(kernel)])
+            return float(self.hyper[id(kernel)].detach())
         return None
 
     def current(self, kernel: Kernel) -> bool:

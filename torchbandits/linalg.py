@@ -272,22 +272,22 @@ class GrowingCholesky(ResizableModule):
 
     # -- operations ----------------------------------------------------------------------------
     def solve(self, rhs: Tensor) -> Tensor:
-        """``L⁻¹ rhs`` for ``rhs`` of shape ``[n]`` or ``[n, k]``."""
+        """``L⁻¹ rhs`` for ``rhs`` of shape ``[n]`` or ``[n, k]``: ``x1 = head⁻¹ b1`` and
+        ``x2 = L22⁻¹ (b2 − L21 x1)``, one solve when the head or the tail is empty. (Solving into
+        a preallocated output instead of concatenating measured slower: torch copies a
+        row-major ``out`` through a temporary.)"""
         vec = rhs.ndim == 1
         b = rhs.unsqueeze(-1) if vec else rhs
         n0, m = self.head.shape[0], self.m
-        if n0:
+        if not m:
+            x = torch.linalg.solve_triangular(self.head, b, upper=False) if n0 else b[:0]
+        elif not n0:
+            x = torch.linalg.solve_triangular(self.tail[:m, :m], b, upper=False)
+        else:
             x1 = torch.linalg.solve_triangular(self.head, b[:n0], upper=False)
-        else:
-            x1 = b[:0]
-        if m:
-            l21 = self.tail[:m, :n0]
-            l22 = self.tail[:m, n0 : n0 + m]
-            r2 = b[n0:] - l21 @ x1 if n0 else b[n0:]
-            x2 = torch.linalg.solve_triangular(l22, r2, upper=False)
+            r2 = b[n0:] - self.tail[:m, :n0] @ x1
+            x2 = torch.linalg.solve_triangular(self.tail[:m, n0 : n0 + m], r2, upper=False)
             x = torch.cat([x1, x2], dim=0)
-        else:
-            x = x1
         return x.squeeze(-1) if vec else x
 
     def append(self, row: Tensor, pivot: Tensor) -> None:
@@ -297,8 +297,9 @@ class GrowingCholesky(ResizableModule):
             self._fold()
             n0, m = self.head.shape[0], 0
         assert self.tail.shape[1] >= n0 + self.block, "tail width out of sync with head"
-        self.tail[m, : n0 + m] = row
-        self.tail[m, n0 + m] = pivot
+        trow = self.tail[m]
+        trow[: n0 + m] = row
+        trow[n0 + m : n0 + m + 1].fill_(pivot)
         self.m = m + 1
 
     def append_point(self, b: Tensor, c: Tensor | float) -> tuple[Tensor, Tensor]:

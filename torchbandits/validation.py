@@ -18,6 +18,9 @@ __all__ = [
     "as_scalar_reward",
     "check_positive",
     "check_probability",
+    "chosen_row",
+    "chosen_row_unmodified",
+    "is_chosen_row",
     "match_rows",
     "require_finite",
     "same_rows",
@@ -196,3 +199,27 @@ def match_rows(name: str, points: Tensor, query: Tensor) -> Tensor:
     if not bool(found.all()):
         raise ValueError(f"{name} must be one of the arms of the fixed arm set ({points.shape[0]} arms)")
     return eq.to(torch.int8).argmax(1)
+
+
+def chosen_row(cand: Tensor, index: int) -> tuple[Tensor, int, int]:
+    """A record of row ``index`` of the scored candidates ``cand`` ``[A, d]`` (no copy): the tensor,
+    the index and the tensor's version counter (bumped by every in-place write to it or to a
+    view of it)."""
+    return cand, index, cand._version
+
+
+def is_chosen_row(x: Any, chosen: tuple[Tensor, int, int]) -> bool:
+    """Whether ``x`` is row ``index`` of the recorded candidates, unmodified since the record: a
+    view of that very row (same memory, dtype, device and stride) of a tensor whose version
+    counter has not moved. No tensor operation; ``False`` says nothing (compare by value then)."""
+    cand, index, version = chosen
+    return (isinstance(x, Tensor) and cand._version == version and x._version == version
+            and x.ndim == 1
+            and x.dtype == cand.dtype and x.device == cand.device
+            and x.shape[0] == cand.shape[1] and x.stride(0) == cand.stride(1)
+            and x.data_ptr() == cand.data_ptr() + index * cand.stride(0) * cand.element_size())
+
+
+def chosen_row_unmodified(chosen: tuple[Tensor, int, int]) -> bool:
+    """Whether the recorded candidates have not been written in place since the record."""
+    return chosen[0]._version == chosen[2]

@@ -100,6 +100,8 @@ class ExactKernelRidge(ExactQueries, StoredData):
         self._plan = None  # the kernel's hyper-parameters read once (see exact_scoring)
         self._scored: ScoredSet | None = None  # the last scored candidate set
         self._sums: dict[int, list] = {}  # per factor, running Σ log L_ii and ‖z‖²
+        self._lean: list | None = None  # the stored points scaled for the kernel (exact_scoring)
+        self._cache_seen: dict[int, int] = {}  # per factor: version of its cache's candidates
         if device is not None:
             self.to(device)
 
@@ -130,6 +132,7 @@ class ExactKernelRidge(ExactQueries, StoredData):
         self._scratch.clear()
         self._sums.clear()
         self._scored = None
+        self._lean = None
 
     def reset(self) -> None:
         """Forget all data (the posterior returns to the prior)."""
@@ -189,12 +192,16 @@ class ExactKernelRidge(ExactQueries, StoredData):
         if zs.shape[1] <= n:
             self._z = zs = grow_rows(zs, n + 1, dims=(1,))
         xs[n] = x
-        ys[n] = yv
+        ys[n : n + 1].fill_(yv)
         z_new = [(yv - mz) / d for _, d, mz in rows]
-        zs[: len(rows), n] = zs.new_tensor(z_new)
+        if len(rows) == 1:
+            zs[0, n : n + 1].fill_(z_new[0])
+        else:
+            zs[: len(rows), n] = zs.new_tensor(z_new)
         for r, (f, (row, d, _)) in enumerate(zip(self.factors, rows)):
             f.append(row, d)
             self._advance(r, n, d, z_new[r])
+        self._append_scaled(n, reuse)
         self._n = n + 1
         self._scratch.clear()
         self._appends_since_refresh += 1

@@ -16,6 +16,10 @@ For candidates ``C`` and a maintained factor ``L`` of ``K + αI``: ``V = L⁻¹ 
   (O(n) instead of O(n²)). The record is valid while the data are those it was scored with.
 * **The kernel plan.** The kernel's hyper-parameters are read once
   (:class:`~torchbandits.kernels.KernelPlan`, re-read when the kernel or its raw values change).
+* **Scaled inputs.** For an RBF or Matérn kernel (:class:`~torchbandits.kernel_fast.ScaledStationary`)
+  the stored points are kept multiplied by the kernel's weights ``w`` ``[cap, d]`` as well (each
+  point scaled once: an append copies the scored candidate's scaled row), so ``K_SC`` costs one
+  scaling of the candidates, one matrix product and the closed form in place.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from ..buffers import grow_rows
+from ..kernel_fast import ScaledStationary
 from ..kernels import KernelPlan
 from ..linalg import GrowingCholesky, logdet_from_cholesky
 from ..validation import as_matrix, check_positive
@@ -47,6 +53,7 @@ class ScoredSet:
     version: int
     kdiag: Tensor | float
     kq: Tensor | None = None
+    scaled: Tensor | None = None  # the candidates times the kernel weights [A, d] (fast path)
     columns: dict[int, tuple[Tensor, Tensor, Tensor]] = field(default_factory=dict)
     stack: tuple[Tensor, Tensor, Tensor, list[int]] | None = None  # (V, μ, colsum V², factor idxs)
 
@@ -60,7 +67,7 @@ class ScoredSet:
             return {idx: (v[r, :, j], sq[r], mz[r]) for r, idx in enumerate(idxs)}
         idxs = list(self.columns)
         cols = [self.columns[i] for i in idxs]
-        flat = torch.stack([t for _, mean, sumsq in cols for t in (sumsq[j], mean[j])]).tolist()
+        flat = torch.stack([t for _, mean, sumsq in cols for t in (sumsq, mean)], 1)[j].tolist()
         return {idx: (col[0][:, j], flat[2 * r], flat[2 * r + 1])
                 for r, (idx, col) in enumerate(zip(idxs, cols))}
 
@@ -81,6 +88,8 @@ class ExactQueries:
     _plan: KernelPlan | None
     _scored: ScoredSet | None
     _sums: dict[int, list]
+    _cache_seen: dict[int, int]  # per factor index: its cache's candidate tensor's version
+    _lean: list | None  # [scaled rows [cap, d], rows valid, form, data version]
 
     # ------------------------------------------------------------------ kernel, factors
     def kernel_plan(self) -> KernelPlan:
@@ -104,10 +113,49 @@ class ExactQueries:
         the constant ``k(x, x)`` of a stationary kernel."""
         if "kq" not in shared:
             plan = self.kernel_plan()
+            form = plan.stationary
+            if form is not None:
+                xs = self._scaled_rows(form)
+                cs = shared["cs"] = form.scale(cand)
+                shared["kq"] = form.cross(xs, form.sqnorm(xs), cs, form.sqnorm(cs))
+                shared["kdiag"] = form.diag_value
+                return shared["kq"], shared["kdiag"]
             shared["kq"] = plan.matrix(self._x[: self._n], cand)
             const = plan.diag_constant
             shared["kdiag"] = plan.diag(cand) if const is None else const
         return shared["kq"], shared["kdiag"]
+
+    def _scaled_rows(self, form: ScaledStationary) -> Tensor:
+        """The stored points times the kernel weights ``[n, d]``: kept in a capacity buffer
+        ``[cap, d]`` (valid for ``form`` and the data version), rows appended since the last call
+        scaled now, the whole buffer rebuilt after anything else changed the data."""
+        n, rows = self._n, self._lean
+        if rows is None or rows[2] is not form or rows[3] != self._version or rows[1] > n:
+            buf = form.scale(self._x)
+            self._lean = [buf, n, form, self._version]
+            return buf[:n]
+        buf, m = rows[0], rows[1]
+        if m < n:
+            if buf.shape[0] < n:
+                buf = rows[0] = grow_rows(buf, n)
+            buf[m:n] = form.scale(self._x[m:n])
+            rows[1] = n
+        return buf[:n]
+
+    def _append_scaled(self, n: int, reuse: tuple[ScoredSet, int] | None) -> None:
+        """Row ``n`` of the scaled points from the scored candidate ``reuse`` (else left to
+        :meth:`_scaled_rows`)."""
+        rows = self._lean
+        if reuse is None or rows is None or rows[1] != n or rows[3] != self._version:
+            return
+        cs = reuse[0].scaled
+        if cs is None or rows[2] is not self._plan.stationary:  # type: ignore[union-attr]
+            return
+        buf = rows[0]
+        if buf.shape[0] <= n:
+            buf = rows[0] = grow_rows(buf, n + 1)
+        buf[n] = cs[reuse[1]]
+        rows[1] = n + 1
 
     def _whitened(self, idx: int | None, reg: float, cand: Tensor,
                   shared: dict | None = None) -> tuple[Tensor, Tensor | float, Tensor]:
@@ -121,7 +169,7 @@ class ExactQueries:
             return v, kdiag, colsum_sq(v)
         factor: GrowingCholesky = self.factors[idx]  # type: ignore[assignment]
         cache = self._caches.get(idx) if self.cache_candidates else None
-        if cache is not None and cache.serves(cand, n, self._version):
+        if cache is not None and self._serves(idx, cache, cand):
             if cache.n_at < n:  # new rows of V for the points appended since the last call
                 cache.extend(factor, self.kernel_plan().matrix(self._x[cache.n_at:n], cand))
             return cache.v[:n], cache.kdiag, cache.sumsq
@@ -129,8 +177,21 @@ class ExactQueries:
         v = factor.solve(kq) if n else kq
         sumsq = colsum_sq(v)
         if self.cache_candidates:
-            self._caches[idx] = CandidateCache.build(cand, kdiag, v, sumsq, self._version)
+            self._caches[idx] = CandidateCache(cand, kdiag, v, sumsq, n, self._version)
+            self._cache_seen[idx] = cand._version
         return v, kdiag, sumsq
+
+    def _serves(self, idx: int, cache: CandidateCache, cand: Tensor) -> bool:
+        """Whether ``cache`` holds ``L⁻¹K_SC`` of ``cand``'s values. A cache keeps the candidate
+        tensor it was built from (no copy) with that tensor's version counter: the same tensor
+        unmodified is served without a comparison, another one if the kept tensor is unmodified
+        and equal in value; a kept tensor modified in place serves nothing."""
+        kept = cache.candidates
+        if self._cache_seen.get(idx) != kept._version:
+            return False
+        if kept is cand:
+            return cache.version == self._version and cache.n_at <= self._n
+        return cache.serves(cand, self._n, self._version)
 
     def _record(self, cand: Tensor, kdiag: Tensor | float) -> ScoredSet:
         rec = self._scored
@@ -157,6 +218,7 @@ class ExactQueries:
         rec = self._scored
         if rec is not None and rec.kq is None:
             rec.kq = shared.get("kq")
+            rec.scaled = shared.get("cs")
         return means, variances
 
     def _score_stacked(self, cand: Tensor, idxs: list[int]) -> tuple[Tensor, Tensor] | None:
@@ -169,8 +231,8 @@ class ExactQueries:
             for idx in idxs:
                 cache = self._caches.get(idx)
                 if cache is None or id(cache.candidates) in seen:
-                    continue  # caches built together share one copy: compared once
-                if cache.serves(cand, n, self._version):
+                    continue  # caches built together share one tensor: compared once
+                if self._serves(idx, cache, cand):
                     return None
                 seen.add(id(cache.candidates))
         shared: dict = {}
@@ -182,11 +244,12 @@ class ExactQueries:
         variances = torch.rsub(sumsq, kdiag).clamp_min_(0.0)
         rec = self._record(cand, kdiag)
         rec.kq = kq
+        rec.scaled = shared.get("cs")
         rec.stack = (v, means, sumsq, idxs)
         if self.cache_candidates:
-            copy = cand.clone()  # one copy of the candidates for every factor's cache
             for r, idx in enumerate(idxs):
-                self._caches[idx] = CandidateCache(copy, kdiag, v[r], sumsq[r], n, self._version)
+                self._caches[idx] = CandidateCache(cand, kdiag, v[r], sumsq[r], n, self._version)
+                self._cache_seen[idx] = cand._version
         return means, variances
 
     def _checked(self, candidates: Tensor) -> Tensor:

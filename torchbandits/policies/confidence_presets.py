@@ -30,6 +30,7 @@ from ..confidence import AYBeta, IGPBeta
 from ..confidence.mixture import DMM_GRID, AMMBound, CMMBound, DMMBound, MixtureBound
 from ..validation import check_positive
 from .kernel_ucb import GPUCB, KernelUCB
+from .lean_step import LEAN_FORWARDS
 
 __all__ = ["AMMUCB", "AYGPUCB", "CMMUCB", "DMMUCB", "IGPUCB"]
 
@@ -51,6 +52,9 @@ class _MixtureUCB(KernelUCB):
         if ucb is not None:  # CMM: skip the LCB search
             return ucb(self.model, cand, self.t + 1) + self.refit_offset
         return self.rule.bounds(self.model, cand, self.t + 1)[0] + self.refit_offset
+
+
+LEAN_FORWARDS.add(_MixtureUCB.forward)
 
 
 class CMMUCB(_MixtureUCB):

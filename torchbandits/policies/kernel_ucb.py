@@ -57,6 +57,7 @@ from ..models.batched_exact import BatchedExactKernelRidge, check_run_values
 from ..validation import check_positive
 from .base import RuleUCB, check_model
 from .batch_mode import BatchModeMixin
+from .lean_step import LEAN_FORWARDS, LeanStep
 from .refit import RefitMixin
 
 __all__ = ["BATCHED_RULES", "GPUCB", "KernelUCB", "batched_radius"]
@@ -79,7 +80,7 @@ def _batch_safe_subclass(cls: type) -> bool:
     return False
 
 
-class KernelUCB(BatchModeMixin, RefitMixin, RuleUCB):
+class KernelUCB(BatchModeMixin, LeanStep, RefitMixin, RuleUCB):
     """Kernel UCB with the exact posterior (K-UCB of Zenati et al. 2022, Algorithm 3;
     Algorithm 1 of Flynn & Reeb 2024).
 
@@ -264,6 +265,8 @@ class KernelUCB(BatchModeMixin, RefitMixin, RuleUCB):
         """One index (single run), or a ``LongTensor [R]`` for candidates ``[R, A, d]``: each
         run's UCB argmax (first index on ties), uniform from its own stream in the warm-up."""
         if self.run_streams is None:
+            if self._lean_ok():  # the same step without its layers (policies.lean_step)
+                return self._lean_select(candidates)
             return super().select(candidates)
         cand = self._check_batch(candidates)
         if self.t < self.n_warmup:
@@ -282,7 +285,8 @@ class KernelUCB(BatchModeMixin, RefitMixin, RuleUCB):
         any run's state changes (``ValueError`` naming the argument)."""
         model = self.batch_model
         if self.run_streams is None or model is None:
-            super().update(x, reward)
+            if self._lean_choice is None or not self._lean_update(x, reward):
+                super().update(x, reward)
             return
         n = self.run_streams.n_runs
         xv = check_batch_points("x", x, n, dtype=self.dtype, device=self.device, dim=self.dim)
@@ -329,6 +333,9 @@ class KernelUCB(BatchModeMixin, RefitMixin, RuleUCB):
                                                cache_candidates=self.model.cache_candidates)
         self.run_streams = streams
         self._batch_settings = dict(batch["settings"])
+
+
+LEAN_FORWARDS.add(KernelUCB.forward)
 
 
 class GPUCB(KernelUCB):
