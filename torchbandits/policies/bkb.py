@@ -138,7 +138,7 @@ class BKB(BKBPosterior):
         self.register_buffer("_sums", torch.zeros(16, dtype=dtype, device=device))
         self.register_buffer("_in_dict", torch.zeros(16, dtype=torch.bool, device=device))
         self._np = 0
-        self._m_theory = 0
+        self._m_theory: int | Tensor = 0
         self._empty_dictionaries = 0
         self._last: dict[str, float] = {}
         self.arm_rows = ArmRowCache()
@@ -200,7 +200,7 @@ class BKB(BKBPosterior):
         return super()._apply(fn, *args, **kwargs)
 
     def _extra_state(self) -> dict[str, Any]:
-        return {"np": self._np, "m_theory": self._m_theory, "empty": self._empty_dictionaries,
+        return {"np": self._np, "m_theory": int(self._m_theory), "empty": self._empty_dictionaries,
                 "last": dict(self._last)}
 
     def _set_extra_state(self, state: dict[str, Any]) -> None:
@@ -315,10 +315,11 @@ class BKB(BKBPosterior):
         if self.exact is not None:
             self.exact.append(x, reward)
         # 3. resample the dictionary from scratch (§3.1)
-        res = self.resampler.resample(variances, self.counts, self.generator)
-        self._in_dict[: self._np] = res.mask
-        self._sel = res.mask.nonzero()[:, 0]  # m (a host int): the one sync the draw needs
-        self._m_theory = res.m_theory
+        mask, copies = self.resampler.draw(variances, self._counts[: self._np], self.generator)
+        self._in_dict[: self._np] = mask
+        self._sel = mask.nonzero()[:, 0]  # m (a host int): the one sync the draw needs
+        # Σ copies (Theorem 1's multiset size), read when asked for (no sync here)
+        self._m_theory = self._sel.shape[0] if copies is None else copies.sum()
         if not self._sel.shape[0]:
             self._empty_dictionaries += 1
         self._model_ok = False
