@@ -87,8 +87,8 @@ def arm_posterior(kza: Tensor, idx: Tensor, sel: Tensor, counts: Tensor, sums: T
     h, info = torch.linalg.cholesky_ex(torch.addmm(eye_r, n_inv.mT, n_inv, alpha=-lam))
     if not int(info):
         out = (torch.cat([h.mT, w[None]]) @ p) @ kza  # [HᵀP; wᵀP] K_ZA  [r+1, A]
-        var = torch.linalg.vecdot(out[:r], out[:r], dim=0)
-        return out[r], torch.rsub(var, kconst).clamp_(0.0, kconst)
+        g = out[:r]
+        return out[r], torch.rsub((g * g).sum(0), kconst).clamp_min_(0.0)  # ≤ k: ‖g‖² ≥ 0
     # G numerically singular: the model's [P; (λA⁻¹ − I)P; wᵀP] product
     out = whitened_scoring_matrix(p, n_inv.mT @ n_inv, w, lam) @ kza
     mean, var = whitened_scores(out, r, kconst)

@@ -304,7 +304,7 @@ class BKB(BKBPosterior):
             hit = (ref == x).all(-1).nonzero()
             row = int(hit[0, 0]) if hit.numel() else -1
         if row >= 0 and known:
-            pvar, xvar = sc["pvar"], sc["var"][row:row + 1]  # type: ignore[index]
+            pvar, xvar = sc["pvar"], None  # x's own variance is read below if x is new
         else:
             pts = torch.cat([self.pulled, x[None]]) if n else x[None]
             allv = self._dtc(pts)[1]
@@ -327,7 +327,7 @@ class BKB(BKBPosterior):
             self._in_dict = grow_rows(self._in_dict, n + 1)
             self._px[n] = x
             self._np = n + 1
-            variances = torch.cat([pvar, xvar])
+            variances = torch.cat([pvar, sc["var"][row:row + 1] if xvar is None else xvar])  # type: ignore[index]
             self.arm_rows.push(row)
         self._counts.select(0, j).add_(1.0)
         self._sums.select(0, j).add_(reward)
