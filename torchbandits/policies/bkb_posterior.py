@@ -50,6 +50,13 @@ class BKBPosterior(IndexPolicy):
                 self._ensure_model()
         return super().__getattr__(name)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled / deep-copied without the cached views (a copy of a view does not share the
+        copied buffer's storage); they are made again from the copy's buffers."""
+        state = dict(super().__getstate__())
+        state["_view_cache"] = None
+        return state
+
     def _views(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """``(pulled, counts, sums, in_dict)``: views of the first ``n_distinct`` rows of the
         statistics buffers, made again only when ``n_distinct`` or a buffer changes (a round then
