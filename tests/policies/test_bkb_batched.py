@@ -108,8 +108,11 @@ def test_simulate_batch_equals_simulate() -> None:
         assert sorted(run.diagnostics) == sorted(seq.diagnostics)
         for key in ("dictionary_size", "m_theory", "n_distinct", "empty_dictionaries"):
             assert run.diagnostics[key] == seq.diagnostics[key], key
-        for key in ("beta", "sum_var"):
-            assert run.diagnostics[key] == pytest.approx(seq.diagnostics[key], abs=1e-10, rel=0)
+        assert run.diagnostics["beta"] == pytest.approx(seq.diagnostics["beta"], abs=1e-10, rel=0)
+        # a sum of A = 60 posterior variances (up to ~12): the batched DTC system and the
+        # sequential half-width scoring round differently, to ~1e-11 relative
+        assert run.diagnostics["sum_var"] == pytest.approx(seq.diagnostics["sum_var"], abs=1e-10,
+                                                           rel=1e-10)
 
 
 def test_groups_of_runs_sorted_by_dictionary_size() -> None:

@@ -9,18 +9,23 @@ With the arm rows ``idx`` ``[n]`` of the distinct pulled points, the dictionary'
 
 * ``K_PZ = K_ZA[:, idx]ᵀ`` ``[n, m]``, ``K_ZZ = K_PZ[sel]`` ``[m, m]`` (gathers, no kernel call);
 * ``P = L⁻¹`` (:func:`~torchbandits.models.nystrom_updates.whitening`, pivoted when ``K_ZZ`` is
-  numerically singular), ``E = K_PZ Pᵀ``, ``A = EᵀCE + λI``, ``w = A⁻¹Eᵀs``
-  (:func:`~torchbandits.models.nystrom_updates.whitened_system`);
-* one product ``W K_ZA`` with ``W = [P; (λA⁻¹ − I)P; wᵀP]`` gives ``μ̃`` and
-  ``λσ̃² = k − ‖f‖² + λ fᵀA⁻¹f`` at every arm (:func:`~torchbandits.models.nystrom.whitened_scores`).
+  numerically singular), ``Eᵀ = P K_ZP``, ``A = EᵀCE + λI``, ``w = A⁻¹Eᵀs`` (the system of
+  :func:`~torchbandits.models.nystrom_updates.whitened_system`);
+* ``G = I − λA⁻¹ = HHᵀ`` (``A = RRᵀ``, ``A⁻¹ = NᵀN`` with ``N = R⁻¹``; ``G``'s eigenvalues
+  ``s/(s+λ)`` lie in ``[0, 1)``), so that ``λσ̃² = k − ‖f‖² + λfᵀA⁻¹f = k − ‖Hᵀf‖²``;
+* one product ``W K_ZA`` with ``W = [HᵀP; wᵀP]`` ``[r+1, m]`` gives ``μ̃`` and ``λσ̃²`` at every
+  arm: ``(r+1)·m·A`` multiply-adds, half those of the ``[P; (λA⁻¹ − I)P; wᵀP]`` product
+  (:func:`~torchbandits.models.nystrom.whitened_scores`) the model scores with, which is the
+  fallback when ``G``'s Cholesky fails (``G`` numerically singular).
 
 These are the statements of :meth:`NystromKernelRidge.rebuild_from_counts
 <torchbandits.models.nystrom_updates.NystromUpdates.rebuild_from_counts>` followed by
 :meth:`~torchbandits.models.nystrom.NystromKernelRidge.score` (whitened, stationary kernel), so
-the numbers are the same up to BLAS rounding (the model multiplies strided views of its
-capacity buffers; 1e-10 apart on BKB's UCBs after 600 rounds); what is left out is writing the model's buffers
-(``x``, counts, sums, ``Z``, ``P``, ``A⁻¹``, ``Eᵀs``, ``E``) and its bookkeeping, about 60 of the
-~95 tensor operations of a round at A = 1000.
+the numbers are the same up to rounding (BKB's UCBs within 1e-9 of the model route round after
+round, and the half-width product within 1e-10 of the full one, tested); what is left out is
+writing the model's buffers (``x``, counts, sums, ``Z``, ``P``, ``A⁻¹``, ``Eᵀs``, ``E``) and its
+bookkeeping. ``P`` is the compact whitening ``[r, m]`` (:func:`whitening` with
+``compact=True``: a pivoted ``K_ZZ`` of numerical rank ``r < m`` drops its null coordinates).
 """
 
 from __future__ import annotations
@@ -29,9 +34,28 @@ import torch
 from torch import Tensor
 
 from .nystrom import whitened_scores, whitened_scoring_matrix
-from .nystrom_updates import whitened_system, whitening
+from .nystrom_updates import whitening
 
-__all__ = ["arm_posterior"]
+__all__ = ["arm_posterior", "identity", "tensor_version"]
+
+_EYES: dict[tuple[int, torch.dtype, torch.device], Tensor] = {}
+
+
+def identity(m: int, like: Tensor) -> Tensor:
+    """``I_m`` of ``like``'s dtype and device, made once and shared (read-only: never modify it)."""
+    key = (m, like.dtype, like.device)
+    eye = _EYES.get(key)
+    if eye is None:
+        if len(_EYES) > 512:
+            _EYES.clear()
+        eye = _EYES[key] = torch.eye(m, dtype=like.dtype, device=like.device)
+    return eye
+
+
+def tensor_version(t: Tensor) -> int:
+    """The in-place modification counter of ``t`` (bumped by every in-place torch operation on
+    it or on a view of it): equal counters on the same tensor object mean unchanged contents."""
+    return t._version
 
 
 def arm_posterior(kza: Tensor, idx: Tensor, sel: Tensor, counts: Tensor, sums: Tensor,
@@ -48,13 +72,25 @@ def arm_posterior(kza: Tensor, idx: Tensor, sel: Tensor, counts: Tensor, sums: T
         jitter: nugget ``η`` on the diagonal of ``K_ZZ`` (as the model's).
     """
     m = sel.shape[0]
-    kxz = kza.index_select(1, idx).mT  # K_PZ [n, m]
-    kzz = kxz.index_select(0, sel)
-    eye = torch.eye(m, dtype=kza.dtype, device=kza.device)
+    kzp = kza.index_select(1, idx)  # K_ZP [m, n]
+    kzz = kzp.index_select(1, sel)
+    eye = identity(m, kza)
     if jitter:
         kzz = kzz + jitter * eye
-    linv = whitening(kzz, eye, kconst + jitter)
-    _, _, a_inv, rhs = whitened_system(kxz, linv, counts, sums, lam)
-    out = whitened_scoring_matrix(linv, a_inv, a_inv @ rhs, lam) @ kza
-    mean, var = whitened_scores(out, m, kconst)
+    p = whitening(kzz, eye, kconst + jitter, compact=True)  # P [r, m]
+    r = p.shape[0]
+    eye_r = eye if r == m else identity(r, kza)
+    et = p @ kzp  # Eᵀ [r, n]
+    a = torch.addmm(eye_r, et * counts, et.mT, beta=lam)  # A = EᵀCE + λI
+    chol_a = torch.linalg.cholesky_ex(a)[0]  # eigenvalues ≥ λ: no nugget can be needed
+    n_inv = torch.linalg.solve_triangular(chol_a, eye_r, upper=False)  # N = R⁻¹
+    w = n_inv.mT @ (n_inv @ (et @ sums))  # A⁻¹Eᵀs
+    h, info = torch.linalg.cholesky_ex(torch.addmm(eye_r, n_inv.mT, n_inv, alpha=-lam))
+    if not int(info):
+        out = (torch.cat([h.mT, w[None]]) @ p) @ kza  # [HᵀP; wᵀP] K_ZA  [r+1, A]
+        g = out[:r]
+        return out[r], torch.rsub((g * g).sum(0), kconst).clamp_min_(0.0)  # ≤ k: ‖g‖² ≥ 0
+    # G numerically singular: the model's [P; (λA⁻¹ − I)P; wᵀP] product
+    out = whitened_scoring_matrix(p, n_inv.mT @ n_inv, w, lam) @ kza
+    mean, var = whitened_scores(out, r, kconst)
     return mean, var.clamp_(0.0, kconst)

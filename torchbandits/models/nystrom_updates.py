@@ -34,7 +34,7 @@ __all__ = ["NystromUpdates", "border_apply", "border_prepare", "whitened_system"
 PIVOT_TOL = 1e-14
 
 
-def whitening(kzz: Tensor, eye: Tensor, scale: float | None = None) -> Tensor:
+def whitening(kzz: Tensor, eye: Tensor, scale: float | None = None, compact: bool = False) -> Tensor:
     """``P`` ``[m, m]`` with ``e(x) = P k_Z(x)`` the whitened embedding of the span of the anchors:
     ``P = L⁻¹`` for the lower Cholesky factor ``L`` of ``K_ZZ`` (``eye`` = ``I_m``; ``scale`` =
     ``max k(z,z)`` when known, e.g. the constant of a stationary kernel, else read off ``K_ZZ``).
@@ -47,7 +47,8 @@ def whitening(kzz: Tensor, eye: Tensor, scale: float | None = None) -> Tensor:
     to within ``PIVOT_TOL``: ``P[:r, piv] = L_r⁻¹`` and the other ``m − r`` rows of ``P`` are zero
     (those embedding coordinates are 0 for every point, so ``A`` is ``λ`` there and they drop out
     of every query). The full-dictionary posterior then matches the exact kernel ridge one to
-    ~1e-10 instead of ~1e-7."""
+    ~1e-10 instead of ~1e-7. ``compact=True`` leaves those zero rows out: ``P`` is ``[r, m]``
+    (``r = m`` when plain Cholesky succeeds), the same embedding without its null coordinates."""
     chol, info = torch.linalg.cholesky_ex(kzz)
     if not int(info):
         if scale is None:
@@ -56,7 +57,7 @@ def whitening(kzz: Tensor, eye: Tensor, scale: float | None = None) -> Tensor:
             return torch.linalg.solve_triangular(chol, eye, upper=False)
     chol_r, piv = pivoted_cholesky(kzz, PIVOT_TOL)
     r = piv.shape[0]
-    out = torch.zeros_like(eye)
+    out = eye.new_zeros(r, eye.shape[0]) if compact else torch.zeros_like(eye)
     out[:r].index_copy_(1, piv, torch.linalg.solve_triangular(chol_r, eye[:r, :r], upper=False))
     return out
 
@@ -66,9 +67,9 @@ def whitened_system(kxz: Tensor, linv: Tensor, counts: Tensor, sums: Tensor,
     """The whitened ridge system of a from-scratch rebuild: with the embeddings ``E = K_SZ Pᵀ``
     ``[n, m]`` (``kxz = K_SZ`` ``[n, m]``, ``linv = P`` ``[m, m]`` from :func:`whitening`),
     ``A = EᵀCE + λI`` (eigenvalues ≥ λ: no nugget can be needed), returns ``(E, chol(A), A⁻¹,
-    Eᵀs)`` (``counts = diag C`` and ``sums = s`` ``[n]``). The one statement of this system, for
-    :meth:`NystromUpdates.rebuild_from_counts` and BKB's fused round
-    (:func:`~torchbandits.models.nystrom_arms.arm_posterior`)."""
+    Eᵀs)`` (``counts = diag C`` and ``sums = s`` ``[n]``), for
+    :meth:`NystromUpdates.rebuild_from_counts`; BKB's fused round
+    (:func:`~torchbandits.models.nystrom_arms.arm_posterior`) states it on ``Eᵀ`` without ``A⁻¹``."""
     feat = kxz @ linv.mT  # E = K_SZ L⁻ᵀ
     a = (feat.mT * counts) @ feat
     a.diagonal().add_(lam)  # + λI (the off-diagonal zeros of λI add nothing)

@@ -106,6 +106,31 @@ class RLSResampler:
         """Per-point inclusion probabilities (see :func:`inclusion_probabilities`)."""
         return inclusion_probabilities(variances, counts, self.qbar, self.sampler)
 
+    def draw(self, variances: Tensor, counts: Tensor, generator: torch.Generator
+             ) -> tuple[Tensor, Tensor | None]:
+        """The draw of :meth:`resample` without its checks (the policy's per-round path): ``(mask,
+        copies)`` with ``mask`` ``[n]`` on the variances' device and ``copies`` ``[n]`` the
+        selected copies per point, or ``None`` where every selected point is one copy
+        (``"linearized"``, ``"uniform"``: ``m_theory`` is then the dictionary size).
+
+        One comparison per point: ``u < n_a q̄ σ̃²_a`` with ``u ~ U[0, 1)`` keeps the same points as
+        ``u < min(1, n_a q̄ max(σ̃²_a, 0))`` (``u < 1``, ``u ≥ 0``), the clamps are not needed.
+        """
+        dev = variances.device
+        var = variances.to("cpu", torch.float64)
+        cnt = counts.to("cpu", torch.float64)
+        n = var.shape[0]
+        if self.sampler == "all":
+            return torch.ones(n, dtype=torch.bool, device=dev), counts
+        if self.sampler == "binomial":
+            p = torch.clamp(self.qbar * var.clamp_min(0.0), max=1.0)
+            copies = torch.binomial(cnt, p, generator=generator) if n else cnt.clone()
+            return (copies > 0).to(dev), copies.to(dev)
+        u = torch.rand(n, generator=generator, dtype=torch.float64)
+        if self.sampler == "linearized":
+            return torch.lt(u, cnt * self.qbar * var).to(dev), None
+        return torch.lt(u, self.probabilities(var, cnt)).to(dev), None
+
     def resample(self, variances: Tensor, counts: Tensor, generator: torch.Generator) -> Resample:
         """Draw a fresh dictionary over the ``n`` distinct pulled points.
 
@@ -118,21 +143,10 @@ class RLSResampler:
         if variances.shape != counts.shape or variances.dim() != 1:
             raise ValueError(f"variances and counts must be [n] tensors of the same shape, got "
                              f"{tuple(variances.shape)} and {tuple(counts.shape)}")
-        var = variances.detach().to("cpu", torch.float64)
-        cnt = counts.detach().to("cpu", torch.float64)
-        n = var.shape[0]
-        if self.sampler == "all":
-            copies = cnt.clone()
-        elif self.sampler == "binomial":
-            p = torch.clamp(self.qbar * var.clamp_min(0.0), max=1.0)
-            copies = torch.binomial(cnt, p, generator=generator) if n else cnt.clone()
-        else:
-            p = self.probabilities(var, cnt)
-            u = torch.rand(n, generator=generator, dtype=torch.float64)
-            copies = (u < p).to(torch.float64)
-        mask = copies > 0
-        dev = variances.device
-        return Resample(mask=mask.to(dev), copies=copies.to(dev), m_theory=int(copies.sum()))
+        mask, copies = self.draw(variances.detach(), counts.detach(), generator)
+        if copies is None:
+            copies = mask.to(variances.dtype)
+        return Resample(mask=mask, copies=copies, m_theory=int(copies.sum()))
 
     def __repr__(self) -> str:
         return f"RLSResampler(qbar={self.qbar}, sampler={self.sampler!r})"

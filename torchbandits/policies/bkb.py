@@ -40,8 +40,9 @@ from ..kernels import check_kernel, kernel_diag
 from ..models.arm_rows import ArmRowCache, is_row_view
 from ..models.exact import ExactKernelRidge
 from ..models.nystrom import NystromKernelRidge
+from ..models.nystrom_arms import tensor_version
 from ..models.rls import RLSResampler, Sampler, theory_qbar
-from ..validation import check_positive
+from ..validation import as_scalar_reward, check_positive
 from .bkb_batched import with_batch_mode
 from .bkb_posterior import BKBPosterior
 
@@ -140,9 +141,10 @@ class BKB(BKBPosterior):
         self.register_buffer("_sums", torch.zeros(16, dtype=dtype, device=device))
         self.register_buffer("_in_dict", torch.zeros(16, dtype=torch.bool, device=device))
         self._np = 0
-        self._m_theory = 0
+        self._m_theory: int | Tensor = 0
         self._empty_dictionaries = 0
         self._last: dict[str, float] = {}
+        self._view_cache: tuple[Any, ...] | None = None  # see _views
         self.arm_rows = ArmRowCache()
         self._invalidate()
 
@@ -164,22 +166,22 @@ class BKB(BKBPosterior):
     @property
     def pulled(self) -> Tensor:
         """Distinct pulled points ``[n_distinct, d]``."""
-        return self._px[: self._np]
+        return self._views()[0]
 
     @property
     def counts(self) -> Tensor:
         """Pull counts ``n_a`` of the distinct pulled points."""
-        return self._counts[: self._np]
+        return self._views()[1]
 
     @property
     def sums(self) -> Tensor:
         """Reward sums ``b_a`` of the distinct pulled points."""
-        return self._sums[: self._np]
+        return self._views()[2]
 
     @property
     def dictionary_mask(self) -> Tensor:
         """Which distinct pulled points form the current dictionary."""
-        return self._in_dict[: self._np]
+        return self._views()[3]
 
     @property
     def dictionary(self) -> Tensor:
@@ -193,6 +195,7 @@ class BKB(BKBPosterior):
 
     def _invalidate(self) -> None:
         self._model_ok = False
+        self._view_cache = None
         self._scored: dict[str, Any] | None = None  # variances of the current model, last forward
         self._sel: Tensor | None = None  # the dictionary's positions among the pulled points
         self.arm_rows.clear()  # derived data: rebuilt on demand
@@ -202,7 +205,7 @@ class BKB(BKBPosterior):
         return super()._apply(fn, *args, **kwargs)
 
     def _extra_state(self) -> dict[str, Any]:
-        return {"np": self._np, "m_theory": self._m_theory, "empty": self._empty_dictionaries,
+        return {"np": self._np, "m_theory": int(self._m_theory), "empty": self._empty_dictionaries,
                 "last": dict(self._last)}
 
     def _set_extra_state(self, state: dict[str, Any]) -> None:
@@ -248,9 +251,25 @@ class BKB(BKBPosterior):
             return self.warmup_choice(cand)
         with torch.no_grad():
             i = int(torch.argmax(self._ucb(cand)))
-        if self._scored is not None:
-            self._scored["choice"] = i
+        sc = self._scored
+        if sc is not None:
+            sc["choice"], sc["version"] = i, tensor_version(cand)
         return i
+
+    def update(self, x: Any, reward: Any) -> None:
+        """:meth:`Policy.update <torchbandits.policies.base.Policy.update>`; the row that
+        :meth:`select` chose, passed as the view ``candidates[i]`` of candidates not modified
+        in place since (validated then), is not validated again."""
+        sc = self._scored
+        if (sc is not None and self.dim is not None and isinstance(x, Tensor)
+                and is_row_view(x, sc["cand"], sc.get("choice", -1))
+                and sc.get("version") == tensor_version(sc["cand"])):
+            r = as_scalar_reward("reward", reward)
+            with torch.no_grad():
+                self._update(x, r)
+            self.t += 1
+            return
+        super().update(x, reward)
 
     def forward(self, candidates: Tensor) -> Tensor:
         """``ũ_t(x) = μ̃_t(x) + β̃_t σ̃_t(x)`` of every candidate (ridge sd, eq. 4)."""
@@ -259,7 +278,7 @@ class BKB(BKBPosterior):
     def _ucb(self, cand: Tensor) -> Tensor:  # forward on validated candidates [A, d]
         np_ = self._np
         mean, var, used, pvar, pused, idx = self._round_posterior(cand)
-        sum_var = float(torch.dot(self._counts[:np_], pused)) if np_ else 0.0
+        sum_var = float(torch.dot(self._views()[1], pused)) if np_ else 0.0
         kc = self._nys.kernel_constant
         kappa2 = kc if kc is not None else float(kernel_diag(self.kernel, cand).max())
         beta = self.rule.radius(sum_var, self.t, kappa2, self.lam)
@@ -287,7 +306,7 @@ class BKB(BKBPosterior):
             hit = (ref == x).all(-1).nonzero()
             row = int(hit[0, 0]) if hit.numel() else -1
         if row >= 0 and known:
-            pvar, xvar = sc["pvar"], sc["var"][row:row + 1]  # type: ignore[index]
+            pvar, xvar = sc["pvar"], None  # x's own variance is read below if x is new
         else:
             pts = torch.cat([self.pulled, x[None]]) if n else x[None]
             allv = self._dtc(pts)[1]
@@ -310,17 +329,19 @@ class BKB(BKBPosterior):
             self._in_dict = grow_rows(self._in_dict, n + 1)
             self._px[n] = x
             self._np = n + 1
-            variances = torch.cat([pvar, xvar])
+            variances = torch.cat([pvar, sc["var"][row:row + 1] if xvar is None else xvar])  # type: ignore[index]
             self.arm_rows.push(row)
         self._counts.select(0, j).add_(1.0)
         self._sums.select(0, j).add_(reward)
         if self.exact is not None:
             self.exact.append(x, reward)
         # 3. resample the dictionary from scratch (§3.1)
-        res = self.resampler.resample(variances, self.counts, self.generator)
-        self._in_dict[: self._np] = res.mask
-        self._sel = res.mask.nonzero()[:, 0]  # m (a host int): the one sync the draw needs
-        self._m_theory = res.m_theory
+        _, counts, _, in_dict = self._views()
+        mask, copies = self.resampler.draw(variances, counts, self.generator)
+        in_dict.copy_(mask)
+        self._sel = mask.nonzero()[:, 0]  # m (a host int): the one sync the draw needs
+        # Σ copies (Theorem 1's multiset size), read when asked for (no sync here)
+        self._m_theory = self._sel.shape[0] if copies is None else copies.sum()
         if not self._sel.shape[0]:
             self._empty_dictionaries += 1
         self._model_ok = False

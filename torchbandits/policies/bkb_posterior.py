@@ -33,7 +33,8 @@ __all__ = ["BKBPosterior"]
 class BKBPosterior(IndexPolicy):
     """BKB's posterior from its count statistics (module docstring). Uses the state set up by
     :class:`~torchbandits.policies.bkb.BKB`: ``model``, ``kernel``, ``arm_rows``, ``_px``,
-    ``_counts``, ``_sums``, ``_in_dict``, ``_np``, ``_sel``, ``_model_ok``, ``variance_kind``."""
+    ``_counts``, ``_sums``, ``_in_dict``, ``_np``, ``_sel``, ``_model_ok``, ``variance_kind``
+    (and ``_view_cache``, set to ``None`` there)."""
 
     @property
     def _nys(self) -> NystromKernelRidge:
@@ -49,11 +50,29 @@ class BKBPosterior(IndexPolicy):
                 self._ensure_model()
         return super().__getattr__(name)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled / deep-copied without the cached views (a copy of a view does not share the
+        copied buffer's storage); they are made again from the copy's buffers."""
+        state = dict(super().__getstate__())
+        state["_view_cache"] = None
+        return state
+
+    def _views(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """``(pulled, counts, sums, in_dict)``: views of the first ``n_distinct`` rows of the
+        statistics buffers, made again only when ``n_distinct`` or a buffer changes (a round then
+        slices nothing)."""
+        b, n, v = self._buffers, self._np, self._view_cache
+        if (v is None or v[0] != n or v[1] is not b["_px"] or v[2] is not b["_counts"]
+                or v[3] is not b["_sums"] or v[4] is not b["_in_dict"]):
+            bufs = (b["_px"], b["_counts"], b["_sums"], b["_in_dict"])
+            v = self._view_cache = (n, *bufs, tuple(t[:n] for t in bufs))  # type: ignore[assignment]
+        return v[5]  # type: ignore[index]
+
     def _round_posterior(self, cand: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor | None]:
         """``(μ̃, σ̃², used σ̃², σ̃² and used σ̃² at the pulled points, idx)`` (ridge variances; ``idx``:
         the pulled points' rows when ``cand`` is the fixed arm set, else ``None``)."""
         np_ = self._np
-        idx = self.arm_rows.fixed_rows(self._px[:np_], cand) if np_ else None
+        idx = self.arm_rows.fixed_rows(self._views()[0], cand) if np_ else None
         fused = self._fused(cand, idx) if idx is not None else None
         if fused is None:
             mean, var, used = self._dtc(cand, idx)
@@ -66,7 +85,7 @@ class BKBPosterior(IndexPolicy):
     def _positions(self) -> Tensor:
         """``[m]`` positions of the dictionary among the pulled points (kept from the last draw)."""
         if self._sel is None:
-            self._sel = self._in_dict[: self._np].nonzero()[:, 0]
+            self._sel = self._views()[3].nonzero()[:, 0]
         return self._sel
 
     def _ensure_model(self, kza: Tensor | None = None, idx: Tensor | None = None,
@@ -83,10 +102,10 @@ class BKBPosterior(IndexPolicy):
         elif kza is None or idx is None or sel is None:
             self._nys.rebuild(self.dictionary, self.pulled, self.sums, self.counts)
         else:
-            pulled = self._px[:np_]
+            pulled, counts, sums, _ = self._views()
             kpz = kza.index_select(1, idx).mT
-            self._nys.rebuild_from_counts(pulled.index_select(0, sel), pulled, self._sums[:np_],
-                                           self._counts[:np_], kzz=kpz.index_select(0, sel), kxz=kpz)
+            self._nys.rebuild_from_counts(pulled.index_select(0, sel), pulled, sums, counts,
+                                           kzz=kpz.index_select(0, sel), kxz=kpz)
         self._model_ok = True
 
     def _residual(self, cand: Tensor) -> Tensor:
@@ -137,9 +156,9 @@ class BKBPosterior(IndexPolicy):
         kza = self._dictionary_rows(cand, idx, sel) if sel.shape[0] else None
         if kza is None:
             return None
-        n, lam = self._np, model.lam
-        mean, var_gp = arm_posterior(kza, idx, sel, self._counts[:n], self._sums[:n], lam, kc,
-                                     model.jitter)
+        _, counts, sums, _ = self._views()
+        lam = model.lam
+        mean, var_gp = arm_posterior(kza, idx, sel, counts, sums, lam, kc, model.jitter)
         return mean, var_gp / lam
 
     def _pulled_variances(self, cand: Tensor, var: Tensor, used: Tensor,
