@@ -313,13 +313,7 @@ def test_state_dict_round_trip_mid_batch_continues_identically(name: str) -> Non
         fresh.update(cand[rows, b], reward)
 
 
-DTYPE_CASES = [pytest.param(n, marks=pytest.mark.xfail(
-    strict=True, reason="the batched CMM dual (confidence/batched.py) is solved in the model's "
-    "dtype; the sequential CMMBound casts to float64 first (cmm_dual._Float64Data): in float32 "
-    "the batched bounds are off by ~2")) if n == "cmm-ucb" else n for n in POLICIES]
-
-
-@pytest.mark.parametrize("name", DTYPE_CASES)
+@pytest.mark.parametrize("name", list(POLICIES))
 def test_to_dtype_mid_batch(name: str) -> None:
     """``.to(float32)`` mid-batch: the batch goes on in float32 (scores near the float64 ones,
     indices ``[R]``); ``.double()`` back gives the float64 scores again to float32 rounding."""

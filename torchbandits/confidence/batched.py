@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..kernels import kernel_diag, kernel_matrix
 from ..models.batched_exact import BatchedExactKernelRidge
 from .alpha_search import SIDES, dual_objective, dual_slopes, log_alpha_grid, min_over_alpha
 from .amm_dmm import AMMBound, DMMBound
@@ -214,6 +215,17 @@ def _cmm_bounds(rule: CMMBound, model: BatchedExactKernelRidge, cand: Tensor, wh
     """Kernel CMM (Flynn & Reeb 2024, §5.3) by the dual for ``R`` runs; a fresh ``eigh`` every
     round (the sequential rule's bordered eigenbasis from ``border_min_n`` points on is the same
     bound, computed another way)."""
+    if cand.dtype != torch.float64 and model.n:
+        # the dual is solved in float64 whatever the model's dtype, as the sequential rule does
+        # (in float32 the dual's minimiser moves enough to change the choices)
+        kq, kdiag, r2, (evals, evecs, ytil) = _float64_dual_inputs(rule, model, cand)
+        ucb, lcb, s = batched_dual_ucb(evals, evecs, ytil, kq, kdiag, r2, rule.norm_bound,
+                                       rule.alpha0, which=which, grid_decades=rule.grid_decades,
+                                       grid_per_decade=rule.grid_per_decade,
+                                       steps=rule.newton_steps)
+        ucb, lcb = (None if b is None else b.to(cand.dtype) for b in (ucb, lcb))
+        return ucb, lcb, {"r2": r2.to(cand.dtype),
+                          "log_alpha_ratio": (s - math.log(rule.alpha0)).mean(-1).to(cand.dtype)}
     kq, kdiag = model.kernel_columns(cand)
     if model.n == 0:
         lim = rule.norm_bound * torch.sqrt(kdiag)
@@ -224,6 +236,27 @@ def _cmm_bounds(rule: CMMBound, model: BatchedExactKernelRidge, cand: Tensor, wh
                                    rule.alpha0, which=which, grid_decades=rule.grid_decades,
                                    grid_per_decade=rule.grid_per_decade, steps=rule.newton_steps)
     return ucb, lcb, {"r2": r2, "log_alpha_ratio": (s - math.log(rule.alpha0)).mean(-1)}
+
+
+def _float64_dual_inputs(rule: CMMBound, model: BatchedExactKernelRidge, cand: Tensor
+                         ) -> tuple[Tensor, Tensor, Tensor, tuple[Tensor, Tensor, Tensor]]:
+    """The dual's inputs of a model kept in a lower precision, from its data lifted to float64:
+    ``K_SC [R, n, A]``, ``k_CC [R, A]``, ``R_t² [R]`` (Eq. 8 at ``α₀ = σ²/c``, from one float64
+    Cholesky of ``K + α₀I``) and the spectrum ``(e [R, n], Q [R, n, n], Qᵀy [R, n])``."""
+    x, y, c64 = model.x.to(torch.float64), model.y.to(torch.float64), cand.to(torch.float64)
+    kq = kernel_matrix(model.kernel, x, c64)
+    kdiag = kernel_diag(model.kernel, c64.reshape(-1, c64.shape[-1])).reshape(c64.shape[:2])
+    gram = kernel_matrix(model.kernel, x, x)
+    s2, n = rule.noise_std**2, model.n
+    a0 = s2 / rule.c
+    eye = torch.eye(n, dtype=torch.float64, device=x.device)
+    chol = torch.linalg.cholesky(gram + a0 * eye)
+    z = torch.linalg.solve_triangular(chol, y[..., None], upper=False)[..., 0]
+    log_det = 2.0 * torch.log(torch.diagonal(chol, dim1=-2, dim2=-1)).sum(-1) - n * math.log(a0)
+    r2 = a0 * (z * z).sum(-1) + s2 * log_det + 2.0 * s2 * math.log(1.0 / rule.delta)
+    evals, evecs = torch.linalg.eigh(gram)
+    evals = torch.clamp(evals, min=0.0)
+    return kq, kdiag, r2, (evals, evecs, (evecs.mT @ y[..., None])[..., 0])
 
 
 def batched_bounds(rule: ConfidenceRule, model: BatchedExactKernelRidge, cand: Tensor, t: int,
