@@ -91,7 +91,7 @@ def test_kill_driver_then_resume(ray_cluster, uninterrupted, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "torchbandits.cli", "sweep", str(spec_file), "--out",
                              str(out), "--address", ray_cluster, "--workers", "1"], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
+    deadline = time.time() + 600  # a loaded machine starts Ray slowly (minutes)
     while not list(out.glob("trials/*/done.json")) and time.time() < deadline and proc.poll() is None:
         time.sleep(0.01)
     children = _descendants(proc.pid)
