@@ -125,7 +125,7 @@ class BKBBatchPosterior:
                 kpz = kza.mT[ar, idx]                                            # [k, n, M]
                 kzz = kpz[ar, sel]
                 system = dtc_system(kpz, kzz, live, counts, sums, take(lam), kc, jit, (lo, hi),
-                                    self._lam_scalar)
+                                    self._lam_scalar, half=True)
                 mean, var = system.scores(kza, kd, kc)
                 pvar = var.gather(1, idx)
             else:
