@@ -13,8 +13,9 @@ The registry's ``bkb`` (Theorem 1's β̃_t, λ = ξ², q̄ = 5) on ``rkhs`` with
 scaled by ``R/k``).
 
 Each row also gives the batched round's arithmetic: the scoring product
-``W K_ZA`` (``(2M+1)·M·A`` multiply-adds per run, ``M`` the largest dictionary of the batch,
-sampled at the end) and the sequential one (``(2m_r+1)·m_r·A``) — over the measured one-thread
+``W K_ZA`` (half-width ``W = [HᵀP; wᵀP]``: ``(M+1)·M·A`` multiply-adds per run, ``M`` the
+largest dictionary of the batch, sampled at the end) and the sequential one (``(m_r+1)·m_r·A``) —
+over the measured one-thread
 float64 rate of that product's shape (``gemm_gflops``), the time those flops alone take. Writes
 ``bench.json`` and ``table.md`` to ``--out``.
 """
@@ -45,15 +46,15 @@ def _cpu(fn):  # type: ignore[no-untyped-def]
 
 
 def gemm_rate(m: int, a: int, runs: int = 8) -> float:
-    """GFLOP/s of the batched scoring product ``[R, 2m+1, m] @ [R, m, A]`` on this thread."""
-    w = torch.randn(runs, 2 * m + 1, m, dtype=torch.float64)
+    """GFLOP/s of the batched scoring product ``[R, m+1, m] @ [R, m, A]`` on this thread."""
+    w = torch.randn(runs, m + 1, m, dtype=torch.float64)
     k = torch.randn(runs, m, a, dtype=torch.float64)
     times = []
     for _ in range(5):
         t0 = time.perf_counter()
         w @ k
         times.append(time.perf_counter() - t0)
-    return 2.0 * runs * (2 * m + 1) * m * a / statistics.median(times) / 1e9
+    return 2.0 * runs * (m + 1) * m * a / statistics.median(times) / 1e9
 
 
 def bench_bkb(runs: int, horizon: int, n_arms: int, dim: int, repeats: int,
@@ -80,8 +81,8 @@ def bench_bkb(runs: int, horizon: int, n_arms: int, dim: int, repeats: int,
             "batched_steps_per_s": runs * horizon / b_s, "sequential_steps_per_s":
             runs * horizon / s_s, "same_actions": same, "m_max": mx,
             "m_mean": sum(sizes) / len(sizes),
-            "scoring_mflop_batched": 2e-6 * runs * (2 * mx + 1) * mx * n_arms,
-            "scoring_mflop_sequential": 2e-6 * sum((2 * m + 1) * m * n_arms for m in sizes),
+            "scoring_mflop_batched": 2e-6 * runs * (mx + 1) * mx * n_arms,
+            "scoring_mflop_sequential": 2e-6 * sum((m + 1) * m * n_arms for m in sizes),
             "sequential_runs_timed": k}
 
 

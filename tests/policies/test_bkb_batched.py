@@ -109,8 +109,9 @@ def test_simulate_batch_equals_simulate() -> None:
         for key in ("dictionary_size", "m_theory", "n_distinct", "empty_dictionaries"):
             assert run.diagnostics[key] == seq.diagnostics[key], key
         assert run.diagnostics["beta"] == pytest.approx(seq.diagnostics["beta"], abs=1e-10, rel=0)
-        # a sum of A = 60 posterior variances (up to ~12): the batched DTC system and the
-        # sequential half-width scoring round differently, to ~1e-11 relative
+        # a sum of A = 60 posterior variances (up to ~12): both score by the half-width product
+        # [HᵀP; wᵀP] K_ZA, but the batched (padded) products round differently from the
+        # sequential ones, to ~1e-11 relative
         assert run.diagnostics["sum_var"] == pytest.approx(seq.diagnostics["sum_var"], abs=1e-10,
                                                            rel=1e-10)
 
@@ -212,9 +213,10 @@ def test_state_dict_round_trip_mid_batch(env_name: str, kwargs: dict) -> None:
     assert fresh.n_runs == 3 and fresh.t == 40
     for t in range(60):
         cand = benv.candidates()
-        # the fresh policy's first round evaluates the kernel (its cache of the fixed arm set's
-        # kernel rows is built when it sees the same arms again): rounding apart, then equal
-        torch.testing.assert_close(fresh(cand), policy(cand), atol=1e-12 if t == 0 else 0, rtol=0)
+        # the fresh policy's first round evaluates the kernel and scores by the full product
+        # (its cache of the fixed arm set's kernel rows is built when it sees the same arms
+        # again, then the half-width product): rounding apart, then equal
+        torch.testing.assert_close(fresh(cand), policy(cand), atol=1e-11 if t == 0 else 0, rtol=0)
         idx = policy.select(cand)
         assert torch.equal(fresh.select(cand), idx)
         reward, _ = benv.pull(idx)
@@ -293,3 +295,35 @@ def test_cli_batch_on_equals_batch_off(tmp_path: Path, capsys: pytest.CaptureFix
         assert sorted(on[name]) == sorted(off[name])
         assert on[name]["diagnostics"]["dictionary_size"] == off[name]["diagnostics"]["dictionary_size"]
     capsys.readouterr()
+
+
+def test_half_width_scores_equal_the_full_product() -> None:
+    """``dtc_system(half=True)``: the half-width product ``[HᵀP; wᵀP] K_ZA`` gives the full
+    product's ``(μ̃, λσ̃²)`` to rounding on padded runs (m = 5, 3, 1 of M = 5: ``G``'s padded
+    block is the identity and adds nothing; a run with no pulls has ``A = λI``, ``G ≈ 0``), and
+    the per-run full product of the fallback runs (``G``'s Cholesky failed) too."""
+    from torchbandits.models.batched_dtc import dtc_system
+    gen = torch.Generator().manual_seed(3)
+    arms = torch.rand(40, 2, generator=gen, dtype=F64)
+    kern = torch.exp(-torch.cdist(arms, arms).square() / (2 * 0.3 ** 2))        # k(x, x) = 1
+    sizes, n = [5, 3, 1, 4], 7
+    idx = torch.stack([torch.randperm(40, generator=gen)[:n] for _ in sizes])  # [R, n]
+    live = torch.arange(5)[None, :] < torch.tensor(sizes)[:, None]
+    sel = torch.where(live, torch.arange(5)[None, :], 0)
+    kza = torch.stack([kern[idx[r, sel[r]]] for r in range(len(sizes))])       # [R, M, A]
+    kpz = torch.stack([kza[r].mT[idx[r]] for r in range(len(sizes))])          # [R, n, M]
+    kzz = torch.stack([kpz[r, sel[r]] for r in range(len(sizes))])
+    counts = torch.randint(1, 4, (len(sizes), n), generator=gen).to(F64)
+    counts[3] = 0.0                                                              # no pulls
+    sums = torch.randn(len(sizes), n, generator=gen, dtype=F64) * counts
+    lam = torch.full((len(sizes),), 0.5, dtype=F64)
+    full = dtc_system(kpz, kzz, live, counts, sums, lam, 1.0, lam_scalar=0.5)
+    half = dtc_system(kpz, kzz, live, counts, sums, lam, 1.0, lam_scalar=0.5, half=True)
+    assert half.half is not None and half.half.shape == (4, 6, 5) and half.rank == sizes
+    want = full.scores(kza, 1.0, 1.0)
+    for got, ref in zip(half.scores(kza, 1.0, 1.0), want):
+        torch.testing.assert_close(got, ref, atol=1e-12, rtol=0)
+    torch.testing.assert_close(want[1][3], torch.ones(40, dtype=F64), atol=1e-12, rtol=0)
+    half.fallback = [0, 3]                      # the per-run full product of the fallback
+    for got, ref in zip(half.scores(kza, 1.0, 1.0), want):
+        torch.testing.assert_close(got, ref, atol=1e-12, rtol=0)

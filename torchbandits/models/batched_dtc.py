@@ -17,18 +17,28 @@ with pull counts ``c`` and reward sums ``s`` (padded to ``N`` with ``c = s = 0``
   ``μ̃ = wᵀf`` and ``λσ̃² = k − ‖f‖² + λfᵀA⁻¹f`` at every candidate (the padded rows of ``W`` are
   0, so the junk kernel rows of padded anchors drop out); a run with fewer candidates than
   anchors is scored by ``f = P k_Z`` and ``A⁻¹f`` instead, as the sequential model does
-  (:meth:`DTCSystem.scores`).
+  (:meth:`DTCSystem.scores`);
+* **half-width** (``half=True``, a stationary kernel: the fixed arm set's fused round of
+  :func:`~torchbandits.models.nystrom_arms.arm_posterior`): ``A = RRᵀ``, ``N = R⁻¹``,
+  ``w = NᵀN Eᵀs`` and ``G = I − λNᵀN = HHᵀ`` (one batched Cholesky), so that
+  ``λσ̃² = k − ‖HᵀP k_Z‖²``; one product with ``W = [HᵀP; wᵀP]`` ``[R, M+1, M]``, half the rows.
+  A dead coordinate (a padded anchor, or a null row of a pivoted ``P``) has ``A = λ``, so ``G``
+  is 0 there: its block of ``G`` is replaced by the identity (``H`` is then the identity there,
+  decoupled from the live block, and the zero rows of ``P`` make those rows of ``HᵀP`` exactly
+  0). A run whose live ``G`` is numerically singular (Cholesky fails) is scored alone by the
+  full product with ``A⁻¹ = NᵀN``, as the sequential fallback.
 
 ``λ`` may differ per run (``[R]``). The numbers are the sequential ones up to BLAS rounding.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
+from .nystrom import whitened_scores, whitened_scoring_matrix
 from .nystrom_updates import PIVOT_TOL, whitening
 
 __all__ = ["DTCSystem", "batched_whitening", "compact_positions", "dtc_system"]
@@ -75,7 +85,9 @@ def batched_whitening(kzz: Tensor, live: Tensor, scale: Tensor) -> Tensor:
 class DTCSystem:
     """The rebuilt posterior of ``R`` padded dictionaries: ``P`` and ``A⁻¹`` ``[R, M, M]``, mean
     weights ``w = A⁻¹Eᵀs`` ``[R, M]``, ``λ`` ``[R]`` (``lam_scalar``: the common λ, if any),
-    dictionary sizes ``[R]`` and their range ``(m_min, m_max)`` on the host."""
+    dictionary sizes ``[R]`` and their range ``(m_min, m_max)`` on the host. With the half-width
+    form (:func:`half_width`): ``half`` = ``[HᵀP; wᵀP]`` ``[R, M+1, M]``, ``n_inv`` = ``N``
+    ``[R, M, M]``, the live widths ``rank`` (rows of ``P`` not 0) and the ``fallback`` runs."""
 
     p: Tensor
     a_inv: Tensor
@@ -85,6 +97,10 @@ class DTCSystem:
     m_range: tuple[int, int]
     lam_scalar: float | None = None
     _big: Tensor | None = None
+    half: Tensor | None = None
+    n_inv: Tensor | None = None
+    rank: list[int] = field(default_factory=list)
+    fallback: list[int] = field(default_factory=list)
 
     def scoring_matrix(self) -> Tensor:
         """``W = [P; (λA⁻¹ − I)P; wᵀP]`` ``[R, 2M+1, M]`` (built once)."""
@@ -102,7 +118,10 @@ class DTCSystem:
         """``(μ̃, λσ̃²)`` ``([R, A], [R, A])`` of points with kernel columns ``kz`` ``[R, M, A]``,
         clamped to ``[0, k]``, run by run as the sequential model scores them: with ``A ≥ m_r``
         (or ``many``) one product with :meth:`scoring_matrix` (``λσ̃² = k + fᵀh``), else
-        ``f = P k_Z``, ``λσ̃² = (k − ‖f‖²)₊ + λ fᵀA⁻¹f``."""
+        ``f = P k_Z``, ``λσ̃² = (k − ‖f‖²)₊ + λ fᵀA⁻¹f``. With the half-width form (and not
+        ``many``): :meth:`half_scores`."""
+        if self.half is not None and kconst is not None and not many:
+            return self.half_scores(kz, kconst)
         mm, na = kz.shape[1], kz.shape[2]
         mean = var = None
         if many or na >= self.m_range[0]:
@@ -128,10 +147,52 @@ class DTCSystem:
             return mean, var.clamp_(0.0, kconst)
         return mean, torch.minimum(var.clamp_(min=0.0), kdiag)
 
+    def half_scores(self, kz: Tensor, kconst: float) -> tuple[Tensor, Tensor]:
+        """``(μ̃, λσ̃²)`` ``([R, A], [R, A])`` by the half-width product ``[HᵀP; wᵀP] k_Z``:
+        ``λσ̃² = (k − ‖HᵀP k_Z‖²)₊`` (``≤ k``); the ``fallback`` runs by the full product on
+        their live block, as :func:`~torchbandits.models.nystrom_arms.arm_posterior`."""
+        assert self.half is not None and self.n_inv is not None
+        mm = kz.shape[1]
+        out = self.half @ kz                                                  # [R, M+1, A]
+        g = out[:, :mm]
+        mean, var = out[:, mm], torch.rsub((g * g).sum(1), kconst).clamp_min_(0.0)
+        for run in self.fallback:                  # G numerically singular: run alone
+            r, m = self.rank[run], int(self.sizes[run])
+            n_inv = self.n_inv[run, :r, :r]
+            lam = self.lam_scalar if self.lam_scalar is not None else float(self.lam[run])
+            wm = whitened_scoring_matrix(self.p[run, :r, :m], n_inv.mT @ n_inv, self.w[run, :r],
+                                         lam)
+            mean[run], v = whitened_scores(wm @ kz[run, :m], r, kconst)
+            var[run] = v.clamp_(0.0, kconst)
+        return mean, var
+
+
+def half_width(system: DTCSystem, chol_a: Tensor, et_s: Tensor) -> None:
+    """Set ``system`` up for the half-width product (module docstring): ``N = R⁻¹`` from the
+    Cholesky factors ``chol_a`` ``[R, M, M]`` of ``A``, ``w = NᵀN Eᵀs`` (``et_s`` ``[R, M]``),
+    ``G = I − λNᵀN`` with the identity on its dead block, ``H`` and ``[HᵀP; wᵀP]``; the runs
+    whose ``G`` Cholesky fails are the ``fallback`` (one host read of the flags and widths)."""
+    p = system.p
+    eye = torch.eye(p.shape[-1], dtype=p.dtype, device=p.device).expand_as(chol_a)
+    n_inv = torch.linalg.solve_triangular(chol_a, eye, upper=False)
+    w = (n_inv.mT @ (n_inv @ et_s[..., None]))[..., 0]
+    if system.lam_scalar is not None:
+        g = torch.baddbmm(eye, n_inv.mT, n_inv, alpha=-system.lam_scalar)
+    else:
+        g = eye - (n_inv.mT @ n_inv) * system.lam[:, None, None]
+    alive = (p != 0).any(-1)                                              # [R, M]
+    g = torch.where(alive[:, :, None] & alive[:, None, :], g, 0.0) + torch.diag_embed(
+        (~alive).to(g.dtype))
+    h, info = torch.linalg.cholesky_ex(g)
+    system.w, system.n_inv = w, n_inv
+    system.half = torch.cat([h.mT, w[:, None, :]], dim=1) @ p             # [R, M+1, M]
+    system.rank = alive.sum(-1).tolist()
+    system.fallback = info.nonzero()[:, 0].tolist() if bool((info != 0).any()) else []
+
 
 def dtc_system(kpz: Tensor, kzz: Tensor, live: Tensor, counts: Tensor, sums: Tensor, lam: Tensor,
                kconst: float | None, jitter: float = 0.0, m_range: tuple[int, int] | None = None,
-               lam_scalar: float | None = None) -> DTCSystem:
+               lam_scalar: float | None = None, half: bool = False) -> DTCSystem:
     """Rebuild every run's posterior from scratch (module docstring).
 
     Args:
@@ -143,6 +204,8 @@ def dtc_system(kpz: Tensor, kzz: Tensor, live: Tensor, counts: Tensor, sums: Ten
         kconst: the constant ``k(x, x)`` of a stationary kernel, else ``None``.
         jitter: nugget ``η`` on the diagonal of ``K_ZZ`` (as the sequential model's).
         m_range: ``(min, max)`` of the dictionary sizes (read from ``live`` if not given).
+        half: also set up the half-width product (:func:`half_width`; needs ``kconst``), which
+            :meth:`DTCSystem.scores` then uses for the candidates.
     """
     mm = kzz.shape[-1]
     scale = (kzz.new_full((kzz.shape[0],), kconst) if kconst is not None
@@ -153,10 +216,15 @@ def dtc_system(kpz: Tensor, kzz: Tensor, live: Tensor, counts: Tensor, sums: Ten
     feat = kpz @ p.mT                                                    # E [R, N, M]
     a = (feat.mT * counts[:, None, :]) @ feat
     a.diagonal(dim1=-2, dim2=-1).add_(lam[:, None])
-    a_inv = torch.cholesky_inverse(torch.linalg.cholesky_ex(a)[0])
-    w = (a_inv @ (feat.mT @ sums[..., None]))[..., 0]                    # [R, M]
+    chol_a = torch.linalg.cholesky_ex(a)[0]
+    a_inv = torch.cholesky_inverse(chol_a)
+    et_s = (feat.mT @ sums[..., None])[..., 0]                           # Eᵀs [R, M]
+    w = (a_inv @ et_s[..., None])[..., 0]                                # [R, M]
     sizes = live.sum(-1)
     if m_range is None:
         lo, hi = torch.aminmax(sizes)
         m_range = (int(lo), int(hi))
-    return DTCSystem(p, a_inv, w, lam, sizes, m_range, lam_scalar)
+    system = DTCSystem(p, a_inv, w, lam, sizes, m_range, lam_scalar)
+    if half and kconst is not None:
+        half_width(system, chol_a, et_s)
+    return system

@@ -4,13 +4,16 @@ that turns every run's count statistics and dictionary into ``(μ̃, σ̃²)`` a
 at the pulled points.
 
 Runs are processed in groups (beyond :data:`CHUNK` runs, sorted by dictionary size, so that each
-group works at its own width ``M_g``: the padded work is ``Σ_g k_g (2M_g + 1) M_g A`` instead of
-``R (2M + 1) M A``). Two routes to the same numbers, as the sequential policy's:
+group works at its own width ``M_g``: the padded work is ``Σ_g k_g (M_g + 1) M_g A`` instead of
+``R (M + 1) M A``). Two routes to the same numbers, as the sequential policy's:
 
 * **cached** (the same candidate tensor as the round before, a fixed arm set): the kernel rows
   of every run's pulled arms over the arms ``[R, n, A]`` are computed once per pulled arm, and a
-  round gathers ``K_ZA``, ``K_PZ`` and ``K_ZZ`` from them;
-* **direct**: the kernel blocks are evaluated (contextual candidates, fresh arm sets).
+  round gathers ``K_ZA``, ``K_PZ`` and ``K_ZZ`` from them and scores the arms by the half-width
+  product ``[HᵀP; wᵀP] K_ZA`` (``half=True`` of :func:`~torchbandits.models.batched_dtc.dtc_system`,
+  as the sequential :func:`~torchbandits.models.nystrom_arms.arm_posterior`);
+* **direct**: the kernel blocks are evaluated (contextual candidates, fresh arm sets) and scored
+  by the full product ``[P; (λA⁻¹ − I)P; wᵀP]``, as the sequential model.
 """
 
 from __future__ import annotations
@@ -125,7 +128,7 @@ class BKBBatchPosterior:
                 kpz = kza.mT[ar, idx]                                            # [k, n, M]
                 kzz = kpz[ar, sel]
                 system = dtc_system(kpz, kzz, live, counts, sums, take(lam), kc, jit, (lo, hi),
-                                    self._lam_scalar)
+                                    self._lam_scalar, half=True)
                 mean, var = system.scores(kza, kd, kc)
                 pvar = var.gather(1, idx)
             else:
