@@ -37,12 +37,13 @@ from ..batching import check_batch_points, check_batch_rewards, check_batched_ca
 from ..confidence.bkb_batched import batched_bkb_radius
 from ..models.batched_counts import BatchedCounts
 from ..models.batched_nystrom_state import batched_kernel
+from .batch_mode import BatchModeMixin
 from .bkb_batched_posterior import BKBBatchPosterior
 
 __all__ = ["BKBBatchMixin", "with_batch_mode"]
 
 
-class BKBBatchMixin(BKBBatchPosterior):
+class BKBBatchMixin(BatchModeMixin, BKBBatchPosterior):
     """The batched branch of :class:`~torchbandits.policies.BKB` (module docstring); single-run
     calls go to the sequential class unchanged. Installed in front of it by
     :func:`with_batch_mode`."""
@@ -63,13 +64,9 @@ class BKBBatchMixin(BKBBatchPosterior):
         return None
 
     @property
-    def batchable(self) -> bool:
-        """Whether ``reset(seed=[…])`` can start a batch (see :meth:`why_not_batched`)."""
-        return self.why_not_batched() is None
-
-    @property
     def n_runs(self) -> int | None:
-        """``R`` in batched mode, ``None`` for a single run."""
+        """``R`` in batched mode, ``None`` for a single run (the runs' streams are a list of
+        generators, one per run)."""
         return None if self.gens is None else len(self.gens)
 
     @property
