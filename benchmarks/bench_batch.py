@@ -162,6 +162,9 @@ def bench_env(name: str, runs: list[int], horizon: int, repeats: int,
                              s, diagnostics_every=0) for s in seeds]
 
         tb, ts = [], []
+        if dev.type == "cuda":  # warm-up: CUDA context, cuBLAS/cuSOLVER handles, kernel loads
+            simulate_batch(make_policy(policy, benv, **TV_LEARNING.get(policy, {}), **pkw),
+                           benv, min(horizon, 20), seeds[:2], diagnostics_every=0)
         for _ in range(repeats):  # alternate A/B
             cb, res_b = _timed(batched, dev)
             cs, res_s = _cpu(sequential)
@@ -174,7 +177,8 @@ def bench_env(name: str, runs: list[int], horizon: int, repeats: int,
                "batched_steps_per_s": n * horizon / b if b > 0 else float("inf"),
                "sequential_steps_per_s": n * horizon / s if s > 0 else float("inf"),
                "speedup": s / b if b > 0 else float("inf"), "same_actions": same,
-               "sequential_runs_timed": n_seq, "device": str(dev)}
+               "sequential_runs_timed": n_seq, "device": str(dev),
+               "memory_bytes_per_run": res_b[0].memory_bytes}
         if policy in LEARNING:
             env.reset(0)
             cand = env.candidates()

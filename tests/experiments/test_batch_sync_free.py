@@ -276,12 +276,26 @@ def test_memory_is_recorded_per_run_and_survives_json() -> None:
     assert random_runs[0].memory_bytes < 64    # no posterior: a few scalars
 
 
+#: (policy, its keyword arguments, environment, its keyword arguments) run on CUDA under the
+#: sync-debug mode: every batched policy whose CPU round makes no host read (above)
+CUDA_CASES = [(p, {}, "rkhs", {"dim": 3, "n_arms": 30})
+              for p in ("kucb", "kucb-theory", "gpucb", "random", "gpucb-srinivas", "ay-gpucb",
+                        "cgpucb")] + [
+    (p, {"horizon": 200}, "rkhs", {"dim": 3, "n_arms": 30})
+    for p in ("amm-ucb", "aygp-ucb", "dmm-ucb", "cmm-ucb", "igp-ucb")] + [
+    ("amm-ucb", {"horizon": 200}, "rkhs", {"dim": 2, "n_arms": 20, "fixed_arms": True}),
+    ("dmm-ucb", {"horizon": 200}, "rkhs", {"dim": 2, "n_arms": 20, "fixed_arms": True}),
+    ("r-gpucb", {"period": 7, "tie_break": "first"}, "tv-rotation", {"horizon": 100}),
+    ("sw-gpucb", {"window": 6, "tie_break": "first"}, "tv-rotation", {"horizon": 100})]
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("policy", ["kucb", "gpucb", "random", "gpucb-srinivas", "ay-gpucb",
-                                    "amm-ucb"])
-def test_cuda_batched_loop_under_sync_debug_error(monkeypatch: pytest.MonkeyPatch,
-                                                  policy: str) -> None:
-    """On a GPU: every round runs under ``torch.cuda.set_sync_debug_mode("error")``."""
+@pytest.mark.parametrize(("policy", "policy_kwargs", "env_name", "env_kwargs"), CUDA_CASES)
+def test_cuda_batched_loop_under_sync_debug_error(monkeypatch: pytest.MonkeyPatch, policy: str,
+                                                  policy_kwargs: dict[str, Any], env_name: str,
+                                                  env_kwargs: dict[str, Any]) -> None:
+    """On a GPU: every round runs under ``torch.cuda.set_sync_debug_mode("error")``; the runs
+    equal the sequential CPU runs."""
     mark = batch_module._StepClock.mark
 
     def strict_mark(self: Any) -> None:
@@ -293,15 +307,16 @@ def test_cuda_batched_loop_under_sync_debug_error(monkeypatch: pytest.MonkeyPatc
             torch.cuda.set_sync_debug_mode("error")
 
     monkeypatch.setattr(batch_module._StepClock, "mark", strict_mark)
-    env = make_env("rkhs", dim=3, n_arms=30, device="cuda")
+    env = make_env(env_name, **env_kwargs, device="cuda")
     try:
-        runs = simulate_batch(make_policy(policy, env, device="cuda"), env, 20, [0, 1, 2],
-                              sync_every=7)
+        runs = simulate_batch(make_policy(policy, env, **policy_kwargs, device="cuda"), env, 20,
+                              [0, 1, 2], sync_every=7)
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    cpu_env = make_env("rkhs", dim=3, n_arms=30)
+    cpu_env = make_env(env_name, **env_kwargs)
     for res in runs:
-        assert res.actions == simulate(make_policy(policy, cpu_env), cpu_env, 20, res.seed).actions
+        seq = simulate(make_policy(policy, cpu_env, **policy_kwargs), cpu_env, 20, res.seed)
+        assert res.actions == seq.actions
         assert res.memory_bytes is not None and res.memory_bytes > 0
 
 
