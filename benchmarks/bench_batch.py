@@ -114,7 +114,8 @@ def _device_env(name: str, horizon: int, device: torch.device):  # type: ignore[
     kwargs = dict(ENVS[name])
     if registry.startswith("tv-"):
         kwargs["horizon"] = max(horizon, 2)
-    if "device" in inspect.signature(resolve(ENVIRONMENTS[registry])).parameters:
+    params = inspect.signature(resolve(ENVIRONMENTS[registry])).parameters
+    if "device" in params or registry.startswith("tv-"):   # the tv- envs pass it to their base
         kwargs["device"] = str(device)
     return make_env(registry, **kwargs)
 

@@ -101,7 +101,8 @@ class DeferredChecks:
         if not self._first:
             return []
         names = list(self._first)
-        flat = torch.cat([self._first[k] for k in names]).tolist()
+        home = self._first[names[0]].device   # flags of a CPU environment beside a CUDA policy
+        flat = torch.cat([self._first[k].to(home) for k in names]).tolist()
         out, start = [], 0
         for k in names:
             size = self._first[k].numel()

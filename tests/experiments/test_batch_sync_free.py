@@ -282,7 +282,11 @@ CUDA_CASES = [(p, {}, "rkhs", {"dim": 3, "n_arms": 30})
               for p in ("kucb", "kucb-theory", "gpucb", "random", "gpucb-srinivas", "ay-gpucb",
                         "cgpucb")] + [
     (p, {"horizon": 200}, "rkhs", {"dim": 3, "n_arms": 30})
-    for p in ("amm-ucb", "aygp-ucb", "dmm-ucb", "cmm-ucb", "igp-ucb")] + [
+    for p in ("amm-ucb", "aygp-ucb", "dmm-ucb", "igp-ucb")] + [
+    pytest.param("cmm-ucb", {"horizon": 200}, "rkhs", {"dim": 3, "n_arms": 30},
+                 marks=pytest.mark.xfail(raises=RuntimeError, strict=True, reason=(
+                     "CMM's dual needs the spectrum of K_t: torch.linalg.eigh on CUDA reads "
+                     "cuSOLVER's convergence flag on the host (one sync per round)")))] + [
     ("amm-ucb", {"horizon": 200}, "rkhs", {"dim": 2, "n_arms": 20, "fixed_arms": True}),
     ("dmm-ucb", {"horizon": 200}, "rkhs", {"dim": 2, "n_arms": 20, "fixed_arms": True}),
     ("r-gpucb", {"period": 7, "tie_break": "first"}, "tv-rotation", {"horizon": 100}),

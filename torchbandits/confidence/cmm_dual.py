@@ -47,7 +47,8 @@ def spectrum(model, cache: Spectrum | None = None) -> Spectrum:
     """The :class:`Spectrum` of ``model`` (``ExactKernelRidge``): O(t³) ``eigh`` of ``K_t``,
     reused when ``cache`` holds the same data."""
     x, y = model.x, model.y
-    if cache is not None and cache.x.shape == x.shape and torch.equal(cache.x, x) and torch.equal(cache.y, y):
+    if (cache is not None and cache.x.shape == x.shape and cache.x.device == x.device
+            and cache.x.dtype == x.dtype and torch.equal(cache.x, x) and torch.equal(cache.y, y)):
         return cache
     gram = kernel_matrix(model.kernel, x, x)
     evals, evecs = torch.linalg.eigh(gram)

@@ -73,7 +73,7 @@ class TimeVaryingRKHSEnv:
         if int(horizon) < 2:
             raise ValueError(f"horizon must be >= 2, got {horizon}")
         self.kernel = (make_kernel(kernel, lengthscale, dtype=dtype) if isinstance(kernel, str)
-                       else kernel).to(dtype=dtype)
+                       else kernel).to(dtype=dtype, device=device)
         self.kernel_name = kernel if isinstance(kernel, str) else type(kernel).__name__
         self.dim = int(dim)
         self.horizon = int(horizon)

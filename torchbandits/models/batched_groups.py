@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from ..batching import active_checks
+from ..batching import active_checks, to_device
 from ..kernels import kernel_matrix
 from .batched_kernel import kernel_rows_into
 from .batched_solve import storage_key
@@ -44,7 +44,7 @@ def at_regularisers(model: BatchedExactKernelRidge, multipliers: tuple[float, ..
     comp = model._extra.get(key)
     g = len(key[1])
     if comp is None:   # built on the device from checked values: no host read
-        mult = torch.tensor(key[1], dtype=model.dtype, device=model.device)
+        mult = to_device(torch.tensor(key[1], dtype=model.dtype), model.device)
         lam = (mult[None, :] * model.lam[:, None]).reshape(-1)     # m_g·λ_r, [R·G]
         comp = BatchedExactKernelRidge(model.kernel, lam, model.n_runs * g,
                                        dtype=model.dtype, device=model.device,

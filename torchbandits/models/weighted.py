@@ -250,7 +250,7 @@ class TimeDecayKernelRidge(_HistoryModule):
         self.weight_floor = float(weight_floor)
         if not (0.0 <= self.weight_floor < 1.0):
             raise ValueError(f"weight_floor must lie in [0, 1), got {weight_floor!r}")
-        self.factor = GrowingCholesky(dtype=dtype)
+        self.factor = GrowingCholesky(dtype=dtype).to(device=device)
         self.register_buffer("_tau", torch.zeros(16, dtype=dtype, device=device))
         self.register_buffer("_z", torch.zeros(16, dtype=dtype, device=device))
         self._base = 1  # b: time index the scaled query vectors are referred to
