@@ -20,6 +20,7 @@ from torchbandits.envs import (
     SwitchingRKHSEnv,
 )
 from torchbandits.envs.batched import BatchedEnv, is_batchable, why_not_batchable
+from torchbandits.experiments.registry import make_env
 
 SEEDS = [0, 3, 7, 11]
 ROUNDS = 60
@@ -120,3 +121,47 @@ def test_bad_index_changes_nothing() -> None:
     assert batch.t == 0 and torch.equal(batch.candidates(), cand)
     with pytest.raises(ValueError, match="seeds"):
         BatchedEnv(RKHSFunctionEnv(dim=2, n_arms=6), [])
+
+
+@pytest.mark.parametrize("name", ["rkhs", "chessboard", "bump", "tv-rotation"])
+def test_copies_equal_full_deep_copies_and_leave_the_template(name: str) -> None:
+    """The copies share the template's modules while resetting: each equals a full deep copy
+    reset with its seed, owns every tensor (none is the template's), and the template's tensors
+    are unchanged."""
+    import copy
+
+    from torchbandits.envs.batched import _reset_copies
+
+    env = make_env(name, horizon=50) if name.startswith("tv-") else make_env(name)
+    before = {k: v.clone() for k, v in vars(env).items() if isinstance(v, torch.Tensor)}
+    fast = _reset_copies(env, [3, 8])
+    for s, run in zip([3, 8], fast, strict=True):
+        full = copy.deepcopy(env)
+        full.reset(s)
+        for k, v in vars(full).items():
+            if isinstance(v, torch.Tensor):
+                assert torch.equal(getattr(run, k), v), k
+                assert getattr(run, k) is not vars(env).get(k)
+    for k, v in before.items():
+        assert torch.equal(vars(env)[k], v), k
+
+
+class _InPlaceReset:
+    """An environment whose ``reset`` writes into a tensor in place (``fill_``)."""
+
+    def __init__(self) -> None:
+        self.table = torch.zeros(3, dtype=torch.float64)
+        self.kernel = torch.nn.Linear(1, 1)
+
+    def reset(self, seed: int) -> None:
+        self.table.fill_(float(seed))
+
+
+def test_an_in_place_reset_falls_back_to_full_deep_copies() -> None:
+    from torchbandits.envs.batched import _reset_copies
+
+    env = _InPlaceReset()
+    runs = _reset_copies(env, [2, 5])
+    assert [float(r.table[0]) for r in runs] == [2.0, 5.0]
+    assert torch.equal(env.table, torch.zeros(3, dtype=torch.float64))   # restored
+    assert runs[0].table is not runs[1].table is not env.table

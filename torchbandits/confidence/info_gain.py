@@ -11,6 +11,7 @@ information gain there) and :class:`ConstantGamma`. The widths of :mod:`.time_va
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 
@@ -113,7 +114,8 @@ class GreedyGamma(GammaProvider):
     def __init__(self, candidates: Tensor, kernel: Kernel, lam: float, *, tight: bool = False,
                  horizon: int = 0) -> None:
         self.lam = check_positive("lam", lam)
-        self.kernel = kernel
+        # computed on the host (a one-off table): a CPU float64 copy of a kernel on any device
+        self.kernel = copy.deepcopy(kernel).to(dtype=torch.float64, device="cpu")
         self.candidates = as_matrix("candidates", candidates, dtype=torch.float64,
                                     device=torch.device("cpu"))
         self.tight = bool(tight)

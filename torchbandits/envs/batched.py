@@ -81,6 +81,47 @@ def gaussian_noise(b: BatchedEnv, noise_std: float, dtype: torch.dtype,
     return b.streams[stream].normal(dtype=dtype).to(b.device, torch.float64) * noise_std
 
 
+def _versions(tensors: Sequence[Tensor]) -> list[int]:
+    return [t._version for t in tensors]
+
+
+def _reset_copies(env: Any, seeds: Sequence[int]) -> list[Any]:
+    """``R`` deep copies of ``env``, copy ``r`` reset with ``seeds[r]``.
+
+    A deep copy per run cost ~4 ms (a GPyTorch kernel module, tensors that ``reset`` replaces
+    anyway), most of a large batch's setup. So the template's top-level modules and tensors are
+    shared by the copies while each copy's ``reset`` runs; every tensor that ``reset`` did not
+    rebind is then cloned (what a deep copy gives), modules stay shared (an environment's kernel
+    is read-only). Version counters guard the sharing: if a ``reset`` wrote into a shared tensor
+    in place, the template is restored and every copy is made by a full deep copy.
+    """
+    top = {k: v for k, v in vars(env).items() if isinstance(v, (Tensor, torch.nn.Module))}
+    watched = [t for v in top.values() for t in ((v,) if isinstance(v, Tensor) else
+                                                 (*v.parameters(), *v.buffers()))]
+    before = _versions(watched)
+    saved = [t.detach().clone() for t in watched]
+    memo = {id(v): v for v in top.values()}
+    copies = []
+    for s in seeds:
+        run = copy.deepcopy(env, dict(memo))
+        run.reset(s)
+        if _versions(watched) != before:   # an in-place write: undo, and copy fully
+            with torch.no_grad():
+                for t, old in zip(watched, saved, strict=True):
+                    t.copy_(old)
+            copies = []
+            for s2 in seeds:
+                full = copy.deepcopy(env)
+                full.reset(s2)
+                copies.append(full)
+            return copies
+        for k, v in top.items():
+            if isinstance(v, Tensor) and getattr(run, k, None) is v:
+                setattr(run, k, v.clone())
+        copies.append(run)
+    return copies
+
+
 class BatchedEnv:
     """``R`` copies of ``env``, reset with ``seeds``, stepped together.
 
@@ -101,11 +142,7 @@ class BatchedEnv:
             raise ValueError(f"{type(env).__name__} cannot be batched: {reason}")
         self.seeds = check_seeds(seeds)
         self.template = env
-        self.copies = []
-        for s in self.seeds:
-            run = copy.deepcopy(env)
-            run.reset(s)
-            self.copies.append(run)
+        self.copies = _reset_copies(env, self.seeds)
         self.fields: dict[str, Tensor] = {
             name: torch.stack([getattr(c, name) for c in self.copies]) for name in env.batch_fields}
         gens = [c.batch_generators() for c in self.copies]

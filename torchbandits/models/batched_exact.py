@@ -112,10 +112,11 @@ class BatchedExactKernelRidge(ResizableModule):
         self.kernel = kernel.to(dtype=dtype, device=device)
         self.register_buffer("_lam", check_run_values("lam", lam, r, positive=True, dtype=dtype,
                                                          checked=lam_checked))
-        self.register_buffer("_L", torch.zeros(r, 16, 16, dtype=dtype))
-        self.register_buffer("_x", torch.zeros(r, 16, 0, dtype=dtype))
-        self.register_buffer("_y", torch.zeros(r, 16, dtype=dtype))
-        self.register_buffer("_z", torch.zeros(r, 16, dtype=dtype))
+        # state made on the device (a companion is built inside a round: no host copy)
+        self.register_buffer("_L", torch.zeros(r, 16, 16, dtype=dtype, device=device))
+        self.register_buffer("_x", torch.zeros(r, 16, 0, dtype=dtype, device=device))
+        self.register_buffer("_y", torch.zeros(r, 16, dtype=dtype, device=device))
+        self.register_buffer("_z", torch.zeros(r, 16, dtype=dtype, device=device))
         self.cache_candidates = bool(cache_candidates)
         self._n = 0
         self._cache: dict[str, Any] | None = None
