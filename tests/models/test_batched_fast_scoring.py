@@ -102,3 +102,24 @@ def test_state_load_rebuilds_and_deep_copy_keeps_the_same_numbers() -> None:
     for other in (twin, clone):
         got = other.mean_var(cand.clone())
         assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
+
+
+def test_the_inverse_at_the_gpu_size_scores_as_the_solve(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU the inverse is kept to ``INVERSE_MAX_N_CUDA`` points; its bordering accuracy at
+    that size, checked on the CPU with the CPU limit raised to it: 600 appends (λ = 0.01), scores
+    equal the sequential model's triangular solves to 1e-9, and the device rule picks the sizes."""
+    import torchbandits.models.batched_inverse as bi
+
+    assert bi.inverse_max_n(torch.device("cpu")) == INVERSE_MAX_N
+    assert bi.inverse_max_n(torch.device("cuda")) == bi.INVERSE_MAX_N_CUDA >= 600
+    monkeypatch.setattr(bi, "INVERSE_MAX_N", bi.INVERSE_MAX_N_CUDA)
+    model, x = _filled(600, lam=0.01, runs=2)
+    assert model.inverse_valid()
+    cand = torch.rand(2, 30, 2, dtype=torch.float64)
+    mean, var = model.mean_var(cand)
+    for r in range(2):
+        seq = ExactKernelRidge(model.kernel, 0.01)
+        seq.extend(x[r], model.y[r])
+        sm, sv = seq.mean_var(cand[r])
+        torch.testing.assert_close(mean[r], sm, atol=1e-9, rtol=0)
+        torch.testing.assert_close(var[r], sv, atol=1e-9, rtol=0)

@@ -18,8 +18,9 @@ sequential model's triangular solves at 1e-10.
 The inverse is dropped (and the caller falls back to the triangular solve) when the factor
 changes other than by :meth:`InverseFactor.border` — a window removal, a state load, a move —
 which :meth:`InverseFactor.valid` sees from the factor's storage and version counter (host
-metadata, no read of values), and beyond :data:`INVERSE_MAX_N` points, where the solve is as
-fast and the inverse would double the model's memory.
+metadata, no read of values), and beyond :data:`INVERSE_MAX_N` points (256; on a GPU
+:data:`INVERSE_MAX_N_CUDA`, 1024), where on the CPU the solve is as fast and the inverse would
+double the model's memory.
 """
 
 from __future__ import annotations
@@ -32,10 +33,18 @@ from torch import Tensor
 
 from ..buffers import grow_rows
 
-__all__ = ["INVERSE_MAX_N", "InverseFactor", "Workspace"]
+__all__ = ["INVERSE_MAX_N", "INVERSE_MAX_N_CUDA", "InverseFactor", "Workspace", "inverse_max_n"]
 
 #: the inverse is kept up to this many points per run (then dropped: the triangular solve)
 INVERSE_MAX_N = 256
+#: ... on a GPU, where a batched triangular solve runs far below the batched product's rate and
+#: same actions as the CPU's solves were measured to T = 1000 (docs/batch.md)
+INVERSE_MAX_N_CUDA = 1024
+
+
+def inverse_max_n(device: torch.device) -> int:
+    """Points up to which the explicit inverse is kept on ``device``."""
+    return INVERSE_MAX_N_CUDA if device.type == "cuda" else INVERSE_MAX_N
 
 
 class InverseFactor:
@@ -79,11 +88,11 @@ class InverseFactor:
     def valid(self, chol: Tensor, n: int) -> bool:
         """Whether the inverse matches ``chol``'s first ``n`` rows (``n ≥ 1``). A missing one (after
         a state load or a move) is rebuilt from the factor; a stale one (the factor changed
-        otherwise than by :meth:`border`) or ``n > INVERSE_MAX_N`` drops it until
+        otherwise than by :meth:`border`) or ``n >`` :func:`inverse_max_n` drops it until
         :meth:`restart`."""
         if self.off or n == 0:
             return False
-        if n > INVERSE_MAX_N:
+        if n > inverse_max_n(chol.device):
             self.drop()
             return False
         if self.inv is None:
@@ -97,7 +106,7 @@ class InverseFactor:
     def stale(self, chol: Tensor, n: int) -> bool:
         """Whether the inverse is dropped or would be at the next :meth:`valid` (the model's
         saved state says so: a loaded copy then scores as the original does)."""
-        return self.off or n > INVERSE_MAX_N or (self.inv is not None and (
+        return self.off or n > inverse_max_n(chol.device) or (self.inv is not None and (
             self.chol is not chol or self.version != chol._version or self.n != n))
 
     def rebuild(self, chol: Tensor, n: int) -> None:
@@ -115,7 +124,7 @@ class InverseFactor:
         if n == 0:
             self.inv = None
             return True
-        return n + 1 <= INVERSE_MAX_N and self.valid(chol, n)
+        return n + 1 <= inverse_max_n(chol.device) and self.valid(chol, n)
 
     def matvec(self, n: int, rhs: Tensor) -> Tensor:
         """``L⁻¹ rhs`` ``[R, n, k]`` for ``rhs`` ``[R, n, k]``, as ``(rhsᵀ (L⁻¹)ᵀ)ᵀ`` (one batched
