@@ -10,13 +10,14 @@ candidates, in increasing index order. A CPU ``torch.randint`` with a range ``m 
 warm-up, whatever ``m`` is.
 
 :class:`RunTieDraws` holds those outputs, drawn ahead on the host in chunks, as a device tensor
-``[R, D]`` (the stream positions ``0..D−1`` of every run), and a device counter ``[R]`` of the
-positions used. A round reads position ``used_r`` of every run, keeps it only in the runs that
-tie and advances their counters: no host read, and run ``r`` consumes its stream exactly as
-the sequential run. A run can use at most one output per ``select``, so the host keeps
-``D`` above the number of selects (the only host-side condition); the outputs of runs that
-did not tie stay in the buffer, which thus grows by 4 bytes per run per select (4 MB for
-R = 1024 over 1000 rounds) until :meth:`RunTieDraws.sync`.
+``[R, D]`` (the stream positions ``0..D−1`` of every run, stored as ``u − 2^31`` in int32), and
+a device counter ``[R]`` of the positions used. A round reads position ``used_r`` of every
+run, keeps it only in the runs that tie and advances their counters: no host read, and run
+``r`` consumes its stream exactly as the sequential run. A run uses at most one output per
+``select``, so the host keeps ``D`` above the number of selects (the only host-side
+condition; ``D`` doubles when reached). The outputs of runs that did not tie stay in the
+buffer, which thus holds at most 8 bytes per run and select (8 MB for R = 1024 over 1000
+rounds) until :meth:`RunTieDraws.sync`.
 
 No CPU draw hands out a whole 32-bit output: ``int32.random_()`` gives ``u mod 2^31`` and
 ``randint(3)`` gives ``u mod 3``, both one output per element. Both are drawn from the same
@@ -38,6 +39,7 @@ __all__ = ["RANGE_32", "RunTieDraws", "draw_outputs", "tie_index"]
 
 #: ranges below this take one 32-bit output in a CPU ``torch.randint`` (above: a 64-bit one)
 RANGE_32 = 1 << 28
+_HALF = 1 << 31   # the outputs are stored as u − 2^31 (int32)
 
 
 def draw_outputs(gen: torch.Generator, count: int) -> Tensor:
@@ -76,7 +78,7 @@ class RunTieDraws:
         self.device = torch.device("cpu" if device is None else device)
         self.chunk = int(chunk)
         self._start: list[Tensor] | None = None       # generator states at stream position 0
-        self._outputs: Tensor | None = None           # [R, D] int64 on the device
+        self._outputs: Tensor | None = None           # [R, D] int32 (u − 2^31) on the device
         self._used: Tensor | None = None              # [R] int64 on the device
         self._selects = 0                             # host: draws that may have been taken
 
@@ -89,13 +91,14 @@ class RunTieDraws:
         """Outputs ``[R, D]`` with ``D`` above the selects so far, and the counters ``[R]``."""
         if self._start is None:
             self._start = [g.get_state() for g in self.generators]
-            self._outputs = torch.zeros(self.n_runs, 0, dtype=torch.int64, device=self.device)
+            self._outputs = torch.zeros(self.n_runs, 0, dtype=torch.int32, device=self.device)
             self._used = torch.zeros(self.n_runs, dtype=torch.int64, device=self.device)
         assert self._outputs is not None and self._used is not None
         if self._selects >= self._outputs.shape[1]:
             grow = max(self.chunk, self._outputs.shape[1])      # doubling: copies stay O(D)
-            fresh = torch.stack([draw_outputs(g, grow) for g in self.generators])
-            self._outputs = torch.cat([self._outputs, to_device(fresh, self.device)], dim=1)
+            fresh = torch.stack([draw_outputs(g, grow) for g in self.generators]) - _HALF
+            fresh = to_device(fresh.to(torch.int32), self.device)
+            self._outputs = torch.cat([self._outputs, fresh], dim=1)
         return self._outputs, self._used
 
     def choose(self, best: Tensor, tied: Tensor) -> Tensor:
@@ -110,7 +113,7 @@ class RunTieDraws:
         outputs, used = self._reserve()
         counts = tied.sum(dim=1)
         has_tie = counts > 1
-        u = outputs.gather(1, used[:, None])[:, 0]
+        u = outputs.gather(1, used[:, None])[:, 0].to(torch.int64) + _HALF
         pick = torch.remainder(u, counts.clamp(min=1))
         self._used = used + has_tie
         self._selects += 1
