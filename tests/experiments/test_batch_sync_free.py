@@ -152,9 +152,9 @@ MORE_CASES = [
                  "tv-switch", {"horizon": 100}),
     pytest.param("sw-gpucb", {"window": 6, "tie_break": "first", "gamma": "realised"},
                  "tv-switch", {"horizon": 100}),
-    pytest.param("sw-gpucb", {"window": 6}, "tv-rotation", {"horizon": 100}, **_host_reading(
-        "tie_break='random' reads which runs tie (bool of counts > 1) and draws in those runs "
-        "from their own generators (policies/time_varying_batched.py, select)")),
+    pytest.param("sw-gpucb", {"window": 6}, "tv-rotation", {"horizon": 100}),
+    pytest.param("r-gpucb", {"period": 7}, "tv-rotation", {"horizon": 100}),
+    pytest.param("r-gpucb", {"period": 5, "n_warmup": 2}, "tv-bump", {"horizon": 100}),
 ]
 
 
@@ -290,7 +290,9 @@ CUDA_CASES = [(p, {}, "rkhs", {"dim": 3, "n_arms": 30})
     ("amm-ucb", {"horizon": 200}, "rkhs", {"dim": 2, "n_arms": 20, "fixed_arms": True}),
     ("dmm-ucb", {"horizon": 200}, "rkhs", {"dim": 2, "n_arms": 20, "fixed_arms": True}),
     ("r-gpucb", {"period": 7, "tie_break": "first"}, "tv-rotation", {"horizon": 100}),
-    ("sw-gpucb", {"window": 6, "tie_break": "first"}, "tv-rotation", {"horizon": 100})]
+    ("sw-gpucb", {"window": 6, "tie_break": "first"}, "tv-rotation", {"horizon": 100}),
+    ("r-gpucb", {"period": 7}, "tv-rotation", {"horizon": 100}),       # tie_break="random"
+    ("sw-gpucb", {"window": 6}, "tv-rotation", {"horizon": 100})]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -259,3 +259,12 @@ def test_bench_batch_entries(tmp_path: Path) -> None:
         (p, e, n) for p in ("sw-gpucb", "r-gpucb") for e in ("tv-rotation", "tv-bump")
         for n in (1, 3)}
     assert all(r["same_actions"] for r in rows)
+
+
+@pytest.mark.parametrize("env_name", ["tv-rotation", "tv-bump"])
+def test_window_beyond_the_factor_head_block(env_name: str) -> None:
+    """w = 66 > 64 points: appends after a removal solve with the copied leading 64×64 block of
+    the factor, which every removal changes (a stale copy made the pivots non-positive)."""
+    env = make_env(env_name, horizon=140)
+    pol = make_policy("sw-gpucb", env, window=66)
+    _same_runs(simulate_batch(pol, env, 140, [0, 5]), [simulate(pol, env, 140, s) for s in (0, 5)])

@@ -18,15 +18,17 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from ..batching import active_checks, to_device
+from ..batching import active_checks, check_runs, to_device
+from ..buffers import grow_rows
 from ..kernels import kernel_matrix
+from .batched_inverse import inverse_max_n
 from .batched_kernel import kernel_rows_into
-from .batched_solve import storage_key
+from .batched_solve import block_solve, storage_key
 
 if TYPE_CHECKING:
     from .batched_exact import BatchedExactKernelRidge
 
-__all__ = ["at_regularisers", "mean_var_groups", "repeat_candidates"]
+__all__ = ["append_block", "at_regularisers", "mean_var_groups", "repeat_candidates"]
 
 
 @torch.no_grad()
@@ -34,29 +36,92 @@ def at_regularisers(model: BatchedExactKernelRidge, multipliers: tuple[float, ..
                     ) -> BatchedExactKernelRidge:
     """The companion of ``model`` at ``λ_{r,g} = m_g·λ_r`` (``R·G`` runs, run ``r·G + g``),
     built lazily, kept in ``model``'s derived state and caught up before it is returned: the
-    points appended to ``model`` since the last call are appended to it, in order (one bordered
-    Cholesky step each, the steps a sequential model maintaining these regularisers makes)."""
+    points appended to ``model`` since the last call join it as one block
+    (:func:`append_block`; one point per round in a bandit loop, the whole data after a state
+    load or a move)."""
     from .batched_exact import BatchedExactKernelRidge
 
     key = ("reg", tuple(float(m) for m in multipliers))
     if not all(math.isfinite(m) and m > 0 for m in key[1]):
         raise ValueError(f"multipliers must be finite and > 0, got {multipliers!r}")
     comp = model._extra.get(key)
-    g = len(key[1])
     if comp is None:   # built on the device from checked values: no host read
         mult = to_device(torch.tensor(key[1], dtype=model.dtype), model.device)
         lam = (mult[None, :] * model.lam[:, None]).reshape(-1)     # m_g·λ_r, [R·G]
-        comp = BatchedExactKernelRidge(model.kernel, lam, model.n_runs * g,
+        comp = BatchedExactKernelRidge(model.kernel, lam, model.n_runs * len(key[1]),
                                        dtype=model.dtype, device=model.device,
                                        cache_candidates=model.cache_candidates,
                                        lam_checked=True)
         model._extra[key] = comp
-    x_all, y_all = model.x, model.y
-    for k in range(comp.n, model.n):
-        x = x_all[:, k]
-        comp.append(x[:, None].expand(-1, g, -1).reshape(-1, x.shape[-1]),
-                    y_all[:, k, None].expand(-1, g).reshape(-1), validate=False)
+    if comp.n < model.n:
+        append_block(comp, model.x[:, comp.n:], model.y[:, comp.n:], model.x[:, :comp.n])
     return comp
+
+
+def _members(t: Tensor, groups: int) -> Tensor:
+    """``t`` ``[R, ...]`` repeated for the ``G`` members of every group: ``[R·G, ...]``."""
+    r = t.shape[0]
+    return t[:, None].expand(r, groups, *t.shape[1:]).reshape(r * groups, *t.shape[1:])
+
+
+@torch.no_grad()
+def append_block(comp: BatchedExactKernelRidge, x: Tensor, y: Tensor, x_old: Tensor) -> None:
+    """Append ``k`` points ``x`` ``[R, k, d]`` with targets ``y`` ``[R, k]`` to every member of
+    the companion (groups of ``G = comp.n_runs / R`` runs sharing their data ``x_old``
+    ``[R, n0, d]``): the block-bordered Cholesky step
+
+    ``W = L₁₁⁻¹ K_{S,X}`` ``[R·G, n0, k]``, ``L₂₂ = chol(K_XX + λI − WᵀW)``,
+    ``z₂ = L₂₂⁻¹(y − Wᵀz₁)``, and the explicit inverse's new rows
+    ``[−L₂₂⁻¹WᵀL₁₁⁻¹, L₂₂⁻¹]`` while it is kept,
+
+    with the kernel blocks evaluated once per group. ``k = 1`` is the one-point bordering of
+    :meth:`~torchbandits.models.batched_exact.BatchedExactKernelRidge.append`. A non-positive
+    pivot is a deferred flag inside :func:`~torchbandits.batching.deferred_checks` (no host read),
+    else a ``ValueError``."""
+    from .batched_exact import _factor_head
+
+    n0, k = comp.n, x.shape[1]
+    n, r, g = n0 + k, x.shape[0], comp.n_runs // x.shape[0]
+    inv = comp._inverse
+    with_inverse = n <= inverse_max_n(comp._L.device) and inv.ready_for_append(comp._L, n0)
+    k_xx = kernel_matrix(comp.kernel, x, x)                                    # [R, k, k]
+    k_xx.diagonal(dim1=-2, dim2=-1).copy_(comp._kdiag(x))      # the diagonal as append's k(x,x)
+    s = _members(k_xx, g) + torch.diag_embed(comp.lam[:, None].expand(-1, k))   # K_XX + λI
+    y_g = _members(y, g)
+    if n0:
+        k_sx = _members(kernel_matrix(comp.kernel, x_old, x), g)              # [R·G, n0, k]
+        w = inv.matvec(n0, k_sx) if with_inverse else \
+            block_solve(comp._L, _factor_head(comp), n0, k_sx)
+        s = s - w.mT @ w
+        rhs = y_g - (w.mT @ comp._z[:, :n0, None])[..., 0]
+    else:
+        w, rhs = s.new_zeros(r * g, 0, k), y_g
+    l22, info = torch.linalg.cholesky_ex(s)
+    check_runs("append: Cholesky pivot not positive", info != 0,
+               lambda run: f"append: pivot not positive in run {run} of the regulariser "
+                           f"companion (λ = {float(comp.lam[run])})")
+    z2 = torch.linalg.solve_triangular(l22, rhs[..., None], upper=False)[..., 0]
+    if comp._x.shape[2] != x.shape[2]:
+        comp._x = x.new_zeros(r * g, comp._x.shape[1], x.shape[2])
+    comp._L = grow_rows(comp._L, n, dims=(1, 2))
+    comp._x = grow_rows(comp._x, n, dims=(1,))
+    comp._y = grow_rows(comp._y, n, dims=(1,))
+    comp._z = grow_rows(comp._z, n, dims=(1,))
+    comp._L[:, n0:n, :n0] = w.mT
+    comp._L[:, n0:n, n0:n] = l22
+    comp._x[:, n0:n] = _members(x, g)
+    comp._y[:, n0:n] = y_g
+    comp._z[:, n0:n] = z2
+    if with_inverse:
+        eye = torch.eye(k, dtype=s.dtype, device=s.device).expand(r * g, k, k)
+        l22_inv = torch.linalg.solve_triangular(l22, eye, upper=False)            # [R·G, k, k]
+        buf = inv.inv if inv.inv is not None else s.new_zeros(r * g, max(16, n), max(16, n))
+        buf = grow_rows(buf, n, dims=(1, 2))
+        if n0:
+            buf[:, n0:n, :n0] = -(l22_inv @ (w.mT @ buf[:, :n0, :n0]))
+        buf[:, n0:n, n0:n] = l22_inv
+        inv.inv, inv.chol, inv.version, inv.n = buf, comp._L, comp._L._version, n
+    comp._n = n
 
 
 def repeat_candidates(candidates: Tensor, groups: int) -> Tensor:

@@ -78,6 +78,8 @@ class BatchedWindowKernelRidge(BatchedExactKernelRidge):
     def _remove_first(self) -> None:
         n = self._n
         cache = self._carry_candidate(n)
+        if cache is not None:
+            cache.pop("head", None)   # the copied leading block of the factor: every row changes
         self._cache = None
         if n > 1:
             chol = self._L[:, :n, :n]

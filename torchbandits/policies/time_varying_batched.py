@@ -21,7 +21,9 @@ The width ``β_t`` is the sequential rule's, per run ``[R]``:
 
 Ties of the UCB (every candidate ties on the prior: round 1 and, for R-GP-UCB, the first round of
 every block) are broken as the sequential ``tie_break``: ``"first"`` is the argmax, ``"random"``
-draws in every tied run from that run's own generator (the sequential draw, in run order).
+takes in every tied run its generator's next 32-bit output, as the sequential ``randint`` does,
+from outputs drawn ahead (:class:`~torchbandits.policies.batched_tie_break.RunTieDraws`): no
+host read in a round.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from ..models.batched_exact import BatchedExactKernelRidge, check_run_values
 from ..models.batched_window import BatchedWindowKernelRidge
 from ..models.window import SlidingWindowKernelRidge
 from .batch_mode import BatchModeMixin
+from .batched_tie_break import RANGE_32, RunTieDraws
 
 __all__ = [
     "TV_BATCHED_RULES",
@@ -126,6 +129,7 @@ class BatchedTimeVaryingMixin(BatchModeMixin):
     device: torch.device
     lam: float
     refit_every: int
+    tie_draws: RunTieDraws | None = None
 
     _sequential_model = ExactKernelRidge
 
@@ -193,11 +197,13 @@ class BatchedTimeVaryingMixin(BatchModeMixin):
         self._batch_settings = dict(per_run)
         self._batch_beta: Tensor | None = None
         self._batch_rule = _host_rule(self.rule, self)
+        self.tie_draws: RunTieDraws | None = None
 
     def _leave_batch(self) -> None:
         if "batched" in self._modules:  # type: ignore[attr-defined]
             del self.batched
         self.run_streams = None
+        self.tie_draws = None
         self._batch_beta = None
 
     def reset(self, seed: int | Sequence[int] | Tensor | None = None) -> None:
@@ -258,6 +264,8 @@ class BatchedTimeVaryingMixin(BatchModeMixin):
         if self.t < self.n_warmup:
             index = self.warmup_index  # type: ignore[attr-defined]
             if index is None:
+                if self.tie_draws is not None:
+                    self._sync_tie_draws()
                 return to_device(self.run_streams.randint(n_cand), self.device)
             if index >= n_cand:
                 raise ValueError(f"warmup_index {index} is out of range for {n_cand} candidates")
@@ -269,14 +277,22 @@ class BatchedTimeVaryingMixin(BatchModeMixin):
             return best
         top = scores.gather(1, best[:, None])
         tied = scores >= top - 1e-12 * torch.clamp(top.abs(), min=1.0)
-        counts = tied.sum(1)
-        if not bool((counts > 1).any()):
-            return best
-        gens = self.run_streams.sync()   # direct draws: close any open chunk first
-        for r in (counts > 1).nonzero()[:, 0].tolist():
+        if n_cand < RANGE_32:
+            if self.tie_draws is None:   # the warm-up's draws end here: close their chunk
+                self.tie_draws = RunTieDraws(self.run_streams.sync(), device=self.device)
+            return self.tie_draws.choose(best, tied)
+        gens = self._sync_tie_draws()    # 2^28 candidates or more: a 64-bit draw, on the host
+        for r in (tied.sum(1) > 1).nonzero()[:, 0].tolist():
             ties = torch.nonzero(tied[r])[:, 0]
             best[r] = ties[int(torch.randint(ties.numel(), (1,), generator=gens[r]))]
         return best
+
+    def _sync_tie_draws(self) -> list[torch.Generator]:
+        """Every run's generator at exactly the draws used so far (tie-breaks included)."""
+        if self.tie_draws is not None:
+            self.tie_draws.sync()
+            self.tie_draws = None
+        return self.run_streams.sync()
 
     # ---------------------------------------------------------------- updates
     def _batch_forget(self, model: BatchedExactKernelRidge, round_t: int) -> None:
@@ -313,6 +329,7 @@ class BatchedTimeVaryingMixin(BatchModeMixin):
         if getattr(self, "run_streams", None) is None or model is None:
             out["batch"] = None
             return out
+        self._sync_tie_draws()
         out["batch"] = {"rng": self.run_streams.states(),
                         "lam": model.lam.detach().cpu(), "settings": dict(self._batch_settings)}
         return out
@@ -332,6 +349,7 @@ class BatchedTimeVaryingMixin(BatchModeMixin):
         self._batch_settings = dict(batch["settings"])
         self._batch_rule = _host_rule(self.rule, self)
         self._batch_beta = None
+        self.tie_draws = None
 
 
 class BatchedRestartMixin(BatchedTimeVaryingMixin):
