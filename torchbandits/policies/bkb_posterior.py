@@ -69,14 +69,14 @@ def dtc_round(kza: Tensor, kzp: Tensor, sel: Tensor, counts: Tensor, sums: Tenso
     p = whitening(kzz, eye, kconst + jitter, compact=True)  # P [r, m]
     r = p.shape[0]
     eye_r = eye if r == m else identity(r, kzp)
-    et = p @ kzp  # Eᵀ [r, n]
+    et = torch.mm(p, kzp)  # Eᵀ [r, n]
     chol_a = torch.linalg.cholesky_ex(torch.addmm(eye_r, et * counts, et.mT, beta=lam))[0]
     n_inv = torch.linalg.solve_triangular(chol_a, eye_r, upper=False)  # N = R⁻¹, A⁻¹ = NᵀN
     n_t = n_inv.mT
-    w = n_t @ (n_inv @ (et @ sums))  # A⁻¹Eᵀs
+    w = torch.mv(n_t, torch.mv(n_inv, torch.mv(et, sums)))  # A⁻¹Eᵀs
     h, info = torch.linalg.cholesky_ex(torch.addmm(eye_r, n_t, n_inv, alpha=-lam))  # G = HHᵀ
     if not int(info):
-        out = (torch.cat([h.mT, w.unsqueeze(0)]) @ p) @ kza  # [HᵀP; wᵀP] K_ZA  [r+1, A]
+        out = torch.mm(torch.mm(torch.cat([h.mT, w.unsqueeze(0)]), p), kza)  # [HᵀP; wᵀP] K_ZA
         g = out.narrow(0, 0, r)
         var = torch.rsub((g * g).sum(0), kconst / lam, alpha=1.0 / lam)  # (k − ‖g‖²)/λ
         return out.select(0, r), var.clamp_min_(0.0)  # ≤ k/λ: ‖g‖² ≥ 0
