@@ -7,9 +7,11 @@ points.
 Two routes to the same numbers:
 
 * **fused** (a fixed arm set, the DTC variance, a stationary kernel, a non-empty dictionary
-  within the row-cache budget): :func:`~torchbandits.models.nystrom_arms.arm_posterior` rebuilds
-  and scores in one pass from the cached kernel rows, the model is not written (it is rebuilt on
-  demand, e.g. by :meth:`~torchbandits.policies.bkb.BKB.posterior`);
+  within the row-cache budget): :func:`dtc_round` (the statements of
+  :func:`~torchbandits.models.nystrom_arms.arm_posterior`) rebuilds and scores in one pass from the
+  cached kernel rows, ``K_ZP`` gathered by rows from the pulled points' Gram matrix
+  (:meth:`BKBPosterior._pulled_gram`); the model is not written (it is rebuilt on demand, e.g. by
+  :meth:`~torchbandits.policies.bkb.BKB.posterior`);
 * **model**: :meth:`~torchbandits.models.nystrom.NystromKernelRidge.rebuild_from_counts` (kernel
   blocks gathered from the cache on a fixed arm set) and the model's scoring; the SoR ablation
   adds the Nyström residual.
