@@ -14,6 +14,7 @@ from torchbandits.models.nystrom_arms import arm_posterior, identity, tensor_ver
 from torchbandits.models.nystrom_updates import whitened_system, whitening
 from torchbandits.models.rls import RLSResampler, inclusion_probabilities
 from torchbandits.policies import BKB
+from torchbandits.policies.bkb_posterior import dtc_round
 
 LAM = 0.01
 
@@ -42,6 +43,49 @@ def test_half_width_scoring_equals_the_model_scoring_matrix(ell: float, m: int) 
     compact = whitening(kxz.index_select(0, sel), identity(m, kza), 1.0, compact=True)
     assert compact.shape[0] == int((p.abs().sum(1) > 0).sum())
     assert (compact.shape[0] < m) == (ell == 1.5)
+
+
+@pytest.mark.parametrize(("ell", "m", "jitter"), [(0.5, 25, 0.0), (0.2, 60, 0.0), (1.5, 40, 0.0),
+                                                  (0.5, 30, 1e-6)])
+def test_round_posterior_equals_the_arm_posterior(ell: float, m: int, jitter: float) -> None:
+    """:func:`dtc_round` with ``K_ZP`` passed in (the policy's row gather from the pulled points'
+    Gram matrix) gives the means of :func:`arm_posterior` and its GP-scale variances over λ to
+    rounding (ℓ = 1.5: a pivoted, compact whitening; a jitter on ``K_ZZ``)."""
+    g = torch.Generator().manual_seed(7 * m)
+    arms = torch.rand(800, 2, generator=g, dtype=torch.float64)
+    n = 3 * m
+    idx = torch.randperm(800, generator=g)[:n]
+    sel = torch.randperm(n, generator=g)[:m].sort().values
+    counts = torch.randint(1, 9, (n,), generator=g).double()
+    sums = counts * torch.cos(3 * arms[idx, 1]) + 0.1 * torch.randn(n, generator=g, dtype=torch.float64)
+    kza = NystromKernelRidge(make_kernel("rbf", ell), LAM).kernel_block(arms[idx[sel]], arms)
+    mean0, var0 = arm_posterior(kza, idx, sel, counts, sums, LAM, 1.0, jitter)
+    mean1, var1 = dtc_round(kza, kza.index_select(1, idx), sel, counts, sums, LAM, 1.0, jitter)
+    assert float((mean1 - mean0).abs().max()) <= 1e-13 * float(mean0.abs().max())
+    assert float((var1 - var0 / LAM).abs().max()) <= 1e-12 / LAM
+    assert float(var1.min()) >= 0.0 and float(var1.max()) <= 1.0 / LAM
+
+
+def test_pulled_gram_holds_the_cached_rows_at_the_pulled_arms() -> None:
+    """The pulled points' Gram matrix that the rounds gather ``K_ZP`` from equals the cached
+    kernel rows read at the pulled arms, entry for entry, as it grows, after the arm set changes
+    (restarted) and in a deep copy (made again); the UCBs of the copy equal the original's."""
+    import copy
+
+    arms = torch.rand(60, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    pol = BKB(make_kernel("rbf", 0.3), LAM, qbar=3.0, seed=2)
+    f = torch.sin(5 * arms[:, 0])
+    for t in range(80):
+        cand = arms if t < 50 else arms.flip(0)  # a changed arm set after 50 rounds
+        i = pol.select(cand)
+        if t in (10, 49, 50, 79):  # after a select: every pulled point's row is cached
+            idx = pol.arm_rows.fixed_rows(pol.pulled, cand)
+            n = pol.n_distinct
+            gram = pol._pulled_gram(idx)[:n]
+            assert torch.equal(gram, pol.arm_rows.rows[:n].index_select(1, idx))
+        pol.update(cand[i], f[i if t < 50 else 59 - i])
+    twin = copy.deepcopy(pol)
+    assert torch.equal(twin(arms.flip(0)), pol(arms.flip(0)))
 
 
 @pytest.mark.parametrize("sampler", ["linearized", "binomial", "uniform", "all"])
@@ -80,3 +124,21 @@ def test_update_revalidates_a_row_changed_in_place() -> None:
     with pytest.raises(ValueError, match="finite"):
         pol.update(arms[i], 0.5)
     assert pol.t == 6
+
+
+def test_select_compares_candidates_changed_in_place() -> None:
+    """``select(arms)`` on the same tensor object skips comparing it with the cached arm set only
+    while its version counter stands still: a value changed in place is seen (the cached rows
+    restart on the changed set, a NaN is refused), and the UCBs equal those of a fresh copy."""
+    arms = torch.rand(40, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    pol = BKB(make_kernel("rbf", 0.3), LAM, seed=0)
+    for _ in range(6):
+        i = pol.select(arms)
+        pol.update(arms[i], 0.5)
+    arms[5, 1] = 0.25  # in place: the next select compares and restarts the row cache
+    assert torch.equal(pol(arms), pol(arms.clone()))
+    i = pol.select(arms)
+    assert pol.arm_rows.arms is not None and torch.equal(pol.arm_rows.arms, arms)
+    arms[i, 0] = float("nan")
+    with pytest.raises(ValueError, match="finite"):
+        pol.select(arms)

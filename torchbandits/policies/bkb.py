@@ -17,8 +17,9 @@ z_aᵀ + λI`` and ``Zᵀy = Σ_a b_a z_a``, so a round costs ``O((A + n_distinc
 ``O(t m²)`` (``NystromKernelRidge.rebuild_from_counts``); with a fixed arm set the pulled arms'
 variances are read off the candidates', their kernel rows are cached (``ArmRowCache``) and the
 round's rebuild and scoring are one pass over the cached rows that writes no model buffer
-(:func:`~torchbandits.models.nystrom_arms.arm_posterior`, via :class:`.bkb_posterior.BKBPosterior`;
-the model is rebuilt on demand, e.g. for :meth:`BKB.posterior`).
+(:func:`.bkb_posterior.dtc_round`, via :class:`.bkb_posterior.BKBPosterior`, with ``K_ZP`` gathered
+by rows from the pulled points' cached Gram matrix; the model is rebuilt on demand, e.g. for
+:meth:`BKB.posterior`).
 
 ``variance="sor"`` (the variance-starvation ablation, §3.2, Fig. 2) scores with the
 subset-of-regressors variance ``z_t(x)ᵀ V_t⁻¹ z_t(x)`` but draws its dictionary with the DTC
@@ -44,7 +45,7 @@ from ..models.nystrom_arms import tensor_version
 from ..models.rls import RLSResampler, Sampler, theory_qbar
 from ..validation import as_scalar_reward, check_positive
 from .bkb_batched import with_batch_mode
-from .bkb_posterior import BKBPosterior
+from .bkb_posterior import BKBPosterior, set_plain
 
 __all__ = ["BKB"]
 
@@ -198,6 +199,8 @@ class BKB(BKBPosterior):
         self._view_cache = None
         self._scored: dict[str, Any] | None = None  # variances of the current model, last forward
         self._sel: Tensor | None = None  # the dictionary's positions among the pulled points
+        self._gram: tuple[Any, ...] | None = None  # K_PP of the pulled points, see _pulled_gram
+        self._seen: tuple[Tensor, int] | None = None  # see check_candidates
         self.arm_rows.clear()  # derived data: rebuilt on demand
 
     def _apply(self, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
@@ -238,9 +241,15 @@ class BKB(BKBPosterior):
 
     def check_candidates(self, candidates: Any) -> Tensor:
         """Validated candidates ``[A, d]``; the fixed arm set seen before (found equal to the cached
-        copy, which was validated then) is not validated again."""
-        if self.arm_rows.same_arms(candidates):
+        copy, which was validated then) is not validated again, and the very tensor last found
+        equal is not compared again while its in-place modification counter stands still."""
+        seen = self._seen
+        if seen is not None and candidates is seen[0] and tensor_version(candidates) == seen[1]:
             return candidates
+        if self.arm_rows.same_arms(candidates):
+            set_plain(self, "_seen", (candidates, tensor_version(candidates)))
+            return candidates
+        set_plain(self, "_seen", None)
         return super().check_candidates(candidates)
 
     def select(self, candidates: Any) -> int:
@@ -266,8 +275,8 @@ class BKB(BKBPosterior):
                 and sc.get("version") == tensor_version(sc["cand"])):
             r = as_scalar_reward("reward", reward)
             with torch.no_grad():
-                self._update(x, r)
-            self.t += 1
+                self._record(x, r, sc["choice"])
+            set_plain(self, "t", self.t + 1)
             return
         super().update(x, reward)
 
@@ -276,35 +285,41 @@ class BKB(BKBPosterior):
         return self._ucb(self.check_candidates(candidates))
 
     def _ucb(self, cand: Tensor) -> Tensor:  # forward on validated candidates [A, d]
-        np_ = self._np
         mean, var, used, pvar, pused, idx = self._round_posterior(cand)
-        sum_var = float(torch.dot(self._views()[1], pused)) if np_ else 0.0
-        kc = self._nys.kernel_constant
+        sum_var = float(torch.dot(self._views()[1], pused)) if self._np else 0.0
+        model = self._nys
+        kc, lam = model.kernel_constant, float(model.lam)
         kappa2 = kc if kc is not None else float(kernel_diag(self.kernel, cand).max())
-        beta = self.rule.radius(sum_var, self.t, kappa2, self.lam)
-        self._scored = {"cand": cand, "var": var, "pvar": pvar, "idx": idx}
+        beta = self.rule.radius(sum_var, self.t, kappa2, lam)
+        set_plain(self, "_scored", {"cand": cand, "var": var, "pvar": pvar, "idx": idx})
         self._last.update(beta=beta, sum_var=sum_var, kappa2=kappa2)
         if self.exact is not None:
             if self.exact.n:
                 _, ev = self.exact.mean_var(cand)
-                ratio = used * self.lam / ev.clamp_min(1e-300)
+                ratio = used * lam / ev.clamp_min(1e-300)
             else:
                 ratio = torch.ones_like(used)
             self._last.update(var_ratio_min=float(ratio.min()), var_ratio_max=float(ratio.max()))
         return torch.add(mean, torch.sqrt(used), alpha=beta)  # variances are clamped at 0 already
 
     def _update(self, x: Tensor, reward: float) -> None:
-        # 1. σ̃_t² of the model that chose x, at every distinct pulled point and at x (§3.1)
-        row = -1
+        row = -1  # x's row among the last scored candidates (else the cached arm set), or -1
         sc = self._scored
-        n = self._np
-        known = sc is not None
-        ref = sc["cand"] if known else self.arm_rows.arms  # type: ignore[index]
-        if known and is_row_view(x, ref, sc.get("choice", -1)):  # type: ignore[union-attr]
-            row = sc["choice"]  # type: ignore[index]  # the arm just selected (no search)
+        ref = sc["cand"] if sc is not None else self.arm_rows.arms
+        if sc is not None and is_row_view(x, ref, sc.get("choice", -1)):
+            row = sc["choice"]  # the arm just selected (no search)
         elif ref is not None:
             hit = (ref == x).all(-1).nonzero()
             row = int(hit[0, 0]) if hit.numel() else -1
+        self._record(x, reward, row)
+
+    def _record(self, x: Tensor, reward: float, row: int) -> None:
+        """The pull of the trusted point ``x`` ``[d]`` at ``row`` of the last scored candidates
+        (``-1``: not among them): count statistics and a fresh dictionary."""
+        # 1. σ̃_t² of the model that chose x, at every distinct pulled point and at x (§3.1)
+        sc = self._scored
+        n = self._np
+        known = sc is not None
         if row >= 0 and known:
             pvar, xvar = sc["pvar"], None  # x's own variance is read below if x is new
         else:
@@ -331,21 +346,23 @@ class BKB(BKBPosterior):
             self._np = n + 1
             variances = torch.cat([pvar, sc["var"][row:row + 1] if xvar is None else xvar])  # type: ignore[index]
             self.arm_rows.push(row)
-        self._counts.select(0, j).add_(1.0)
-        self._sums.select(0, j).add_(reward)
+        _, counts, sums, in_dict = self._views()
+        counts.select(0, j).add_(1.0)
+        sums.select(0, j).add_(reward)
         if self.exact is not None:
             self.exact.append(x, reward)
         # 3. resample the dictionary from scratch (§3.1)
-        _, counts, _, in_dict = self._views()
         mask, copies = self.resampler.draw(variances, counts, self.generator)
         in_dict.copy_(mask)
-        self._sel = mask.nonzero()[:, 0]  # m (a host int): the one sync the draw needs
+        sel = mask.nonzero().view(-1)  # m (a host int): the one sync the draw needs
+        # the per-round attributes are plain ones: set without Module.__setattr__'s checks
+        set_plain(self, "_sel", sel)
         # Σ copies (Theorem 1's multiset size), read when asked for (no sync here)
-        self._m_theory = self._sel.shape[0] if copies is None else copies.sum()
-        if not self._sel.shape[0]:
+        set_plain(self, "_m_theory", sel.shape[0] if copies is None else copies.sum())
+        if not sel.shape[0]:
             self._empty_dictionaries += 1
-        self._model_ok = False
-        self._scored = None
+        set_plain(self, "_model_ok", False)
+        set_plain(self, "_scored", None)
 
     def diagnostics(self) -> dict[str, float]:
         out = {"dictionary_size": float(self.dictionary_size), "m_theory": float(self._m_theory),

@@ -7,9 +7,11 @@ points.
 Two routes to the same numbers:
 
 * **fused** (a fixed arm set, the DTC variance, a stationary kernel, a non-empty dictionary
-  within the row-cache budget): :func:`~torchbandits.models.nystrom_arms.arm_posterior` rebuilds
-  and scores in one pass from the cached kernel rows, the model is not written (it is rebuilt on
-  demand, e.g. by :meth:`~torchbandits.policies.bkb.BKB.posterior`);
+  within the row-cache budget): :func:`dtc_round` (the statements of
+  :func:`~torchbandits.models.nystrom_arms.arm_posterior`) rebuilds and scores in one pass from the
+  cached kernel rows, ``K_ZP`` gathered by rows from the pulled points' Gram matrix
+  (:meth:`BKBPosterior._pulled_gram`); the model is not written (it is rebuilt on demand, e.g. by
+  :meth:`~torchbandits.policies.bkb.BKB.posterior`);
 * **model**: :meth:`~torchbandits.models.nystrom.NystromKernelRidge.rebuild_from_counts` (kernel
   blocks gathered from the cache on a fixed arm set) and the model's scoring; the SoR ablation
   adds the Nyström residual.
@@ -23,18 +25,72 @@ import torch
 from torch import Tensor
 
 from ..kernels import kernel_diag
-from ..models.nystrom import NystromKernelRidge
-from ..models.nystrom_arms import arm_posterior
+from ..models.nystrom import NystromKernelRidge, whitened_scores, whitened_scoring_matrix
+from ..models.nystrom_arms import identity
+from ..models.nystrom_updates import whitening
 from .base import IndexPolicy
 
-__all__ = ["BKBPosterior"]
+__all__ = ["BKBPosterior", "dtc_round", "set_plain"]
+
+#: ``set_plain(module, name, value)``: set a plain attribute (never a parameter, buffer or
+#: submodule) without ``nn.Module.__setattr__``'s checks, for the per-round writes
+set_plain = object.__setattr__
+
+
+def dtc_round(kza: Tensor, kzp: Tensor, sel: Tensor, counts: Tensor, sums: Tensor, lam: float,
+              kconst: float, jitter: float = 0.0) -> tuple[Tensor, Tensor]:
+    """``(μ̃, σ̃²)`` ``([A], [A])`` at every arm, the **ridge** (1/λ-scaled) DTC variance clamped
+    at 0 (eq. 4), rebuilt from the count statistics on the round's dictionary.
+
+    The statements of :func:`~torchbandits.models.nystrom_arms.arm_posterior` (the same
+    operations in the same order, so the same numbers up to the last division) with ``K_ZP``
+    passed in, gathered by the caller from the pulled points' Gram matrix by rows: ``P = L⁻¹`` of
+    ``K_ZZ = LLᵀ`` (compact, pivoted when ``K_ZZ`` is numerically singular: :func:`whitening`),
+    ``Eᵀ = PK_ZP`` ``[r, n]``, ``A = EᵀCE + λI = RRᵀ``, ``N = R⁻¹``, ``w = NᵀNEᵀs``,
+    ``G = I − λNᵀN = HHᵀ`` and one product ``[HᵀP; wᵀP] K_ZA`` ``[r+1, A]``: ``μ̃ = wᵀPk_Z``,
+    ``σ̃² = k/λ − ‖HᵀPk_Z‖²/λ`` (one operation). When ``G``'s Cholesky fails (numerically
+    singular) the model's ``[P; (λA⁻¹ − I)P; wᵀP]`` product scores. (``A⁻¹`` by
+    ``cholesky_inverse`` and ``G``'s upper factor would save three operations but move the UCBs
+    by up to 4e-8 on an ill-conditioned ``G``: not taken.)
+
+    Args:
+        kza: ``K_ZA`` ``[m, A]``, the kernel rows of the dictionary over the arms (``m ≥ 1``).
+        kzp: ``K_ZP`` ``[m, n]``, the same rows at the distinct pulled points (its columns ``sel``
+            are ``K_ZZ``).
+        sel: ``[m]`` positions of the dictionary among the pulled points.
+        counts, sums: ``[n]`` pull counts ``c`` and reward sums ``s``.
+        lam: the ridge regulariser λ.
+        kconst: ``k(x, x)``, the same for every ``x`` (a stationary kernel).
+        jitter: nugget ``η`` on the diagonal of ``K_ZZ`` (as the model's).
+    """
+    m = sel.shape[0]
+    kzz = kzp.index_select(1, sel)
+    eye = identity(m, kzp)
+    if jitter:
+        kzz = kzz + jitter * eye
+    p = whitening(kzz, eye, kconst + jitter, compact=True)  # P [r, m]
+    r = p.shape[0]
+    eye_r = eye if r == m else identity(r, kzp)
+    et = torch.mm(p, kzp)  # Eᵀ [r, n]
+    chol_a = torch.linalg.cholesky_ex(torch.addmm(eye_r, et * counts, et.mT, beta=lam))[0]
+    n_inv = torch.linalg.solve_triangular(chol_a, eye_r, upper=False)  # N = R⁻¹, A⁻¹ = NᵀN
+    n_t = n_inv.mT
+    w = torch.mv(n_t, torch.mv(n_inv, torch.mv(et, sums)))  # A⁻¹Eᵀs
+    h, info = torch.linalg.cholesky_ex(torch.addmm(eye_r, n_t, n_inv, alpha=-lam))  # G = HHᵀ
+    if not int(info):
+        out = torch.mm(torch.mm(torch.cat([h.mT, w.unsqueeze(0)]), p), kza)  # [HᵀP; wᵀP] K_ZA
+        g = out.narrow(0, 0, r)
+        var = torch.rsub((g * g).sum(0), kconst / lam, alpha=1.0 / lam)  # (k − ‖g‖²)/λ
+        return out.select(0, r), var.clamp_min_(0.0)  # ≤ k/λ: ‖g‖² ≥ 0
+    mean, var = whitened_scores(whitened_scoring_matrix(p, n_t @ n_inv, w, lam) @ kza, r, kconst)
+    return mean, var.clamp_(0.0, kconst).div_(lam)
 
 
 class BKBPosterior(IndexPolicy):
     """BKB's posterior from its count statistics (module docstring). Uses the state set up by
     :class:`~torchbandits.policies.bkb.BKB`: ``model``, ``kernel``, ``arm_rows``, ``_px``,
     ``_counts``, ``_sums``, ``_in_dict``, ``_np``, ``_sel``, ``_model_ok``, ``variance_kind``
-    (and ``_view_cache``, set to ``None`` there)."""
+    (and ``_view_cache``, ``_gram``, set to ``None`` there)."""
 
     @property
     def _nys(self) -> NystromKernelRidge:
@@ -52,9 +108,10 @@ class BKBPosterior(IndexPolicy):
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled / deep-copied without the cached views (a copy of a view does not share the
-        copied buffer's storage); they are made again from the copy's buffers."""
+        copied buffer's storage) and the pulled points' Gram matrix; they are made again from the
+        copy's buffers."""
         state = dict(super().__getstate__())
-        state["_view_cache"] = None
+        state["_view_cache"] = state["_gram"] = state["_seen"] = None
         return state
 
     def _views(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -146,9 +203,9 @@ class BKBPosterior(IndexPolicy):
 
     def _fused(self, cand: Tensor, idx: Tensor) -> tuple[Tensor, Tensor] | None:
         """``(μ̃, σ̃²)`` (ridge) of the fixed arms ``cand`` in one pass from the cached kernel rows
-        (:func:`~torchbandits.models.nystrom_arms.arm_posterior`, the model's rebuild and scoring
-        without writing its buffers), for the DTC variance of a stationary kernel on a non-empty
-        dictionary within the row-cache budget; else ``None``."""
+        (:func:`dtc_round`, the model's rebuild and scoring without writing its buffers), for the
+        DTC variance of a stationary kernel on a non-empty dictionary within the row-cache
+        budget; else ``None``."""
         kc, model = self._nys.kernel_constant, self._nys
         if self.variance_kind != "dtc" or kc is None or model.parametrisation != "whitened":
             return None
@@ -157,9 +214,36 @@ class BKBPosterior(IndexPolicy):
         if kza is None:
             return None
         _, counts, sums, _ = self._views()
-        lam = model.lam
-        mean, var_gp = arm_posterior(kza, idx, sel, counts, sums, lam, kc, model.jitter)
-        return mean, var_gp / lam
+        return dtc_round(kza, self._pulled_gram(idx).index_select(0, sel), sel, counts, sums,
+                         model.lam, kc, model.jitter)
+
+    def _pulled_gram(self, idx: Tensor) -> Tensor:
+        """``K_PP`` among the ``n`` distinct pulled points (``idx``: their arm rows), as the view
+        ``[cap, n]`` of a ``[cap, cap]`` buffer whose first ``n`` rows hold it: ``K_PP[j, i] =
+        k(x_j, X_A)[idx_i]``, read off the cached kernel rows (the values the rows hold, so a round
+        gathers ``K_ZP = K_PP[sel]`` by rows instead of ``m·n`` scattered columns of ``K_ZA``),
+        extended by the new points' rows and columns only. Call it after the round's
+        :meth:`_dictionary_rows` (every pulled point's row cached). Kept in ``_gram`` as ``(arm
+        set of the row cache, buffer, filled size, view)``; the capacity doubles, to at most the
+        number of arms."""
+        rows, arms, n = self.arm_rows.rows, self.arm_rows.arms, idx.shape[0]
+        gram = self._gram
+        if gram is None or gram[0] is not arms:
+            gram = (arms, rows.new_zeros(0, 0), 0, None)  # type: ignore[union-attr]
+        _, buf, done, view = gram
+        if done == n:
+            return view  # type: ignore[return-value]
+        if buf.shape[0] < n:
+            cap = min(max(2 * buf.shape[0], n, 16), rows.shape[1])  # type: ignore[union-attr]
+            new = buf.new_zeros(cap, cap)
+            new[:done, :done] = buf[:done, :done]
+            buf = new
+        buf[done:n, :n] = rows[done:n].index_select(1, idx)  # type: ignore[index]
+        if done:
+            buf[:done, done:n] = rows[:done].index_select(1, idx[done:])  # type: ignore[index]
+        view = buf[:, :n]
+        set_plain(self, "_gram", (arms, buf, n, view))
+        return view
 
     def _pulled_variances(self, cand: Tensor, var: Tensor, used: Tensor,
                           idx: Tensor | None) -> tuple[Tensor, Tensor]:
