@@ -124,9 +124,14 @@ def test_batched_nystrom_equals_sequential_models_incremental_and_rebuilt() -> N
             seq.append_column(x[i, j], float(y[i, j]), col)
             if i in grow[j]:
                 assert seq.add_last_to_dictionary(col)
-        runs = torch.tensor([j for j in range(r) if i in grow[j]], dtype=torch.long)
-        if runs.numel():
-            assert bool(batch.add_last(runs, f[runs], omega[runs]).all())
+        want = torch.tensor([i in grow[j] for j in range(r)])
+        if i % 2:   # compacted: only the growing runs are passed
+            runs = want.nonzero()[:, 0]
+            if runs.numel():
+                ones = torch.ones_like(runs, dtype=torch.bool)
+                assert bool(batch.add_last(f[runs], omega[runs], ones, runs).all())
+        else:       # sync-free: every run, masked writes (the widths become upper bounds)
+            assert torch.equal(batch.add_last(f, omega, want), want)
     assert batch.sizes.tolist() == [0, 3, 7]
     cand = torch.rand(r, 9, d, dtype=F64)
     mean, var = batch.score(cand)
@@ -154,15 +159,20 @@ def test_batched_nystrom_equals_sequential_models_incremental_and_rebuilt() -> N
 
 
 def test_run_coins_are_the_sequential_draws() -> None:
+    """Coins drawn ahead in blocks of 5 and handed out by device counters are each run's
+    sequential draws, also across refills and a rewind mid-way (``sync``)."""
     gens = [torch.Generator().manual_seed(s) for s in (0, 1, 2)]
-    coins = RunCoins(gens, chunk=5)
+    coins = RunCoins(gens, block=5)
     seq = [torch.Generator().manual_seed(s) for s in (0, 1, 2)]
     plan = [[1, 0, 1], [1, 1, 1], [0, 0, 1]] * 7
-    for need in plan:
+    for t, need in enumerate(plan):
         got = coins.draw(torch.tensor(need, dtype=torch.bool))
         for r, flag in enumerate(need):
             if flag:
                 assert float(got[r]) == float(torch.rand((), generator=seq[r], dtype=F64))
+        if t in (8, 14):    # a rewind to exactly the coins handed out, then on
+            for g, s in zip(coins.sync(), seq, strict=True):
+                assert torch.equal(g.get_state(), s.get_state())
     for g, s in zip(coins.sync(), seq, strict=True):
         assert torch.equal(g.get_state(), s.get_state())
 
