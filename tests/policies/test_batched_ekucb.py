@@ -282,3 +282,47 @@ def test_runs_sorted_by_dictionary_size_still_equal_the_sequential_runs() -> Non
     cand = BatchedEnv(env, seeds).candidates()
     assert torch.equal(fresh(cand), policy(cand))
     assert torch.equal(fresh.diagnostics()["dict_size"], policy.diagnostics()["dict_size"])
+
+
+def test_sync_free_rounds_read_the_host_only_at_the_size_checks() -> None:
+    """``cpu_compact_above = None``: every round grows the dictionaries by masked writes, also on
+    the CPU. R = 20 (two chunks), 140 rounds, every ``select`` and every ``update`` under the
+    host-read guard of ``tests/experiments/test_batch_sync_free.py`` except the updates of the
+    size checks (rounds 63 and 127: the documented read of the widths and the re-sort); run
+    ``r`` equals the sequential run (actions, dictionary sizes, refusals)."""
+    from tests.experiments.test_batch_sync_free import no_host_reads
+    from torchbandits.batching import deferred_checks
+    from torchbandits.policies.ekucb_batched import CHECK_EVERY
+
+    env = make_env("chessboard")
+    seeds = list(range(20))
+    horizon = 2 * CHECK_EVERY + 12
+    policy = make_policy("ekucb", env)
+    policy.cpu_compact_above = None
+    policy.reset(seed=seeds)
+    benv = BatchedEnv(env, seeds)
+    actions, sizes = [], []
+    with deferred_checks() as checks:
+        checks.inputs_checked = True
+        for t in range(horizon):
+            checks.round = t
+            cand = benv.candidates()
+            with no_host_reads():
+                idx = policy.select(cand)
+            reward, _ = benv.pull(idx)
+            x = cand.gather(1, idx[:, None, None].expand(-1, 1, cand.shape[2]))[:, 0]
+            if t % CHECK_EVERY == CHECK_EVERY - 1:
+                policy.update(x, reward)
+            else:
+                with no_host_reads():
+                    policy.update(x, reward)
+            actions.append(idx)
+            sizes.append(policy.diagnostics()["dict_size"])
+        checks.raise_if_failed(seeds)
+    assert policy.batch_model.max_size >= int(policy.batch_model.sizes.max())
+    acts, dict_sizes = torch.stack(actions, 1).tolist(), torch.stack(sizes, 1).tolist()
+    for r, s in enumerate(seeds):
+        seq = simulate(make_policy("ekucb", env), env, horizon, s)
+        assert acts[r] == seq.actions
+        assert dict_sizes[r] == seq.diagnostics["dict_size"]
+        assert policy.diagnostics()["refused"][r] == seq.diagnostics["refused"][-1]

@@ -97,7 +97,7 @@ class BatchedKORS(ResizableModule):
         ar = torch.arange(k, device=kz.device)
         rows = idx if isinstance(idx, Tensor) else ar + idx.start
         nz = self._nz[idx, : w + 1, : w + 1]
-        q = (kz[:, None, :] @ nz[:, :w, :w])[:, 0]           # (N k_Z)ᵀ, N symmetric
+        q = (nz[:, :w, :w] @ kz[..., None])[..., 0]          # N k_Z
         s = kss + self.mu * p - (kz * q).sum(-1)
         check_runs("KORS add: a Schur complement must be positive",
                    torch.zeros(self._m.shape[0], dtype=torch.bool, device=kz.device).index_put_(

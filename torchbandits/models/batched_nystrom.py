@@ -232,13 +232,13 @@ class BatchedNystrom(BatchedNystromState):
         ar = torch.arange(k, device=self.device)
         p = self._p[idx, : w + 1, : w + 1]
         q = self._q[idx, : w + 1, : w + 1]
-        row = (f[:, None, :] @ p[:, :w, :w])[:, 0] * (-okf / d)[:, None]    # −(Pᵀf)ᵀ/d, 0 beyond m_r
+        row = -(p[:, :w, :w].mT @ f[..., None])[..., 0] / d[:, None] * okf[:, None]  # −Pᵀf/d
         e_old = self._e[idx, :n, :w]
         gs = self._k.block(self._x[idx, :n], z[:, None])[..., 0]             # k_S(z) [k, n]
         e_new = (gs - (e_old @ f[..., None])[..., 0]) / d[:, None]           # [k, n]
         ce = self._c[idx, :n] * e_new
-        b = (ce[:, None, :] @ e_old)[:, 0]                                   # (Eᵀ C e)ᵀ [k, w]
-        qb = (b[:, None, :] @ q[:, :w, :w])[:, 0]                            # (Q b)ᵀ, Q symmetric
+        b = (e_old.mT @ ce[..., None])[..., 0]                               # Eᵀ C e [k, w]
+        qb = (q[:, :w, :w] @ b[..., None])[..., 0]  # the sequential model's orientations (rounding)
         schur = (e_new * ce).sum(-1) + lam - (b * qb).sum(-1)
         bad = ok & ~(schur > 0)
         check_runs("add_last: a Schur complement must be positive",

@@ -181,12 +181,19 @@ class BatchedNystromState(ResizableModule):
         return self._logdet - self._m.to(self.dtype) * math.log(self.lam)
 
     def get_extra_state(self) -> dict[str, Any]:
-        return {"n": self._n}
+        return {"n": self._n, "widths": [w for _, _, w in self._chunks]}
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
+        """Restores ``n`` and the chunk widths (so a reloaded batch computes at the same widths,
+        the same numbers to the bit), or reads the exact widths from the sizes."""
         self._n = int(state["n"])
         self._version += 1
         self.refresh_widths()
+        widths = state.get("widths")
+        if widths is not None and len(widths) == len(self._chunks):
+            self._chunks = [(a, b, int(w)) for (a, b, _), w in zip(self._chunks, widths,
+                                                                  strict=True)]
+            self._mmax = max(int(w) for w in widths)
 
     def _apply(self, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
         out = super()._apply(fn, *args, **kwargs)
