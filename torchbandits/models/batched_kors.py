@@ -77,12 +77,14 @@ class BatchedKORS(ResizableModule):
         run is bordered on the slices of ``chunks`` (``(a, b, W_g)``, the model's widths before
         the growth) with masked writes (a run that does not accept writes zeros into its zero
         padding). ``runs`` a LongTensor ``[k]`` of distinct runs: the arguments are ``[k, M]`` /
-        ``[k]`` and only those runs are touched."""
+        ``[k]`` and only those where ``accept`` holds are touched (one host read)."""
         mm = kz.shape[1]
         self._nz = grow_rows(self._nz, mm + 1, dims=(1, 2))
         self._p = grow_rows(self._p, mm + 1, dims=(1,))
         if runs is not None:
-            self._border(runs, kz, kss, p, accept, mm)
+            keep = accept.nonzero()[:, 0]   # the compacted path reads: only the growing runs
+            if keep.numel():
+                self._border(runs[keep], kz[keep], kss[keep], p[keep], accept[keep], mm)
             return
         for a, b, w in chunks if chunks is not None else [(0, kz.shape[0], mm)]:
             self._border(slice(a, b), kz[a:b, :w], kss[a:b], p[a:b], accept[a:b], w)

@@ -199,13 +199,25 @@ class BatchedNystrom(BatchedNystromState):
         self._ensure(self._n, self._mmax + 1, self._x.shape[2])
         self._version += 1
         if runs is None:
-            added = [self._border(slice(a, b), f[a:b, :w], omega[a:b], accept[a:b], w)
+            added = [self._border(slice(a, b), f[a:b, :w], omega[a:b],
+                                  self._guard(slice(a, b), omega[a:b], accept[a:b]), w)
                      for a, b, w in self.chunks()]
             self.bump_widths()
             return added[0] if len(added) == 1 else torch.cat(added)
-        added = self._border(runs, f, omega, accept, self._mmax)
-        self.refresh_widths()
-        return added
+        ok = self._guard(runs, omega, accept)
+        keep = ok.nonzero()[:, 0]          # the compacted path reads: only the runs that grow
+        if keep.numel():
+            self._border(runs[keep], f[keep], omega[keep], ok[keep], self._mmax)
+            self.refresh_widths()
+        return ok
+
+    def _guard(self, idx: slice | Tensor, omega: Tensor, want: Tensor) -> Tensor:
+        """The ``min_residual`` guard of the runs ``idx`` that want the last point as an anchor:
+        the mask of those with ``ω > min_residual·k(z,z)``; the others are counted refused."""
+        z = self._x[idx, self._n - 1]
+        ok = want & (omega > self.min_residual * self._k.diag(z))
+        self._refused[idx] += (want & ~ok).to(self._refused.dtype)
+        return ok
 
     def _rows(self, idx: slice | Tensor) -> Tensor:
         if isinstance(idx, Tensor):
@@ -216,16 +228,15 @@ class BatchedNystrom(BatchedNystromState):
             rows = self._row_cache[key] = torch.arange(idx.start, idx.stop, device=self.device)
         return rows
 
-    def _border(self, idx: slice | Tensor, f: Tensor, omega: Tensor, want: Tensor, w: int
+    def _border(self, idx: slice | Tensor, f: Tensor, omega: Tensor, ok: Tensor, w: int
                 ) -> Tensor:
         """:meth:`add_last` of the runs ``idx`` (a slice: views written in place; a LongTensor:
-        blocks gathered and written back) at width ``w``; ``f`` ``[k, w]``."""
+        blocks gathered and written back) at width ``w``, where ``ok`` (guarded) holds; ``f``
+        ``[k, w]``."""
         n, lam = self._n, self.lam
         rows = self._rows(idx)
         k = rows.shape[0]
         z = self._x[idx, n - 1]                                              # [k, d]
-        ok = want & (omega > self.min_residual * self._k.diag(z))
-        self._refused[idx] += (want & ~ok).to(self._refused.dtype)
         okf = ok.to(self.dtype)
         d = torch.sqrt(torch.where(ok, omega, 1.0))
         pos = self._m[idx]
