@@ -61,7 +61,7 @@ class BatchedKORS(ResizableModule):
         for a, b, mg in chunks if chunks is not None else [(0, kz.shape[0], mm)]:
             if mg:
                 kc = kz[a:b, :mg]
-                u[a:b] = (kc[:, None, :] @ self._nz[a:b, :mg, :mg] @ kc[..., None])[:, 0, 0]
+                u[a:b] = ((kc[:, None, :] @ self._nz[a:b, :mg, :mg])[:, 0] * kc).sum(-1)
         rho = (kss - u).clamp_(min=0.0)
         tau = (1.0 + self.eps) * rho / (rho + self.mu)
         if self.score == "reference":

@@ -113,7 +113,7 @@ class BatchedNystrom(BatchedNystromState):
         f = kz @ self._p[a:b, :mg, :mg].mT                                  # e(x)ᵀ [k, A, M_g]
         na = f.shape[1]
         qf = torch.cat([f, self._g[a:b, None, :mg]], 1) @ self._q[a:b, :mg, :mg].mT
-        mean = (f @ qf[:, na:].mT)[..., 0]
+        mean = (f * qf[:, na:]).sum(-1)                                    # e(x)ᵀ (Q g)
         qf = qf[:, :na]
         var = (kdiag - (f * f).sum(-1)).clamp_(min=0.0)
         var.add_((f * qf).sum(-1), alpha=self.lam)
