@@ -25,8 +25,10 @@ Updates (batched versions of :mod:`~torchbandits.models.nystrom_updates`):
 * :meth:`BatchedNystrom.append` — one point per run with the current dictionaries
   (Sherman–Morrison on every ``Q_r``, ``O(m²)`` per run); returns the embeddings and the residuals
   ``ω_r = k(x,x) + η − ‖e(x)‖²``;
-* :meth:`BatchedNystrom.add_last` — the last appended point becomes an anchor of the runs named
-  (bordered ``P``, ``Q``, one new column of ``E``: ``O(nm + m²)`` per run, only for those runs);
+* :meth:`BatchedNystrom.add_last` — the last appended point becomes an anchor of the runs that
+  accept it and pass the ``min_residual`` guard (bordered ``P``, ``Q``, one new column of ``E``:
+  ``O(nm + m²)`` per run): either every run with masked writes and no host read (a run that
+  does not grow writes zeros into its zero padding), or a compacted subset (one read);
 * :meth:`BatchedNystrom.rebuild` — from scratch on padded dictionaries ``[R, M, d]`` with sizes
   ``[R]`` (a policy that resamples its dictionary every round, e.g. BKB): ``K_ZZ`` gets an
   identity block on the padded rows, so one batched Cholesky serves every run, and the padded rows
@@ -34,7 +36,9 @@ Updates (batched versions of :mod:`~torchbandits.models.nystrom_updates`):
   whitened alone (the pivoted factor of :func:`~torchbandits.models.nystrom_updates.whitening`).
 
 **Chunks.** A round works on chunks of :attr:`~BatchedNystromState.CHUNK` consecutive runs, each
-at its own width ``M_g = max m_r`` over the chunk (``[:M_g]`` slices, exact by the zero padding);
+at its own width ``M_g ≥ max m_r`` over the chunk (``[:M_g]`` slices, exact by the zero padding;
+a host-side bound, so no round reads the sizes: exact after
+:meth:`~BatchedNystromState.refresh_widths`, one more per masked growth);
 :meth:`~BatchedNystromState.permute` reorders the runs (EK-UCB keeps them sorted by dictionary
 size), so the work is ``Σ_g k_g·M_g²`` instead of ``R·M²``. The storage is in
 :mod:`~torchbandits.models.batched_nystrom_state`; :class:`~torchbandits.models.batched_kors.BatchedKORS`
