@@ -141,14 +141,13 @@ class BatchedNystrom(BatchedNystromState):
             check_runs("x must be a candidate of the last select", ~hit.any(-1),
                        lambda r: f"x of run {r} is not a candidate of the last select")
         first = hit.to(torch.int8).argmax(-1)
-        mm = self._mmax
-        out: list[list[Tensor]] = [[], [], []]
+        out = x.new_zeros(3, x.shape[0], self._mmax)      # zero beyond each chunk's width
         for (a, b, mg), col in zip(self.chunks(), last[2], strict=True):
-            idx = first[a:b, None, None].expand(-1, 1, mg)
-            for j, t in enumerate(col):
-                piece = t.gather(1, idx)[:, 0] if mg else t[:, 0]
-                out[j].append(torch.nn.functional.pad(piece, (0, mm - mg)) if mg < mm else piece)
-        return tuple(o[0] if len(o) == 1 else torch.cat(o) for o in out)  # type: ignore[return-value]
+            if mg:
+                rows, pick = self._rows(slice(0, b - a)), first[a:b]
+                for j, t in enumerate(col):
+                    out[j, a:b, :mg] = t[rows, pick]
+        return out[0], out[1], out[2]
 
     # ------------------------------------------------------------------ updates
     def append(self, x: Tensor, y: Tensor,
