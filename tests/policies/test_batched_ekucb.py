@@ -124,9 +124,14 @@ def test_batched_nystrom_equals_sequential_models_incremental_and_rebuilt() -> N
             seq.append_column(x[i, j], float(y[i, j]), col)
             if i in grow[j]:
                 assert seq.add_last_to_dictionary(col)
-        runs = torch.tensor([j for j in range(r) if i in grow[j]], dtype=torch.long)
-        if runs.numel():
-            assert bool(batch.add_last(runs, f[runs], omega[runs]).all())
+        want = torch.tensor([i in grow[j] for j in range(r)])
+        if i % 2:   # compacted: only the growing runs are passed
+            runs = want.nonzero()[:, 0]
+            if runs.numel():
+                ones = torch.ones_like(runs, dtype=torch.bool)
+                assert bool(batch.add_last(f[runs], omega[runs], ones, runs).all())
+        else:       # sync-free: every run, masked writes (the widths become upper bounds)
+            assert torch.equal(batch.add_last(f, omega, want), want)
     assert batch.sizes.tolist() == [0, 3, 7]
     cand = torch.rand(r, 9, d, dtype=F64)
     mean, var = batch.score(cand)
@@ -154,15 +159,20 @@ def test_batched_nystrom_equals_sequential_models_incremental_and_rebuilt() -> N
 
 
 def test_run_coins_are_the_sequential_draws() -> None:
+    """Coins drawn ahead in blocks of 5 and handed out by device counters are each run's
+    sequential draws, also across refills and a rewind mid-way (``sync``)."""
     gens = [torch.Generator().manual_seed(s) for s in (0, 1, 2)]
-    coins = RunCoins(gens, chunk=5)
+    coins = RunCoins(gens, block=5)
     seq = [torch.Generator().manual_seed(s) for s in (0, 1, 2)]
     plan = [[1, 0, 1], [1, 1, 1], [0, 0, 1]] * 7
-    for need in plan:
+    for t, need in enumerate(plan):
         got = coins.draw(torch.tensor(need, dtype=torch.bool))
         for r, flag in enumerate(need):
             if flag:
                 assert float(got[r]) == float(torch.rand((), generator=seq[r], dtype=F64))
+        if t in (8, 14):    # a rewind to exactly the coins handed out, then on
+            for g, s in zip(coins.sync(), seq, strict=True):
+                assert torch.equal(g.get_state(), s.get_state())
     for g, s in zip(coins.sync(), seq, strict=True):
         assert torch.equal(g.get_state(), s.get_state())
 
@@ -272,3 +282,47 @@ def test_runs_sorted_by_dictionary_size_still_equal_the_sequential_runs() -> Non
     cand = BatchedEnv(env, seeds).candidates()
     assert torch.equal(fresh(cand), policy(cand))
     assert torch.equal(fresh.diagnostics()["dict_size"], policy.diagnostics()["dict_size"])
+
+
+def test_sync_free_rounds_read_the_host_only_at_the_size_checks() -> None:
+    """``cpu_compact_above = None``: every round grows the dictionaries by masked writes, also on
+    the CPU. R = 20 (two chunks), 140 rounds, every ``select`` and every ``update`` under the
+    host-read guard of ``tests/experiments/test_batch_sync_free.py`` except the updates of the
+    size checks (rounds 63 and 127: the documented read of the widths and the re-sort); run
+    ``r`` equals the sequential run (actions, dictionary sizes, refusals)."""
+    from tests.experiments.test_batch_sync_free import no_host_reads
+    from torchbandits.batching import deferred_checks
+    from torchbandits.policies.ekucb_batched import CHECK_EVERY
+
+    env = make_env("chessboard")
+    seeds = list(range(20))
+    horizon = 2 * CHECK_EVERY + 12
+    policy = make_policy("ekucb", env)
+    policy.cpu_compact_above = None
+    policy.reset(seed=seeds)
+    benv = BatchedEnv(env, seeds)
+    actions, sizes = [], []
+    with deferred_checks() as checks:
+        checks.inputs_checked = True
+        for t in range(horizon):
+            checks.round = t
+            cand = benv.candidates()
+            with no_host_reads():
+                idx = policy.select(cand)
+            reward, _ = benv.pull(idx)
+            x = cand.gather(1, idx[:, None, None].expand(-1, 1, cand.shape[2]))[:, 0]
+            if t % CHECK_EVERY == CHECK_EVERY - 1:
+                policy.update(x, reward)
+            else:
+                with no_host_reads():
+                    policy.update(x, reward)
+            actions.append(idx)
+            sizes.append(policy.diagnostics()["dict_size"])
+        checks.raise_if_failed(seeds)
+    assert policy.batch_model.max_size >= int(policy.batch_model.sizes.max())
+    acts, dict_sizes = torch.stack(actions, 1).tolist(), torch.stack(sizes, 1).tolist()
+    for r, s in enumerate(seeds):
+        seq = simulate(make_policy("ekucb", env), env, horizon, s)
+        assert acts[r] == seq.actions
+        assert dict_sizes[r] == seq.diagnostics["dict_size"]
+        assert policy.diagnostics()["refused"][r] == seq.diagnostics["refused"][-1]

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from ..buffers import ResizableModule, grow_rows
+from ..deferred_checks import check_runs
 
 __all__ = ["BatchedKORS"]
 
@@ -41,7 +42,7 @@ class BatchedKORS(ResizableModule):
         return self._m
 
     def probabilities(self, run: int) -> Tensor:
-        """``p̃`` of the anchors of run ``run`` ``[m_r]`` (a view)."""
+        """``p̃`` of the anchors of run ``run`` ``[m_r]`` (a view; one host read of ``m_r``)."""
         return self._p[run, : int(self._m[run])]
 
     def reset(self) -> None:
@@ -60,37 +61,60 @@ class BatchedKORS(ResizableModule):
         for a, b, mg in chunks if chunks is not None else [(0, kz.shape[0], mm)]:
             if mg:
                 kc = kz[a:b, :mg]
-                u[a:b] = (kc[:, None, :] @ self._nz[a:b, :mg, :mg] @ kc[..., None])[:, 0, 0]
+                u[a:b] = ((kc[:, None, :] @ self._nz[a:b, :mg, :mg])[:, 0] * kc).sum(-1)
         rho = (kss - u).clamp_(min=0.0)
         tau = (1.0 + self.eps) * rho / (rho + self.mu)
         if self.score == "reference":
             tau = ((1.0 + self.eps) * kss / self.mu - tau).clamp_(min=0.0)
         return (self.gamma * tau).clamp_(max=1.0)
 
-    def add(self, runs: Tensor, kz: Tensor, kss: Tensor, p: Tensor) -> None:
-        """The point with ``k_Z = kz`` ``[k, M]`` joins the dictionaries of ``runs`` ``[k]`` with
-        probabilities ``p`` ``[k]``: ``N`` bordered with ``k_Z`` and ``k(s,s) + μ p̃``."""
-        k, mm = runs.shape[0], kz.shape[1]
-        if k == 0:
-            return
+    def add(self, kz: Tensor, kss: Tensor, p: Tensor, accept: Tensor,
+            chunks: list[tuple[int, int, int]] | None = None, runs: Tensor | None = None) -> None:
+        """The point with ``k_Z = kz`` joins the dictionaries where ``accept`` holds, with
+        probabilities ``p``: ``N`` bordered with ``k_Z`` and ``k(s,s) + μ p̃``.
+
+        ``runs=None`` (sync-free): ``kz`` ``[R, M]``, ``kss``, ``p``, ``accept`` ``[R]``; every
+        run is bordered on the slices of ``chunks`` (``(a, b, W_g)``, the model's widths before
+        the growth) with masked writes (a run that does not accept writes zeros into its zero
+        padding). ``runs`` a LongTensor ``[k]`` of distinct runs: the arguments are ``[k, M]`` /
+        ``[k]`` and only those where ``accept`` holds are touched (one host read)."""
+        mm = kz.shape[1]
         self._nz = grow_rows(self._nz, mm + 1, dims=(1, 2))
         self._p = grow_rows(self._p, mm + 1, dims=(1,))
-        pos = self._m[runs]
-        ar = torch.arange(k, device=runs.device)
-        nz = self._nz[runs, : mm + 1, : mm + 1]
-        q = (nz[:, :mm, :mm] @ kz[..., None])[..., 0]
+        if runs is not None:
+            keep = accept.nonzero()[:, 0]   # the compacted path reads: only the growing runs
+            if keep.numel():
+                self._border(runs[keep], kz[keep], kss[keep], p[keep], accept[keep], mm)
+            return
+        for a, b, w in chunks if chunks is not None else [(0, kz.shape[0], mm)]:
+            self._border(slice(a, b), kz[a:b, :w], kss[a:b], p[a:b], accept[a:b], w)
+
+    def _border(self, idx: slice | Tensor, kz: Tensor, kss: Tensor, p: Tensor, ok: Tensor,
+                w: int) -> None:
+        """:meth:`add` of the runs ``idx`` (a slice: views written in place; a LongTensor:
+        gathered and written back) at width ``w``."""
+        k = kz.shape[0]
+        okf = ok.to(kz.dtype)
+        pos = self._m[idx]
+        ar = torch.arange(k, device=kz.device)
+        rows = idx if isinstance(idx, Tensor) else ar + idx.start
+        nz = self._nz[idx, : w + 1, : w + 1]
+        q = (nz[:, :w, :w] @ kz[..., None])[..., 0]          # N k_Z
         s = kss + self.mu * p - (kz * q).sum(-1)
-        if not bool((s > 0).all()):
-            raise ValueError("KORS add: a Schur complement is not positive")
-        inv_s = 1.0 / s
-        nz[:, :mm, :mm].addcmul_(q[:, :, None], (q * inv_s[:, None])[:, None, :])
+        check_runs("KORS add: a Schur complement must be positive",
+                   torch.zeros(self._m.shape[0], dtype=torch.bool, device=kz.device).index_put_(
+                       (rows,), ok & ~(s > 0)),
+                   lambda r: f"KORS add: a Schur complement is not positive (run {r})")
+        inv_s = okf / torch.where(ok, s, 1.0)                 # 0 where not accepted
+        nz[:, :w, :w].addcmul_(q[:, :, None], (q * inv_s[:, None])[:, None, :])
         border = -q * inv_s[:, None]
-        nz[ar, pos, :mm] = border
-        nz[ar, :mm, pos] = border
+        nz[ar, pos, :w] = border
+        nz[ar, :w, pos] = border
         nz[ar, pos, pos] = inv_s
-        self._nz[runs, : mm + 1, : mm + 1] = nz
-        self._p[runs, pos] = p
-        self._m[runs] = pos + 1
+        if isinstance(idx, Tensor):
+            self._nz[idx, : w + 1, : w + 1] = nz
+        self._p[rows, pos] = p * okf
+        self._m[idx] = pos + ok.to(pos.dtype)
 
     def permute(self, order: Tensor) -> None:
         """Reorder the runs: new run ``i`` is old run ``order[i]``."""

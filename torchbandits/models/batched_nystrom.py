@@ -25,8 +25,10 @@ Updates (batched versions of :mod:`~torchbandits.models.nystrom_updates`):
 * :meth:`BatchedNystrom.append` — one point per run with the current dictionaries
   (Sherman–Morrison on every ``Q_r``, ``O(m²)`` per run); returns the embeddings and the residuals
   ``ω_r = k(x,x) + η − ‖e(x)‖²``;
-* :meth:`BatchedNystrom.add_last` — the last appended point becomes an anchor of the runs named
-  (bordered ``P``, ``Q``, one new column of ``E``: ``O(nm + m²)`` per run, only for those runs);
+* :meth:`BatchedNystrom.add_last` — the last appended point becomes an anchor of the runs that
+  accept it and pass the ``min_residual`` guard (bordered ``P``, ``Q``, one new column of ``E``:
+  ``O(nm + m²)`` per run): either every run with masked writes and no host read (a run that
+  does not grow writes zeros into its zero padding), or a compacted subset (one read);
 * :meth:`BatchedNystrom.rebuild` — from scratch on padded dictionaries ``[R, M, d]`` with sizes
   ``[R]`` (a policy that resamples its dictionary every round, e.g. BKB): ``K_ZZ`` gets an
   identity block on the padded rows, so one batched Cholesky serves every run, and the padded rows
@@ -34,7 +36,9 @@ Updates (batched versions of :mod:`~torchbandits.models.nystrom_updates`):
   whitened alone (the pivoted factor of :func:`~torchbandits.models.nystrom_updates.whitening`).
 
 **Chunks.** A round works on chunks of :attr:`~BatchedNystromState.CHUNK` consecutive runs, each
-at its own width ``M_g = max m_r`` over the chunk (``[:M_g]`` slices, exact by the zero padding);
+at its own width ``M_g ≥ max m_r`` over the chunk (``[:M_g]`` slices, exact by the zero padding;
+a host-side bound, so no round reads the sizes: exact after
+:meth:`~BatchedNystromState.refresh_widths`, one more per masked growth);
 :meth:`~BatchedNystromState.permute` reorders the runs (EK-UCB keeps them sorted by dictionary
 size), so the work is ``Σ_g k_g·M_g²`` instead of ``R·M²``. The storage is in
 :mod:`~torchbandits.models.batched_nystrom_state`; :class:`~torchbandits.models.batched_kors.BatchedKORS`
@@ -49,6 +53,7 @@ import math
 import torch
 from torch import Tensor
 
+from ..deferred_checks import active_checks, check_runs
 from .batched_nystrom_state import BatchedNystromState, batched_kernel
 from .nystrom_updates import PIVOT_TOL, whitening
 
@@ -112,7 +117,7 @@ class BatchedNystrom(BatchedNystromState):
         f = kz @ self._p[a:b, :mg, :mg].mT                                  # e(x)ᵀ [k, A, M_g]
         na = f.shape[1]
         qf = torch.cat([f, self._g[a:b, None, :mg]], 1) @ self._q[a:b, :mg, :mg].mT
-        mean = (f @ qf[:, na:].mT)[..., 0]
+        mean = (f * qf[:, na:]).sum(-1)                                    # e(x)ᵀ (Q g)
         qf = qf[:, :na]
         var = (kdiag - (f * f).sum(-1)).clamp_(min=0.0)
         var.add_((f * qf).sum(-1), alpha=self.lam)
@@ -129,17 +134,20 @@ class BatchedNystrom(BatchedNystromState):
         if cand.shape[0] != x.shape[0] or cand.shape[2] != x.shape[1]:
             return None
         hit = (cand == x[:, None, :]).all(-1)                              # [R, A]
-        if not bool(hit.any(-1).all()):
-            return None
+        if active_checks() is None:
+            if not bool(hit.any(-1).all()):    # user code: one read, fresh columns if not
+                return None
+        else:   # the runner plays a row of the last candidates: flagged, not read
+            check_runs("x must be a candidate of the last select", ~hit.any(-1),
+                       lambda r: f"x of run {r} is not a candidate of the last select")
         first = hit.to(torch.int8).argmax(-1)
-        mm = self._mmax
-        out: list[list[Tensor]] = [[], [], []]
+        out = x.new_zeros(3, x.shape[0], self._mmax)      # zero beyond each chunk's width
         for (a, b, mg), col in zip(self.chunks(), last[2], strict=True):
-            idx = first[a:b, None, None].expand(-1, 1, mg)
-            for j, t in enumerate(col):
-                piece = t.gather(1, idx)[:, 0] if mg else t[:, 0]
-                out[j].append(torch.nn.functional.pad(piece, (0, mm - mg)) if mg < mm else piece)
-        return tuple(o[0] if len(o) == 1 else torch.cat(o) for o in out)  # type: ignore[return-value]
+            if mg:
+                rows, pick = self._rows(slice(0, b - a)), first[a:b]
+                for j, t in enumerate(col):
+                    out[j, a:b, :mg] = t[rows, pick]
+        return out[0], out[1], out[2]
 
     # ------------------------------------------------------------------ updates
     def append(self, x: Tensor, y: Tensor,
@@ -177,59 +185,96 @@ class BatchedNystrom(BatchedNystromState):
         self._n = n + 1
         return f, omega
 
-    def add_last(self, runs: Tensor, f: Tensor, omega: Tensor) -> Tensor:
-        """Make the last appended point an anchor of the runs ``runs`` (LongTensor ``[k]``),
-        ``f`` ``[k, M]`` its embedding and ``omega`` ``[k]`` its residual as :meth:`append`
-        returned them. The ``min_residual`` guard refuses ``ω ≤ min_residual·k(z,z)`` (counted in
-        :attr:`refused`). Returns the mask ``[k]`` of the runs whose dictionary grew. Per run:
-        ``d = √ω``, new row of ``P``: ``[−Pᵀf/d, 1/d]``, new embedding column
-        ``e = (k_S(z) − E f)/d``, ``Q`` bordered with ``b = Eᵀ C e`` and ``eᵀ C e + λ``."""
-        n, mm, lam = self._n, self._mmax, self.lam
-        z = self._x[runs, n - 1]
-        kzz_raw = self._k.diag(z)
-        ok = omega > self.min_residual * kzz_raw
-        if not bool(ok.all()):
-            self._refused.index_add_(0, runs[~ok], torch.ones_like(runs[~ok]))
-            runs, f, omega, z = runs[ok], f[ok], omega[ok], z[ok]
-        k = runs.shape[0]
-        if k == 0:
-            return ok
+    def add_last(self, f: Tensor, omega: Tensor, accept: Tensor, runs: Tensor | None = None
+                 ) -> Tensor:
+        """Make the last appended point an anchor of the runs where ``accept`` holds, ``f`` its
+        embedding and ``omega`` its residual as :meth:`append` returned them.
+
+        ``runs=None`` (sync-free): ``f`` ``[R, M]``, ``omega`` and ``accept`` ``[R]``; every run is
+        bordered chunk by chunk on slices and the writes are masked (a refused run writes zeros
+        into its zero padding), then the widths grow by one (:meth:`bump_widths`, no read).
+        ``runs`` a LongTensor ``[k]`` of distinct runs (compacted by the caller): ``f`` ``[k, M]``,
+        ``omega`` and ``accept`` ``[k]``; only those runs are touched, and the widths are
+        refreshed (one host read). The ``min_residual`` guard refuses ``ω ≤ min_residual·k(z,z)``
+        (counted in :attr:`refused`). Returns the mask of the runs whose dictionary grew (``[R]``
+        or ``[k]``). Per run: ``d = √ω``, new row of ``P``: ``[−Pᵀf/d, 1/d]``, new embedding
+        column ``e = (k_S(z) − E f)/d``, ``Q`` bordered with ``b = Eᵀ C e`` and ``eᵀ C e + λ``."""
+        self._ensure(self._n, self._mmax + 1, self._x.shape[2])
         self._version += 1
-        pos = self._m[runs]
-        self._ensure(n, mm + 1, z.shape[1])
-        ar = torch.arange(k, device=runs.device)
-        d = torch.sqrt(omega)
-        p = self._p[runs, : mm + 1, : mm + 1]
-        row = -(p[:, :mm, :mm].mT @ f[..., None])[..., 0] / d[:, None]      # zero beyond m_r
-        xs = self._x[runs, :n]
-        gs = self._k.block(xs, z[:, None])[..., 0]                           # k_S(z) [k, n]
-        e_old = self._e[runs, :n, :mm]
+        if runs is None:
+            added = [self._border(slice(a, b), f[a:b, :w], omega[a:b],
+                                  self._guard(slice(a, b), omega[a:b], accept[a:b]), w)
+                     for a, b, w in self.chunks()]
+            self.bump_widths()
+            return added[0] if len(added) == 1 else torch.cat(added)
+        ok = self._guard(runs, omega, accept)
+        keep = ok.nonzero()[:, 0]          # the compacted path reads: only the runs that grow
+        if keep.numel():
+            self._border(runs[keep], f[keep], omega[keep], ok[keep], self._mmax)
+            self.refresh_widths()
+        return ok
+
+    def _guard(self, idx: slice | Tensor, omega: Tensor, want: Tensor) -> Tensor:
+        """The ``min_residual`` guard of the runs ``idx`` that want the last point as an anchor:
+        the mask of those with ``ω > min_residual·k(z,z)``; the others are counted refused."""
+        z = self._x[idx, self._n - 1]
+        ok = want & (omega > self.min_residual * self._k.diag(z))
+        self._refused[idx] += (want & ~ok).to(self._refused.dtype)
+        return ok
+
+    def _rows(self, idx: slice | Tensor) -> Tensor:
+        if isinstance(idx, Tensor):
+            return idx
+        key = (idx.start, idx.stop)
+        rows = self._row_cache.get(key)
+        if rows is None or rows.device != self.device:
+            rows = self._row_cache[key] = torch.arange(idx.start, idx.stop, device=self.device)
+        return rows
+
+    def _border(self, idx: slice | Tensor, f: Tensor, omega: Tensor, ok: Tensor, w: int
+                ) -> Tensor:
+        """:meth:`add_last` of the runs ``idx`` (a slice: views written in place; a LongTensor:
+        blocks gathered and written back) at width ``w``, where ``ok`` (guarded) holds; ``f``
+        ``[k, w]``."""
+        n, lam = self._n, self.lam
+        rows = self._rows(idx)
+        k = rows.shape[0]
+        z = self._x[idx, n - 1]                                              # [k, d]
+        okf = ok.to(self.dtype)
+        d = torch.sqrt(torch.where(ok, omega, 1.0))
+        pos = self._m[idx]
+        ar = torch.arange(k, device=self.device)
+        p = self._p[idx, : w + 1, : w + 1]
+        q = self._q[idx, : w + 1, : w + 1]
+        row = -(p[:, :w, :w].mT @ f[..., None])[..., 0] / d[:, None] * okf[:, None]  # −Pᵀf/d
+        e_old = self._e[idx, :n, :w]
+        gs = self._k.block(self._x[idx, :n], z[:, None])[..., 0]             # k_S(z) [k, n]
         e_new = (gs - (e_old @ f[..., None])[..., 0]) / d[:, None]           # [k, n]
-        ce = self._c[runs, :n] * e_new
-        b = (e_old.mT @ ce[..., None])[..., 0]                               # [k, M]
-        q = self._q[runs, : mm + 1, : mm + 1]
-        qb = (q[:, :mm, :mm] @ b[..., None])[..., 0]
+        ce = self._c[idx, :n] * e_new
+        b = (e_old.mT @ ce[..., None])[..., 0]                               # Eᵀ C e [k, w]
+        qb = (q[:, :w, :w] @ b[..., None])[..., 0]  # the sequential model's orientations (rounding)
         schur = (e_new * ce).sum(-1) + lam - (b * qb).sum(-1)
-        if not bool((schur > 0).all()):
-            raise ValueError("add_last: a Schur complement is not positive")
-        inv_s = 1.0 / schur
-        q[:, :mm, :mm].addcmul_(qb[:, :, None], (qb * inv_s[:, None])[:, None, :])
+        bad = ok & ~(schur > 0)
+        check_runs("add_last: a Schur complement must be positive",
+                   torch.zeros(self.n_runs, dtype=torch.bool, device=self.device).index_put_(
+                       (rows,), bad), lambda r: f"add_last: a Schur complement is not positive "
+                                                f"(run {r})")
+        inv_s = okf / torch.where(ok, schur, 1.0)                            # 0 where refused
+        q[:, :w, :w].addcmul_(qb[:, :, None], (qb * inv_s[:, None])[:, None, :])
         border = -qb * inv_s[:, None]
-        q[ar, pos, :mm] = border
-        q[ar, :mm, pos] = border
+        q[ar, pos, :w] = border
+        q[ar, :w, pos] = border
         q[ar, pos, pos] = inv_s
-        p[ar, pos, :mm] = row
-        p[ar, pos, pos] = 1.0 / d
-        self._p[runs, : mm + 1, : mm + 1] = p
-        self._q[runs, : mm + 1, : mm + 1] = q
-        self._g[runs, pos] = (e_new * self._s[runs, :n]).sum(-1)
-        rows_n = torch.arange(n, device=runs.device)
-        self._e[runs[:, None], rows_n[None, :], pos[:, None]] = e_new
-        self._z[runs, pos] = z
-        self._logdet[runs] += torch.log(schur)
-        self._m[runs] = pos + 1
-        self._mmax = int(self._m.max())
-        self._chunk_cache = None
+        p[ar, pos, :w] = row
+        p[ar, pos, pos] = okf / d
+        if isinstance(idx, Tensor):
+            self._p[idx, : w + 1, : w + 1] = p
+            self._q[idx, : w + 1, : w + 1] = q
+        self._g[rows, pos] = (e_new * self._s[idx, :n]).sum(-1) * okf
+        self._e[rows, :n, pos] = e_new * okf[:, None]
+        self._z[rows, pos] = torch.where(ok[:, None], z, 0.0)
+        self._logdet[idx] += torch.log(torch.where(ok, schur, 1.0))
+        self._m[idx] = pos + ok.to(pos.dtype)
         return ok
 
     @torch.no_grad()
@@ -250,8 +295,7 @@ class BatchedNystrom(BatchedNystromState):
         self._s[:, :n] = target_sums
         self._n = n
         self._m.copy_(sizes)
-        self._mmax = mm
-        self._chunk_cache = None
+        self.refresh_widths()
         self._p.zero_()
         self._q.zero_()
         self._g.zero_()

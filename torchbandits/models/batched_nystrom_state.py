@@ -82,7 +82,8 @@ class BatchedNystromState(ResizableModule):
         self._n = 0
         self._mmax = 0
         self._version = 0   # bumped by every change: keys the columns of the last score
-        self._chunk_cache: list[tuple[int, int, int]] | None = None
+        self._chunks = [(a, min(a + self.CHUNK, r), 0) for a in range(0, r, self.CHUNK)]
+        self._row_cache: dict[tuple[int, int], Tensor] = {}
         self._scored: tuple[int, Tensor, list[tuple[Tensor, Tensor, Tensor]]] | None = None
 
     # ------------------------------------------------------------------ sizes / state
@@ -103,39 +104,55 @@ class BatchedNystromState(ResizableModule):
 
     @property
     def max_size(self) -> int:
-        """``M = max_r m_r``, the width every round works on."""
+        """``M ≥ max_r m_r``, the width every round works on (exact after
+        :meth:`refresh_widths`, an upper bound after :meth:`bump_widths`)."""
         return self._mmax
 
     #: runs per chunk of the per-chunk widths (:meth:`chunks`)
     CHUNK = 16
 
     def chunks(self) -> list[tuple[int, int, int]]:
-        """``(a, b, M_g)``: the runs ``a..b−1`` in chunks of :attr:`CHUNK` and each chunk's own
-        width ``M_g = max m_r`` over it. Rounds work chunk by chunk on ``[:M_g]`` slices, so a
-        chunk of small dictionaries does not pay for the largest one; :meth:`permute` (runs
-        sorted by size) makes the chunks homogeneous."""
-        c = self._chunk_cache
-        if c is None:
-            sizes = self._m.tolist()
-            step = self.CHUNK
-            c = self._chunk_cache = [(a, min(a + step, len(sizes)), max(sizes[a:a + step]))
-                                     for a in range(0, len(sizes), step)]
-        return c
+        """``(a, b, W_g)``: the runs ``a..b−1`` in chunks of :attr:`CHUNK` and each chunk's width
+        ``W_g ≥ max m_r`` over it (host integers, no read). Rounds work chunk by chunk on
+        ``[:W_g]`` slices, exact by the zero padding, so a chunk of small dictionaries does not pay
+        for the largest one; :meth:`permute` (runs sorted by size) makes the chunks homogeneous.
+        The widths are exact after :meth:`refresh_widths` (one read of the sizes) and upper
+        bounds after :meth:`bump_widths` (every run may have grown by one anchor)."""
+        return self._chunks
+
+    def refresh_widths(self) -> None:
+        """Exact widths from the sizes: **one host read** (``tolist``), so a sync-free round does
+        not call it (EK-UCB calls it every :data:`~torchbandits.policies.ekucb_batched.CHECK_EVERY`
+        rounds on a device, every round where the accepted runs are compacted on the CPU)."""
+        sizes = self._m.tolist()
+        step = self.CHUNK
+        self._chunks = [(a, min(a + step, len(sizes)), max(sizes[a:a + step]))
+                        for a in range(0, len(sizes), step)]
+        self._mmax = max(sizes) if sizes else 0
+
+    def bump_widths(self) -> None:
+        """Every run may have gained one anchor (no read): each width grows by one, at most to
+        ``n`` (a run has at most as many anchors as points)."""
+        n = self._n
+        self._chunks = [(a, b, min(w + 1, n)) for a, b, w in self._chunks]
+        self._mmax = max(w for _, _, w in self._chunks)
 
     def chunked_cost(self, order: Tensor | None = None) -> int:
-        """``Σ_g (b − a)·M_g²`` of the chunks (with the runs in ``order``, if given)."""
+        """``Σ_g (b − a)·M_g²`` of the chunks at the exact sizes (with the runs in ``order``, if
+        given; one host read)."""
         sizes = (self._m if order is None else self._m[order]).tolist()
         step = self.CHUNK
         return sum(len(sizes[a:a + step]) * max(sizes[a:a + step]) ** 2
                    for a in range(0, len(sizes), step))
 
     def permute(self, order: Tensor) -> None:
-        """Reorder the runs: new run ``i`` is old run ``order[i]`` (every per-run buffer)."""
+        """Reorder the runs: new run ``i`` is old run ``order[i]`` (every per-run buffer; the
+        widths are refreshed: one host read)."""
         for name, buf in list(self._buffers.items()):
             if buf is not None:
                 self._buffers[name] = buf.index_select(0, order.to(buf.device))
         self._version += 1
-        self._chunk_cache = None
+        self.refresh_widths()
 
     @property
     def refused(self) -> Tensor:
@@ -164,13 +181,19 @@ class BatchedNystromState(ResizableModule):
         return self._logdet - self._m.to(self.dtype) * math.log(self.lam)
 
     def get_extra_state(self) -> dict[str, Any]:
-        return {"n": self._n}
+        return {"n": self._n, "widths": [w for _, _, w in self._chunks]}
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
+        """Restores ``n`` and the chunk widths (so a reloaded batch computes at the same widths,
+        the same numbers to the bit), or reads the exact widths from the sizes."""
         self._n = int(state["n"])
         self._version += 1
-        self._chunk_cache = None
-        self._mmax = int(self._m.max()) if self._m.numel() else 0
+        self.refresh_widths()
+        widths = state.get("widths")
+        if widths is not None and len(widths) == len(self._chunks):
+            self._chunks = [(a, b, int(w)) for (a, b, _), w in zip(self._chunks, widths,
+                                                                  strict=True)]
+            self._mmax = max(int(w) for w in widths)
 
     def _apply(self, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
         out = super()._apply(fn, *args, **kwargs)
@@ -180,12 +203,13 @@ class BatchedNystromState(ResizableModule):
 
     def reset(self) -> None:
         """Forget the data and the dictionaries of every run."""
-        self._n = self._mmax = 0
+        self._n = 0
         self._version += 1
-        self._chunk_cache = None
         for buf in (self._m, self._p, self._q, self._g, self._e, self._logdet, self._refused):
             buf.zero_()
         self._c.fill_(1.0)
+        self._chunks = [(a, b, 0) for a, b, _ in self._chunks]
+        self._mmax = 0
 
     def _ensure(self, n: int, m: int, d: int) -> None:
         """Capacity for ``n`` points and ``m`` anchors of dimension ``d`` (zero padding)."""

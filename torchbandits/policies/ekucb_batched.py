@@ -6,11 +6,23 @@ KORS-grown dictionary, stepped together.
 :class:`~torchbandits.models.batched_kors.BatchedKORS`, dictionaries padded to a common capacity
 (sizes ``[R]``; padded rows of the whitening factor and of the inverses are zero, so padded
 anchors are exact no-ops). A round: ``select(candidates [R, A, d])`` scores all runs with one
-batched kernel block and two batched products (``LongTensor [R]``, first index on ties);
-``update(x [R, d], reward [R])`` appends to every run, computes every run's KORS probability,
-draws the coins of the runs with ``p̃ < 1`` from their own streams (:class:`RunCoins`, exactly
-the sequential draws), and grows the dictionaries of the accepted runs only (one batched border
-of the accepted subset). Run ``r`` plays what the sequential EK-UCB reset with ``seed=s_r`` plays.
+batched kernel block and two batched products per chunk of runs (``LongTensor [R]``, first index
+on ties); ``update(x [R, d], reward [R])`` appends to every run, computes every run's KORS
+probability, hands out the coins of the runs with ``p̃ < 1`` from their own streams
+(:class:`RunCoins`, exactly the sequential draws) and grows the dictionaries of the accepted runs
+that pass the ``min_residual`` guard. Run ``r`` plays what the sequential EK-UCB reset with
+``seed=s_r`` plays.
+
+**No host read inside a round** (a synchronisation on a GPU): the coins are drawn ahead on the
+host and consumed by device counters; the growth is one masked border of every run (a run that
+does not grow writes zeros into its zero padding); the chunk widths are host-side upper bounds
+that grow by one per round, read exactly (with the re-sort by dictionary size) once every
+:data:`CHECK_EVERY` rounds — the only read. On the CPU, where a read is not a synchronisation,
+a round whose masked border would touch more than :data:`CPU_COMPACT_ABOVE` entries compacts the
+growing runs with one read instead (the border costs ``O(n·M)`` per run, so only the few runs
+that grow pay it); ``policy.cpu_compact_above = None`` keeps every round read-free on the CPU too.
+Warm-up rounds beyond the first (``n_warmup > 1``) rewind the coin streams with one read before
+their ``randint`` draws.
 """
 
 from __future__ import annotations
@@ -27,30 +39,54 @@ from ..models.batched_kors import BatchedKORS
 from ..models.batched_nystrom import BatchedNystrom
 from .batch_mode import BatchModeMixin
 
-__all__ = ["RESORT_EVERY", "EKUCBBatchMixin", "RunCoins"]
+__all__ = ["CHECK_EVERY", "CPU_COMPACT_ABOVE", "RESORT_EVERY", "EKUCBBatchMixin", "RunCoins"]
 
-#: rounds between two checks of the storage order of a batch (runs sorted by dictionary size)
-RESORT_EVERY = 64
+#: rounds between two reads of the dictionary sizes in a sync-free batch (exact chunk widths,
+#: and the storage order: runs sorted by dictionary size); in between, every width is an upper
+#: bound that grows by one per round
+CHECK_EVERY = 64
+RESORT_EVERY = CHECK_EVERY
+
+#: on the CPU, where reading a value is not a synchronisation, a round whose masked dictionary
+#: growth would touch more than this many entries (``R·n·M``: the embeddings of every run)
+#: compacts the accepting runs with one read instead (``None`` on the class attribute: never)
+CPU_COMPACT_ABOVE = 1 << 15
 
 
 class RunCoins:
-    """Per-run uniform coins drawn only by the runs that need one, each from its own generator,
-    in chunks: run ``r``'s ``j``-th coin is its generator's ``j``-th ``torch.rand((), float64)``
-    (CPU ``rand`` fills a tensor element by element, so one call of ``chunk`` draws is the same
-    numbers). :meth:`sync` rewinds each generator to exactly the coins handed out.
+    """Per-run uniform coins for the KORS decisions, handed out on the device without a host
+    read: run ``r``'s ``j``-th coin is its generator's ``j``-th ``torch.rand((), float64)``, the
+    sequential EK-UCB's ``j``-th coin (it draws only where ``0 < p̃ < 1``).
+
+    A run uses at most one coin per round, so after ``t`` calls of :meth:`draw` at most ``t``
+    coins are used: the coins are drawn ahead on the host in blocks of ``block`` per run (one
+    ``torch.rand(block)`` per generator, the same numbers as ``block`` single draws: CPU ``rand``
+    fills element by element), whenever the calls could reach the end of what was drawn (a host
+    counter, no read), and appended to a device buffer ``[R, drawn]``; each run's position is a
+    device counter ``[R]`` advanced by its ``need``. :meth:`sync` rewinds every generator to
+    exactly the coins handed out (one host read, outside a round: a state save, or a warm-up
+    ``randint`` after coins were drawn).
 
     Args:
         generators: one ``torch.Generator`` per run (used from their current state).
-        chunk: coins drawn per refill of one run (64).
+        block: coins drawn per run and refill (64).
+        device: where the coins are handed out.
     """
 
-    def __init__(self, generators: Sequence[torch.Generator], *, chunk: int = 64) -> None:
+    def __init__(self, generators: Sequence[torch.Generator], *, block: int = 64,
+                 device: torch.device | str | None = None) -> None:
         self.generators = list(generators)
-        self.chunk = int(chunk)
+        self.block = int(block)
+        self.device = torch.device("cpu") if device is None else torch.device(device)
+        self._reset()
+
+    def _reset(self) -> None:
         r = len(self.generators)
-        self._buf = torch.zeros(r, self.chunk, dtype=torch.float64)
-        self._used = torch.full((r,), self.chunk, dtype=torch.long)  # chunk = nothing buffered
-        self._states: list[Tensor | None] = [None] * r
+        self._start: list[Tensor] | None = None     # the generators' states at the first coin
+        self._buf = torch.zeros(r, 0, dtype=torch.float64, device=self.device)
+        self._used = torch.zeros(r, dtype=torch.long, device=self.device)
+        self._calls = 0     # draw() calls since the first coin: a bound on every run's use
+        self._drawn = 0
 
     @property
     def n_runs(self) -> int:
@@ -58,31 +94,30 @@ class RunCoins:
         return len(self.generators)
 
     def draw(self, need: Tensor) -> Tensor:
-        """Coins ``[R]`` (float64, CPU); a run's entry is a fresh draw where ``need`` ``[R]`` (bool)
-        is set and meaningless elsewhere (nothing is consumed there)."""
-        need = need.cpu()
-        empty = need & (self._used >= self.chunk)
-        if bool(empty.any()):
-            for r in empty.nonzero()[:, 0].tolist():
-                g = self.generators[r]
-                self._states[r] = g.get_state()
-                self._buf[r] = torch.rand(self.chunk, generator=g, dtype=torch.float64)
-                self._used[r] = 0
-        out = self._buf.gather(1, self._used.clamp(max=self.chunk - 1)[:, None])[:, 0]
-        self._used += need
+        """Coins ``[R]`` (float64, on the device); a run's entry is its next coin where ``need``
+        ``[R]`` (bool) is set, and is not consumed elsewhere. No host read."""
+        if self._calls >= self._drawn:
+            if self._start is None:
+                self._start = [g.get_state() for g in self.generators]
+            fresh = torch.stack([torch.rand(self.block, generator=g, dtype=torch.float64)
+                                 for g in self.generators])
+            self._buf = torch.cat([self._buf, fresh.to(self.device, non_blocking=True)], 1)
+            self._drawn += self.block
+        self._calls += 1
+        out = self._buf.gather(1, self._used[:, None])[:, 0]
+        self._used += need.to(self._used.device)
         return out
 
     def sync(self) -> list[torch.Generator]:
-        """The generators rewound to exactly the coins handed out (for a state save or a draw
-        of another kind, e.g. the warm-up's ``randint``)."""
-        for r, state in enumerate(self._states):
-            if state is not None:
-                g = self.generators[r]
+        """The generators rewound to exactly the coins handed out (one host read of the
+        counters)."""
+        if self._start is not None:
+            for g, state, used in zip(self.generators, self._start, self._used.tolist(),
+                                      strict=True):
                 g.set_state(state)
-                for _ in range(int(self._used[r])):
-                    torch.rand((), generator=g, dtype=torch.float64)
-        self._states = [None] * self.n_runs
-        self._used.fill_(self.chunk)
+                if used:
+                    torch.rand(used, generator=g, dtype=torch.float64)
+        self._reset()
         return self.generators
 
 
@@ -92,6 +127,8 @@ class EKUCBBatchMixin(BatchModeMixin):
 
     coins: RunCoins | None = None
     _batch_streams = "coins"
+    #: see :data:`CPU_COMPACT_ABOVE` (``None``: every round sync-free, also on the CPU)
+    cpu_compact_above: int | None = CPU_COMPACT_ABOVE
     _perm: Tensor | None = None
     _inv: Tensor | None = None
 
@@ -120,7 +157,7 @@ class EKUCBBatchMixin(BatchModeMixin):
         self.batched = BatchedNystrom(model.kernel, model.lam, r, jitter=model.jitter,
                                       min_residual=model.min_residual, **opts)
         self.batched_kors = BatchedKORS(kors.mu, kors.eps, kors.gamma, kors.score, r, **opts)
-        self.coins = RunCoins(gens)
+        self.coins = RunCoins(gens, device=self.device)  # type: ignore[attr-defined]
         zeros = torch.zeros(r, **opts)  # type: ignore[arg-type]
         self._batch_stats = {"last_p": torch.full_like(zeros, float("nan")),
                              "sum_p": zeros.clone(), "sum_pq": zeros.clone()}
@@ -133,28 +170,43 @@ class EKUCBBatchMixin(BatchModeMixin):
         :data:`RESORT_EVERY` rounds when that cuts the chunked work by 15 %), so that each chunk
         of :attr:`BatchedNystrom.CHUNK` runs works at its own width; inputs and outputs stay in
         run order."""
+        if perm is not None:
+            perm = perm.to(self.device)  # type: ignore[attr-defined]
         self._perm = perm
         self._inv = None if perm is None else torch.argsort(perm)
 
     def _to_slots(self, t: Tensor) -> Tensor:
-        return t if self._perm is None else t[self._perm.to(t.device)]
+        return t if self._perm is None else t[self._perm]
 
     def _to_runs(self, t: Tensor) -> Tensor:
-        return t if self._inv is None else t[self._inv.to(t.device)]
+        return t if self._inv is None else t[self._inv]
 
-    def _maybe_resort(self) -> None:
+    def _compacts(self) -> bool:
+        """Whether this round compacts the accepting runs with a host read (the CPU, past
+        :attr:`cpu_compact_above` entries), else grows every dictionary with masked writes."""
+        model = self.batch_model
+        limit = self.cpu_compact_above
+        return (limit is not None and model.device.type == "cpu"
+                and model.n_runs * model.n * max(model.max_size, 1) > limit)
+
+    def _check_sizes(self) -> None:
+        """Every :data:`CHECK_EVERY` rounds (the only host read of a sync-free batch): exact
+        widths, and the runs re-sorted by dictionary size when that cuts the chunked work by
+        15 %."""
         model, kors = self.batch_model, self.batch_kors
         assert model is not None and kors is not None
-        if model.n_runs <= model.CHUNK or self.t % RESORT_EVERY != RESORT_EVERY - 1:  # type: ignore[attr-defined]
+        if self.t % CHECK_EVERY != CHECK_EVERY - 1:  # type: ignore[attr-defined]
+            return
+        model.refresh_widths()
+        if model.n_runs <= model.CHUNK:
             return
         order = torch.argsort(model.sizes, descending=True, stable=True)
         if model.chunked_cost(order) >= 0.85 * model.chunked_cost():
             return
         model.permute(order)
         kors.permute(order)
-        self._batch_stats = {k: v[order.to(v.device)] for k, v in self._batch_stats.items()}
-        perm = order.cpu() if self._perm is None else self._perm[order.cpu()]
-        self._set_order(perm)
+        self._batch_stats = {k: v[order] for k, v in self._batch_stats.items()}
+        self._set_order(order if self._perm is None else self._perm[order])
 
     def run_dictionary(self, run: int) -> Tensor:
         """Anchors of run ``run`` of the batch ``[m_r, d]``."""
@@ -225,7 +277,7 @@ class EKUCBBatchMixin(BatchModeMixin):
             index = self.warmup_index  # type: ignore[attr-defined]
             if index is None:
                 draws = [torch.randint(cand.shape[1], (1,), generator=g) for g in coins.sync()]
-                return torch.cat(draws).to(dev)
+                return torch.cat(draws).to(dev, non_blocking=True)
             if index >= cand.shape[1]:
                 raise ValueError(f"warmup_index {index} is out of range for {cand.shape[1]} "
                                  f"candidates")
@@ -265,11 +317,15 @@ class EKUCBBatchMixin(BatchModeMixin):
             stats["sum_p"].add_(p * later)
             stats["sum_pq"].add_(p * (1.0 - p) * later)
             stats["last_p"] = p
-            runs = accept.nonzero()[:, 0]
-            if runs.numel():
-                added = model.add_last(runs, f[runs], omega[runs])
-                kors.add(runs[added], kz[runs][added], kss[runs][added], p[runs][added])
-            self._maybe_resort()
+            if self._compacts():   # CPU: one read, only the accepting runs are bordered
+                runs = accept.nonzero()[:, 0]
+                if runs.numel():
+                    added = model.add_last(f[runs], omega[runs], accept[runs], runs)
+                    kors.add(kz[runs], kss[runs], p[runs], added, runs=runs)
+            else:                  # sync-free: every run, masked writes
+                added = model.add_last(f, omega, accept)
+                kors.add(kz, kss, p, added, chunks)
+            self._check_sizes()
         self.dim = xv.shape[1]
         self.t += 1  # type: ignore[attr-defined]
 
@@ -291,7 +347,7 @@ class EKUCBBatchMixin(BatchModeMixin):
             return None
         return {"rng": [g.get_state() for g in self.coins.sync()],
                 "stats": {k: v.detach().cpu().clone() for k, v in self._batch_stats.items()},
-                "perm": None if self._perm is None else self._perm.clone()}
+                "perm": None if self._perm is None else self._perm.cpu()}
 
     def load_batch_state(self, batch: dict[str, Any] | None) -> None:
         """Install an empty batch of the saved ``R`` (its buffers load right after: children
