@@ -289,7 +289,8 @@ CUDA_CASES = [(p, {}, "rkhs", {"dim": 3, "n_arms": 30})
     ("r-gpucb", {"period": 7, "tie_break": "first"}, "tv-rotation", {"horizon": 100}),
     ("sw-gpucb", {"window": 6, "tie_break": "first"}, "tv-rotation", {"horizon": 100}),
     ("r-gpucb", {"period": 7}, "tv-rotation", {"horizon": 100}),       # tie_break="random"
-    ("sw-gpucb", {"window": 6}, "tv-rotation", {"horizon": 100})]
+    ("sw-gpucb", {"window": 6}, "tv-rotation", {"horizon": 100}),
+    ("ekucb", {}, "chessboard", {})]     # 20 rounds: before its first size check (round 63)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -108,6 +108,11 @@ class RunCoins:
         self._used += need.to(self._used.device)
         return out
 
+    def move_to(self, device: torch.device) -> None:
+        """Hand out the coins on ``device`` from now on (the coins stay float64)."""
+        self.device = torch.device(device)
+        self._buf, self._used = self._buf.to(self.device), self._used.to(self.device)
+
     def sync(self) -> list[torch.Generator]:
         """The generators rewound to exactly the coins handed out (one host read of the
         counters)."""
@@ -162,6 +167,18 @@ class EKUCBBatchMixin(BatchModeMixin):
         self._batch_stats = {"last_p": torch.full_like(zeros, float("nan")),
                              "sum_p": zeros.clone(), "sum_pq": zeros.clone()}
         self._set_order(None)
+
+    def _apply(self, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+        """``.to(device / dtype)``: the batch's state outside the submodules follows (the
+        statistics, the run order, the coins' device)."""
+        out = super()._apply(fn, *args, **kwargs)  # type: ignore[misc]
+        if getattr(self, "coins", None) is not None:
+            self.coins.move_to(self.device)  # type: ignore[attr-defined]
+        if getattr(self, "_batch_stats", None):
+            self._batch_stats = {k: fn(v) for k, v in self._batch_stats.items()}
+        if getattr(self, "_perm", None) is not None:
+            self._perm, self._inv = fn(self._perm), fn(self._inv)
+        return out
 
     # ---------------------------------------------------------------- run order
     def _set_order(self, perm: Tensor | None) -> None:
