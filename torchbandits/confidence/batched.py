@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..deferred_checks import to_device
 from ..kernels import kernel_diag, kernel_matrix
 from ..models.batched_exact import BatchedExactKernelRidge
 from .alpha_search import SIDES, dual_objective, dual_slopes, log_alpha_grid, min_over_alpha
@@ -150,7 +151,7 @@ def _dmm_bounds(rule: DMMBound, model: BatchedExactKernelRidge, cand: Tensor,
     width = torch.sqrt(rt2 / alphas)[..., None] * torch.sqrt(var)
     ucb, arg = (mean + width).min(1)
     lcb = (mean - width).max(1).values
-    log_grid = torch.log(torch.tensor(rule.grid, dtype=ucb.dtype, device=ucb.device))
+    log_grid = torch.log(to_device(torch.tensor(rule.grid, dtype=ucb.dtype), ucb.device))
     return ucb, lcb, {"r2": r2, "log_alpha_ratio": log_grid[arg].mean(-1)}
 
 

@@ -31,6 +31,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from ..deferred_checks import to_device
 from ..kernels import make_kernel
 from ..validation import check_positive
 from .base import gaussian_reward, joint
@@ -234,7 +235,7 @@ class ChessboardEnv(ContextualGridEnv):
              (0.0, 0.0, 1.0, 0.0))
 
     def f(self, contexts: Tensor, actions: Tensor) -> Tensor:
-        cells = torch.tensor(self.CELLS, dtype=contexts.dtype, device=contexts.device)
+        cells = to_device(torch.tensor(self.CELLS, dtype=contexts.dtype), contexts.device)
         ci = torch.clamp((contexts[:, 0] * 4).floor().long(), 0, 3)
         ai = torch.clamp((actions.reshape(-1) * 4).floor().long(), 0, 3)
         return cells[ci[:, None], ai[None, :]]
