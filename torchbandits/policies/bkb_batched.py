@@ -210,19 +210,22 @@ class BKBBatchMixin(BatchModeMixin, BKBBatchPosterior):
         y = check_batch_rewards("reward", reward, r, **opts)  # type: ignore[arg-type]
         with torch.no_grad():
             lam = self._lam()
-            scored = self._bscored
+            scored, arms = self._bscored, None
             if scored is None or scored[0] != st.version or scored[4] is None:  # no select
                 pvar = self._posterior(xv[:, None, :], cached=False)["pvar"] / lam[:, None]
                 xvar = self._played_variance(xv) / lam
             else:
                 pvar = scored[1]
-                xvar = self._played_variance(xv) / lam
                 chosen = scored[3].gather(1, scored[4][:, None, None].expand(-1, 1, xv.shape[1]))
                 hit = (chosen[:, 0] == xv).all(-1)           # the candidate just selected
-                xvar = torch.where(hit, scored[2].gather(1, scored[4][:, None])[:, 0], xvar)
+                xvar = scored[2].gather(1, scored[4][:, None])[:, 0]
+                if bool(hit.all()):                          # one host read: arms known
+                    arms = scored[4] if scored[3] is self._last_cand else None
+                else:
+                    xvar = torch.where(hit, xvar, self._played_variance(xv) / lam)
             n = pvar.shape[1]
             slot, new = st.record(xv, y, n)
-            self._cache_played(xv, slot, new)
+            self._cache_played(xv, slot, new, arms)
             ar = torch.arange(r, device=xv.device)
             var = torch.cat([pvar, pvar.new_zeros(r, 1)], 1)
             var[ar, slot] = torch.where(new, xvar, var[ar, slot])
