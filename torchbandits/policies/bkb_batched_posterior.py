@@ -107,21 +107,21 @@ class BKBBatchPosterior:
         kc = self._nys.kernel_constant  # type: ignore[attr-defined]
         jit = self._nys.jitter  # type: ignore[attr-defined]
         r, a, d = cand.shape
-        out = {"mean": cand.new_empty(r, a), "var": cand.new_empty(r, a),
-               "pvar": cand.new_empty(r, n)}
+        parts: list[tuple[Tensor, Tensor, Tensor]] = []
         models = []
         for runs, sizes in self._chunks(n):
             def take(t: Tensor, runs: Tensor | None = runs) -> Tensor:
                 return t if runs is None else t[runs]
             lo, hi = min(sizes), max(sizes)
             sel, live = compact_positions(take(st.in_dict[:, :n]), hi)
-            px, counts, sums = take(st.px[:, :n]), take(st.counts[:, :n]), take(st.sums[:, :n])
-            cg = take(cand)
-            z = px.gather(1, sel[..., None].expand(-1, -1, d))
+            counts, sums = take(st.counts[:, :n]), take(st.sums[:, :n])
+            # the candidates and the dictionary points are taken only where they are used
+            cg = take(cand) if kc is None or cache is None or hi == 0 else None
             kd = kc if kc is not None else self._bk.diag(cg)
-            system = None
+            system, z = None, None
             if hi == 0:
-                mean = cg.new_zeros(cg.shape[:2])
+                px = take(st.px[:, :n])
+                mean = cand.new_zeros(len(sizes), a)
                 var, pvar = mean + kd, px.new_zeros(px.shape[:2]) + (
                     kc if kc is not None else self._bk.diag(px))
             elif cache is not None:                  # gathered from the cached kernel rows
@@ -141,17 +141,24 @@ class BKBBatchPosterior:
                 mean, var = system.scores(kza, kd, kc)
                 pvar = var.gather(1, idx)
             else:
+                px = take(st.px[:, :n])
+                z = px.gather(1, sel[..., None].expand(-1, -1, d))
                 kpz = self._bk.block(px, z)
                 system = dtc_system(kpz, self._bk.block(z, z), live, counts, sums, take(lam), kc,
                                     jit, (lo, hi), self._lam_scalar)
                 mean, var = system.scores(self._bk.block(z, cg), kd, kc)
                 pvar = system.scores(kpz.mT, kc if kc is not None else self._bk.diag(px), kc,
                                      many=True)[1]
-            models.append((runs, system, z))
-            if runs is None:
-                out = {"mean": mean, "var": var, "pvar": pvar}
-            else:
-                out["mean"][runs], out["var"][runs], out["pvar"][runs] = mean, var, pvar
+            models.append((runs, system, z, sel))
+            parts.append((mean, var, pvar))
+        if len(parts) == 1:
+            mean, var, pvar = parts[0]
+        else:                                        # the groups back in run order
+            order = torch.cat([runs for runs, *_ in models])
+            back = torch.empty_like(order)
+            back[order] = torch.arange(r, device=order.device)
+            mean, var, pvar = (torch.cat(t)[back] for t in zip(*parts, strict=True))
+        out = {"mean": mean, "var": var, "pvar": pvar}
         self._bmodel = (st.version, models)
         return out
 
@@ -161,8 +168,12 @@ class BKBBatchPosterior:
         assert self._bmodel is not None
         kc = self._nys.kernel_constant  # type: ignore[attr-defined]
         out = x.new_empty(x.shape[0])
-        for runs, system, z in self._bmodel[1]:
+        st = self.batched
+        for runs, system, z, sel in self._bmodel[1]:
             xg = x if runs is None else x[runs]
+            if z is None and system is not None:     # the dictionary points, taken on demand
+                px = st.px[:, :st.width] if runs is None else st.px[runs, :st.width]
+                z = px.gather(1, sel[..., None].expand(-1, -1, px.shape[2]))
             kd = kc if kc is not None else self._bk.diag(xg[:, None])
             if system is None:
                 v = xg.new_zeros(xg.shape[0]) + (kd if kc is not None else kd[:, 0])
