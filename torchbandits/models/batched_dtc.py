@@ -41,7 +41,11 @@ from torch import Tensor
 from .nystrom import whitened_scores, whitened_scoring_matrix
 from .nystrom_updates import PIVOT_TOL, whitening
 
-__all__ = ["DTCSystem", "batched_whitening", "compact_positions", "dtc_system"]
+__all__ = ["SCORE_RUNS", "DTCSystem", "batched_whitening", "compact_positions", "dtc_system"]
+
+#: runs per product of the half-width scoring: ``[s, M+1, A]`` stays in the L2 cache
+#: (16 runs at once streamed it through memory: 11.5 against 9.5 ms per round at R = 64)
+SCORE_RUNS = 4
 
 
 def compact_positions(mask: Tensor, width: int) -> tuple[Tensor, Tensor]:
@@ -164,10 +168,13 @@ class DTCSystem:
         ``λσ̃² = (k − ‖HᵀP k_Z‖²)₊`` (``≤ k``); the ``fallback`` runs by the full product on
         their live block, as :func:`~torchbandits.models.nystrom_arms.arm_posterior`."""
         assert self.half is not None and self.n_inv is not None and self.w is not None
-        mm = kz.shape[1]
-        out = self.half @ kz                                                  # [R, M+1, A]
-        g = out[:, :mm]
-        mean, var = out[:, mm], torch.rsub(g.mul_(g).sum(1), kconst).clamp_min_(0.0)  # in place
+        mm, r = kz.shape[1], kz.shape[0]
+        mean, var = kz.new_empty(r, kz.shape[2]), kz.new_empty(r, kz.shape[2])
+        for i in range(0, r, SCORE_RUNS):      # a few runs at a time: the product stays in cache
+            out = self.half[i:i + SCORE_RUNS] @ kz[i:i + SCORE_RUNS]          # [s, M+1, A]
+            g = out[:, :mm]
+            mean[i:i + SCORE_RUNS] = out[:, mm]
+            var[i:i + SCORE_RUNS] = torch.rsub(g.mul_(g).sum(1), kconst).clamp_min_(0.0)
         for run in self.fallback:                  # G numerically singular: run alone
             r, m = self.rank[run], int(self.sizes[run])
             n_inv = self.n_inv[run, :r, :r]
