@@ -18,6 +18,12 @@ largest dictionary of the batch, sampled at the end) and the sequential one (``(
 over the measured one-thread
 float64 rate of that product's shape (``gemm_gflops``), the time those flops alone take. Writes
 ``bench.json`` and ``table.md`` to ``--out``.
+
+    python benchmarks/bench_batch_bkb.py --runs 64 --horizon 1000 --profile 50
+
+profiles instead the last 50 rounds of one batched run (the first ``--runs``) with
+``torch.profiler`` (``record_shapes``): self CPU time by operator, and by operator and input
+shapes, printed and written to ``profile.txt`` in ``--out``.
 """
 
 from __future__ import annotations
@@ -86,6 +92,33 @@ def bench_bkb(runs: int, horizon: int, n_arms: int, dim: int, repeats: int,
             "sequential_runs_timed": k}
 
 
+def profile_rounds(runs: int, horizon: int, n_arms: int, dim: int, window: int) -> str:
+    """``torch.profiler`` tables of the last ``window`` rounds of one batched run of ``runs``
+    seeds (the same setting as :func:`bench_bkb`): self CPU time by operator and by operator
+    and input shapes (a profiler step per :meth:`select`)."""
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    env = make_env("rkhs", dim=dim, n_arms=n_arms, fixed_arms=True)
+    policy = make_policy("bkb", env)
+    window = max(1, min(window, horizon - 1))
+    prof = profile(activities=[ProfilerActivity.CPU], record_shapes=True,
+                   schedule=schedule(wait=max(horizon - window - 1, 0), warmup=1, active=window))
+    select = policy.select
+
+    def stepped(candidates):  # type: ignore[no-untyped-def]
+        prof.step()
+        return select(candidates)
+
+    policy.select = stepped
+    with prof:
+        simulate_batch(policy, env, horizon, list(range(runs)))
+    table = prof.key_averages()
+    return (f"R = {runs}, T = {horizon}, A = {n_arms}, d = {dim}: the last {window} rounds\n"
+            + table.table(sort_by="self_cpu_time_total", row_limit=30) + "\n"
+            + prof.key_averages(group_by_input_shape=True).table(
+                sort_by="self_cpu_time_total", row_limit=30))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="A = 100, T = 40, R = 1, 4")
@@ -96,11 +129,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--max-sequential", type=int, default=None)
     ap.add_argument("--out", default="results/bench_batch_bkb")
+    ap.add_argument("--profile", type=int, default=None, metavar="W",
+                    help="profile the last W rounds of one batched run instead")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     runs = args.runs or ([1, 4] if args.quick else [1, 8, 64])
     horizon = args.horizon or (40 if args.quick else 2000)
     arms = args.arms or (100 if args.quick else 1000)
+    out = Path(args.out)
+    if args.profile is not None:
+        text = profile_rounds(runs[0], horizon, arms, args.dim, args.profile)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "profile.txt").write_text(text)
+        print(text, flush=True)
+        return 0
     repeats = args.repeats or 1
     rows = []
     for r in runs:
@@ -111,7 +153,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"R={r:3d} T={horizon} batched {row['batched_s']:.3f}s sequential "
               f"{row['sequential_s']:.3f}s speedup {row['speedup']:.2f}x (M = {row['m_max']}, "
               f"GEMM {row['gemm_gflops']:.1f} GFLOP/s)", flush=True)
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench.json").write_text(json.dumps({"rows": rows}, indent=2))
     lines = ["| R | T | A | batched CPU s | sequential CPU s | batched run-steps/s | "

@@ -327,3 +327,18 @@ def test_half_width_scores_equal_the_full_product() -> None:
     half.fallback = [0, 3]                      # the per-run full product of the fallback
     for got, ref in zip(half.scores(kza, 1.0, 1.0), want):
         torch.testing.assert_close(got, ref, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("n_arms", [1000, 60, 7])
+def test_fused_ucb_has_the_bits_of_the_sequential_add(n_arms: int) -> None:
+    """The batched UCB ``torch.addcmul(μ̃, σ̃, β̃[:, None])`` equals, bit for bit, the sequential
+    ``torch.add(μ̃_r, σ̃_r, alpha=β̃_r)`` run by run (one rounding per entry; ``μ̃ + β̃σ̃`` rounds
+    twice and differs), vectorised part and tail alike: ties break the same way in both."""
+    gen = torch.Generator().manual_seed(5)
+    mean = torch.randn(16, n_arms, generator=gen, dtype=F64) * 1e-3
+    sd = torch.rand(16, n_arms, generator=gen, dtype=F64)
+    beta = torch.rand(16, generator=gen, dtype=F64) * 4.0
+    seq = torch.stack([torch.add(mean[r], sd[r], alpha=float(beta[r])) for r in range(16)])
+    assert torch.equal(torch.addcmul(mean, sd, beta[:, None]), seq)
+    if n_arms == 1000:
+        assert not torch.equal(mean + beta[:, None] * sd, seq)     # the test can tell them apart

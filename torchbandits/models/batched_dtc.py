@@ -41,7 +41,11 @@ from torch import Tensor
 from .nystrom import whitened_scores, whitened_scoring_matrix
 from .nystrom_updates import PIVOT_TOL, whitening
 
-__all__ = ["DTCSystem", "batched_whitening", "compact_positions", "dtc_system"]
+__all__ = ["SCORE_RUNS", "DTCSystem", "batched_whitening", "compact_positions", "dtc_system"]
+
+#: runs per product of the half-width scoring: ``[s, M+1, A]`` stays in the L2 cache
+#: (16 runs at once streamed it through memory: 11.5 against 9.5 ms per round at R = 64)
+SCORE_RUNS = 4
 
 
 def compact_positions(mask: Tensor, width: int) -> tuple[Tensor, Tensor]:
@@ -83,15 +87,16 @@ def batched_whitening(kzz: Tensor, live: Tensor, scale: Tensor) -> Tensor:
 
 @dataclass
 class DTCSystem:
-    """The rebuilt posterior of ``R`` padded dictionaries: ``P`` and ``A⁻¹`` ``[R, M, M]``, mean
+    """The rebuilt posterior of ``R`` padded dictionaries: ``P`` ``[R, M, M]``, the Cholesky
+    factor ``chol_a`` of ``A`` and ``A⁻¹`` (:meth:`a_inverse`, on first use), mean
     weights ``w = A⁻¹Eᵀs`` ``[R, M]``, ``λ`` ``[R]`` (``lam_scalar``: the common λ, if any),
     dictionary sizes ``[R]`` and their range ``(m_min, m_max)`` on the host. With the half-width
     form (:func:`half_width`): ``half`` = ``[HᵀP; wᵀP]`` ``[R, M+1, M]``, ``n_inv`` = ``N``
     ``[R, M, M]``, the live widths ``rank`` (rows of ``P`` not 0) and the ``fallback`` runs."""
 
     p: Tensor
-    a_inv: Tensor
-    w: Tensor
+    a_inv: Tensor | None
+    w: Tensor | None
     lam: Tensor
     sizes: Tensor
     m_range: tuple[int, int]
@@ -101,11 +106,21 @@ class DTCSystem:
     n_inv: Tensor | None = None
     rank: list[int] = field(default_factory=list)
     fallback: list[int] = field(default_factory=list)
+    chol_a: Tensor | None = None
+
+    def a_inverse(self) -> Tensor:
+        """``A⁻¹`` ``[R, M, M]`` (``cholesky_inverse`` of ``chol_a``, built on first use: the
+        half-width form scores the arms without it)."""
+        if self.a_inv is None:
+            assert self.chol_a is not None
+            self.a_inv = torch.cholesky_inverse(self.chol_a)
+        return self.a_inv
 
     def scoring_matrix(self) -> Tensor:
         """``W = [P; (λA⁻¹ − I)P; wᵀP]`` ``[R, 2M+1, M]`` (built once)."""
         if self._big is None:
-            p, q = self.p, self.a_inv
+            assert self.w is not None
+            p, q = self.p, self.a_inverse()
             if self.lam_scalar is not None:
                 h = torch.baddbmm(p, q, p, beta=-1.0, alpha=self.lam_scalar)
             else:
@@ -130,9 +145,10 @@ class DTCSystem:
             var = torch.linalg.vecdot(out[:, :mm], out[:, mm:2 * mm], dim=1).add_(kdiag)
         if not many and na < self.m_range[1]:
             f = self.p @ kz
+            assert self.w is not None
             mean_f = (self.w[:, None, :] @ f)[:, 0]
             var_f = (kdiag - torch.linalg.vecdot(f, f, dim=1)).clamp_(min=0.0)
-            quad = torch.linalg.vecdot(f, self.a_inv @ f, dim=1)
+            quad = torch.linalg.vecdot(f, self.a_inverse() @ f, dim=1)
             if self.lam_scalar is not None:
                 var_f.add_(quad, alpha=self.lam_scalar)
             else:
@@ -151,11 +167,14 @@ class DTCSystem:
         """``(μ̃, λσ̃²)`` ``([R, A], [R, A])`` by the half-width product ``[HᵀP; wᵀP] k_Z``:
         ``λσ̃² = (k − ‖HᵀP k_Z‖²)₊`` (``≤ k``); the ``fallback`` runs by the full product on
         their live block, as :func:`~torchbandits.models.nystrom_arms.arm_posterior`."""
-        assert self.half is not None and self.n_inv is not None
-        mm = kz.shape[1]
-        out = self.half @ kz                                                  # [R, M+1, A]
-        g = out[:, :mm]
-        mean, var = out[:, mm], torch.rsub((g * g).sum(1), kconst).clamp_min_(0.0)
+        assert self.half is not None and self.n_inv is not None and self.w is not None
+        mm, r = kz.shape[1], kz.shape[0]
+        mean, var = kz.new_empty(r, kz.shape[2]), kz.new_empty(r, kz.shape[2])
+        for i in range(0, r, SCORE_RUNS):      # a few runs at a time: the product stays in cache
+            out = self.half[i:i + SCORE_RUNS] @ kz[i:i + SCORE_RUNS]          # [s, M+1, A]
+            g = out[:, :mm]
+            mean[i:i + SCORE_RUNS] = out[:, mm]
+            var[i:i + SCORE_RUNS] = torch.rsub(g.mul_(g).sum(1), kconst).clamp_min_(0.0)
         for run in self.fallback:                  # G numerically singular: run alone
             r, m = self.rank[run], int(self.sizes[run])
             n_inv = self.n_inv[run, :r, :r]
@@ -217,14 +236,14 @@ def dtc_system(kpz: Tensor, kzz: Tensor, live: Tensor, counts: Tensor, sums: Ten
     a = (feat.mT * counts[:, None, :]) @ feat
     a.diagonal(dim1=-2, dim2=-1).add_(lam[:, None])
     chol_a = torch.linalg.cholesky_ex(a)[0]
-    a_inv = torch.cholesky_inverse(chol_a)
     et_s = (feat.mT @ sums[..., None])[..., 0]                           # Eᵀs [R, M]
-    w = (a_inv @ et_s[..., None])[..., 0]                                # [R, M]
     sizes = live.sum(-1)
     if m_range is None:
         lo, hi = torch.aminmax(sizes)
         m_range = (int(lo), int(hi))
-    system = DTCSystem(p, a_inv, w, lam, sizes, m_range, lam_scalar)
+    system = DTCSystem(p, None, None, lam, sizes, m_range, lam_scalar, chol_a=chol_a)
     if half and kconst is not None:
-        half_width(system, chol_a, et_s)
+        half_width(system, chol_a, et_s)       # w from N = R⁻¹; A⁻¹ only if asked for
+    else:
+        system.w = (system.a_inverse() @ et_s[..., None])[..., 0]        # [R, M]
     return system

@@ -13,7 +13,8 @@ reward sums, dictionary masks, padded to a common capacity). A round:
   runs' cached kernel rows of their pulled arms ``[R, n, A]``, as the sequential fused round does;
   ``ũ = μ̃ + β̃_t σ̃`` with the ridge sd and the width ``β̃_t`` ``[R]`` of every run
   (:func:`~torchbandits.confidence.bkb_batched.batched_bkb_radius`); ``LongTensor [R]``, first
-  index on ties (each run's ``μ̃ + β̃σ̃`` as the sequential ``torch.add`` computes it);
+  index on ties (``torch.addcmul(μ̃, σ̃, β̃)``: the bits of the sequential ``torch.add(μ̃, σ̃,
+  alpha=β̃)``, one rounding per entry);
 * ``update(x [R, d], reward [R])``: the variances of the model that chose ``x`` at every run's
   distinct points and at ``x``, the count update, and each run's ridge-leverage resampling from
   **its own generator**: ``torch.binomial`` on the run's padded row (a zero count draws nothing,
@@ -21,8 +22,9 @@ reward sums, dictionary masks, padded to a common capacity). A round:
   :meth:`~torchbandits.models.rls.RLSResampler.resample` run by run.
 
 Run ``r`` plays what the sequential BKB reset with ``seed=s_r`` plays. Host reads per round (CPU
-tensors on a CPU device; on CUDA one copy of the variances, which the CPU generators need, and
-the widths ``N``, ``M``): the step is not sync-free.
+tensors on a CPU device; on CUDA one copy of the variances, which the CPU generators need, the
+widths ``N``, ``M``, the Cholesky flags and whether every run played its selected arm): the step
+is not sync-free.
 """
 
 from __future__ import annotations
@@ -163,10 +165,10 @@ class BKBBatchMixin(BatchModeMixin, BKBBatchPosterior):
         self._bscored = [self.batched.version, pvar, var, cand, None]
         self._last_b = {"beta": beta, "sum_var": sum_var,
                         "kappa2": torch.as_tensor(kappa2, dtype=self.dtype).expand_as(beta)}  # type: ignore[attr-defined]
-        mean, sd = post["mean"], torch.sqrt(var)
-        # run by run as the sequential ``torch.add(μ̃, σ̃, alpha=β̃)`` (a fused multiply-add on the
-        # vectorised part): near-ties at the prior are then broken identically
-        return torch.stack([torch.add(mean[i], sd[i], alpha=b) for i, b in enumerate(beta.tolist())])
+        # ``addcmul`` rounds μ̃ + σ̃·β̃ once per entry, as the sequential ``torch.add(μ̃, σ̃,
+        # alpha=β̃)`` does (a fused multiply-add; ``μ̃ + β̃σ̃`` would round twice): the same bits
+        # (tested), so near-ties at the prior break identically, with no host read of β̃
+        return torch.addcmul(post["mean"], torch.sqrt(var), beta[:, None])
 
     def forward(self, candidates: Tensor) -> Tensor:
         """UCB ``[A]`` of candidates ``[A, d]``; in batched mode ``[R, A]`` of ``[R, A, d]``."""
@@ -210,19 +212,22 @@ class BKBBatchMixin(BatchModeMixin, BKBBatchPosterior):
         y = check_batch_rewards("reward", reward, r, **opts)  # type: ignore[arg-type]
         with torch.no_grad():
             lam = self._lam()
-            scored = self._bscored
+            scored, arms = self._bscored, None
             if scored is None or scored[0] != st.version or scored[4] is None:  # no select
                 pvar = self._posterior(xv[:, None, :], cached=False)["pvar"] / lam[:, None]
                 xvar = self._played_variance(xv) / lam
             else:
                 pvar = scored[1]
-                xvar = self._played_variance(xv) / lam
                 chosen = scored[3].gather(1, scored[4][:, None, None].expand(-1, 1, xv.shape[1]))
                 hit = (chosen[:, 0] == xv).all(-1)           # the candidate just selected
-                xvar = torch.where(hit, scored[2].gather(1, scored[4][:, None])[:, 0], xvar)
+                xvar = scored[2].gather(1, scored[4][:, None])[:, 0]
+                if bool(hit.all()):                          # one host read: arms known
+                    arms = scored[4] if scored[3] is self._last_cand else None
+                else:
+                    xvar = torch.where(hit, xvar, self._played_variance(xv) / lam)
             n = pvar.shape[1]
             slot, new = st.record(xv, y, n)
-            self._cache_played(xv, slot, new)
+            self._cache_played(xv, slot, new, arms)
             ar = torch.arange(r, device=xv.device)
             var = torch.cat([pvar, pvar.new_zeros(r, 1)], 1)
             var[ar, slot] = torch.where(new, xvar, var[ar, slot])
@@ -238,8 +243,8 @@ class BKBBatchMixin(BatchModeMixin, BKBBatchPosterior):
         c = counts.detach().to("cpu", torch.float64)
         if res.sampler == "binomial":
             p = torch.clamp(res.qbar * v.clamp_min(0.0), max=1.0).nan_to_num_(0.0)
-            copies = torch.stack([torch.binomial(c[i], p[i], generator=g)
-                                  for i, g in enumerate(self.gens)])  # type: ignore[arg-type]
+            copies = torch.stack([torch.binomial(ci, pi, generator=g) for ci, pi, g in  # type: ignore[arg-type]
+                                  zip(c.unbind(0), p.unbind(0), self.gens, strict=True)])
         else:
             sizes = self.batched.n_distinct.tolist()
             copies = torch.zeros_like(c)
