@@ -1,5 +1,5 @@
 """BKB's fused per-round posterior on a fixed arm set (Calandriello et al., COLT 2019, §3.1 eq. 4,
-§3.2): :func:`~torchbandits.models.nystrom_arms.arm_posterior` against the model's rebuild and
+§3.2): :func:`~torchbandits.models.nystrom_arms.dtc_round` against the model's rebuild and
 scoring, and the policy's fused rounds against its model route."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 from torchbandits.kernels import make_kernel
 from torchbandits.models.arm_rows import ArmRowCache
 from torchbandits.models.nystrom import NystromKernelRidge
-from torchbandits.models.nystrom_arms import arm_posterior
+from torchbandits.models.nystrom_arms import dtc_round
 from torchbandits.policies import BKB
 
 LAM = 0.01
@@ -28,14 +28,15 @@ def _problem(n_arms: int, n_pulled: int, m: int, seed: int = 0):
 
 
 @pytest.mark.parametrize(("ell", "m", "jitter"), [(0.3, 12, 0.0), (0.3, 12, 1e-6), (1.5, 40, 0.0)])
-def test_arm_posterior_equals_the_model_rebuild_and_score(ell: float, m: int, jitter: float) -> None:
+def test_dtc_round_equals_the_model_rebuild_and_score(ell: float, m: int, jitter: float) -> None:
     """Same numbers as ``rebuild_from_counts`` + ``score`` (to BLAS rounding), including a
     numerically singular ``K_ZZ`` (ℓ = 1.5, 40 anchors in [0, 1]²: the pivoted whitening) and a
     nugget."""
     arms, idx, sel, counts, sums = _problem(300, 80, m)
     model = NystromKernelRidge(make_kernel("rbf", ell), LAM, jitter=jitter)
     kza = model.kernel_block(arms[idx[sel]], arms)
-    mean, var = arm_posterior(kza, idx, sel, counts, sums, LAM, 1.0, jitter)
+    mean, var = dtc_round(kza, kza.index_select(1, idx), sel, counts, sums, LAM, 1.0, jitter)
+    var = var * LAM                                   # the GP-scale variance λσ̃²
     model.rebuild(arms[idx[sel]], arms[idx], sums, counts)
     em, ev = model.mean_var(arms)
     scale = float(em.abs().max())

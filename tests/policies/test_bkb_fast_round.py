@@ -10,11 +10,10 @@ import torch
 
 from torchbandits.kernels import make_kernel
 from torchbandits.models.nystrom import NystromKernelRidge, whitened_scores, whitened_scoring_matrix
-from torchbandits.models.nystrom_arms import arm_posterior, identity, tensor_version
+from torchbandits.models.nystrom_arms import dtc_round, identity, tensor_version
 from torchbandits.models.nystrom_updates import whitened_system, whitening
 from torchbandits.models.rls import RLSResampler, inclusion_probabilities
 from torchbandits.policies import BKB
-from torchbandits.policies.bkb_posterior import dtc_round
 
 LAM = 0.01
 
@@ -33,7 +32,8 @@ def test_half_width_scoring_equals_the_model_scoring_matrix(ell: float, m: int) 
     sums = counts * torch.sin(4 * arms[idx, 0]) + 0.1 * torch.randn(n, generator=g, dtype=torch.float64)
     model = NystromKernelRidge(make_kernel("rbf", ell), LAM)
     kza = model.kernel_block(arms[idx[sel]], arms)
-    mean, var = arm_posterior(kza, idx, sel, counts, sums, LAM, 1.0)
+    mean, var = dtc_round(kza, kza.index_select(1, idx), sel, counts, sums, LAM, 1.0)
+    var = var * LAM                                   # the GP-scale variance λσ̃²
     kxz = kza.index_select(1, idx).mT
     p = whitening(kxz.index_select(0, sel), torch.eye(m, dtype=torch.float64), 1.0)
     _, _, a_inv, rhs = whitened_system(kxz, p, counts, sums, LAM)
@@ -47,10 +47,12 @@ def test_half_width_scoring_equals_the_model_scoring_matrix(ell: float, m: int) 
 
 @pytest.mark.parametrize(("ell", "m", "jitter"), [(0.5, 25, 0.0), (0.2, 60, 0.0), (1.5, 40, 0.0),
                                                   (0.5, 30, 1e-6)])
-def test_round_posterior_equals_the_arm_posterior(ell: float, m: int, jitter: float) -> None:
-    """:func:`dtc_round` with ``K_ZP`` passed in (the policy's row gather from the pulled points'
-    Gram matrix) gives the means of :func:`arm_posterior` and its GP-scale variances over λ to
-    rounding (ℓ = 1.5: a pivoted, compact whitening; a jitter on ``K_ZZ``)."""
+def test_round_posterior_from_the_pulled_gram_equals_the_column_gather(ell: float, m: int,
+                                                                       jitter: float) -> None:
+    """:func:`dtc_round` with ``K_ZP`` from the pulled points' own Gram block (what the policy
+    gathers by rows) equals it with ``K_ZP`` gathered as columns of ``K_ZA`` to rounding, and the
+    ridge variance lies in ``[0, k/λ]`` (ℓ = 1.5: a pivoted, compact whitening; a jitter on
+    ``K_ZZ``)."""
     g = torch.Generator().manual_seed(7 * m)
     arms = torch.rand(800, 2, generator=g, dtype=torch.float64)
     n = 3 * m
@@ -59,10 +61,12 @@ def test_round_posterior_equals_the_arm_posterior(ell: float, m: int, jitter: fl
     counts = torch.randint(1, 9, (n,), generator=g).double()
     sums = counts * torch.cos(3 * arms[idx, 1]) + 0.1 * torch.randn(n, generator=g, dtype=torch.float64)
     kza = NystromKernelRidge(make_kernel("rbf", ell), LAM).kernel_block(arms[idx[sel]], arms)
-    mean0, var0 = arm_posterior(kza, idx, sel, counts, sums, LAM, 1.0, jitter)
-    mean1, var1 = dtc_round(kza, kza.index_select(1, idx), sel, counts, sums, LAM, 1.0, jitter)
-    assert float((mean1 - mean0).abs().max()) <= 1e-13 * float(mean0.abs().max())
-    assert float((var1 - var0 / LAM).abs().max()) <= 1e-12 / LAM
+    model = NystromKernelRidge(make_kernel("rbf", ell), LAM)
+    gram = model.kernel_block(arms[idx[sel]], arms[idx])            # K_ZP evaluated afresh
+    mean0, var0 = dtc_round(kza, kza.index_select(1, idx), sel, counts, sums, LAM, 1.0, jitter)
+    mean1, var1 = dtc_round(kza, gram, sel, counts, sums, LAM, 1.0, jitter)
+    assert float((mean1 - mean0).abs().max()) <= 1e-10 * float(mean0.abs().max())
+    assert float((var1 - var0).abs().max()) <= 1e-10 / LAM
     assert float(var1.min()) >= 0.0 and float(var1.max()) <= 1.0 / LAM
 
 

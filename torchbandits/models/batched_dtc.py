@@ -2,7 +2,7 @@
 kernel blocks (Calandriello, Carratino, Lazaric, Valko & Rosasco, COLT 2019, §3.1 eq. 4 and the
 count-based caching of §3.2).
 
-The statements of :func:`~torchbandits.models.nystrom_arms.arm_posterior` (the sequential fused
+The statements of :func:`~torchbandits.models.nystrom_arms.dtc_round` (the sequential fused
 round) with a leading run dimension. For run ``r`` with dictionary ``Z_r`` (``m_r`` anchors,
 padded to ``M = max_r m_r``; ``live`` ``[R, M]`` marks the real ones), distinct pulled points
 with pull counts ``c`` and reward sums ``s`` (padded to ``N`` with ``c = s = 0``):
@@ -19,7 +19,7 @@ with pull counts ``c`` and reward sums ``s`` (padded to ``N`` with ``c = s = 0``
   anchors is scored by ``f = P k_Z`` and ``A⁻¹f`` instead, as the sequential model does
   (:meth:`DTCSystem.scores`);
 * **half-width** (``half=True``, a stationary kernel: the fixed arm set's fused round of
-  :func:`~torchbandits.models.nystrom_arms.arm_posterior`): ``A = RRᵀ``, ``N = R⁻¹``,
+  :func:`~torchbandits.models.nystrom_arms.dtc_round`): ``A = RRᵀ``, ``N = R⁻¹``,
   ``w = NᵀN Eᵀs`` and ``G = I − λNᵀN = HHᵀ`` (one batched Cholesky), so that
   ``λσ̃² = k − ‖HᵀP k_Z‖²``; one product with ``W = [HᵀP; wᵀP]`` ``[R, M+1, M]``, half the rows.
   A dead coordinate (a padded anchor, or a null row of a pivoted ``P``) has ``A = λ``, so ``G``
@@ -166,7 +166,7 @@ class DTCSystem:
     def half_scores(self, kz: Tensor, kconst: float) -> tuple[Tensor, Tensor]:
         """``(μ̃, λσ̃²)`` ``([R, A], [R, A])`` by the half-width product ``[HᵀP; wᵀP] k_Z``:
         ``λσ̃² = (k − ‖HᵀP k_Z‖²)₊`` (``≤ k``); the ``fallback`` runs by the full product on
-        their live block, as :func:`~torchbandits.models.nystrom_arms.arm_posterior`."""
+        their live block, as :func:`~torchbandits.models.nystrom_arms.dtc_round`."""
         assert self.half is not None and self.n_inv is not None and self.w is not None
         mm, r = kz.shape[1], kz.shape[0]
         mean, var = kz.new_empty(r, kz.shape[2]), kz.new_empty(r, kz.shape[2])

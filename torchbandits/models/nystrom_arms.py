@@ -7,7 +7,8 @@ of the dictionary over the arms, ``K_ZA`` ``[m, A]`` (:class:`~torchbandits.mode
 With the arm rows ``idx`` ``[n]`` of the distinct pulled points, the dictionary's positions
 ``sel`` ``[m]`` among them, pull counts ``c`` and reward sums ``s`` ``[n]``:
 
-* ``K_PZ = K_ZA[:, idx]ᵀ`` ``[n, m]``, ``K_ZZ = K_PZ[sel]`` ``[m, m]`` (gathers, no kernel call);
+* ``K_PZ = K_ZA[:, idx]ᵀ`` ``[n, m]`` (or rows of the pulled points' Gram matrix),
+  ``K_ZZ = K_PZ[sel]`` ``[m, m]`` (gathers, no kernel call);
 * ``P = L⁻¹`` (:func:`~torchbandits.models.nystrom_updates.whitening`, pivoted when ``K_ZZ`` is
   numerically singular), ``Eᵀ = P K_ZP``, ``A = EᵀCE + λI``, ``w = A⁻¹Eᵀs`` (the system of
   :func:`~torchbandits.models.nystrom_updates.whitened_system`);
@@ -36,7 +37,7 @@ from torch import Tensor
 from .nystrom import whitened_scores, whitened_scoring_matrix
 from .nystrom_updates import whitening
 
-__all__ = ["arm_posterior", "identity", "tensor_version"]
+__all__ = ["dtc_round", "identity", "tensor_version"]
 
 _EYES: dict[tuple[int, torch.dtype, torch.device], Tensor] = {}
 
@@ -58,13 +59,25 @@ def tensor_version(t: Tensor) -> int:
     return t._version
 
 
-def arm_posterior(kza: Tensor, idx: Tensor, sel: Tensor, counts: Tensor, sums: Tensor,
-                  lam: float, kconst: float, jitter: float = 0.0) -> tuple[Tensor, Tensor]:
-    """``(μ̃, λσ̃²)`` ``([A], [A])`` at every arm (the GP-scale variance, clamped to ``[0, k]``).
+def dtc_round(kza: Tensor, kzp: Tensor, sel: Tensor, counts: Tensor, sums: Tensor, lam: float,
+              kconst: float, jitter: float = 0.0) -> tuple[Tensor, Tensor]:
+    """``(μ̃, σ̃²)`` ``([A], [A])`` at every arm, the **ridge** (1/λ-scaled) DTC variance clamped
+    at 0 (eq. 4), rebuilt from the count statistics on the round's dictionary.
+
+    ``K_ZP`` is passed in (BKB gathers it by rows from the pulled points' Gram matrix; on a fixed
+    arm set it is ``K_ZA[:, idx]``, the columns of the pulled arms): ``P = L⁻¹`` of
+    ``K_ZZ = LLᵀ`` (compact, pivoted when ``K_ZZ`` is numerically singular: :func:`whitening`),
+    ``Eᵀ = PK_ZP`` ``[r, n]``, ``A = EᵀCE + λI = RRᵀ``, ``N = R⁻¹``, ``w = NᵀNEᵀs``,
+    ``G = I − λNᵀN = HHᵀ`` and one product ``[HᵀP; wᵀP] K_ZA`` ``[r+1, A]``: ``μ̃ = wᵀPk_Z``,
+    ``σ̃² = k/λ − ‖HᵀPk_Z‖²/λ`` (one operation). When ``G``'s Cholesky fails (numerically
+    singular) the model's ``[P; (λA⁻¹ − I)P; wᵀP]`` product scores. (``A⁻¹`` by
+    ``cholesky_inverse`` and ``G``'s upper factor would save three operations but move the UCBs
+    by up to 4e-8 on an ill-conditioned ``G``: not taken.)
 
     Args:
         kza: ``K_ZA`` ``[m, A]``, the kernel rows of the dictionary over the arms (``m ≥ 1``).
-        idx: ``[n]`` arm rows of the distinct pulled points.
+        kzp: ``K_ZP`` ``[m, n]``, the same rows at the distinct pulled points (its columns ``sel``
+            are ``K_ZZ``).
         sel: ``[m]`` positions of the dictionary among the pulled points.
         counts, sums: ``[n]`` pull counts ``c`` and reward sums ``s``.
         lam: the ridge regulariser λ.
@@ -72,25 +85,23 @@ def arm_posterior(kza: Tensor, idx: Tensor, sel: Tensor, counts: Tensor, sums: T
         jitter: nugget ``η`` on the diagonal of ``K_ZZ`` (as the model's).
     """
     m = sel.shape[0]
-    kzp = kza.index_select(1, idx)  # K_ZP [m, n]
     kzz = kzp.index_select(1, sel)
-    eye = identity(m, kza)
+    eye = identity(m, kzp)
     if jitter:
         kzz = kzz + jitter * eye
     p = whitening(kzz, eye, kconst + jitter, compact=True)  # P [r, m]
     r = p.shape[0]
-    eye_r = eye if r == m else identity(r, kza)
-    et = p @ kzp  # Eᵀ [r, n]
-    a = torch.addmm(eye_r, et * counts, et.mT, beta=lam)  # A = EᵀCE + λI
-    chol_a = torch.linalg.cholesky_ex(a)[0]  # eigenvalues ≥ λ: no nugget can be needed
-    n_inv = torch.linalg.solve_triangular(chol_a, eye_r, upper=False)  # N = R⁻¹
-    w = n_inv.mT @ (n_inv @ (et @ sums))  # A⁻¹Eᵀs
-    h, info = torch.linalg.cholesky_ex(torch.addmm(eye_r, n_inv.mT, n_inv, alpha=-lam))
+    eye_r = eye if r == m else identity(r, kzp)
+    et = torch.mm(p, kzp)  # Eᵀ [r, n]
+    chol_a = torch.linalg.cholesky_ex(torch.addmm(eye_r, et * counts, et.mT, beta=lam))[0]
+    n_inv = torch.linalg.solve_triangular(chol_a, eye_r, upper=False)  # N = R⁻¹, A⁻¹ = NᵀN
+    n_t = n_inv.mT
+    w = torch.mv(n_t, torch.mv(n_inv, torch.mv(et, sums)))  # A⁻¹Eᵀs
+    h, info = torch.linalg.cholesky_ex(torch.addmm(eye_r, n_t, n_inv, alpha=-lam))  # G = HHᵀ
     if not int(info):
-        out = (torch.cat([h.mT, w[None]]) @ p) @ kza  # [HᵀP; wᵀP] K_ZA  [r+1, A]
-        g = out[:r]
-        return out[r], torch.rsub((g * g).sum(0), kconst).clamp_min_(0.0)  # ≤ k: ‖g‖² ≥ 0
-    # G numerically singular: the model's [P; (λA⁻¹ − I)P; wᵀP] product
-    out = whitened_scoring_matrix(p, n_inv.mT @ n_inv, w, lam) @ kza
-    mean, var = whitened_scores(out, r, kconst)
-    return mean, var.clamp_(0.0, kconst)
+        out = torch.mm(torch.mm(torch.cat([h.mT, w.unsqueeze(0)]), p), kza)  # [HᵀP; wᵀP] K_ZA
+        g = out.narrow(0, 0, r)
+        var = torch.rsub((g * g).sum(0), kconst / lam, alpha=1.0 / lam)  # (k − ‖g‖²)/λ
+        return out.select(0, r), var.clamp_min_(0.0)  # ≤ k/λ: ‖g‖² ≥ 0
+    mean, var = whitened_scores(whitened_scoring_matrix(p, n_t @ n_inv, w, lam) @ kza, r, kconst)
+    return mean, var.clamp_(0.0, kconst).div_(lam)

@@ -69,7 +69,7 @@ def whitened_system(kxz: Tensor, linv: Tensor, counts: Tensor, sums: Tensor,
     ``A = EᵀCE + λI`` (eigenvalues ≥ λ: no nugget can be needed), returns ``(E, chol(A), A⁻¹,
     Eᵀs)`` (``counts = diag C`` and ``sums = s`` ``[n]``), for
     :meth:`NystromUpdates.rebuild_from_counts`; BKB's fused round
-    (:func:`~torchbandits.models.nystrom_arms.arm_posterior`) states it on ``Eᵀ`` without ``A⁻¹``."""
+    (:func:`~torchbandits.models.nystrom_arms.dtc_round`) states it on ``Eᵀ`` without ``A⁻¹``."""
     feat = kxz @ linv.mT  # E = K_SZ L⁻ᵀ
     a = (feat.mT * counts) @ feat
     a.diagonal().add_(lam)  # + λI (the off-diagonal zeros of λI add nothing)

@@ -17,9 +17,9 @@ z_aᵀ + λI`` and ``Zᵀy = Σ_a b_a z_a``, so a round costs ``O((A + n_distinc
 ``O(t m²)`` (``NystromKernelRidge.rebuild_from_counts``); with a fixed arm set the pulled arms'
 variances are read off the candidates', their kernel rows are cached (``ArmRowCache``) and the
 round's rebuild and scoring are one pass over the cached rows that writes no model buffer
-(:func:`.bkb_posterior.dtc_round`, via :class:`.bkb_posterior.BKBPosterior`, with ``K_ZP`` gathered
-by rows from the pulled points' cached Gram matrix; the model is rebuilt on demand, e.g. for
-:meth:`BKB.posterior`).
+(:func:`~torchbandits.models.nystrom_arms.dtc_round`, via :class:`.bkb_posterior.BKBPosterior`,
+with ``K_ZP`` gathered by rows from the pulled points' cached Gram matrix; the model is rebuilt on
+demand, e.g. for :meth:`BKB.posterior`).
 
 ``variance="sor"`` (the variance-starvation ablation, §3.2, Fig. 2) scores with the
 subset-of-regressors variance ``z_t(x)ᵀ V_t⁻¹ z_t(x)`` but draws its dictionary with the DTC

@@ -11,7 +11,7 @@ group works at its own width ``M_g``: the padded work is ``Σ_g k_g (M_g + 1) M_
   of every run's pulled arms over the arms ``[R, n, A]`` are computed once per pulled arm, and a
   round gathers ``K_ZA``, ``K_PZ`` and ``K_ZZ`` from them and scores the arms by the half-width
   product ``[HᵀP; wᵀP] K_ZA`` (``half=True`` of :func:`~torchbandits.models.batched_dtc.dtc_system`,
-  as the sequential :func:`~torchbandits.models.nystrom_arms.arm_posterior`);
+  as the sequential :func:`~torchbandits.models.nystrom_arms.dtc_round`);
 * **direct**: the kernel blocks are evaluated (contextual candidates, fresh arm sets) and scored
   by the full product ``[P; (λA⁻¹ − I)P; wᵀP]``, as the sequential model.
 """

@@ -7,8 +7,8 @@ points.
 Two routes to the same numbers:
 
 * **fused** (a fixed arm set, the DTC variance, a stationary kernel, a non-empty dictionary
-  within the row-cache budget): :func:`dtc_round` (the statements of
-  :func:`~torchbandits.models.nystrom_arms.arm_posterior`) rebuilds and scores in one pass from the
+  within the row-cache budget): :func:`~torchbandits.models.nystrom_arms.dtc_round` rebuilds and
+  scores in one pass from the
   cached kernel rows, ``K_ZP`` gathered by rows from the pulled points' Gram matrix
   (:meth:`BKBPosterior._pulled_gram`); the model is not written (it is rebuilt on demand, e.g. by
   :meth:`~torchbandits.policies.bkb.BKB.posterior`);
@@ -25,65 +25,15 @@ import torch
 from torch import Tensor
 
 from ..kernels import kernel_diag
-from ..models.nystrom import NystromKernelRidge, whitened_scores, whitened_scoring_matrix
-from ..models.nystrom_arms import identity
-from ..models.nystrom_updates import whitening
+from ..models.nystrom import NystromKernelRidge
+from ..models.nystrom_arms import dtc_round
 from .base import IndexPolicy
 
-__all__ = ["BKBPosterior", "dtc_round", "set_plain"]
+__all__ = ["BKBPosterior", "set_plain"]
 
 #: ``set_plain(module, name, value)``: set a plain attribute (never a parameter, buffer or
 #: submodule) without ``nn.Module.__setattr__``'s checks, for the per-round writes
 set_plain = object.__setattr__
-
-
-def dtc_round(kza: Tensor, kzp: Tensor, sel: Tensor, counts: Tensor, sums: Tensor, lam: float,
-              kconst: float, jitter: float = 0.0) -> tuple[Tensor, Tensor]:
-    """``(μ̃, σ̃²)`` ``([A], [A])`` at every arm, the **ridge** (1/λ-scaled) DTC variance clamped
-    at 0 (eq. 4), rebuilt from the count statistics on the round's dictionary.
-
-    The statements of :func:`~torchbandits.models.nystrom_arms.arm_posterior` (the same
-    operations in the same order, so the same numbers up to the last division) with ``K_ZP``
-    passed in, gathered by the caller from the pulled points' Gram matrix by rows: ``P = L⁻¹`` of
-    ``K_ZZ = LLᵀ`` (compact, pivoted when ``K_ZZ`` is numerically singular: :func:`whitening`),
-    ``Eᵀ = PK_ZP`` ``[r, n]``, ``A = EᵀCE + λI = RRᵀ``, ``N = R⁻¹``, ``w = NᵀNEᵀs``,
-    ``G = I − λNᵀN = HHᵀ`` and one product ``[HᵀP; wᵀP] K_ZA`` ``[r+1, A]``: ``μ̃ = wᵀPk_Z``,
-    ``σ̃² = k/λ − ‖HᵀPk_Z‖²/λ`` (one operation). When ``G``'s Cholesky fails (numerically
-    singular) the model's ``[P; (λA⁻¹ − I)P; wᵀP]`` product scores. (``A⁻¹`` by
-    ``cholesky_inverse`` and ``G``'s upper factor would save three operations but move the UCBs
-    by up to 4e-8 on an ill-conditioned ``G``: not taken.)
-
-    Args:
-        kza: ``K_ZA`` ``[m, A]``, the kernel rows of the dictionary over the arms (``m ≥ 1``).
-        kzp: ``K_ZP`` ``[m, n]``, the same rows at the distinct pulled points (its columns ``sel``
-            are ``K_ZZ``).
-        sel: ``[m]`` positions of the dictionary among the pulled points.
-        counts, sums: ``[n]`` pull counts ``c`` and reward sums ``s``.
-        lam: the ridge regulariser λ.
-        kconst: ``k(x, x)``, the same for every ``x`` (a stationary kernel).
-        jitter: nugget ``η`` on the diagonal of ``K_ZZ`` (as the model's).
-    """
-    m = sel.shape[0]
-    kzz = kzp.index_select(1, sel)
-    eye = identity(m, kzp)
-    if jitter:
-        kzz = kzz + jitter * eye
-    p = whitening(kzz, eye, kconst + jitter, compact=True)  # P [r, m]
-    r = p.shape[0]
-    eye_r = eye if r == m else identity(r, kzp)
-    et = torch.mm(p, kzp)  # Eᵀ [r, n]
-    chol_a = torch.linalg.cholesky_ex(torch.addmm(eye_r, et * counts, et.mT, beta=lam))[0]
-    n_inv = torch.linalg.solve_triangular(chol_a, eye_r, upper=False)  # N = R⁻¹, A⁻¹ = NᵀN
-    n_t = n_inv.mT
-    w = torch.mv(n_t, torch.mv(n_inv, torch.mv(et, sums)))  # A⁻¹Eᵀs
-    h, info = torch.linalg.cholesky_ex(torch.addmm(eye_r, n_t, n_inv, alpha=-lam))  # G = HHᵀ
-    if not int(info):
-        out = torch.mm(torch.mm(torch.cat([h.mT, w.unsqueeze(0)]), p), kza)  # [HᵀP; wᵀP] K_ZA
-        g = out.narrow(0, 0, r)
-        var = torch.rsub((g * g).sum(0), kconst / lam, alpha=1.0 / lam)  # (k − ‖g‖²)/λ
-        return out.select(0, r), var.clamp_min_(0.0)  # ≤ k/λ: ‖g‖² ≥ 0
-    mean, var = whitened_scores(whitened_scoring_matrix(p, n_t @ n_inv, w, lam) @ kza, r, kconst)
-    return mean, var.clamp_(0.0, kconst).div_(lam)
 
 
 class BKBPosterior(IndexPolicy):
@@ -203,7 +153,8 @@ class BKBPosterior(IndexPolicy):
 
     def _fused(self, cand: Tensor, idx: Tensor) -> tuple[Tensor, Tensor] | None:
         """``(μ̃, σ̃²)`` (ridge) of the fixed arms ``cand`` in one pass from the cached kernel rows
-        (:func:`dtc_round`, the model's rebuild and scoring without writing its buffers), for the
+        (:func:`~torchbandits.models.nystrom_arms.dtc_round`, the model's rebuild and scoring
+        without writing its buffers), for the
         DTC variance of a stationary kernel on a non-empty dictionary within the row-cache
         budget; else ``None``."""
         kc, model = self._nys.kernel_constant, self._nys
