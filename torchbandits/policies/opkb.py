@@ -375,22 +375,24 @@ class OPKB(ADAOPKB):
     no change tests. Same arguments as :class:`ADAOPKB`.
 
     Examples:
+        The usage is that of :class:`ADAOPKB`; what differs is the schedule. Block ``j`` of the
+        epoch has ``2^j E`` rounds, so it starts after round ``E(2^j − 1)`` and, with no change
+        test, the epoch never restarts:
+
         >>> import torch
         >>> from torchbandits import make_kernel
         >>> from torchbandits.policies import OPKB
         >>> arms = torch.linspace(0, 1, 11).unsqueeze(1)  # [A, d] = [11, 1]
-        >>> f = lambda x: torch.exp(-((x - 0.7) ** 2).sum(-1) / 0.02)  # noiseless, best arm 7
         >>> policy = OPKB(make_kernel("rbf", 0.2), 40, seed=0)
-        >>> for _ in range(30):
+        >>> blocks = []  # blocks[t - 1]: the block under way after round t
+        >>> for _ in range(31):
         ...     i = policy.select(arms)
-        ...     policy.update(arms[i], f(arms[i]))
-        >>> p = policy.distribution(arms)  # sampling distribution of the next round, [A]
-        >>> p.shape, round(float(p.sum()), 6)
-        (torch.Size([11]), 1.0)
-        >>> bool(p[6:9].sum() > 0.5)  # most of the mass next to the best arm
-        True
-        >>> policy.diagnostics()['block']  # doubling blocks 1, 2, 4, 8, 16 rounds: block 4 is under way
-        4.0
+        ...     policy.update(arms[i], torch.sin(3 * arms[i]).sum())
+        ...     blocks.append(int(policy.diagnostics()["block"]))
+        >>> policy.E, [blocks.index(j) + 1 for j in range(1, 6)]  # E (2^j - 1), j = 1..5
+        (1, [1, 3, 7, 15, 31])
+        >>> policy.diagnostics()["restarts"]
+        0.0
     """
 
     adaptive = False

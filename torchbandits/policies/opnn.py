@@ -179,20 +179,20 @@ class OPNN(ADAOPNN):
     """OPNN (Algorithm 5): doubling blocks without replays or change tests.
 
     Examples:
+        The usage is that of :class:`ADAOPNN`; TrainNN runs once at the start of every block
+        ``j ≥ 1``, so the features ``Φ_j`` in use are no longer the initial ``Φ₀``:
+
         >>> import torch
-        >>> from torchbandits import make_kernel
         >>> from torchbandits.policies import OPNN
         >>> arms = torch.linspace(0, 1, 11).unsqueeze(1)  # [A, d] = [11, 1]
-        >>> f = lambda x: torch.exp(-((x - 0.7) ** 2).sum(-1) / 0.02)  # noiseless, best arm 7
         >>> policy = OPNN(16, width=8, n_square_layers=0, train_steps=2, eta=1e-4)
         >>> for _ in range(10):
         ...     i = policy.select(arms)
-        ...     policy.update(arms[i], f(arms[i]))
-        >>> p = policy.distribution(arms)  # sampling distribution of the next round, [A]
-        >>> p.shape, round(float(p.sum()), 6)
-        (torch.Size([11]), 1.0)
-        >>> 'train_seconds' in policy.diagnostics()
+        ...     policy.update(arms[i], torch.tensor(float(i == 7)))  # reward 1 at arm 7 only
+        >>> policy.n_trains == policy.diagnostics()["block"] == 3  # blocks 1, 2, 3 have started
         True
+        >>> torch.equal(policy.phi_cur, policy.phi)  # Φ_3 (trained) against Φ₀
+        False
     """
 
     adaptive = False
@@ -202,20 +202,18 @@ class OPNN0(OPNN):
     """OPNN0 (App. J.2 ablation): OPNN with the feature map frozen at ``W⁽⁰⁾``.
 
     Examples:
+        The rounds of :class:`OPNN`'s example, with the map frozen: no training, and every block
+        uses ``Φ₀`` of ``W⁽⁰⁾``:
+
         >>> import torch
-        >>> from torchbandits import make_kernel
         >>> from torchbandits.policies import OPNN0
+        >>> policy = OPNN0(16, width=8, n_square_layers=0)
         >>> arms = torch.linspace(0, 1, 11).unsqueeze(1)  # [A, d] = [11, 1]
-        >>> f = lambda x: torch.exp(-((x - 0.7) ** 2).sum(-1) / 0.02)  # noiseless, best arm 7
-        >>> policy = OPNN0(16, width=8, n_square_layers=0, train_steps=2, eta=1e-4)
         >>> for _ in range(10):
         ...     i = policy.select(arms)
-        ...     policy.update(arms[i], f(arms[i]))
-        >>> p = policy.distribution(arms)  # sampling distribution of the next round, [A]
-        >>> p.shape, round(float(p.sum()), 6)
-        (torch.Size([11]), 1.0)
-        >>> 'train_seconds' in policy.diagnostics()
-        True
+        ...     policy.update(arms[i], torch.tensor(float(i == 7)))
+        >>> policy.n_trains, policy.diagnostics()["block"], torch.equal(policy.phi_cur, policy.phi)
+        (0, 3.0, True)
     """
 
     trains = False
