@@ -1,7 +1,8 @@
 """Checks shared by the tests of batched policies (``reset(seed=[s_1..s_R])``, ``select(candidates
 [R, A, d]) -> [R]``, ``update(x [R, d], reward [R])``): a batch stepped in lockstep with ``R``
-sequential runs, a batch stepped alone or beside a twin reloaded from its ``state_dict``, and
-malformed input refused without a change of state, the CLI's ``--batch on`` and ``off``."""
+sequential runs, a batch stepped alone or beside a twin reloaded from its ``state_dict``,
+malformed input refused without a change of state, and the CLI's ``--batch on`` against
+``--batch off``."""
 
 from __future__ import annotations
 
@@ -43,8 +44,9 @@ def seeded_runs(make: Callable[[int], Any], seeds: list[int]) -> list[Any]:
 
 
 def lockstep(env: Any, seeds: list[int], horizon: int, batch: Any, seqs: Sequence[Any], *,
-             atol: float, score: Scores = forward, check_round: Callable[[int, torch.Tensor], None]
-             | None = None, check_update: Callable[[int, Any], None] | None = None) -> torch.Tensor:
+             atol: float, score: Scores = forward,
+             check_round: Callable[[int, torch.Tensor], None] | None = None,
+             check_update: Callable[[int, Any], None] | None = None) -> torch.Tensor:
     """Step the batched policy ``batch`` (started with ``seeds``) and one sequential policy per
     seed on the rounds of ``BatchedEnv(env, seeds)``, both fed the batch's pulls.
 
