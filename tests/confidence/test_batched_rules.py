@@ -13,13 +13,11 @@ lockstep UCB checks run 40 rounds.
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 
 import pytest
 import torch
 
-from torchbandits.cli import main
 from torchbandits.confidence import AMMBound, SrinivasBeta
 from torchbandits.confidence.batched import BATCHED_RULES, batched_dual_ucb, batched_radius_sq
 from torchbandits.confidence.cmm_dual import dual_bounds, spectrum
@@ -32,6 +30,8 @@ from torchbandits.models import ExactKernelRidge
 from torchbandits.models.batched_exact import BatchedExactKernelRidge
 from torchbandits.policies import AMMUCB, DMMUCB, GPUCB, KernelUCB
 from torchbandits.policies import kernel_ucb as kernel_ucb_module
+
+from ..batch_checks import cli_runs_on_off, lockstep, play, refuses_bad_input, reloaded, seeded_runs, started
 
 NEW = ["gpucb-srinivas", "ay-gpucb", "aygp-ucb", "amm-ucb", "dmm-ucb", "cmm-ucb"]
 TOL = {"atol": 1e-10, "rtol": 0.0}
@@ -53,11 +53,6 @@ def _make(name: str, env):  # type: ignore[no-untyped-def]
     return make_policy(name, env, **({"horizon": 200} if name.endswith("-ucb") else {}))
 
 
-def _started(policy, seeds):  # type: ignore[no-untyped-def]
-    policy.reset(seed=seeds)
-    return policy
-
-
 @pytest.mark.parametrize("name", [*NEW, "srinivas-rkhs"])
 def test_simulate_batch_equals_simulate(name: str) -> None:
     env = _env()
@@ -77,36 +72,22 @@ def test_simulate_batch_equals_simulate(name: str) -> None:
             assert res.diagnostics[key] == pytest.approx(values, abs=tol, rel=0, nan_ok=True), key
 
 
-def _lockstep(env, make, seeds, horizon: int, batch=None, seqs=None,  # type: ignore[no-untyped-def]
-              tol=TOL):
-    """Batched and sequential policies on the batched env's rounds: the same choice and the same
-    UCB and LCB (1e-10) every round; returns the batched policy's actions ``[T, R]``."""
-    benv = BatchedEnv(env, seeds)
-    batch = batch if batch is not None else _started(make(None), seeds)
-    if seqs is None:
-        seqs = [make(r) for r in range(len(seeds))]
-        for pol, s in zip(seqs, seeds, strict=True):
-            pol.reset(seed=s)
-    rows = torch.arange(len(seeds))
-    actions = []
-    for _ in range(horizon):
-        cand = benv.candidates()
-        if batch.t >= batch.n_warmup:
-            ucb, lcb = batch.bounds(cand)
-            assert ucb.shape == lcb.shape == cand.shape[:2]
-            for r, pol in enumerate(seqs):
-                su, sl = pol.bounds(cand[r])
-                torch.testing.assert_close(ucb[r], su, **tol)
-                torch.testing.assert_close(lcb[r], sl, **tol)
-        idx = batch.select(cand)
-        assert idx.dtype == torch.long and idx.shape == (len(seeds),)
-        assert [pol.select(cand[r]) for r, pol in enumerate(seqs)] == idx.tolist()
-        reward, _ = benv.pull(idx)
-        batch.update(cand[rows, idx], reward)
-        for r, pol in enumerate(seqs):
-            pol.update(cand[r, int(idx[r])], float(reward[r]))
-        actions.append(idx)
-    return torch.stack(actions)
+def _bounds(policy, cand: torch.Tensor):  # type: ignore[no-untyped-def]
+    """``(ucb, lcb)``: ``[R, A]`` each for a batch, ``[A]`` for one run."""
+    return policy.bounds(cand)
+
+
+def _ucb(policy, cand: torch.Tensor) -> torch.Tensor:  # type: ignore[no-untyped-def]
+    return policy.bounds(cand)[0]
+
+
+def _lockstep(env, make, seeds, horizon: int, batch=None, tol=TOL):  # type: ignore[no-untyped-def]
+    """Batched and sequential policies (``make(None)`` unless ``batch`` is given, ``make(r)``) on
+    the batched env's rounds: the same choice and the same UCB and LCB (``tol``) every round;
+    returns the batched policy's actions ``[T, R]``."""
+    batch = batch if batch is not None else started(make(None), seeds)
+    return lockstep(env, seeds, horizon, batch, seeded_runs(make, seeds), atol=tol["atol"],
+                    score=_bounds)
 
 
 @pytest.mark.parametrize("fixed", [False, True])
@@ -184,26 +165,12 @@ def test_per_run_lambda_is_refused_with_cmm() -> None:
 def test_bad_input_raises_and_changes_nothing(name: str) -> None:
     env = _env()
     seeds = [3, 4, 5]
-    policy = _started(_make(name, env), seeds)
+    policy = started(_make(name, env), seeds)
     benv = BatchedEnv(env, seeds)
-    rows = torch.arange(3)
-    for _ in range(6):
-        cand = benv.candidates()
-        idx = policy.select(cand)
-        reward, _ = benv.pull(idx)
-        policy.update(cand[rows, idx], reward)
+    play(policy, benv, 6)
     twin = copy.deepcopy(policy)
     cand = benv.candidates()
-    x = cand[:, 0]
-    for bad in (cand[:2], cand[0], cand[:, :, :1]):
-        with pytest.raises(ValueError, match="candidates"):
-            policy.select(bad)
-    with pytest.raises(ValueError, match="x"):
-        policy.update(x[:2], torch.zeros(3, dtype=torch.float64))
-    with pytest.raises(ValueError, match="reward"):
-        policy.update(x, torch.tensor([0.0, float("nan"), 1.0], dtype=torch.float64))
-    with pytest.raises(ValueError, match="reward"):
-        policy.update(x, torch.zeros(2, dtype=torch.float64))
+    refuses_bad_input(policy, cand)
     assert policy.t == twin.t and policy.batch_model.n == twin.batch_model.n
     assert torch.equal(policy.batch_model.y, twin.batch_model.y)
     torch.testing.assert_close(policy.bounds(cand)[0], twin.bounds(cand)[0], atol=0, rtol=0)
@@ -214,33 +181,19 @@ def test_bad_input_raises_and_changes_nothing(name: str) -> None:
 def test_state_dict_round_trip_mid_batch(name: str) -> None:
     env = _env(fixed=name == "dmm-ucb")   # DMM: the companion's candidate cache too
     seeds = [4, 7, 1]
-    policy = _started(_make(name, env), seeds)
+    policy = started(_make(name, env), seeds)
     benv = BatchedEnv(env, seeds)
-    rows = torch.arange(3)
-    for _ in range(12):
-        cand = benv.candidates()
-        idx = policy.select(cand)
-        reward, _ = benv.pull(idx)
-        policy.update(cand[rows, idx], reward)
-    state = copy.deepcopy(policy.state_dict())
-    fresh = _make(name, env)                       # sequential until it loads
-    fresh.load_state_dict(state)
+    play(policy, benv, 12)
+    fresh = reloaded(policy, _make(name, env))     # sequential until it loads
     assert fresh.n_runs == 3 and fresh.batch_model.n == 12
-    for _ in range(15):
-        cand = benv.candidates()
-        a, b = policy.select(cand), fresh.select(cand)
-        assert torch.equal(a, b)
-        # to rounding: a reloaded fixed-arm cache is rebuilt in one solve, not row by row
-        torch.testing.assert_close(fresh.bounds(cand)[0], policy.bounds(cand)[0], **TOL)
-        reward, _ = benv.pull(a)
-        policy.update(cand[rows, a], reward)
-        fresh.update(cand[rows, b], reward)
+    # to rounding: a reloaded fixed-arm cache is rebuilt in one solve, not row by row
+    play(policy, benv, 15, twin=fresh, atol=TOL["atol"], score=_ucb)
 
 
 def test_reset_in_batch_mode_drops_the_companions() -> None:
     env = _env()
     seeds = [0, 1]
-    policy = _started(_make("dmm-ucb", env), seeds)
+    policy = started(_make("dmm-ucb", env), seeds)
     first = _lockstep(env, lambda r: _make("dmm-ucb", env), seeds, 15, batch=policy)
     policy.reset()                                 # the same batch, back to the prior
     assert policy.n_runs == 2 and policy.batch_model.n == 0
@@ -324,14 +277,10 @@ def test_why_not_batched_names_what_stays_sequential() -> None:
 def test_cli_batch_on_runs_amm_batched(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = ["run", "--env", "rkhs", "--policy", "amm-ucb,dmm-ucb", "--seeds", "0", "1", "2",
             "--horizon", "12", "--no-progress"]
-    for mode in ("on", "off"):
-        assert main([*args, "--batch", mode, "--out", str(tmp_path / mode)]) == 0
-    for path in sorted((tmp_path / "on" / "runs").glob("*.json")):
-        on = json.loads(path.read_text())
-        off = json.loads((tmp_path / "off" / "runs" / path.name).read_text())
-        assert on["actions"] == off["actions"], path.name
-        assert on["regret"] == pytest.approx(off["regret"], abs=1e-10, rel=0)
-    assert len(list((tmp_path / "on" / "runs").glob("*.json"))) == 6
+    on, off = cli_runs_on_off(args, tmp_path)
+    assert len(on) == 6
+    for name in on:
+        assert on[name]["regret"] == pytest.approx(off[name]["regret"], abs=1e-10, rel=0)
     capsys.readouterr()
 
 

@@ -23,6 +23,8 @@ from torchbandits.models import ExactKernelRidge
 from torchbandits.models.batched_exact import BatchedExactKernelRidge
 from torchbandits.policies import GPUCB, KernelUCB
 
+from ..batch_checks import lockstep, play, refuses_bad_input, reloaded, seeded, seeded_runs, started
+
 SEEDS = [0, 1, 2]
 ENVS = {"rkhs": ("rkhs", {"dim": 2, "n_arms": 30}),
         "rkhs-fixed": ("rkhs", {"dim": 2, "n_arms": 30, "fixed_arms": True}),
@@ -35,34 +37,12 @@ def _env(name: str):  # type: ignore[no-untyped-def]
 
 
 def _lockstep(env, make, seeds, horizon: int, *, batch=None, seqs=None):  # type: ignore[no-untyped-def]
-    """Step a batched policy and one sequential policy per seed on the batched env's rounds;
-    assert the same choice and the same UCB (1e-9) every round; return the actions ``[T, R]``."""
-    benv = BatchedEnv(env, seeds)
-    if batch is None:
-        batch = make(None)
-        batch.reset(seed=seeds)
-    if seqs is None:
-        seqs = [make(r) for r in range(len(seeds))]
-        for pol, s in zip(seqs, seeds, strict=True):
-            pol.reset(seed=s)
-    rows = torch.arange(len(seeds))
-    actions = []
-    for _ in range(horizon):
-        cand = benv.candidates()
-        if batch.t >= batch.n_warmup:
-            ucb = batch(cand)
-            assert ucb.shape == cand.shape[:2]
-            for r, pol in enumerate(seqs):
-                torch.testing.assert_close(ucb[r], pol(cand[r]), atol=1e-9, rtol=0)
-        idx = batch.select(cand)
-        assert idx.dtype == torch.long and idx.shape == (len(seeds),)
-        assert [pol.select(cand[r]) for r, pol in enumerate(seqs)] == idx.tolist()
-        reward, _ = benv.pull(idx)
-        batch.update(cand[rows, idx], reward)
-        for r, pol in enumerate(seqs):
-            pol.update(cand[r, idx[r]], float(reward[r]))
-        actions.append(idx.tolist())
-    return actions
+    """Step a batched policy and one sequential policy per seed (``make(None)``, ``make(r)``
+    unless given) on the batched env's rounds: the same choice and the same UCB (1e-9) every
+    round; return the actions ``[T, R]``."""
+    batch = batch if batch is not None else started(make(None), seeds)
+    seqs = seqs if seqs is not None else seeded_runs(make, seeds)
+    return lockstep(env, seeds, horizon, batch, seqs, atol=1e-9).tolist()
 
 
 @pytest.mark.parametrize("env_name", list(ENVS))
@@ -89,8 +69,8 @@ def test_per_run_beta_equals_sequential_runs() -> None:
     betas = [0.1, 1.0, 10.0]
     policy = make_policy("kucb", env)
     policy.set_per_run(beta=torch.tensor(betas, dtype=torch.float64))
-    _lockstep(env, None, SEEDS, 40, batch=_started(policy, SEEDS),
-              seqs=[_seeded(make_policy("kucb", env, beta=b), s) for b, s in zip(betas, SEEDS)])
+    _lockstep(env, None, SEEDS, 40, batch=started(policy, SEEDS),
+              seqs=[seeded(make_policy("kucb", env, beta=b), s) for b, s in zip(betas, SEEDS)])
     runs = simulate_batch(policy, env, 25, SEEDS)                 # the settings persist
     ref = simulate(make_policy("kucb", env, beta=10.0), env, 25, 2)
     assert runs[2].actions == ref.actions
@@ -102,18 +82,8 @@ def test_per_run_lambda_equals_sequential_runs(policy: str) -> None:
     lams = [0.1, 1.0, 10.0]
     batch = make_policy(policy, env)
     batch.set_per_run(lam=lams)
-    _lockstep(env, None, SEEDS, 40, batch=_started(batch, SEEDS),
-              seqs=[_seeded(make_policy(policy, env, lam=lam), s) for lam, s in zip(lams, SEEDS)])
-
-
-def _started(policy, seeds):  # type: ignore[no-untyped-def]
-    policy.reset(seed=seeds)
-    return policy
-
-
-def _seeded(policy, seed: int):  # type: ignore[no-untyped-def]
-    policy.reset(seed=seed)
-    return policy
+    _lockstep(env, None, SEEDS, 40, batch=started(batch, SEEDS),
+              seqs=[seeded(make_policy(policy, env, lam=lam), s) for lam, s in zip(lams, SEEDS)])
 
 
 def test_ties_take_the_first_index() -> None:
@@ -171,28 +141,11 @@ def test_bad_input_raises_naming_the_argument_and_changes_nothing() -> None:
     policy = make_policy("gpucb", env)
     twin = make_policy("gpucb", env)
     seeds = [0, 1, 2, 3]
-    _lockstep(env, None, seeds, 5, batch=_started(policy, seeds),
-              seqs=[_seeded(make_policy("gpucb", env), s) for s in seeds])
+    _lockstep(env, None, seeds, 5, batch=started(policy, seeds),
+              seqs=[seeded(make_policy("gpucb", env), s) for s in seeds])
     twin.load_state_dict(policy.state_dict())
-    state = copy.deepcopy(policy.state_dict())
     cand = torch.rand(4, 30, 2, dtype=torch.float64)
-    x, y = cand[:, 0], torch.zeros(4, dtype=torch.float64)
-    bad = [("candidates", lambda: policy.select(cand[:3])),
-           ("candidates", lambda: policy.select(cand[0])),
-           ("candidates", lambda: policy(cand[..., :1])),
-           ("x", lambda: policy.update(x[:3], y)),
-           ("x", lambda: policy.update(x[:, :1], y)),
-           ("reward", lambda: policy.update(x, y[:3])),
-           ("reward", lambda: policy.update(x, y[:, None])),
-           ("reward", lambda: policy.update(x, torch.tensor([0.0, 0.0, float("nan"), 0.0]))),
-           ("x", lambda: policy.update(torch.full((4, 2), float("inf")), y))]
-    for name, call in bad:
-        with pytest.raises(ValueError, match=name):
-            call()
-    now = policy.state_dict()
-    for k, v in state.items():
-        if isinstance(v, torch.Tensor):
-            assert torch.equal(v, now[k]), k
+    refuses_bad_input(policy, cand)
     assert policy.t == twin.t
     assert torch.equal(policy(cand), twin(cand))
 
@@ -226,31 +179,17 @@ def test_per_run_settings_and_refusals_are_checked() -> None:
 def test_state_dict_round_trip_mid_batch() -> None:
     env = _env("rkhs-fixed")
     seeds = [4, 7, 1]
-    policy = _started(make_policy("kucb-theory", env), seeds)
+    policy = started(make_policy("kucb-theory", env), seeds)
     state0 = copy.deepcopy(policy.state_dict())      # before the warm-up draw
     benv = BatchedEnv(env, seeds)
-    rows = torch.arange(3)
-    for _ in range(12):
-        cand = benv.candidates()
-        idx = policy.select(cand)
-        reward, _ = benv.pull(idx)
-        policy.update(cand[rows, idx], reward)
-    state = copy.deepcopy(policy.state_dict())
-    fresh = make_policy("kucb-theory", env)           # sequential mode until it loads
-    fresh.load_state_dict(state)
+    play(policy, benv, 12)
+    fresh = reloaded(policy, make_policy("kucb-theory", env))   # sequential mode until it loads
     assert fresh.n_runs == 3 and fresh.t == 12
-    for _ in range(12):
-        cand = benv.candidates()
-        torch.testing.assert_close(fresh(cand), policy(cand), atol=1e-12, rtol=0)
-        idx = policy.select(cand)
-        assert torch.equal(fresh.select(cand), idx)
-        reward, _ = benv.pull(idx)
-        policy.update(cand[rows, idx], reward)
-        fresh.update(cand[rows, idx], reward)
+    play(policy, benv, 12, twin=fresh, atol=1e-12)
     start = make_policy("kucb-theory", env)
     start.load_state_dict(state0)
     first = BatchedEnv(env, seeds).candidates()
-    assert torch.equal(start.select(first), _started(make_policy("kucb-theory", env), seeds)
+    assert torch.equal(start.select(first), started(make_policy("kucb-theory", env), seeds)
                        .select(first))
     single = make_policy("kucb-theory", env)
     fresh.load_state_dict(single.state_dict())         # back to one run
@@ -262,9 +201,9 @@ def test_state_dict_round_trip_mid_batch() -> None:
 def test_to_dtype_mid_batch_moves_the_batched_posterior() -> None:
     env = _env("bump")
     seeds = [0, 1]
-    policy = _started(make_policy("gpucb", env), seeds)
+    policy = started(make_policy("gpucb", env), seeds)
     _lockstep(env, None, seeds, 6, batch=policy,
-              seqs=[_seeded(make_policy("gpucb", env), s) for s in seeds])
+              seqs=[seeded(make_policy("gpucb", env), s) for s in seeds])
     cand = BatchedEnv(env, seeds).candidates()
     before = policy(cand)
     policy.to(torch.float32)

@@ -8,13 +8,11 @@ bad input changes nothing; ``state_dict`` round trip mid-batch; the CLI's ``--ba
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 
 import pytest
 import torch
 
-from torchbandits.cli import main
 from torchbandits.confidence.ekucb import EKUCBTheoryBeta
 from torchbandits.envs.batched import BatchedEnv
 from torchbandits.experiments import simulate, simulate_batch
@@ -26,6 +24,8 @@ from torchbandits.models.batched_nystrom import BatchedNystrom
 from torchbandits.models.nystrom import nystrom_posterior_reference
 from torchbandits.policies import EKUCB
 from torchbandits.policies.ekucb_batched import RunCoins
+
+from ..batch_checks import cli_runs_on_off, lockstep, play, refuses_bad_input, reloaded, seeded, started
 
 F64 = torch.float64
 
@@ -51,45 +51,31 @@ def test_simulate_batch_equals_simulate(env_name: str, horizon: int) -> None:
 
 
 def _lockstep(env, seeds, horizon, batch, seqs, atol=1e-10):  # type: ignore[no-untyped-def]
-    """Batched and sequential policies side by side: the same choice every round, UCB values
-    within ``atol``; every 40 rounds both posteriors against the extended-precision reference
-    (the batched error at most ten times the sequential one, + 1e-8: both are rounding)."""
-    benv = BatchedEnv(env, seeds)
-    rows = torch.arange(len(seeds))
-    for t in range(horizon):
-        cand = benv.candidates()
-        if batch.t >= batch.n_warmup:
-            ucb = batch(cand)
-            mean_b, var_b = batch.batch_model.score(cand)
-            for r, pol in enumerate(seqs):
-                torch.testing.assert_close(ucb[r], pol(cand[r]), atol=atol, rtol=0)
-                if t % 40 == 39:
-                    mdl = pol.model
-                    ref = nystrom_posterior_reference(pol.kernel, mdl.dictionary, mdl.x,
-                                                      mdl.target_sums, cand[r], pol.lam,
-                                                      extended=True)
-                    err_s = max(float((a - b).abs().max()) for a, b in zip(mdl.score(cand[r]), ref))
-                    err_b = max(float((a[r] - b).abs().max()) for a, b in zip((mean_b, var_b), ref))
-                    assert err_b <= 10.0 * err_s + 1e-8, (t, r, err_b, err_s)
-        idx = batch.select(cand)
-        assert idx.dtype == torch.long and idx.shape == (len(seeds),)
-        assert [pol.select(cand[r]) for r, pol in enumerate(seqs)] == idx.tolist()
-        reward, _ = benv.pull(idx)
-        batch.update(cand[rows, idx], reward)
+    """Batched and sequential policies side by side (:func:`tests.batch_checks.lockstep`): the
+    same choice every round, UCB values within ``atol``; every 40 rounds both posteriors against
+    the extended-precision reference (the batched error at most ten times the sequential one,
+    + 1e-8: both are rounding); at the end the same dictionaries, sizes and KORS
+    probabilities."""
+
+    def near_reference(t: int, cand: torch.Tensor) -> None:
+        if t % 40 != 39:
+            return
+        mean_b, var_b = batch.batch_model.score(cand)
         for r, pol in enumerate(seqs):
-            pol.update(cand[r, idx[r]], float(reward[r]))
+            mdl = pol.model
+            ref = nystrom_posterior_reference(pol.kernel, mdl.dictionary, mdl.x, mdl.target_sums,
+                                              cand[r], pol.lam, extended=True)
+            err_s = max(float((a - b).abs().max()) for a, b in zip(mdl.score(cand[r]), ref))
+            err_b = max(float((a[r] - b).abs().max()) for a, b in zip((mean_b, var_b), ref))
+            assert err_b <= 10.0 * err_s + 1e-8, (t, r, err_b, err_s)
+
+    lockstep(env, seeds, horizon, batch, seqs, atol=atol, check_round=near_reference)
     sizes = batch.diagnostics()["dict_size"]
     assert sizes.tolist() == [pol.diagnostics()["dict_size"] for pol in seqs]
     for r, pol in enumerate(seqs):
         torch.testing.assert_close(batch.run_dictionary(r), pol.model.dictionary, atol=0, rtol=0)
         torch.testing.assert_close(batch.run_kors_probabilities(r), pol.kors.probabilities,
                                    atol=1e-12, rtol=0)
-    return benv
-
-
-def _seeded(policy, seed):  # type: ignore[no-untyped-def]
-    policy.reset(seed=seed)
-    return policy
 
 
 @pytest.mark.parametrize(("env_name", "atol"), [("bump", 1e-10), ("chessboard", 1e-6)])
@@ -102,7 +88,7 @@ def test_ucb_values_equal_the_sequential_ones_every_round(env_name: str, atol: f
     seeds = [3, 0, 11, 5]
     batch = make_policy("ekucb", env)
     batch.reset(seed=seeds)
-    _lockstep(env, seeds, 200, batch, [_seeded(make_policy("ekucb", env), s) for s in seeds],
+    _lockstep(env, seeds, 200, batch, [seeded(make_policy("ekucb", env), s) for s in seeds],
               atol=atol)
 
 
@@ -182,26 +168,9 @@ def test_bad_input_raises_naming_the_argument_and_changes_nothing() -> None:
     seeds = [0, 1, 2, 3]
     policy = make_policy("ekucb", env)
     policy.reset(seed=seeds)
-    _lockstep(env, seeds, 30, policy, [_seeded(make_policy("ekucb", env), s) for s in seeds])
-    state = copy.deepcopy(policy.state_dict())
+    _lockstep(env, seeds, 30, policy, [seeded(make_policy("ekucb", env), s) for s in seeds])
     dicts = [policy.run_dictionary(r).clone() for r in range(4)]
-    cand = torch.rand(4, 10, 2, dtype=F64)
-    x, y = cand[:, 0], torch.zeros(4, dtype=F64)
-    bad = [("candidates", lambda: policy.select(cand[:3])),
-           ("candidates", lambda: policy.select(cand[0])),
-           ("candidates", lambda: policy(cand[..., :1])),
-           ("x", lambda: policy.update(x[:3], y)),
-           ("x", lambda: policy.update(x[:, :1], y)),
-           ("reward", lambda: policy.update(x, y[:3])),
-           ("reward", lambda: policy.update(x, torch.tensor([0.0, 0.0, float("nan"), 0.0]))),
-           ("x", lambda: policy.update(torch.full((4, 2), float("inf")), y))]
-    for name, call in bad:
-        with pytest.raises(ValueError, match=name):
-            call()
-    now = policy.state_dict()
-    for k, v in state.items():
-        if isinstance(v, torch.Tensor):
-            assert torch.equal(v, now[k]), k
+    refuses_bad_input(policy, torch.rand(4, 10, 2, dtype=F64))
     assert policy.t == 30
     for r in range(4):
         assert torch.equal(policy.run_dictionary(r), dicts[r])
@@ -210,32 +179,17 @@ def test_bad_input_raises_naming_the_argument_and_changes_nothing() -> None:
 def test_state_dict_round_trip_mid_batch() -> None:
     env = make_env("chessboard")
     seeds = [4, 7, 1]
-    policy = make_policy("ekucb", env)
-    policy.reset(seed=seeds)
+    policy = started(make_policy("ekucb", env), seeds)
     benv = BatchedEnv(env, seeds)
-    rows = torch.arange(3)
-    for _ in range(40):
-        cand = benv.candidates()
-        idx = policy.select(cand)
-        reward, _ = benv.pull(idx)
-        policy.update(cand[rows, idx], reward)
-    state = copy.deepcopy(policy.state_dict())
-    fresh = make_policy("ekucb", env)                # sequential mode until it loads
-    fresh.load_state_dict(state)
+    play(policy, benv, 40)
+    fresh = reloaded(policy, make_policy("ekucb", env))   # sequential mode until it loads
     assert fresh.n_runs == 3 and fresh.t == 40
-    for _ in range(60):
-        cand = benv.candidates()
-        torch.testing.assert_close(fresh(cand), policy(cand), atol=0, rtol=0)
-        idx = policy.select(cand)
-        assert torch.equal(fresh.select(cand), idx)
-        reward, _ = benv.pull(idx)
-        policy.update(cand[rows, idx], reward)
-        fresh.update(cand[rows, idx], reward)
+    play(policy, benv, 60, twin=fresh, atol=0.0)
     assert torch.equal(fresh.diagnostics()["dict_size"], policy.diagnostics()["dict_size"])
     fresh.load_state_dict(make_policy("ekucb", env).state_dict())   # back to one run
     assert fresh.n_runs is None and fresh.batch_model is None
     fresh.reset(seed=3)
-    assert isinstance(fresh.select(cand[0]), int)
+    assert isinstance(fresh.select(benv.candidates()[0]), int)
 
 
 def test_refusals() -> None:
@@ -252,14 +206,8 @@ def test_refusals() -> None:
 def test_cli_batch_on_equals_batch_off(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = ["run", "--env", "chessboard", "--policy", "ekucb", "--seeds", "0", "1", "2",
             "--horizon", "25", "--no-progress"]
-    for mode in ("on", "off"):
-        assert main([*args, "--batch", mode, "--out", str(tmp_path / mode)]) == 0
-    on, off = ({p.name: json.loads(p.read_text()) for p in (tmp_path / m / "runs").glob("*.json")}
-               for m in ("on", "off"))
-    assert sorted(on) == sorted(off) and len(on) == 3
-    for name in on:
-        assert on[name]["actions"] == off[name]["actions"], name
-        assert sorted(on[name]) == sorted(off[name])
+    on, _ = cli_runs_on_off(args, tmp_path)
+    assert len(on) == 3
     capsys.readouterr()
 
 

@@ -11,7 +11,6 @@ the sequential one.
 
 from __future__ import annotations
 
-import copy
 import importlib.util
 import json
 from pathlib import Path
@@ -19,7 +18,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from torchbandits.cli import main
 from torchbandits.envs.batched import BatchedEnv
 from torchbandits.experiments import simulate, simulate_batch
 from torchbandits.experiments.batch import why_not_batch
@@ -29,6 +27,8 @@ from torchbandits.models import ExactKernelRidge
 from torchbandits.models.batched_window import BatchedWindowKernelRidge
 from torchbandits.models.window import SlidingWindowKernelRidge
 from torchbandits.policies import RGPUCB, SWGPUCB
+
+from ..batch_checks import cli_runs_on_off, play, refuses_bad_input, reloaded, started
 
 T = 200
 SEEDS = list(range(8))
@@ -95,55 +95,14 @@ def test_per_run_grid_equals_sequential_runs(cls, kwargs: dict, setting: str) ->
     assert len({tuple(r.actions) for r in batched}) == 3
 
 
-def _started(policy, seeds):  # type: ignore[no-untyped-def]
-    policy.reset(seed=seeds)
-    return policy
-
-
-def _step(policy, benv, rounds: int, twin=None) -> list[list[int]]:  # type: ignore[no-untyped-def]
-    """Play ``rounds`` rounds of ``policy`` on ``benv``; a ``twin`` must choose the same and
-    score the same (1e-10)."""
-    rows = torch.arange(benv.n_runs)
-    out = []
-    for _ in range(rounds):
-        cand = benv.candidates()
-        idx = policy.select(cand)
-        if twin is not None:
-            torch.testing.assert_close(twin(cand), policy(cand), atol=1e-10, rtol=0)
-            assert torch.equal(twin.select(cand), idx)
-        reward, _ = benv.pull(idx)
-        policy.update(cand[rows, idx], reward)
-        if twin is not None:
-            twin.update(cand[rows, idx], reward)
-        out.append(idx.tolist())
-    return out
-
-
 def test_bad_input_raises_naming_the_argument_and_changes_nothing() -> None:
     env = make_env("tv-rotation", horizon=60)
-    policy = _started(make_policy("sw-gpucb", env, window=10), [0, 1, 2, 3])
-    _step(policy, BatchedEnv(env, [0, 1, 2, 3]), 15)                 # past a removal
+    policy = started(make_policy("sw-gpucb", env, window=10), [0, 1, 2, 3])
+    play(policy, BatchedEnv(env, [0, 1, 2, 3]), 15)                  # past a removal
     twin = make_policy("sw-gpucb", env, window=10)
     twin.load_state_dict(policy.state_dict())
-    state = copy.deepcopy(policy.state_dict())
     cand = torch.rand(4, 30, 1, dtype=torch.float64)
-    x, y = cand[:, 0], torch.zeros(4, dtype=torch.float64)
-    bad = [("candidates", lambda: policy.select(cand[:3])),
-           ("candidates", lambda: policy.select(cand[0])),
-           ("candidates", lambda: policy(torch.rand(4, 30, 2, dtype=torch.float64))),
-           ("x", lambda: policy.update(x[:3], y)),
-           ("x", lambda: policy.update(torch.rand(4, 2, dtype=torch.float64), y)),
-           ("reward", lambda: policy.update(x, y[:3])),
-           ("reward", lambda: policy.update(x, y[:, None])),
-           ("reward", lambda: policy.update(x, torch.tensor([0.0, 0.0, float("nan"), 0.0]))),
-           ("x", lambda: policy.update(torch.full((4, 1), float("inf")), y))]
-    for name, call in bad:
-        with pytest.raises(ValueError, match=name):
-            call()
-    now = policy.state_dict()
-    for k, v in state.items():
-        if isinstance(v, torch.Tensor):
-            assert torch.equal(v, now[k]), k
+    refuses_bad_input(policy, cand)
     assert policy.t == twin.t == 15 and policy.batch_model.n == 10
     assert torch.equal(policy(cand), twin(cand))
 
@@ -154,12 +113,11 @@ def test_state_dict_round_trip_mid_batch(policy_name: str, kwargs: dict) -> None
     env = make_env("tv-bump", horizon=80)
     seeds = [4, 7, 1]
     benv = BatchedEnv(env, seeds)
-    policy = _started(make_policy(policy_name, env, **kwargs), seeds)
-    first = _step(policy, benv, 20)                   # SW: 8 removals; R: one restart
-    fresh = make_policy(policy_name, env, **kwargs)   # a fresh policy, not yet batched
-    fresh.load_state_dict(copy.deepcopy(policy.state_dict()))
+    policy = started(make_policy(policy_name, env, **kwargs), seeds)
+    first = play(policy, benv, 20)                    # SW: 8 removals; R: one restart
+    fresh = reloaded(policy, make_policy(policy_name, env, **kwargs))   # not yet batched
     assert fresh.n_runs == 3 and fresh.t == 20 and fresh.batch_model.n == policy.batch_model.n
-    later = _step(policy, benv, 40, twin=fresh)
+    later = play(policy, benv, 40, twin=fresh, atol=1e-10)
     # and both equal the sequential runs
     sequential = [simulate(make_policy(policy_name, env, **kwargs), env, 60, s) for s in seeds]
     for r, res in enumerate(sequential):
@@ -234,13 +192,9 @@ def test_cli_batch_on_equals_batch_off(tmp_path: Path, capsys: pytest.CaptureFix
     args = ["run", "--env", "tv-rotation,tv-bump", "--policy", "sw-gpucb,r-gpucb", "--seeds",
             "0", "1", "2", "--horizon", "40", "--no-progress", "--set", "sw-gpucb.window=8",
             "--set", "r-gpucb.period=12", "--set", "env.horizon=40"]
-    for mode in ("on", "off"):
-        assert main([*args, "--batch", mode, "--out", str(tmp_path / mode)]) == 0
-    on, off = ({p.name: json.loads(p.read_text()) for p in (tmp_path / m / "runs").glob("*.json")}
-               for m in ("on", "off"))
-    assert sorted(on) == sorted(off) and len(on) == 12
+    on, off = cli_runs_on_off(args, tmp_path)
+    assert len(on) == 12
     for name in on:
-        assert on[name]["actions"] == off[name]["actions"], name
         assert on[name]["regret"] == pytest.approx(off[name]["regret"], abs=1e-10, rel=0)
     capsys.readouterr()
 

@@ -8,7 +8,6 @@ nothing; ``state_dict`` round trip mid-batch; ``.to(dtype)``; the CLI's ``--batc
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,6 @@ import pytest
 import torch
 
 from torchbandits import make_kernel
-from torchbandits.cli import main
 from torchbandits.envs.batched import BatchedEnv
 from torchbandits.experiments import simulate, simulate_batch
 from torchbandits.experiments.batch import why_not_batch
@@ -25,43 +23,25 @@ from torchbandits.models.batched_dtc import compact_positions
 from torchbandits.policies import BKB
 from torchbandits.policies.bkb_batched_posterior import CHUNK
 
+from ..batch_checks import cli_runs_on_off, lockstep, play, refuses_bad_input, reloaded, seeded, started
+
 F64 = torch.float64
 FIXED = {"dim": 2, "n_arms": 60, "fixed_arms": True}
 
 
-def _seeded(policy: Any, seed: int) -> Any:
-    policy.reset(seed=seed)
-    return policy
-
-
 def _lockstep(env: Any, seeds: list[int], horizon: int, batch: Any, seqs: list[Any],
-              atol: float = 1e-10) -> float:
-    """Batched and sequential policies side by side: the same choice every round, UCB values
-    within ``atol``, the same dictionary (points, order) after every update. Returns the largest
-    UCB difference."""
-    benv = BatchedEnv(env, seeds)
-    rows = torch.arange(len(seeds))
-    worst = 0.0
-    for _ in range(horizon):
-        cand = benv.candidates()
-        if batch.t >= batch.n_warmup:
-            ucb = batch(cand)
-            for r, pol in enumerate(seqs):
-                seq = pol(cand[r])
-                worst = max(worst, float((ucb[r] - seq).abs().max()))
-                torch.testing.assert_close(ucb[r], seq, atol=atol, rtol=0)
-        idx = batch.select(cand)
-        assert idx.dtype == torch.long and idx.shape == (len(seeds),)
-        assert [pol.select(cand[r]) for r, pol in enumerate(seqs)] == idx.tolist()
-        reward, _ = benv.pull(idx)
-        batch.update(cand[rows, idx], reward)
-        for r, pol in enumerate(seqs):
-            pol.update(cand[r, idx[r]], float(reward[r]))
-            assert torch.equal(batch.run_dictionary(r), pol.dictionary)
+              atol: float = 1e-10) -> None:
+    """Batched and sequential policies side by side (:func:`tests.batch_checks.lockstep`): the
+    same choice every round, UCB values within ``atol``, the same dictionary (points, order)
+    after every update, and the same dictionary diagnostics at the end."""
+
+    def same_dictionary(r: int, pol: Any) -> None:
+        assert torch.equal(batch.run_dictionary(r), pol.dictionary)
+
+    lockstep(env, seeds, horizon, batch, seqs, atol=atol, check_update=same_dictionary)
     diag = batch.diagnostics()
     for key in ("dictionary_size", "m_theory", "n_distinct", "empty_dictionaries"):
         assert diag[key].tolist() == [pol.diagnostics()[key] for pol in seqs], key
-    return worst
 
 
 @pytest.mark.parametrize(("env_name", "kwargs", "options"),
@@ -76,7 +56,7 @@ def test_ucb_values_and_dictionaries_equal_the_sequential_ones(env_name: str, kw
     batch = make_policy("bkb", env, **options)
     batch.reset(seed=seeds)
     _lockstep(env, seeds, 200, batch,
-              [_seeded(make_policy("bkb", env, **options), s) for s in seeds])
+              [seeded(make_policy("bkb", env, **options), s) for s in seeds])
     assert len(set(batch.diagnostics()["dictionary_size"].tolist())) > 2
 
 
@@ -92,7 +72,7 @@ def test_ill_conditioned_dictionaries_agree_to_rounding(env_name: str, kwargs: d
     seeds = [0, 3, 5, 6]
     batch = make_policy("bkb", env)
     batch.reset(seed=seeds)
-    _lockstep(env, seeds, 200, batch, [_seeded(make_policy("bkb", env), s) for s in seeds],
+    _lockstep(env, seeds, 200, batch, [seeded(make_policy("bkb", env), s) for s in seeds],
               atol=atol)
 
 
@@ -124,7 +104,7 @@ def test_groups_of_runs_sorted_by_dictionary_size() -> None:
     batch = make_policy("bkb", env)
     batch.reset(seed=seeds)
     assert batch.n_runs > CHUNK
-    _lockstep(env, seeds, 80, batch, [_seeded(make_policy("bkb", env), s) for s in seeds])
+    _lockstep(env, seeds, 80, batch, [seeded(make_policy("bkb", env), s) for s in seeds])
 
 
 @pytest.mark.parametrize("sampler", ["linearized", "uniform", "all"])
@@ -133,7 +113,7 @@ def test_other_samplers_draw_as_the_sequential_runs(sampler: str) -> None:
     seeds = [2, 9, 4]
     batch = make_policy("bkb-const", env, sampler=sampler)
     batch.reset(seed=seeds)
-    seqs = [_seeded(make_policy("bkb-const", env, sampler=sampler), s) for s in seeds]
+    seqs = [seeded(make_policy("bkb-const", env, sampler=sampler), s) for s in seeds]
     _lockstep(env, seeds, 60, batch, seqs)
 
 
@@ -146,14 +126,14 @@ def test_beta_and_lambda_grids_equal_the_sequential_runs() -> None:
     batch = make_policy("bkb-const", env)
     batch.set_per_run(beta=grid)
     batch.reset(seed=seeds)
-    seqs = [_seeded(make_policy("bkb-const", env, beta=b), s) for b, s in zip(grid, seeds)]
+    seqs = [seeded(make_policy("bkb-const", env, beta=b), s) for b, s in zip(grid, seeds)]
     _lockstep(env, seeds, 120, batch, seqs)
     assert batch.diagnostics()["beta"].tolist() == pytest.approx(grid)
     lams = [0.003, 0.01, 0.05]
     batch = make_policy("bkb", env)
     batch.set_per_run(lam=lams)
     batch.reset(seed=seeds)
-    seqs = [_seeded(make_policy("bkb", env, lam=lam), s) for lam, s in zip(lams, seeds)]
+    seqs = [seeded(make_policy("bkb", env, lam=lam), s) for lam, s in zip(lams, seeds)]
     _lockstep(env, seeds, 120, batch, seqs)
     with pytest.raises(ValueError, match="beta"):
         make_policy("bkb", env).set_per_run(beta=grid)     # Theorem 1's width is not a constant
@@ -166,27 +146,11 @@ def test_bad_input_raises_naming_the_argument_and_changes_nothing() -> None:
     seeds = [0, 1, 2, 3]
     policy = make_policy("bkb", env)
     policy.reset(seed=seeds)
-    _lockstep(env, seeds, 30, policy, [_seeded(make_policy("bkb", env), s) for s in seeds])
+    _lockstep(env, seeds, 30, policy, [seeded(make_policy("bkb", env), s) for s in seeds])
     state = copy.deepcopy(policy.state_dict())
     dicts = [policy.run_dictionary(r).clone() for r in range(4)]
-    cand = torch.rand(4, 10, 2, dtype=F64)
-    x, y = cand[:, 0], torch.zeros(4, dtype=F64)
-    bad = [("candidates", lambda: policy.select(cand[:3])),
-           ("candidates", lambda: policy.select(cand[0])),
-           ("candidates", lambda: policy(cand[..., :1])),
-           ("x", lambda: policy.update(x[:3], y)),
-           ("x", lambda: policy.update(x[:, :1], y)),
-           ("reward", lambda: policy.update(x, y[:3])),
-           ("reward", lambda: policy.update(x, y[:, None])),
-           ("reward", lambda: policy.update(x, torch.tensor([0.0, 0.0, float("nan"), 0.0]))),
-           ("x", lambda: policy.update(torch.full((4, 2), float("inf")), y))]
-    for name, call in bad:
-        with pytest.raises(ValueError, match=name):
-            call()
+    refuses_bad_input(policy, torch.rand(4, 10, 2, dtype=F64))
     now = policy.state_dict()
-    for k, v in state.items():
-        if isinstance(v, torch.Tensor):
-            assert torch.equal(v, now[k]), k
     assert all(torch.equal(a, b) for a, b in zip(state["_extra_state"]["batch"]["rng"],
                                                   now["_extra_state"]["batch"]["rng"]))
     assert policy.t == 30
@@ -198,36 +162,21 @@ def test_bad_input_raises_naming_the_argument_and_changes_nothing() -> None:
 def test_state_dict_round_trip_mid_batch(env_name: str, kwargs: dict) -> None:
     env = make_env(env_name, **kwargs)
     seeds = [4, 7, 1]
-    policy = make_policy("bkb", env)
-    policy.reset(seed=seeds)
+    policy = started(make_policy("bkb", env), seeds)
     benv = BatchedEnv(env, seeds)
-    rows = torch.arange(3)
-    for _ in range(40):
-        cand = benv.candidates()
-        idx = policy.select(cand)
-        reward, _ = benv.pull(idx)
-        policy.update(cand[rows, idx], reward)
-    state = copy.deepcopy(policy.state_dict())
-    fresh = make_policy("bkb", env)                  # sequential mode until it loads
-    fresh.load_state_dict(state)
+    play(policy, benv, 40)
+    fresh = reloaded(policy, make_policy("bkb", env))   # sequential mode until it loads
     assert fresh.n_runs == 3 and fresh.t == 40
-    for t in range(60):
-        cand = benv.candidates()
-        # the fresh policy's first round evaluates the kernel and scores by the full product
-        # (its cache of the fixed arm set's kernel rows is built when it sees the same arms
-        # again, then the half-width product): rounding apart, then equal
-        torch.testing.assert_close(fresh(cand), policy(cand), atol=1e-11 if t == 0 else 0, rtol=0)
-        idx = policy.select(cand)
-        assert torch.equal(fresh.select(cand), idx)
-        reward, _ = benv.pull(idx)
-        policy.update(cand[rows, idx], reward)
-        fresh.update(cand[rows, idx], reward)
+    # the fresh policy's first round evaluates the kernel and scores by the full product (its
+    # cache of the fixed arm set's kernel rows is built when it sees the same arms again, then
+    # the half-width product): rounding apart, then equal
+    play(policy, benv, 60, twin=fresh, atol=0.0, first_atol=1e-11)
     for key, value in policy.diagnostics().items():
         assert torch.equal(fresh.diagnostics()[key], value), key
     fresh.load_state_dict(make_policy("bkb", env).state_dict())   # back to one run
     assert fresh.n_runs is None and fresh.batch_counts is None
     fresh.reset(seed=3)
-    assert isinstance(fresh.select(cand[0]), int)
+    assert isinstance(fresh.select(benv.candidates()[0]), int)
 
 
 def test_to_dtype_mid_batch() -> None:
@@ -235,7 +184,7 @@ def test_to_dtype_mid_batch() -> None:
     seeds = [0, 1, 2]
     policy = make_policy("bkb", env)
     policy.reset(seed=seeds)
-    _lockstep(env, seeds, 25, policy, [_seeded(make_policy("bkb", env), s) for s in seeds])
+    _lockstep(env, seeds, 25, policy, [seeded(make_policy("bkb", env), s) for s in seeds])
     cand = BatchedEnv(env, seeds).candidates()
     ucb64 = policy(cand)
     single = copy.deepcopy(policy).to(torch.float32)
@@ -285,14 +234,9 @@ def test_compact_positions_are_the_rows_nonzero() -> None:
 def test_cli_batch_on_equals_batch_off(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = ["run", "--env", "bump", "--policy", "bkb", "--seeds", "0", "1", "2",
             "--horizon", "25", "--no-progress"]
-    for mode in ("on", "off"):
-        assert main([*args, "--batch", mode, "--out", str(tmp_path / mode)]) == 0
-    on, off = ({p.name: json.loads(p.read_text()) for p in (tmp_path / m / "runs").glob("*.json")}
-               for m in ("on", "off"))
-    assert sorted(on) == sorted(off) and len(on) == 3
+    on, off = cli_runs_on_off(args, tmp_path)
+    assert len(on) == 3
     for name in on:
-        assert on[name]["actions"] == off[name]["actions"], name
-        assert sorted(on[name]) == sorted(off[name])
         assert on[name]["diagnostics"]["dictionary_size"] == off[name]["diagnostics"]["dictionary_size"]
     capsys.readouterr()
 
