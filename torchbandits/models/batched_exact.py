@@ -46,7 +46,7 @@ from ..buffers import ResizableModule, grow_rows
 from ..kernels import kernel_diag, kernel_matrix
 from .batched_groups import at_regularisers, mean_var_groups, repeat_candidates
 from .batched_inverse import InverseFactor, Workspace
-from .batched_kernel import kernel_rows_into
+from .batched_kernel import ScaledPoints, fast_kernel, kernel_rows_into, rows_from_scaled
 from .batched_solve import HEAD_BLOCK, block_solve, storage_key
 
 __all__ = ["BatchedExactKernelRidge", "check_run_values"]
@@ -123,6 +123,7 @@ class BatchedExactKernelRidge(ResizableModule):
         self._extra: dict[Any, Any] = {}   # companions / spectra derived from the data
         self._inverse = InverseFactor()      # explicit L⁻¹ while n <= INVERSE_MAX_N
         self.workspace = Workspace()         # reused buffers of the scoring
+        self._scaled = ScaledPoints()        # x/ℓ, ‖x/ℓ‖² of the stored points, ℓ read once
         if device is not None:
             self.to(device)
 
@@ -178,6 +179,7 @@ class BatchedExactKernelRidge(ResizableModule):
         self._n = int(state["n"])
         self._cache = None
         self._extra = {}
+        self._scaled.clear()
         self._inverse.restart()    # rebuilt from the loaded factor at the next use ...
         if state.get("no_inverse", False):
             self._inverse.drop()   # ... unless the saved model solved with the factor
@@ -186,6 +188,7 @@ class BatchedExactKernelRidge(ResizableModule):
         self._cache = None
         self._extra = {}
         self._inverse.restart()
+        self._scaled.clear()
         self.workspace.clear()
         return super()._apply(fn, *args, **kwargs)
 
@@ -195,6 +198,7 @@ class BatchedExactKernelRidge(ResizableModule):
         self._cache = None
         self._extra = {}
         self._inverse.restart()
+        self._scaled.clear()       # the kernel's hyper-parameters are read again
 
     def inverse_valid(self) -> bool:
         """Whether the explicit ``L⁻¹`` of every run is kept for the current points
@@ -207,8 +211,17 @@ class BatchedExactKernelRidge(ResizableModule):
         return self._inverse.inv[:, :n, :n]
 
     # ------------------------------------------------------------------ kernel helpers
+    @property
+    def _fast(self) -> bool:
+        """Whether the kernel is an RBF or Matérn one (optionally scaled): stored points kept
+        scaled (:class:`~torchbandits.models.batched_kernel.ScaledPoints`)."""
+        return fast_kernel(self.kernel)
+
     def _kdiag(self, x: Tensor) -> Tensor:
-        """``k(x, x)`` ``[R, m]`` of points ``[R, m, d]``."""
+        """``k(x, x)`` ``[R, m]`` of points ``[R, m, d]`` (for an RBF or Matérn kernel an expanded
+        view of one value)."""
+        if self._fast:
+            return self._scaled.diag(self.kernel, x, x.shape[:2])
         return kernel_diag(self.kernel, x.reshape(-1, x.shape[-1])).reshape(x.shape[:2])
 
     # ------------------------------------------------------------------ updates
@@ -229,8 +242,15 @@ class BatchedExactKernelRidge(ResizableModule):
         yv = y
         kxx = self._kdiag(x[:, None])[:, 0]
         with_inverse = self._inverse.ready_for_append(self._L, n)
+        fast = self._fast and self._x.shape[2] == x.shape[1]
+        if fast:
+            xs_new, sq_new = self._scaled.scaled(self.kernel, x)             # [R, d], [R]
         if n:
-            k_col = kernel_matrix(self.kernel, self._x[:, :n], x[:, None])     # [R, n, 1]
+            if fast:
+                xs, sq = self._scaled.points(self.kernel, self._x, n)
+                k_col = self._scaled.column(self.kernel, xs, sq, xs_new, sq_new)  # [R, n, 1]
+            else:
+                k_col = kernel_matrix(self.kernel, self._x[:, :n], x[:, None])
             row = (self._inverse.matvec(n, k_col) if with_inverse
                    else block_solve(self._L, _factor_head(self), n, k_col))[..., 0]
             d2 = kxx + self._lam - (row * row).sum(-1)
@@ -250,6 +270,10 @@ class BatchedExactKernelRidge(ResizableModule):
         self._L[:, n, :n] = row
         self._L[:, n, n] = d
         self._x[:, n] = x
+        if fast:
+            if not n:
+                self._scaled.points(self.kernel, self._x, n)
+            self._scaled.append(self._x, n, xs_new, sq_new)
         self._y[:, n] = yv
         self._z[:, n] = (yv - (row * self._z[:, :n]).sum(-1)) / d
         if with_inverse:
@@ -300,7 +324,12 @@ class BatchedExactKernelRidge(ResizableModule):
         n = self._n
         kdiag = self._kdiag(cand)
         if self._inverse.valid(self._L, n):
-            kq_t = kernel_rows_into(self.kernel, cand, self._x[:, :n], self.workspace)  # [R, A, n]
+            if self._fast:                                           # stored x/ℓ, ‖x/ℓ‖² kept
+                xs, sq = self._scaled.points(self.kernel, self._x, n)
+                kq_t = rows_from_scaled(self.kernel, cand / self._scaled.ls, xs, sq,
+                                        self._scaled.scale, self.workspace)        # [R, A, n]
+            else:
+                kq_t = kernel_rows_into(self.kernel, cand, self._x[:, :n], self.workspace)
             shape = (cand.shape[0], cand.shape[1], n)
             vt = torch.empty(shape, dtype=kq_t.dtype, device=kq_t.device) if owned \
                 else self.workspace.get("vt", shape, kq_t)
@@ -324,7 +353,7 @@ class BatchedExactKernelRidge(ResizableModule):
             cand = check_batched_candidates("candidates", candidates, self.n_runs,
                                             dtype=self.dtype, device=self.device, dim=self.dim)
         if self._n == 0:
-            mean, var = cand.new_zeros(cand.shape[:2]), self._kdiag(cand)
+            mean, var = cand.new_zeros(cand.shape[:2]), self._kdiag(cand).contiguous()
         else:
             v, kdiag, sumsq = self._whitened(cand)
             mean = (self._z[:, None, : self._n] @ v)[:, 0]
