@@ -46,7 +46,7 @@ from ..buffers import ResizableModule, grow_rows
 from ..kernels import kernel_diag, kernel_matrix
 from .batched_groups import at_regularisers, mean_var_groups, repeat_candidates
 from .batched_inverse import InverseFactor, Workspace
-from .batched_kernel import ScaledPoints, fast_kernel, kernel_rows_into, rows_from_scaled
+from .batched_kernel import ScaledPoints, fast_kernel
 from .batched_solve import HEAD_BLOCK, block_solve, storage_key
 
 __all__ = ["BatchedExactKernelRidge", "check_run_values"]
@@ -122,8 +122,7 @@ class BatchedExactKernelRidge(ResizableModule):
         self._cache: dict[str, Any] | None = None
         self._extra: dict[Any, Any] = {}   # companions / spectra derived from the data
         self._inverse = InverseFactor()      # explicit L⁻¹ while n <= INVERSE_MAX_N
-        self.workspace = Workspace()         # reused buffers of the scoring
-        self._scaled = ScaledPoints()        # x/ℓ, ‖x/ℓ‖² of the stored points, ℓ read once
+        self.workspace, self._scaled = Workspace(), ScaledPoints()   # scoring buffers; x/ℓ kept
         if device is not None:
             self.to(device)
 
@@ -211,16 +210,10 @@ class BatchedExactKernelRidge(ResizableModule):
         return self._inverse.inv[:, :n, :n]
 
     # ------------------------------------------------------------------ kernel helpers
-    @property
-    def _fast(self) -> bool:
-        """Whether the kernel is an RBF or Matérn one (optionally scaled): stored points kept
-        scaled (:class:`~torchbandits.models.batched_kernel.ScaledPoints`)."""
-        return fast_kernel(self.kernel)
-
     def _kdiag(self, x: Tensor) -> Tensor:
         """``k(x, x)`` ``[R, m]`` of points ``[R, m, d]`` (for an RBF or Matérn kernel an expanded
         view of one value)."""
-        if self._fast:
+        if fast_kernel(self.kernel):
             return self._scaled.diag(self.kernel, x, x.shape[:2])
         return kernel_diag(self.kernel, x.reshape(-1, x.shape[-1])).reshape(x.shape[:2])
 
@@ -239,18 +232,12 @@ class BatchedExactKernelRidge(ResizableModule):
         if validate:
             x = check_batch_points("x", x, r, dtype=self.dtype, device=self.device, dim=self.dim)
             y = check_batch_rewards("y", y, r, dtype=self.dtype, device=self.device)
-        yv = y
         kxx = self._kdiag(x[:, None])[:, 0]
         with_inverse = self._inverse.ready_for_append(self._L, n)
-        fast = self._fast and self._x.shape[2] == x.shape[1]
-        if fast:
-            xs_new, sq_new = self._scaled.scaled(self.kernel, x)             # [R, d], [R]
+        new = self._scaled.scaled(self.kernel, x, self._x)     # x/ℓ [R, d], ‖x/ℓ‖² [R] or None
         if n:
-            if fast:
-                xs, sq = self._scaled.points(self.kernel, self._x, n)
-                k_col = self._scaled.column(self.kernel, xs, sq, xs_new, sq_new)  # [R, n, 1]
-            else:
-                k_col = kernel_matrix(self.kernel, self._x[:, :n], x[:, None])
+            k_col = (self._scaled.column(self.kernel, self._x, n, *new) if new is not None
+                     else kernel_matrix(self.kernel, self._x[:, :n], x[:, None]))  # [R, n, 1]
             row = (self._inverse.matvec(n, k_col) if with_inverse
                    else block_solve(self._L, _factor_head(self), n, k_col))[..., 0]
             d2 = kxx + self._lam - (row * row).sum(-1)
@@ -270,12 +257,10 @@ class BatchedExactKernelRidge(ResizableModule):
         self._L[:, n, :n] = row
         self._L[:, n, n] = d
         self._x[:, n] = x
-        if fast:
-            if not n:
-                self._scaled.points(self.kernel, self._x, n)
-            self._scaled.append(self._x, n, xs_new, sq_new)
-        self._y[:, n] = yv
-        self._z[:, n] = (yv - (row * self._z[:, :n]).sum(-1)) / d
+        if new is not None:
+            self._scaled.append(self.kernel, self._x, n, *new)
+        self._y[:, n] = y
+        self._z[:, n] = (y - (row * self._z[:, :n]).sum(-1)) / d
         if with_inverse:
             self._inverse.border(self._L, row, d, n)
         self._n = n + 1
@@ -312,8 +297,7 @@ class BatchedExactKernelRidge(ResizableModule):
         v, kdiag, sumsq = self._score_fresh(cand)
         if self.cache_candidates:   # remembered; V itself is kept if the set comes again
             self._cache = {"cand": cand.clone(), "kdiag": kdiag, "n_at": n, "src": cand,
-                           "key": storage_key(cand),
-                           "head": self._cache.get("head") if self._cache else None}
+                           "key": storage_key(cand), "head": (self._cache or {}).get("head")}
         return v, kdiag, sumsq
 
     def _score_fresh(self, cand: Tensor, *, owned: bool = False) -> tuple[Tensor, Tensor, Tensor]:
@@ -324,12 +308,7 @@ class BatchedExactKernelRidge(ResizableModule):
         n = self._n
         kdiag = self._kdiag(cand)
         if self._inverse.valid(self._L, n):
-            if self._fast:                                           # stored x/ℓ, ‖x/ℓ‖² kept
-                xs, sq = self._scaled.points(self.kernel, self._x, n)
-                kq_t = rows_from_scaled(self.kernel, cand / self._scaled.ls, xs, sq,
-                                        self._scaled.scale, self.workspace)        # [R, A, n]
-            else:
-                kq_t = kernel_rows_into(self.kernel, cand, self._x[:, :n], self.workspace)
+            kq_t = self._scaled.rows(self.kernel, cand, self._x, n, self.workspace)  # [R, A, n]
             shape = (cand.shape[0], cand.shape[1], n)
             vt = torch.empty(shape, dtype=kq_t.dtype, device=kq_t.device) if owned \
                 else self.workspace.get("vt", shape, kq_t)

@@ -167,14 +167,20 @@ class ScaledPoints:
         assert self.xs is not None and self.sq is not None
         return self.xs[:, :n], self.sq[:, :n]
 
-    def scaled(self, kernel: Kernel, x: Tensor) -> tuple[Tensor, Tensor]:
-        """``(x/ℓ, ‖x/ℓ‖²)`` of new points ``x`` ``[R, m, d]``: ``[R, m, d]``, ``[R, m]``."""
+    def scaled(self, kernel: Kernel, x: Tensor, buf: Tensor) -> tuple[Tensor, Tensor] | None:
+        """``(x/ℓ, ‖x/ℓ‖²)`` of new points ``x`` ``[R, d]`` (``[R, d]``, ``[R]``) joining the input
+        buffer ``buf`` ``[R, cap, d']``; ``None`` unless :func:`fast_kernel` and ``d = d'``."""
+        if not fast_kernel(kernel) or buf.shape[2] != x.shape[-1]:
+            return None
         xs = x / self.hyper(kernel, x)
         return xs, (xs * xs).sum(-1)
 
-    def append(self, x: Tensor, n: int, xs_new: Tensor, sq_new: Tensor) -> None:
-        """Row ``n`` of the input buffer ``x`` was just written: store its scaled point ``xs_new``
-        ``[R, d]`` and norm ``sq_new`` ``[R]`` (call :meth:`points` for ``n`` rows before)."""
+    def append(self, kernel: Kernel, x: Tensor, n: int, xs_new: Tensor, sq_new: Tensor) -> None:
+        """Row ``n`` of the input buffer ``x`` was just written (its earlier rows as at the last
+        :meth:`points`, or none): store its scaled point ``xs_new`` ``[R, d]`` and norm
+        ``sq_new`` ``[R]``."""
+        if n == 0:
+            self.points(kernel, x, 0)
         if self.xs is None or self.sq is None:
             return
         self.xs = grow_rows(self.xs, x.shape[1], dims=(1,))
@@ -183,13 +189,24 @@ class ScaledPoints:
         self.sq[:, n] = sq_new
         self.src, self.version, self.n = x, x._version, n + 1
 
-    def column(self, kernel: Kernel, xs: Tensor, sq: Tensor, xs_new: Tensor, sq_new: Tensor
+    def rows(self, kernel: Kernel, cand: Tensor, x: Tensor, n: int, workspace: Workspace
+             ) -> Tensor:
+        """:func:`kernel_rows_into` of candidates ``[R, A, d]`` and the first ``n`` rows of the
+        input buffer ``x``, from the kept scaled points: ``[R, A, n]``, a workspace view (another
+        kernel: :func:`kernel_rows_into`)."""
+        if not fast_kernel(kernel):
+            return kernel_rows_into(kernel, cand, x[:, :n], workspace)
+        xs, sq = self.points(kernel, x, n)
+        return rows_from_scaled(kernel, cand / self.ls, xs, sq, self.scale, workspace)
+
+    def column(self, kernel: Kernel, x: Tensor, n: int, xs_new: Tensor, sq_new: Tensor
                ) -> Tensor:
-        """``k_S(x)`` ``[R, n, 1]`` of the stored points (scaled ``xs`` ``[R, n, d]``, norms ``sq``
-        ``[R, n]``) and one new point per run (``xs_new`` ``[R, d]``, ``sq_new`` ``[R]``), with the
-        operations of :func:`~torchbandits.kernels.kernel_matrix` (``(2y/ℓ)·(x/ℓ)`` as
-        ``(y/ℓ)·(2x/ℓ)``: a doubling is exact, the same numbers)."""
+        """``k_S(x)`` ``[R, n, 1]`` of the first ``n`` rows of the input buffer ``x`` and one new
+        point per run (scaled ``xs_new`` ``[R, d]``, norm ``sq_new`` ``[R]``), with the operations
+        of :func:`~torchbandits.kernels.kernel_matrix` (``(2y/ℓ)·(x/ℓ)`` as ``(y/ℓ)·(2x/ℓ)``: a
+        doubling is exact, the same numbers)."""
         base = kernel.base_kernel if isinstance(kernel, ScaleKernel) else kernel
+        xs, sq = self.points(kernel, x, n)
         d2 = torch.bmm(xs, (2.0 * xs_new)[:, :, None])                       # [R, n, 1]
         torch.sub(sq[..., None], d2, out=d2)
         d2.add_(sq_new[:, None, None]).clamp_min_(0.0)
