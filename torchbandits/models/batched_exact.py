@@ -64,14 +64,12 @@ def check_run_values(name: str, value: Any, n_runs: int, *, positive: bool,
         v = torch.as_tensor(value, dtype=dtype).detach().cpu()
     except (TypeError, ValueError, RuntimeError):
         raise ValueError(f"{name} must be a number or a tensor [R], got {value!r}") from None
-    if v.ndim == 0:
-        v = v.expand(n_runs).clone()
+    v = v.expand(n_runs).clone() if v.ndim == 0 else v
     if v.shape != (n_runs,):
         raise ValueError(f"{name} must be [R] with R = {n_runs}, got shape {tuple(v.shape)}")
     bad = ~torch.isfinite(v) | ((v <= 0) if positive else (v < 0))
     if bool(bad.any()):
-        run = int(bad.nonzero()[0, 0])
-        bound = "> 0" if positive else ">= 0"
+        run, bound = int(bad.nonzero()[0, 0]), "> 0" if positive else ">= 0"
         raise ValueError(f"{name} must be finite and {bound}: run {run} has {float(v[run])}")
     return v
 
@@ -211,8 +209,7 @@ class BatchedExactKernelRidge(ResizableModule):
 
     # ------------------------------------------------------------------ kernel helpers
     def _kdiag(self, x: Tensor) -> Tensor:
-        """``k(x, x)`` ``[R, m]`` of points ``[R, m, d]`` (for an RBF or Matérn kernel an expanded
-        view of one value)."""
+        """``k(x, x)`` ``[R, m]`` of points ``[R, m, d]`` (RBF, Matérn: an expanded view)."""
         if fast_kernel(self.kernel):
             return self._scaled.diag(self.kernel, x, x.shape[:2])
         return kernel_diag(self.kernel, x.reshape(-1, x.shape[-1])).reshape(x.shape[:2])
@@ -234,7 +231,7 @@ class BatchedExactKernelRidge(ResizableModule):
             y = check_batch_rewards("y", y, r, dtype=self.dtype, device=self.device)
         kxx = self._kdiag(x[:, None])[:, 0]
         with_inverse = self._inverse.ready_for_append(self._L, n)
-        new = self._scaled.scaled(self.kernel, x, self._x)     # x/ℓ [R, d], ‖x/ℓ‖² [R] or None
+        new = self._scaled.scaled(self.kernel, x, self._x, n)  # x/ℓ [R, d], ‖x/ℓ‖² [R] or None
         if n:
             k_col = (self._scaled.column(self.kernel, self._x, n, *new) if new is not None
                      else kernel_matrix(self.kernel, self._x[:, :n], x[:, None]))  # [R, n, 1]
@@ -258,7 +255,7 @@ class BatchedExactKernelRidge(ResizableModule):
         self._L[:, n, n] = d
         self._x[:, n] = x
         if new is not None:
-            self._scaled.append(self.kernel, self._x, n, *new)
+            self._scaled.append(self._x, n)
         self._y[:, n] = y
         self._z[:, n] = (y - (row * self._z[:, :n]).sum(-1)) / d
         if with_inverse:
@@ -348,7 +345,10 @@ class BatchedExactKernelRidge(ResizableModule):
         if n == 0:
             return self._lam.new_zeros(self.n_runs)
         diag = torch.diagonal(self._L[:, :n, :n], dim1=-2, dim2=-1)
-        return 2.0 * torch.log(diag).sum(-1) - n * torch.log(self._lam)
+        key = ("log_lam", id(self._lam), self._lam._version)      # log λ, once per λ tensor
+        if key not in self._extra:
+            self._extra[key] = torch.log(self._lam)
+        return 2.0 * torch.log(diag).sum(-1) - n * self._extra[key]
 
     @torch.no_grad()
     def quad_y(self) -> Tensor:

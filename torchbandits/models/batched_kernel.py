@@ -36,8 +36,8 @@ def _scaled_sqdist_into(xs: Tensor, ys: Tensor, ysq: Tensor, out: Tensor) -> Ten
     ``[R, m, d]``, ``ys = y/ℓ`` ``[R, n, d]`` and ``ysq = ‖y/ℓ‖²`` ``[R, n]``:
     ``(‖x/ℓ‖² − (2x/ℓ)·(y/ℓ)) + ‖y/ℓ‖²``, clamped at 0 (the operations of
     :func:`~torchbandits.kernels.kernel_matrix`)."""
-    torch.bmm(2.0 * xs, ys.transpose(-1, -2), out=out)
-    torch.sub((xs * xs).sum(-1, keepdim=True), out, out=out)
+    torch.bmm(xs, ys.transpose(-1, -2), out=out)
+    torch.sub((xs * xs).sum(-1, keepdim=True), out, alpha=2.0, out=out)   # 2·(x·y) is exact
     out.add_(ysq.unsqueeze(-2))
     return out.clamp_min_(0.0)
 
@@ -167,27 +167,26 @@ class ScaledPoints:
         assert self.xs is not None and self.sq is not None
         return self.xs[:, :n], self.sq[:, :n]
 
-    def scaled(self, kernel: Kernel, x: Tensor, buf: Tensor) -> tuple[Tensor, Tensor] | None:
-        """``(x/ℓ, ‖x/ℓ‖²)`` of new points ``x`` ``[R, d]`` (``[R, d]``, ``[R]``) joining the input
-        buffer ``buf`` ``[R, cap, d']``; ``None`` unless :func:`fast_kernel` and ``d = d'``."""
+    def scaled(self, kernel: Kernel, x: Tensor, buf: Tensor, n: int
+               ) -> tuple[Tensor, Tensor] | None:
+        """``(x/ℓ, ‖x/ℓ‖²)`` of new points ``x`` ``[R, d]`` (``[R, d]``, ``[R]``) about to become row
+        ``n`` of the input buffer ``buf`` ``[R, cap, d']``, written into row ``n`` of the kept
+        points (views; :meth:`append` makes them part of the points); ``None`` unless
+        :func:`fast_kernel` and ``d = d'``."""
         if not fast_kernel(kernel) or buf.shape[2] != x.shape[-1]:
             return None
-        xs = x / self.hyper(kernel, x)
-        return xs, (xs * xs).sum(-1)
+        self.points(kernel, buf, n)
+        assert self.xs is not None and self.sq is not None
+        self.xs = grow_rows(self.xs, n + 1, dims=(1,))
+        self.sq = grow_rows(self.sq, n + 1, dims=(1,))
+        xs = torch.div(x, self.ls, out=self.xs[:, n])
+        return xs, torch.sum(xs * xs, -1, out=self.sq[:, n])
 
-    def append(self, kernel: Kernel, x: Tensor, n: int, xs_new: Tensor, sq_new: Tensor) -> None:
-        """Row ``n`` of the input buffer ``x`` was just written (its earlier rows as at the last
-        :meth:`points`, or none): store its scaled point ``xs_new`` ``[R, d]`` and norm
-        ``sq_new`` ``[R]``."""
-        if n == 0:
-            self.points(kernel, x, 0)
-        if self.xs is None or self.sq is None:
-            return
-        self.xs = grow_rows(self.xs, x.shape[1], dims=(1,))
-        self.sq = grow_rows(self.sq, x.shape[1], dims=(1,))
-        self.xs[:, n] = xs_new
-        self.sq[:, n] = sq_new
-        self.src, self.version, self.n = x, x._version, n + 1
+    def append(self, x: Tensor, n: int) -> None:
+        """Row ``n`` of the input buffer ``x`` was just written, its scaled form by :meth:`scaled`
+        (the earlier rows unchanged since)."""
+        if self.xs is not None and self.xs.shape[1] > n:
+            self.src, self.version, self.n = x, x._version, n + 1
 
     def rows(self, kernel: Kernel, cand: Tensor, x: Tensor, n: int, workspace: Workspace
              ) -> Tensor:
@@ -203,12 +202,12 @@ class ScaledPoints:
                ) -> Tensor:
         """``k_S(x)`` ``[R, n, 1]`` of the first ``n`` rows of the input buffer ``x`` and one new
         point per run (scaled ``xs_new`` ``[R, d]``, norm ``sq_new`` ``[R]``), with the operations
-        of :func:`~torchbandits.kernels.kernel_matrix` (``(2y/ℓ)·(x/ℓ)`` as ``(y/ℓ)·(2x/ℓ)``: a
-        doubling is exact, the same numbers)."""
+        of :func:`~torchbandits.kernels.kernel_matrix` (``‖y/ℓ‖² − (2y/ℓ)·(x/ℓ)`` as one
+        subtraction with ``alpha = 2``: a doubling is exact, the same numbers)."""
         base = kernel.base_kernel if isinstance(kernel, ScaleKernel) else kernel
         xs, sq = self.points(kernel, x, n)
-        d2 = torch.bmm(xs, (2.0 * xs_new)[:, :, None])                       # [R, n, 1]
-        torch.sub(sq[..., None], d2, out=d2)
+        d2 = torch.bmm(xs, xs_new[:, :, None])                               # [R, n, 1]
+        torch.sub(sq[..., None], d2, alpha=2.0, out=d2)
         d2.add_(sq_new[:, None, None]).clamp_min_(0.0)
         out = d2.mul_(-0.5).exp_() if isinstance(base, RBFKernel) else _matern_(d2, base.nu)
         return out if self.scale is None else self.scale * out
