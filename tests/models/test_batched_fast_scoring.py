@@ -123,3 +123,62 @@ def test_the_inverse_at_the_gpu_size_scores_as_the_solve(monkeypatch: pytest.Mon
         sm, sv = seq.mean_var(cand[r])
         torch.testing.assert_close(mean[r], sm, atol=1e-9, rtol=0)
         torch.testing.assert_close(var[r], sv, atol=1e-9, rtol=0)
+
+
+@pytest.mark.parametrize("name,scale", [("rbf", None), ("matern52", 2.5), ("matern32", None)])
+def test_scaled_points_give_the_numbers_of_kernel_matrix(name: str, scale: float | None) -> None:
+    """The kept ``x/ℓ``, ``‖x/ℓ‖²`` of the stored points (appended one row at a time) score and
+    border with exactly the numbers of ``kernel_matrix`` / ``kernel_rows_into`` from scratch."""
+    torch.manual_seed(3)
+    k = make_kernel(name, [0.3, 0.7], outputscale=scale)
+    model = BatchedExactKernelRidge(k, 0.05, 3)
+    x = torch.rand(3, 40, 2, dtype=torch.float64)
+    cand = torch.rand(3, 11, 2, dtype=torch.float64)
+    ls = k.base_kernel.lengthscale if scale is not None else k.lengthscale
+    for i in range(40):
+        if i:
+            new = model._scaled.scaled(k, x[:, i], model._x, i)
+            assert new is not None
+            col = model._scaled.column(k, model._x, i, *new)
+            assert torch.equal(col, kernel_matrix(k, x[:, :i], x[:, i, None]))
+        model.append(x[:, i], torch.randn(3, dtype=torch.float64))
+    xs, sq = model._scaled.points(k, model._x, 40)
+    assert torch.equal(xs, x / ls.reshape(-1))
+    assert torch.equal(sq, (xs * xs).sum(-1))
+    got = model._scaled.rows(k, cand, model._x, 40, Workspace()).clone()
+    assert torch.equal(got, kernel_rows_into(k, cand, x, Workspace()))
+    kd = model._kdiag(cand)
+    assert torch.equal(kd, kernel_matrix(k, cand[:, :, None], cand[:, :, None])[..., 0, 0])
+
+
+def test_scaled_points_follow_the_kernel_and_foreign_writes() -> None:
+    """An in-place change of a raw hyper-parameter, a write to the stored inputs by anyone else,
+    and a reset after GPyTorch's setter (a ``.data`` copy) all make the kept points be rebuilt."""
+    torch.manual_seed(4)
+    k = make_kernel("matern52", 0.4)
+    model = BatchedExactKernelRidge(k, 0.05, 2)
+    x = torch.rand(2, 6, 3, dtype=torch.float64)
+    cand = torch.rand(2, 5, 3, dtype=torch.float64)
+    for i in range(6):
+        model.append(x[:, i], torch.randn(2, dtype=torch.float64))
+
+    def rows() -> torch.Tensor:
+        return model._scaled.rows(k, cand, model._x, 6, Workspace()).clone()
+
+    def ref(points: torch.Tensor) -> torch.Tensor:     # from scratch, the kernel read now
+        return kernel_rows_into(k, cand, points, Workspace()).clone()
+
+    before = rows()
+    with torch.no_grad():
+        k.raw_lengthscale.add_(0.3)                     # in place: the version counter moves
+    after = rows()
+    assert not torch.equal(before, after)
+    assert torch.equal(after, ref(x))
+    with torch.no_grad():
+        model._x[:, 0] += 0.25                           # a foreign write (a window's shift)
+    assert torch.equal(rows(), ref(model.x))
+    k.lengthscale = 0.9                                  # GPyTorch's setter: seen at reset
+    model.reset()
+    for i in range(6):
+        model.append(x[:, i], torch.randn(2, dtype=torch.float64))
+    assert torch.equal(rows(), ref(x))

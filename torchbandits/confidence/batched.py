@@ -134,6 +134,10 @@ def batched_radius_sq(model: BatchedExactKernelRidge, noise_std: float, c: float
     return a0 * model.quad_y() + s2 * model.log_det() + base
 
 
+#: ``log`` of DMM's α grids on each dtype and device (read-only; made at the first round)
+_LOG_GRIDS: dict[tuple[Any, ...], Tensor] = {}
+
+
 def _dmm_bounds(rule: DMMBound, model: BatchedExactKernelRidge, cand: Tensor,
                 per_run_lam: bool = False) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
     """DMM (Flynn & Reeb 2024, §5.4, Eq. 14 with Cor. 4.3 / Lemma C.1): per query the min over
@@ -151,7 +155,10 @@ def _dmm_bounds(rule: DMMBound, model: BatchedExactKernelRidge, cand: Tensor,
     width = torch.sqrt(rt2 / alphas)[..., None] * torch.sqrt(var)
     ucb, arg = (mean + width).min(1)
     lcb = (mean - width).max(1).values
-    log_grid = torch.log(to_device(torch.tensor(rule.grid, dtype=ucb.dtype), ucb.device))
+    key = (tuple(rule.grid), ucb.dtype, ucb.device)        # log of the grid, made once
+    if key not in _LOG_GRIDS:
+        _LOG_GRIDS[key] = torch.log(to_device(torch.tensor(rule.grid, dtype=ucb.dtype), ucb.device))
+    log_grid = _LOG_GRIDS[key]
     return ucb, lcb, {"r2": r2, "log_alpha_ratio": log_grid[arg].mean(-1)}
 
 

@@ -46,7 +46,7 @@ from ..buffers import ResizableModule, grow_rows
 from ..kernels import kernel_diag, kernel_matrix
 from .batched_groups import at_regularisers, mean_var_groups, repeat_candidates
 from .batched_inverse import InverseFactor, Workspace
-from .batched_kernel import kernel_rows_into
+from .batched_kernel import ScaledPoints, fast_kernel
 from .batched_solve import HEAD_BLOCK, block_solve, storage_key
 
 __all__ = ["BatchedExactKernelRidge", "check_run_values"]
@@ -64,14 +64,12 @@ def check_run_values(name: str, value: Any, n_runs: int, *, positive: bool,
         v = torch.as_tensor(value, dtype=dtype).detach().cpu()
     except (TypeError, ValueError, RuntimeError):
         raise ValueError(f"{name} must be a number or a tensor [R], got {value!r}") from None
-    if v.ndim == 0:
-        v = v.expand(n_runs).clone()
+    v = v.expand(n_runs).clone() if v.ndim == 0 else v
     if v.shape != (n_runs,):
         raise ValueError(f"{name} must be [R] with R = {n_runs}, got shape {tuple(v.shape)}")
     bad = ~torch.isfinite(v) | ((v <= 0) if positive else (v < 0))
     if bool(bad.any()):
-        run = int(bad.nonzero()[0, 0])
-        bound = "> 0" if positive else ">= 0"
+        run, bound = int(bad.nonzero()[0, 0]), "> 0" if positive else ">= 0"
         raise ValueError(f"{name} must be finite and {bound}: run {run} has {float(v[run])}")
     return v
 
@@ -122,7 +120,7 @@ class BatchedExactKernelRidge(ResizableModule):
         self._cache: dict[str, Any] | None = None
         self._extra: dict[Any, Any] = {}   # companions / spectra derived from the data
         self._inverse = InverseFactor()      # explicit L⁻¹ while n <= INVERSE_MAX_N
-        self.workspace = Workspace()         # reused buffers of the scoring
+        self.workspace, self._scaled = Workspace(), ScaledPoints()   # scoring buffers; x/ℓ kept
         if device is not None:
             self.to(device)
 
@@ -178,6 +176,7 @@ class BatchedExactKernelRidge(ResizableModule):
         self._n = int(state["n"])
         self._cache = None
         self._extra = {}
+        self._scaled.clear()
         self._inverse.restart()    # rebuilt from the loaded factor at the next use ...
         if state.get("no_inverse", False):
             self._inverse.drop()   # ... unless the saved model solved with the factor
@@ -186,6 +185,7 @@ class BatchedExactKernelRidge(ResizableModule):
         self._cache = None
         self._extra = {}
         self._inverse.restart()
+        self._scaled.clear()
         self.workspace.clear()
         return super()._apply(fn, *args, **kwargs)
 
@@ -195,6 +195,7 @@ class BatchedExactKernelRidge(ResizableModule):
         self._cache = None
         self._extra = {}
         self._inverse.restart()
+        self._scaled.clear()       # the kernel's hyper-parameters are read again
 
     def inverse_valid(self) -> bool:
         """Whether the explicit ``L⁻¹`` of every run is kept for the current points
@@ -208,7 +209,9 @@ class BatchedExactKernelRidge(ResizableModule):
 
     # ------------------------------------------------------------------ kernel helpers
     def _kdiag(self, x: Tensor) -> Tensor:
-        """``k(x, x)`` ``[R, m]`` of points ``[R, m, d]``."""
+        """``k(x, x)`` ``[R, m]`` of points ``[R, m, d]`` (RBF, Matérn: an expanded view)."""
+        if fast_kernel(self.kernel):
+            return self._scaled.diag(self.kernel, x, x.shape[:2])
         return kernel_diag(self.kernel, x.reshape(-1, x.shape[-1])).reshape(x.shape[:2])
 
     # ------------------------------------------------------------------ updates
@@ -226,11 +229,12 @@ class BatchedExactKernelRidge(ResizableModule):
         if validate:
             x = check_batch_points("x", x, r, dtype=self.dtype, device=self.device, dim=self.dim)
             y = check_batch_rewards("y", y, r, dtype=self.dtype, device=self.device)
-        yv = y
         kxx = self._kdiag(x[:, None])[:, 0]
         with_inverse = self._inverse.ready_for_append(self._L, n)
+        new = self._scaled.scaled(self.kernel, x, self._x, n)  # x/ℓ [R, d], ‖x/ℓ‖² [R] or None
         if n:
-            k_col = kernel_matrix(self.kernel, self._x[:, :n], x[:, None])     # [R, n, 1]
+            k_col = (self._scaled.column(self.kernel, self._x, n, *new) if new is not None
+                     else kernel_matrix(self.kernel, self._x[:, :n], x[:, None]))  # [R, n, 1]
             row = (self._inverse.matvec(n, k_col) if with_inverse
                    else block_solve(self._L, _factor_head(self), n, k_col))[..., 0]
             d2 = kxx + self._lam - (row * row).sum(-1)
@@ -250,8 +254,10 @@ class BatchedExactKernelRidge(ResizableModule):
         self._L[:, n, :n] = row
         self._L[:, n, n] = d
         self._x[:, n] = x
-        self._y[:, n] = yv
-        self._z[:, n] = (yv - (row * self._z[:, :n]).sum(-1)) / d
+        if new is not None:
+            self._scaled.append(self._x, n)
+        self._y[:, n] = y
+        self._z[:, n] = (y - (row * self._z[:, :n]).sum(-1)) / d
         if with_inverse:
             self._inverse.border(self._L, row, d, n)
         self._n = n + 1
@@ -288,8 +294,7 @@ class BatchedExactKernelRidge(ResizableModule):
         v, kdiag, sumsq = self._score_fresh(cand)
         if self.cache_candidates:   # remembered; V itself is kept if the set comes again
             self._cache = {"cand": cand.clone(), "kdiag": kdiag, "n_at": n, "src": cand,
-                           "key": storage_key(cand),
-                           "head": self._cache.get("head") if self._cache else None}
+                           "key": storage_key(cand), "head": (self._cache or {}).get("head")}
         return v, kdiag, sumsq
 
     def _score_fresh(self, cand: Tensor, *, owned: bool = False) -> tuple[Tensor, Tensor, Tensor]:
@@ -300,7 +305,7 @@ class BatchedExactKernelRidge(ResizableModule):
         n = self._n
         kdiag = self._kdiag(cand)
         if self._inverse.valid(self._L, n):
-            kq_t = kernel_rows_into(self.kernel, cand, self._x[:, :n], self.workspace)  # [R, A, n]
+            kq_t = self._scaled.rows(self.kernel, cand, self._x, n, self.workspace)  # [R, A, n]
             shape = (cand.shape[0], cand.shape[1], n)
             vt = torch.empty(shape, dtype=kq_t.dtype, device=kq_t.device) if owned \
                 else self.workspace.get("vt", shape, kq_t)
@@ -324,7 +329,7 @@ class BatchedExactKernelRidge(ResizableModule):
             cand = check_batched_candidates("candidates", candidates, self.n_runs,
                                             dtype=self.dtype, device=self.device, dim=self.dim)
         if self._n == 0:
-            mean, var = cand.new_zeros(cand.shape[:2]), self._kdiag(cand)
+            mean, var = cand.new_zeros(cand.shape[:2]), self._kdiag(cand).contiguous()
         else:
             v, kdiag, sumsq = self._whitened(cand)
             mean = (self._z[:, None, : self._n] @ v)[:, 0]
@@ -340,7 +345,10 @@ class BatchedExactKernelRidge(ResizableModule):
         if n == 0:
             return self._lam.new_zeros(self.n_runs)
         diag = torch.diagonal(self._L[:, :n, :n], dim1=-2, dim2=-1)
-        return 2.0 * torch.log(diag).sum(-1) - n * torch.log(self._lam)
+        key = ("log_lam", id(self._lam), self._lam._version)      # log λ, once per λ tensor
+        if key not in self._extra:
+            self._extra[key] = torch.log(self._lam)
+        return 2.0 * torch.log(diag).sum(-1) - n * self._extra[key]
 
     @torch.no_grad()
     def quad_y(self) -> Tensor:
