@@ -137,8 +137,13 @@ def test_beta_and_lambda_grids_equal_the_sequential_runs() -> None:
     _lockstep(env, seeds, 120, batch, seqs)
     with pytest.raises(ValueError, match="beta"):
         make_policy("bkb", env).set_per_run(beta=grid)     # Theorem 1's width is not a constant
+    before = {k: v.clone() for k, v in batch.state_dict().items() if isinstance(v, torch.Tensor)}
+    t_before = batch.t
     with pytest.raises(ValueError, match="R = 2"):
         batch.reset(seed=[0, 1])
+    assert batch.n_runs == 3 and batch.t == t_before == 120     # the rejected start changed nothing
+    after = batch.state_dict()
+    assert all(torch.equal(after[k], v) for k, v in before.items())
 
 
 def test_bad_input_raises_naming_the_argument_and_changes_nothing() -> None:

@@ -96,13 +96,19 @@ class BKBBatchMixin(BatchModeMixin, BKBBatchPosterior):
         self._per_run = out
 
     # ---------------------------------------------------------------- start / leave
-    def _start_batch(self, gens: list[torch.Generator]) -> None:
-        r = len(gens)
+    def _per_run_settings(self, r: int) -> dict[str, Any]:
+        """The per-run β / λ of :meth:`set_per_run`, checked against ``R = r`` runs (a
+        ``ValueError`` naming the setting; nothing changed)."""
         settings = getattr(self, "_per_run", {"lam": None, "beta": None})
         for name, v in settings.items():
             if v is not None and v.shape[0] != r:
                 raise ValueError(f"{name} holds {v.shape[0]} per-run values but the batch has "
                                  f"R = {r} runs")
+        return settings
+
+    def _start_batch(self, gens: list[torch.Generator]) -> None:
+        r = len(gens)
+        settings = self._per_run_settings(r)
         self.batched = BatchedCounts(r, dtype=self.dtype, device=self.device)  # type: ignore[attr-defined]
         self.gens = gens
         lam = settings["lam"]
@@ -142,6 +148,7 @@ class BKBBatchMixin(BatchModeMixin, BKBBatchPosterior):
         reason = self.why_not_batched()
         if reason is not None:
             raise ValueError(f"seed: a list of seeds starts a batch, but {reason}")
+        self._per_run_settings(len(seeds))     # a rejected start changes nothing
         super().reset(None)  # type: ignore[misc]
         self._leave_batch()
         self._start_batch([torch.Generator().manual_seed(s) for s in seeds])
