@@ -104,3 +104,30 @@ def test_batched_input_checks_name_the_argument() -> None:
     with pytest.raises(ValueError, match="index must be integers"):
         check_batch_index("index", torch.tensor([0.0, 1.0, 1.0]), 3, 4, CPU)
     assert check_batch_index("index", [0, 3, 1], 3, 4, CPU).tolist() == [0, 3, 1]
+
+
+def test_draws_ahead_hand_out_each_runs_sequential_stream_where_needed() -> None:
+    """Run r's values are its generator's draws in order, consumed only where ``need`` is set
+    (across refills of 3 and their doubling); ``sync`` leaves each generator where the
+    sequential draws would; bad arguments are refused."""
+    from torchbandits.batching import RunDrawsAhead
+
+    def draw(g: torch.Generator, k: int) -> torch.Tensor:
+        return torch.rand(k, generator=g, dtype=torch.float64)
+
+    seeds = [4, 9, 2]
+    ahead = RunDrawsAhead([torch.Generator().manual_seed(s) for s in seeds], draw, block=3)
+    seq = [torch.Generator().manual_seed(s) for s in seeds]
+    pattern = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        need = torch.rand(3, generator=pattern) < 0.6
+        got = ahead.take(need)
+        for r in range(3):
+            if need[r]:
+                assert float(got[r]) == float(draw(seq[r], 1)[0])
+    for g, s in zip(ahead.sync(), seq, strict=True):
+        assert torch.equal(g.get_state(), s.get_state())
+    with pytest.raises(ValueError, match="block"):
+        RunDrawsAhead(seq, draw, block=0)
+    with pytest.raises(ValueError, match="generators"):
+        RunDrawsAhead([], draw)

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from ..batching import to_device
+from ..batching import RunDrawsAhead
 
 __all__ = ["RANGE_32", "RunTieDraws", "draw_outputs", "tie_index"]
 
@@ -61,45 +61,26 @@ def tie_index(tied: Tensor, pick: Tensor) -> Tensor:
     return (running <= pick[:, None]).sum(dim=1)
 
 
-class RunTieDraws:
+def _stored_outputs(gen: torch.Generator, count: int) -> Tensor:
+    """The next ``count`` outputs of ``gen`` stored as ``u − 2^31`` (int32 ``[count]``)."""
+    return (draw_outputs(gen, count) - _HALF).to(torch.int32)
+
+
+class RunTieDraws(RunDrawsAhead):
     """Per-run 32-bit generator outputs for random tie-breaks, drawn ahead and consumed on the
-    device (module docstring).
+    device (module docstring): a :class:`~torchbandits.batching.RunDrawsAhead` of
+    :func:`draw_outputs`, stored as ``u − 2^31`` in int32.
 
     Args:
         generators: one ``torch.Generator`` per run (CPU), used from their current state; the
             caller does not draw from them until :meth:`sync`.
         device: where the outputs and counters live.
-        chunk: outputs drawn per run at every refill (64).
+        chunk: the least number of outputs drawn per run at a refill (64).
     """
 
     def __init__(self, generators: Sequence[torch.Generator], *,
                  device: torch.device | str | None = None, chunk: int = 64) -> None:
-        self.generators = list(generators)
-        self.device = torch.device("cpu" if device is None else device)
-        self.chunk = int(chunk)
-        self._start: list[Tensor] | None = None       # generator states at stream position 0
-        self._outputs: Tensor | None = None           # [R, D] int32 (u − 2^31) on the device
-        self._used: Tensor | None = None              # [R] int64 on the device
-        self._selects = 0                             # host: draws that may have been taken
-
-    @property
-    def n_runs(self) -> int:
-        """Number of runs R."""
-        return len(self.generators)
-
-    def _reserve(self) -> tuple[Tensor, Tensor]:
-        """Outputs ``[R, D]`` with ``D`` above the selects so far, and the counters ``[R]``."""
-        if self._start is None:
-            self._start = [g.get_state() for g in self.generators]
-            self._outputs = torch.zeros(self.n_runs, 0, dtype=torch.int32, device=self.device)
-            self._used = torch.zeros(self.n_runs, dtype=torch.int64, device=self.device)
-        assert self._outputs is not None and self._used is not None
-        if self._selects >= self._outputs.shape[1]:
-            grow = max(self.chunk, self._outputs.shape[1])      # doubling: copies stay O(D)
-            fresh = torch.stack([draw_outputs(g, grow) for g in self.generators]) - _HALF
-            fresh = to_device(fresh.to(torch.int32), self.device)
-            self._outputs = torch.cat([self._outputs, fresh], dim=1)
-        return self._outputs, self._used
+        super().__init__(generators, _stored_outputs, device=device, block=chunk)
 
     def choose(self, best: Tensor, tied: Tensor) -> Tensor:
         """The sequential random tie-break of every run: ``best`` ``[R]`` (the argmax) where a
@@ -107,25 +88,9 @@ class RunTieDraws:
         ``(u mod m)``-th tied index, ``u`` the run's next output and ``m`` its number of ties
         (``m < 2^28``). No host read."""
         if best.device != self.device:                   # the policy moved (``.to(device)``)
-            self.device = best.device
-            if self._outputs is not None and self._used is not None:
-                self._outputs, self._used = self._outputs.to(self.device), self._used.to(self.device)
-        outputs, used = self._reserve()
+            self.move_to(best.device)
         counts = tied.sum(dim=1)
         has_tie = counts > 1
-        u = outputs.gather(1, used[:, None])[:, 0].to(torch.int64) + _HALF
+        u = self.take(has_tie).to(torch.int64) + _HALF
         pick = torch.remainder(u, counts.clamp(min=1))
-        self._used = used + has_tie
-        self._selects += 1
         return torch.where(has_tie, tie_index(tied, pick), best)
-
-    def sync(self) -> list[torch.Generator]:
-        """The generators set to exactly the outputs used (one host read of the counters), the
-        buffer dropped: for a state save or a draw of another kind."""
-        if self._start is not None and self._used is not None:
-            for g, state, used in zip(self.generators, self._start, self._used.tolist(),
-                                      strict=True):
-                g.set_state(state)
-                torch.empty(int(used), dtype=torch.int32).random_(generator=g)
-        self._start, self._outputs, self._used, self._selects = None, None, None, 0
-        return self.generators

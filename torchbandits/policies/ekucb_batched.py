@@ -33,7 +33,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..batching import check_batch_points, check_batch_rewards, check_batched_candidates, check_seeds
+from ..batching import (
+    RunDrawsAhead,
+    check_batch_points,
+    check_batch_rewards,
+    check_batched_candidates,
+    check_seeds,
+)
 from ..confidence import ConstantBeta
 from ..models.batched_kors import BatchedKORS
 from ..models.batched_nystrom import BatchedNystrom
@@ -53,77 +59,33 @@ RESORT_EVERY = CHECK_EVERY
 CPU_COMPACT_ABOVE = 1 << 15
 
 
-class RunCoins:
+def _coins(gen: torch.Generator, count: int) -> Tensor:
+    """The next ``count`` coins of ``gen``: one ``torch.rand(count)`` (CPU ``rand`` fills element
+    by element: the same numbers as ``count`` single draws)."""
+    return torch.rand(count, generator=gen, dtype=torch.float64)
+
+
+class RunCoins(RunDrawsAhead):
     """Per-run uniform coins for the KORS decisions, handed out on the device without a host
     read: run ``r``'s ``j``-th coin is its generator's ``j``-th ``torch.rand((), float64)``, the
-    sequential EK-UCB's ``j``-th coin (it draws only where ``0 < p̃ < 1``).
-
-    A run uses at most one coin per round, so after ``t`` calls of :meth:`draw` at most ``t``
-    coins are used: the coins are drawn ahead on the host in blocks of ``block`` per run (one
-    ``torch.rand(block)`` per generator, the same numbers as ``block`` single draws: CPU ``rand``
-    fills element by element), whenever the calls could reach the end of what was drawn (a host
-    counter, no read), and appended to a device buffer ``[R, drawn]``; each run's position is a
-    device counter ``[R]`` advanced by its ``need``. :meth:`sync` rewinds every generator to
-    exactly the coins handed out (one host read, outside a round: a state save, or a warm-up
-    ``randint`` after coins were drawn).
+    sequential EK-UCB's ``j``-th coin (it draws only where ``0 < p̃ < 1``). A
+    :class:`~torchbandits.batching.RunDrawsAhead` of ``torch.rand`` draws (a run uses at most
+    one coin per round).
 
     Args:
         generators: one ``torch.Generator`` per run (used from their current state).
-        block: coins drawn per run and refill (64).
+        block: the least number of coins drawn per run at a refill (64).
         device: where the coins are handed out.
     """
 
     def __init__(self, generators: Sequence[torch.Generator], *, block: int = 64,
                  device: torch.device | str | None = None) -> None:
-        self.generators = list(generators)
-        self.block = int(block)
-        self.device = torch.device("cpu") if device is None else torch.device(device)
-        self._reset()
+        super().__init__(generators, _coins, device=device, block=block)
 
-    def _reset(self) -> None:
-        r = len(self.generators)
-        self._start: list[Tensor] | None = None     # the generators' states at the first coin
-        self._buf = torch.zeros(r, 0, dtype=torch.float64, device=self.device)
-        self._used = torch.zeros(r, dtype=torch.long, device=self.device)
-        self._calls = 0     # draw() calls since the first coin: a bound on every run's use
-        self._drawn = 0
-
-    @property
-    def n_runs(self) -> int:
-        """Number of runs R."""
-        return len(self.generators)
-
-    def draw(self, need: Tensor) -> Tensor:
+    def draw(self, need: Tensor) -> Tensor:  # type: ignore[override]
         """Coins ``[R]`` (float64, on the device); a run's entry is its next coin where ``need``
         ``[R]`` (bool) is set, and is not consumed elsewhere. No host read."""
-        if self._calls >= self._drawn:
-            if self._start is None:
-                self._start = [g.get_state() for g in self.generators]
-            fresh = torch.stack([torch.rand(self.block, generator=g, dtype=torch.float64)
-                                 for g in self.generators])
-            self._buf = torch.cat([self._buf, fresh.to(self.device, non_blocking=True)], 1)
-            self._drawn += self.block
-        self._calls += 1
-        out = self._buf.gather(1, self._used[:, None])[:, 0]
-        self._used += need.to(self._used.device)
-        return out
-
-    def move_to(self, device: torch.device) -> None:
-        """Hand out the coins on ``device`` from now on (the coins stay float64)."""
-        self.device = torch.device(device)
-        self._buf, self._used = self._buf.to(self.device), self._used.to(self.device)
-
-    def sync(self) -> list[torch.Generator]:
-        """The generators rewound to exactly the coins handed out (one host read of the
-        counters)."""
-        if self._start is not None:
-            for g, state, used in zip(self.generators, self._start, self._used.tolist(),
-                                      strict=True):
-                g.set_state(state)
-                if used:
-                    torch.rand(used, generator=g, dtype=torch.float64)
-        self._reset()
-        return self.generators
+        return self.take(need)
 
 
 class EKUCBBatchMixin(BatchModeMixin):
