@@ -29,17 +29,16 @@ is not sync-free.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from ..batching import check_batch_points, check_batch_rewards, check_batched_candidates, check_seeds
+from ..batching import check_batch_points, check_batch_rewards, check_batched_candidates
 from ..confidence.bkb_batched import batched_bkb_radius
 from ..models.batched_counts import BatchedCounts
 from ..models.batched_nystrom_state import batched_kernel
-from .batch_mode import BatchModeMixin
+from .batch_mode import BatchModeMixin, check_run_lengths
 from .bkb_batched_posterior import BKBBatchPosterior
 
 __all__ = ["BKBBatchMixin", "with_batch_mode"]
@@ -99,12 +98,7 @@ class BKBBatchMixin(BatchModeMixin, BKBBatchPosterior):
     def _per_run_settings(self, r: int) -> dict[str, Any]:
         """The per-run β / λ of :meth:`set_per_run`, checked against ``R = r`` runs (a
         ``ValueError`` naming the setting; nothing changed)."""
-        settings = getattr(self, "_per_run", {"lam": None, "beta": None})
-        for name, v in settings.items():
-            if v is not None and v.shape[0] != r:
-                raise ValueError(f"{name} holds {v.shape[0]} per-run values but the batch has "
-                                 f"R = {r} runs")
-        return settings
+        return check_run_lengths(getattr(self, "_per_run", {"lam": None, "beta": None}), r)
 
     def _start_batch(self, gens: list[torch.Generator]) -> None:
         r = len(gens)
@@ -133,25 +127,15 @@ class BKBBatchMixin(BatchModeMixin, BKBBatchPosterior):
             del self.batched
         self.gens = None
 
-    def reset(self, seed: int | Sequence[int] | Tensor | None = None) -> None:
-        """Forget all observations; an int seeds one run, a sequence of seeds starts a batch
-        (``ValueError`` naming ``seed`` if the policy cannot batch, see :meth:`why_not_batched`)."""
-        if seed is None or isinstance(seed, int) or (isinstance(seed, Tensor) and seed.ndim == 0):
-            if seed is not None:
-                self._leave_batch()
-            super().reset(None if seed is None else int(seed))  # type: ignore[misc]
-            if self.gens is not None and seed is None:
-                self.batched.reset()
-                self._forget()
-            return
-        seeds = check_seeds(seed)
-        reason = self.why_not_batched()
-        if reason is not None:
-            raise ValueError(f"seed: a list of seeds starts a batch, but {reason}")
-        self._per_run_settings(len(seeds))     # a rejected start changes nothing
-        super().reset(None)  # type: ignore[misc]
-        self._leave_batch()
+    def _prepare_batch(self, seeds: list[int]) -> None:
+        self._per_run_settings(len(seeds))
+
+    def _begin_batch(self, seeds: list[int], prepared: None) -> None:
         self._start_batch([torch.Generator().manual_seed(s) for s in seeds])
+
+    def _restart_batch(self) -> None:
+        super()._restart_batch()   # the counts emptied; the generators go on
+        self._forget()
 
     # ---------------------------------------------------------------- rounds
     def _check_batch(self, candidates: Any) -> Tensor:

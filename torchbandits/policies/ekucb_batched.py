@@ -38,7 +38,6 @@ from ..batching import (
     check_batch_points,
     check_batch_rewards,
     check_batched_candidates,
-    check_seeds,
 )
 from ..confidence import ConstantBeta
 from ..models.batched_kors import BatchedKORS
@@ -205,22 +204,12 @@ class EKUCBBatchMixin(BatchModeMixin):
                 delattr(self, name)
         self.coins = None
 
-    def reset(self, seed: int | Sequence[int] | Tensor | None = None) -> None:
-        """Forget all observations; an int seeds one run, a sequence of seeds starts a batch
-        (``ValueError`` naming ``seed`` if the policy cannot batch, see :meth:`why_not_batched`)."""
-        if seed is None or isinstance(seed, int) or (isinstance(seed, Tensor) and seed.ndim == 0):
-            if seed is not None:
-                self._leave_batch()
-            super().reset(None if seed is None else int(seed))  # type: ignore[misc]
-            if self.coins is not None:
-                self._install_batch(self.coins.sync())
-            return
-        seeds = check_seeds(seed)
-        reason = self.why_not_batched()
-        if reason is not None:
-            raise ValueError(f"seed: a list of seeds starts a batch, but {reason}")
-        super().reset(None)  # type: ignore[misc]
+    def _begin_batch(self, seeds: list[int], prepared: Any) -> None:
         self._install_batch([torch.Generator().manual_seed(s) for s in seeds])
+
+    def _restart_batch(self) -> None:
+        assert self.coins is not None
+        self._install_batch(self.coins.sync())   # the runs' generators where they stand
 
     # ---------------------------------------------------------------- rounds
     def _check_batch(self, candidates: Any) -> Tensor:

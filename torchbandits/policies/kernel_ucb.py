@@ -29,7 +29,6 @@ runner falls back to sequential runs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -41,7 +40,6 @@ from ..batching import (
     check_batch_points,
     check_batch_rewards,
     check_batched_candidates,
-    check_seeds,
 )
 from ..confidence import ConfidenceRule, ConstantBeta, IGPBeta, RadiusRule, Variance, as_rule
 from ..confidence.batched import (
@@ -56,7 +54,7 @@ from ..models import ExactKernelRidge
 from ..models.batched_exact import BatchedExactKernelRidge, check_run_values
 from ..validation import check_positive
 from .base import RuleUCB, check_model
-from .batch_mode import BatchModeMixin
+from .batch_mode import BatchModeMixin, check_run_lengths
 from .lean_step import LEAN_FORWARDS, LeanStep
 from .refit import RefitMixin
 
@@ -188,29 +186,20 @@ class KernelUCB(BatchModeMixin, LeanStep, RefitMixin, RuleUCB):
             new[name] = check_run_values(name, value, n, positive=positive, dtype=torch.float64)
         self.per_run = new
 
-    def _start_batch(self, seeds: list[int]) -> None:
-        reason = self.why_not_batched()
-        if reason is not None:
-            raise ValueError(f"seed: a list of seeds starts a batch, but {reason}")
-        n = len(seeds)
-        settings = {}
-        for name in ("lam", "beta"):
-            v = self.per_run[name]
-            if v is not None and v.shape[0] != n:
-                raise ValueError(f"{name} holds {v.shape[0]} per-run values but the batch has "
-                                 f"R = {n} seeds")
-            settings[name] = v
+    def _prepare_batch(self, seeds: list[int]) -> dict[str, Tensor | None]:
+        """The per-run λ / β of :meth:`set_per_run` for ``R = len(seeds)`` runs (checked)."""
+        settings = check_run_lengths(self.per_run, len(seeds))
         if settings["lam"] is not None and why_not_per_run_lam(self.rule) is not None:
             raise ValueError(f"lam: {why_not_per_run_lam(self.rule)}")
+        return settings
+
+    def _begin_batch(self, seeds: list[int], settings: dict[str, Tensor | None]) -> None:
         lam = settings["lam"] if settings["lam"] is not None else self.lam
-        super().reset(None)
-        self.batched = BatchedExactKernelRidge(self.model.kernel, lam, n, dtype=self.dtype,
+        self.batched = BatchedExactKernelRidge(self.model.kernel, lam, len(seeds), dtype=self.dtype,
                                                device=self.device,
                                                cache_candidates=self.model.cache_candidates)
         self.run_streams = RunStreams.from_seeds(seeds)
         self._batch_settings = settings
-        self._batch_beta = None
-        self._batch_diag = None
 
     def _leave_batch(self) -> None:
         if "batched" in self._modules:
@@ -218,18 +207,6 @@ class KernelUCB(BatchModeMixin, LeanStep, RefitMixin, RuleUCB):
         self.run_streams = None
         self._batch_beta = None
         self._batch_diag = None
-
-    def reset(self, seed: int | Sequence[int] | Tensor | None = None) -> None:
-        """Forget all observations; an int seeds one run, a sequence of seeds starts a batch
-        (``ValueError`` naming ``seed`` if the policy cannot batch, see :meth:`why_not_batched`)."""
-        if seed is None or isinstance(seed, int) or (isinstance(seed, Tensor) and seed.ndim == 0):
-            if seed is not None:
-                self._leave_batch()
-            super().reset(None if seed is None else int(seed))
-            if self.batch_model is not None:
-                self.batch_model.reset()
-            return
-        self._start_batch(check_seeds(seed))
 
     def _batch_bounds(self, cand: Tensor, which: str = "both") -> tuple[Tensor, Tensor | None]:
         """``(UCB, LCB)`` ``[R, A]`` of checked candidates ``[R, A, d]`` (``which="ucb"``: the

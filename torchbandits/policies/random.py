@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -13,7 +12,6 @@ from ..batching import (
     check_batch_points,
     check_batch_rewards,
     check_batched_candidates,
-    check_seeds,
     to_device,
 )
 from .base import Policy
@@ -51,15 +49,7 @@ class RandomPolicy(BatchModeMixin, Policy):
         super().__init__(**kwargs)
         self.run_streams: RunStreams | None = None
 
-    def reset(self, seed: int | Sequence[int] | Tensor | None = None) -> None:
-        """Forget all observations; an int seeds one run, a sequence of seeds starts a batch."""
-        if seed is None or isinstance(seed, int) or (isinstance(seed, Tensor) and seed.ndim == 0):
-            if seed is not None:
-                self.run_streams = None
-            super().reset(None if seed is None else int(seed))
-            return
-        seeds = check_seeds(seed)
-        super().reset(None)
+    def _begin_batch(self, seeds: list[int], prepared: Any) -> None:
         self.run_streams = RunStreams.from_seeds(seeds, device=self.device)
 
     def forward(self, candidates: Tensor) -> Tensor:

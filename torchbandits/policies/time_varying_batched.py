@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -41,7 +40,6 @@ from ..batching import (
     check_batch_points,
     check_batch_rewards,
     check_batched_candidates,
-    check_seeds,
     to_device,
 )
 from ..confidence import ConstantBeta
@@ -50,7 +48,7 @@ from ..models import ExactKernelRidge
 from ..models.batched_exact import BatchedExactKernelRidge, check_run_values
 from ..models.batched_window import BatchedWindowKernelRidge
 from ..models.window import SlidingWindowKernelRidge
-from .batch_mode import BatchModeMixin
+from .batch_mode import BatchModeMixin, check_run_lengths
 from .batched_tie_break import RANGE_32, RunTieDraws
 
 __all__ = [
@@ -180,24 +178,17 @@ class BatchedTimeVaryingMixin(BatchModeMixin):
                                        device=self.device,
                                        cache_candidates=self.model.cache_candidates)
 
-    def _start_batch(self, seeds: list[int]) -> None:
-        reason = self.why_not_batched()
-        if reason is not None:
-            raise ValueError(f"seed: a list of seeds starts a batch, but {reason}")
+    def _prepare_batch(self, seeds: list[int]) -> tuple[dict[str, Tensor | None], Any]:
+        """The per-run λ / β for ``R = len(seeds)`` runs (checked) and the rounds' rule."""
         per_run = getattr(self, "per_run", {"lam": None, "beta": None})
-        for name in ("lam", "beta"):
-            v = per_run.get(name)
-            if v is not None and v.shape[0] != len(seeds):
-                raise ValueError(f"{name} holds {v.shape[0]} per-run values but the batch has "
-                                 f"R = {len(seeds)} seeds")
-        super().reset(None)  # type: ignore[misc]
-        lam = per_run["lam"] if per_run.get("lam") is not None else self.lam
+        return check_run_lengths(per_run, len(seeds)), _host_rule(self.rule, self)
+
+    def _begin_batch(self, seeds: list[int], prepared: tuple[dict[str, Tensor | None], Any]) -> None:
+        settings, self._batch_rule = prepared
+        lam = settings["lam"] if settings.get("lam") is not None else self.lam
         self.batched = self._new_batch_model(lam, len(seeds))
         self.run_streams = RunStreams.from_seeds(seeds, device=self.device)
-        self._batch_settings = dict(per_run)
-        self._batch_beta: Tensor | None = None
-        self._batch_rule = _host_rule(self.rule, self)
-        self.tie_draws: RunTieDraws | None = None
+        self._batch_settings = settings
 
     def _leave_batch(self) -> None:
         if "batched" in self._modules:  # type: ignore[attr-defined]
@@ -205,18 +196,6 @@ class BatchedTimeVaryingMixin(BatchModeMixin):
         self.run_streams = None
         self.tie_draws = None
         self._batch_beta = None
-
-    def reset(self, seed: int | Sequence[int] | Tensor | None = None) -> None:
-        """Forget all observations; an int seeds one run, a sequence of seeds starts a batch
-        (``ValueError`` naming ``seed`` if the policy cannot batch)."""
-        if seed is None or isinstance(seed, int) or (isinstance(seed, Tensor) and seed.ndim == 0):
-            if seed is not None:
-                self._leave_batch()
-            super().reset(None if seed is None else int(seed))  # type: ignore[misc]
-            if self.batch_model is not None:
-                self.batch_model.reset()
-            return
-        self._start_batch(check_seeds(seed))
 
     # ---------------------------------------------------------------- scoring
     def _batch_radius(self, model: BatchedExactKernelRidge) -> Tensor:
