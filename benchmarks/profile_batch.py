@@ -3,11 +3,20 @@
     python benchmarks/profile_batch.py --policy amm-ucb --env rkhs --runs 1024 --horizon 100 \
         --device cuda
     python benchmarks/profile_batch.py --policy ekucb --env chessboard --runs 64 --horizon 300
+    python benchmarks/profile_batch.py --setup --runs 1024 --env rkhs,rkhs-fixed,chessboard,bump,tv-rotation
 
 Runs the batch once to warm up (CUDA context, library handles, kernel loads), then once under the
 profiler (CPU activity, and CUDA activity on a GPU), and prints the wall time, the number of
 operator calls per round, and the top operators by self CPU time and, on CUDA, by device time.
 Threads are pinned to one.
+
+``--setup`` profiles only the batch's setup (``BatchedEnv(env, seeds)``): per run, the operators
+that would run on the device (views excluded; counted under a ``TorchDispatchMode`` on a copy of the environment
+moved to PyTorch's ``meta`` device, where every operator with a device output stands for one
+launch on CUDA), the host-to-device copies (``_to_copy``/``copy_`` from the CPU to the device)
+and the host operators (the runs' generator draws); then the setup's median process time on the
+CPU over ``--repeats`` (one thread). ``--env`` takes a comma-separated list there
+(``rkhs-fixed``: ``rkhs`` with ``fixed_arms=True``).
 """
 
 from __future__ import annotations
@@ -32,6 +41,91 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+_METADATA_OPS = {"squeeze_", "unsqueeze_", "transpose_", "t_", "as_strided_", "detach_", "set_"}
+_SETUP_ENVS = {"rkhs-fixed": ("rkhs", {"fixed_arms": True})}
+
+
+def _setup_env(name: str) -> object:
+    """The environment ``name`` of ``--setup`` (CPU; ``tv-`` envs at T = 200)."""
+    base, kw = _SETUP_ENVS.get(name, (name, {}))
+    return make_env(base, **kw, **({"horizon": 200} if base.startswith("tv-") else {}))
+
+
+def _on_meta(env: object) -> object:
+    """A deep copy of ``env`` whose tensors, modules and ``device`` are on ``meta``."""
+    import copy
+
+    meta = copy.deepcopy(env)
+    for k, v in list(vars(meta).items()):
+        if isinstance(v, (torch.Tensor, torch.nn.Module)):
+            setattr(meta, k, v.to("meta"))
+    meta.device = torch.device("meta")  # type: ignore[attr-defined]
+    return meta
+
+
+def setup_counts(env: object, seeds: list[int]) -> dict[str, float]:
+    """Per-run operator counts of ``BatchedEnv(env, seeds)``: ``device_ops`` (would launch on a
+    GPU), ``h2d`` (host-to-device copies), ``host_ops`` (CPU operators: generator draws, host
+    staging), ``reads`` (device-to-host reads, each a synchronisation)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from torchbandits.envs.batched import BatchedEnv
+
+    def on(x: object, kind: str) -> bool:
+        return isinstance(x, torch.Tensor) and x.device.type == kind
+
+    counts = {"device_ops": 0, "h2d": 0, "host_ops": 0, "reads": 0}
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            ins = [*args, *kwargs.values()]
+            outs = out if isinstance(out, (tuple, list)) else (out,)
+            name = func.overloadpacket.__name__
+            if name in ("_to_copy", "copy_") and any(on(a, "cpu") for a in ins) and \
+                    any(on(o, "meta") for o in outs):
+                counts["h2d"] += 1
+            elif name == "_local_scalar_dense" or (any(on(a, "meta") for a in ins) and
+                                                  not any(on(o, "meta") for o in outs)):
+                counts["reads"] += 1
+            elif any(on(o, "meta") for o in outs):
+                if not (func.is_view or name in _METADATA_OPS):   # a view launches nothing
+                    counts["device_ops"] += 1
+            else:
+                counts["host_ops"] += 1
+            return out
+
+    meta = _on_meta(env)
+    with torch.no_grad(), Count():
+        BatchedEnv(meta, seeds)
+    return {k: v / len(seeds) for k, v in counts.items()}
+
+
+def setup_main(args: argparse.Namespace) -> int:
+    """``--setup``: per-run operator counts and CPU time of the batch's setup, per environment."""
+    from torchbandits.envs.batched import BatchedEnv
+
+    seeds = list(range(args.runs))
+    print(f"batch setup, R = {args.runs}: per run, then the CPU process time (median of "
+          f"{args.repeats}, one thread)")
+    print("| env | device ops / run | H2D copies / run | reads / run | host ops / run | "
+          "setup CPU s |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name in args.env.split(","):
+        env = _setup_env(name)
+        c = setup_counts(env, seeds)
+        times = []
+        for _ in range(args.repeats):
+            t0 = time.process_time()
+            BatchedEnv(env, seeds)
+            times.append(time.process_time() - t0)
+        times.sort()
+        print(f"| {name} | {c['device_ops']:.2f} | {c['h2d']:.2f} | {c['reads']:.2f} | "
+              f"{c['host_ops']:.2f} | {times[len(times) // 2]:.3f} |")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--policy", default="amm-ucb")
@@ -40,8 +134,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--horizon", type=int, default=100)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--setup", action="store_true",
+                    help="profile only the batch's setup (operator counts per run, CPU time)")
+    ap.add_argument("--repeats", type=int, default=5, help="--setup: timed setups (median)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
+    if args.setup:
+        return setup_main(args)
     device = torch.device(args.device)
     env_kw = {} if device.type == "cpu" else {"device": str(device)}
     env = make_env(args.env, **env_kw)
