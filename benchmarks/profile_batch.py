@@ -11,9 +11,9 @@ operator calls per round, and the top operators by self CPU time and, on CUDA, b
 Threads are pinned to one.
 
 ``--setup`` profiles only the batch's setup (``BatchedEnv(env, seeds)``): per run, the operators
-that would run on the device (views excluded; counted under a ``TorchDispatchMode`` on a copy of the environment
-moved to PyTorch's ``meta`` device, where every operator with a device output stands for one
-launch on CUDA), the host-to-device copies (``_to_copy``/``copy_`` from the CPU to the device)
+that would run on the device (views excluded; counted under a ``TorchDispatchMode`` on a copy of
+the environment moved to PyTorch's ``meta`` device, where every operator with a device output
+stands for one launch on CUDA), the host-to-device copies (``_to_copy``/``copy_`` from the CPU to the device)
 and the host operators (the runs' generator draws); then the setup's median process time on the
 CPU over ``--repeats`` (one thread). ``--env`` takes a comma-separated list there
 (``rkhs-fixed``: ``rkhs`` with ``fixed_arms=True``).
@@ -110,8 +110,8 @@ def setup_main(args: argparse.Namespace) -> int:
     print(f"batch setup, R = {args.runs}: per run, then the CPU process time (median of "
           f"{args.repeats}, one thread)")
     print("| env | device ops / run | H2D copies / run | reads / run | host ops / run | "
-          "setup CPU s |")
-    print("|---|---:|---:|---:|---:|---:|")
+          "device ops / batch | H2D / batch | setup CPU s |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name in args.env.split(","):
         env = _setup_env(name)
         c = setup_counts(env, seeds)
@@ -121,8 +121,10 @@ def setup_main(args: argparse.Namespace) -> int:
             BatchedEnv(env, seeds)
             times.append(time.process_time() - t0)
         times.sort()
+        n = len(seeds)
         print(f"| {name} | {c['device_ops']:.2f} | {c['h2d']:.2f} | {c['reads']:.2f} | "
-              f"{c['host_ops']:.2f} | {times[len(times) // 2]:.3f} |")
+              f"{c['host_ops']:.2f} | {c['device_ops'] * n:.0f} | {c['h2d'] * n:.0f} | "
+              f"{times[len(times) // 2]:.3f} |")
     return 0
 
 
