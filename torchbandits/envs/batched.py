@@ -167,6 +167,8 @@ class BatchedEnv:
         env: the template (left unchanged: the runs are deep copies of it).
         seeds: one seed per run (``R = len(seeds)``).
         chunk: rounds drawn at once by each run's generators.
+        draw_threads: threads that draw a refill of the streams (:class:`RunStreams`; ``None``:
+            its default, threads only for large batches of large draws).
 
     ``candidates()`` is ``[R, A, d]``, ``mean_rewards()`` ``[R, A]``; ``pull(index [R])`` returns
     the rewards ``[R]`` (float64, as the sequential ``pull``'s Python floats) and the
@@ -174,7 +176,8 @@ class BatchedEnv:
     advances every run by one round.
     """
 
-    def __init__(self, env: Any, seeds: Sequence[int], *, chunk: int = 64) -> None:
+    def __init__(self, env: Any, seeds: Sequence[int], *, chunk: int = 64,
+                 draw_threads: int | None = None) -> None:
         reason = why_not_batchable(env)
         if reason is not None:
             raise ValueError(f"{type(env).__name__} cannot be batched: {reason}")
@@ -190,7 +193,8 @@ class BatchedEnv:
                            for name in env.batch_fields}
             gens = [c.batch_generators() for c in self._copies]
             by_name = {name: [g[name] for g in gens] for name in gens[0]}
-        self.streams = {name: RunStreams(g, chunk=chunk, device=self.device)
+        self.streams = {name: RunStreams(g, chunk=chunk, device=self.device,
+                                         draw_threads=draw_threads)
                         for name, g in by_name.items()}
         self.t = 0
         self._cands, self._means = env.batch_round(self)
