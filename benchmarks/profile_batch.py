@@ -14,9 +14,11 @@ Threads are pinned to one.
 that would run on the device (views excluded; counted under a ``TorchDispatchMode`` on a copy of
 the environment moved to PyTorch's ``meta`` device, where every operator with a device output
 stands for one launch on CUDA), the host-to-device copies (``_to_copy``/``copy_`` from the CPU to the device)
-and the host operators (the runs' generator draws); then the setup's median process time on the
-CPU over ``--repeats`` (one thread). ``--env`` takes a comma-separated list there
-(``rkhs-fixed``: ``rkhs`` with ``fixed_arms=True``).
+and the host operators (the runs' generator draws); then the setup's median time over
+``--repeats`` (process time on the CPU; on ``--device cuda`` wall time between synchronisations)
+and the wall time of 128 environment rounds (every run pulling arm 0: the streams' refills
+dominate at large R) with the refills drawn by one thread and by the default ``draw_threads``.
+``--env`` takes a comma-separated list there (``rkhs-fixed``: ``rkhs`` with ``fixed_arms=True``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402
+import statistics  # noqa: E402
 import time  # noqa: E402
 
 import torch  # noqa: E402
@@ -45,10 +48,11 @@ _METADATA_OPS = {"squeeze_", "unsqueeze_", "transpose_", "t_", "as_strided_", "d
 _SETUP_ENVS = {"rkhs-fixed": ("rkhs", {"fixed_arms": True})}
 
 
-def _setup_env(name: str) -> object:
-    """The environment ``name`` of ``--setup`` (CPU; ``tv-`` envs at T = 200)."""
+def _setup_env(name: str, device: torch.device | None = None) -> object:
+    """The environment ``name`` of ``--setup`` (``tv-`` envs at T = 200) on ``device``."""
     base, kw = _SETUP_ENVS.get(name, (name, {}))
-    return make_env(base, **kw, **({"horizon": 200} if base.startswith("tv-") else {}))
+    kw = {**kw, **({"horizon": 200} if base.startswith("tv-") else {})}
+    return make_env(base, **kw, **({} if device is None else {"device": str(device)}))
 
 
 def _on_meta(env: object) -> object:
@@ -107,24 +111,42 @@ def setup_main(args: argparse.Namespace) -> int:
     from torchbandits.envs.batched import BatchedEnv
 
     seeds = list(range(args.runs))
-    print(f"batch setup, R = {args.runs}: per run, then the CPU process time (median of "
-          f"{args.repeats}, one thread)")
+    device = torch.device(args.device)
+    clock = time.perf_counter if device.type == "cuda" else time.process_time
+    print(f"batch setup, R = {args.runs}, {device}: per run, then the setup's time (median of "
+          f"{args.repeats}, one thread) and 128 rounds' wall time (refills by 1 / default threads)")
     print("| env | device ops / run | H2D copies / run | reads / run | host ops / run | "
-          "device ops / batch | H2D / batch | setup CPU s |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+          "device ops / batch | H2D / batch | setup s | 128 rounds s (1 thread / default) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+
+    def rounds(env: object, threads: int | None) -> float:
+        b = BatchedEnv(env, seeds, draw_threads=threads)
+        idx = torch.zeros(len(seeds), dtype=torch.long, device=b.device)
+        _sync(device)
+        t0 = time.perf_counter()
+        for _ in range(128):
+            b.pull(idx)
+        _sync(device)
+        return time.perf_counter() - t0
+
     for name in args.env.split(","):
-        env = _setup_env(name)
-        c = setup_counts(env, seeds)
-        times = []
+        c = setup_counts(_setup_env(name), seeds)
+        env = _setup_env(name, device)
+        BatchedEnv(env, seeds[:2])   # warm-up
+        times, one, auto = [], [], []
         for _ in range(args.repeats):
-            t0 = time.process_time()
+            _sync(device)
+            t0 = clock()
             BatchedEnv(env, seeds)
-            times.append(time.process_time() - t0)
-        times.sort()
+            _sync(device)
+            times.append(clock() - t0)
+            one.append(rounds(env, 1))
+            auto.append(rounds(env, None))
         n = len(seeds)
+        med = statistics.median
         print(f"| {name} | {c['device_ops']:.2f} | {c['h2d']:.2f} | {c['reads']:.2f} | "
               f"{c['host_ops']:.2f} | {c['device_ops'] * n:.0f} | {c['h2d'] * n:.0f} | "
-              f"{times[len(times) // 2]:.3f} |")
+              f"{med(times):.3f} | {med(one):.3f} / {med(auto):.3f} |", flush=True)
     return 0
 
 

@@ -9,6 +9,7 @@ import sys
 import pytest
 import torch
 
+from torchbandits import run_draw_threads
 from torchbandits.batching import RunStreams
 from torchbandits.run_draw_threads import (
     MAX_AUTO_THREADS,
@@ -64,16 +65,28 @@ def test_threads_draw_the_same_numbers_and_rewind_exactly(threads: int, chunk: i
         assert torch.equal(g.get_state(), ref.get_state())
 
 
-def test_the_default_threads_only_large_batches_of_large_draws() -> None:
+def _cpus(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
+    monkeypatch.setattr(run_draw_threads.os, "sched_getaffinity", lambda pid: set(range(n)),
+                        raising=False)
+
+
+def test_the_default_threads_only_large_batches_of_large_draws(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    _cpus(monkeypatch, 16)
     assert default_draw_threads(MIN_RUNS_FOR_THREADS - 1, 10**6) == 1
     assert default_draw_threads(10**4, MIN_ELEMENTS_FOR_THREADS - 1) == 1   # noise refills
-    assert 1 <= default_draw_threads(MIN_RUNS_FOR_THREADS, MIN_ELEMENTS_FOR_THREADS) \
-        <= MAX_AUTO_THREADS
+    assert default_draw_threads(MIN_RUNS_FOR_THREADS, MIN_ELEMENTS_FOR_THREADS) == 8
+    assert default_draw_threads(10**4, 10**6) == MAX_AUTO_THREADS
+    _cpus(monkeypatch, 6)
+    assert default_draw_threads(10**4, 10**6) == 3
+    _cpus(monkeypatch, 2)
+    assert default_draw_threads(10**4, 10**6) == 1
     with pytest.raises(ValueError, match="draw_threads"):
         RunStreams.from_seeds([1, 2], draw_threads=0)
 
 
-def test_an_auto_threaded_refill_equals_one_thread() -> None:
+def test_an_auto_threaded_refill_equals_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    _cpus(monkeypatch, 16)
     seeds = list(range(MIN_RUNS_FOR_THREADS))
     auto, one = RunStreams.from_seeds(seeds), RunStreams.from_seeds(seeds, draw_threads=1)
     for _ in range(70):   # 64 rounds of 8 × 8 = 4,096 values a call, then a second refill

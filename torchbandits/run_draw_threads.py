@@ -22,6 +22,8 @@ MIN_RUNS_FOR_THREADS = 256
 #: nor when one generator call draws fewer elements: a short call (a noise refill draws at most
 #: 15 normals a call) spends its time in Python under the GIL, and threads contend for it
 MIN_ELEMENTS_FOR_THREADS = 4096
+#: nor on a machine with fewer CPUs (on 2 busy cores two drawing threads only contend)
+MIN_CPUS_FOR_THREADS = 4
 #: the most threads ``draw_threads=None`` asks for
 MAX_AUTO_THREADS = 8
 
@@ -32,8 +34,9 @@ _lock = threading.Lock()
 
 def default_draw_threads(n_runs: int, elements_per_call: int) -> int:
     """Threads for a refill of ``n_runs`` runs whose generator calls draw ``elements_per_call``
-    values each, when none is named: 1 below :data:`MIN_RUNS_FOR_THREADS` runs or
-    :data:`MIN_ELEMENTS_FOR_THREADS` elements, else the CPUs this process may use, at most
+    values each, when none is named: 1 below :data:`MIN_RUNS_FOR_THREADS` runs,
+    :data:`MIN_ELEMENTS_FOR_THREADS` elements or :data:`MIN_CPUS_FOR_THREADS` CPUs, else half
+    the CPUs this process may use (the rest for the round's own work), at most
     :data:`MAX_AUTO_THREADS`."""
     if n_runs < MIN_RUNS_FOR_THREADS or elements_per_call < MIN_ELEMENTS_FOR_THREADS:
         return 1
@@ -41,7 +44,7 @@ def default_draw_threads(n_runs: int, elements_per_call: int) -> int:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not on Linux
         cpus = os.cpu_count() or 1
-    return max(1, min(cpus, MAX_AUTO_THREADS))
+    return 1 if cpus < MIN_CPUS_FOR_THREADS else min(cpus // 2, MAX_AUTO_THREADS)
 
 
 def _executor(workers: int) -> ThreadPoolExecutor:
