@@ -207,7 +207,9 @@ class MovingBumpEnv(TimeVaryingRKHSEnv):
         x1[0, 0] = r
         return float(kernel_matrix(self.kernel, x0, x1)[0, 0])
 
-    def _build(self, gen: torch.Generator) -> None:
+    def _radius_step(self) -> float:
+        """The distance ``r`` the centre moves per round: ``B²(2 − 2k(r)) = (P_T/(T−1))²`` by
+        bisection on the kernel profile (the same for every seed)."""
         budget = 0.0 if self._budget_arg is None else self._budget_arg
         step = budget / (self.horizon - 1)
         target = 1.0 - step * step / (2.0 * self.norm**2)  # required k(c_t, c_{t+1})
@@ -218,30 +220,51 @@ class MovingBumpEnv(TimeVaryingRKHSEnv):
             for _ in range(200):  # k is decreasing in r: bisection on k(r) = target
                 mid = 0.5 * (lo + hi)
                 lo, hi = (mid, hi) if self._kernel_at(mid) > target else (lo, mid)
-        self.radius_step = 0.5 * (lo + hi) if step > 0 else 0.0
+        return 0.5 * (lo + hi) if step > 0 else 0.0
+
+    def _centres(self, gen: torch.Generator, radius_step: float) -> Tensor:
+        """The centres ``[T + 2, d]`` (row ``t − 1`` is ``c_t``) from ``gen``'s draws, on the host."""
         n = self.horizon + 1
         if self.dim == 1:
             start = float(torch.rand((), generator=gen, dtype=self.dtype))
             direction = 1.0 if float(torch.rand((), generator=gen)) < 0.5 else -1.0
             pos = [start]
             for _ in range(n):  # one-off construction of the path
-                nxt = pos[-1] + direction * self.radius_step
+                nxt = pos[-1] + direction * radius_step
                 if not 0.0 <= nxt <= 1.0:
                     direction = -direction
-                    nxt = pos[-1] + direction * self.radius_step
+                    nxt = pos[-1] + direction * radius_step
                 pos.append(nxt)
-            centres = torch.tensor(pos, dtype=self.dtype).reshape(-1, 1)
-        else:
-            rad = 0.3
-            dtheta = 2.0 * math.asin(min(self.radius_step / (2 * rad), 1.0))
-            theta0 = 2 * math.pi * float(torch.rand((), generator=gen, dtype=self.dtype))
-            theta = theta0 + dtheta * torch.arange(n + 1, dtype=self.dtype)
-            centres = torch.full((n + 1, self.dim), 0.5, dtype=self.dtype)
-            centres[:, 0] = 0.5 + rad * torch.cos(theta)
-            centres[:, 1] = 0.5 + rad * torch.sin(theta)
-        self.centres = centres.to(self.device)  # row t−1 is c_t
+            return torch.tensor(pos, dtype=self.dtype).reshape(-1, 1)
+        rad = 0.3
+        dtheta = 2.0 * math.asin(min(radius_step / (2 * rad), 1.0))
+        theta0 = 2 * math.pi * float(torch.rand((), generator=gen, dtype=self.dtype))
+        theta = theta0 + dtheta * torch.arange(n + 1, dtype=self.dtype)
+        centres = torch.full((n + 1, self.dim), 0.5, dtype=self.dtype)
+        centres[:, 0] = 0.5 + rad * torch.cos(theta)
+        centres[:, 1] = 0.5 + rad * torch.sin(theta)
+        return centres
+
+    def _build(self, gen: torch.Generator) -> None:
+        self.radius_step = self._radius_step()
+        self.centres = self._centres(gen, self.radius_step).to(self.device)  # row t−1 is c_t
         diff = self.centres[1:] - self.centres[:-1]  # k(c_t, c_{t+1}) = k(0, c_{t+1} − c_t)
         self._k_cc = kernel_matrix(self.kernel, torch.zeros_like(diff[:1]), diff)[0]
+
+    def batch_reset(self, seeds: Sequence[int]) -> tuple[dict[str, Tensor],
+                                                         dict[str, list[torch.Generator]]]:
+        """Every run's ``reset(seeds[r])`` at once: the step found once per batch (it depends on
+        neither seed nor draw), each run's arms and centre path made on the host from its own
+        generators, stacked and moved with one copy per kind. Fields ``[R, ...]``."""
+        radius = self._radius_step()
+        arms, centres, noise = [], [], []
+        for s in seeds:
+            g_f, g_arms, g_noise = self._generators(s)
+            arms.append(self._make_arms(g_arms))
+            centres.append(self._centres(g_f, radius))
+            noise.append(g_noise)
+        return ({"arms": stack_to(arms, self.device), "centres": stack_to(centres, self.device)},
+                {"noise": noise})
 
     @property
     def budget(self) -> float:
