@@ -8,8 +8,9 @@
 #    SW-GP-UCB / R-GP-UCB at T = 200 on tv-rotation;
 # 3. benchmarks/bench_batch_bkb.py --device cuda: batched BKB (rkhs, 1000 fixed arms, d = 2,
 #    T = 1000) at R = 64, 1024 on the GPU against 4 sequential CPU runs (scaled);
-# 4. benchmarks/profile_batch.py --setup: the batch setup's operators per run (counted on the
-#    meta device) and its CPU time at R = 1024.
+# 4. benchmarks/profile_batch.py --setup --device cuda: the batch setup's operators per run
+#    (counted on the meta device), its time on the GPU and 128 environment rounds with the
+#    refills drawn by 1 and by the default number of threads, at R = 1024.
 # Each step writes its log / bench.json / table.md under $OUT; a failing step does not stop the rest.
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -35,5 +36,5 @@ $B --policies sw-gpucb,r-gpucb --envs tv-rotation --learning-horizon 200 --repea
   --out "$OUT/tv" 2>&1 | tee "$OUT/tv.log"
 $PY benchmarks/bench_batch_bkb.py --device cuda --runs 64 1024 --horizon 1000 --max-sequential 4 \
   --repeats 1 --out "$OUT/bkb" 2>&1 | tee "$OUT/bkb.log"
-$PY benchmarks/profile_batch.py --setup --runs 1024 --env rkhs,rkhs-fixed,chessboard,bump,tv-rotation \
+$PY benchmarks/profile_batch.py --setup --device cuda --runs 1024 --env rkhs,rkhs-fixed,chessboard,bump,tv-rotation,tv-bump \
   2>&1 | tee "$OUT/setup.log"

@@ -13,12 +13,14 @@ Threads are pinned to one.
 ``--setup`` profiles only the batch's setup (``BatchedEnv(env, seeds)``): per run, the operators
 that would run on the device (views excluded; counted under a ``TorchDispatchMode`` on a copy of
 the environment moved to PyTorch's ``meta`` device, where every operator with a device output
-stands for one launch on CUDA), the host-to-device copies (``_to_copy``/``copy_`` from the CPU to the device)
-and the host operators (the runs' generator draws); then the setup's median time over
-``--repeats`` (process time on the CPU; on ``--device cuda`` wall time between synchronisations)
-and the wall time of 128 environment rounds (every run pulling arm 0: the streams' refills
-dominate at large R) with the refills drawn by one thread and by the default ``draw_threads``.
-``--env`` takes a comma-separated list there (``rkhs-fixed``: ``rkhs`` with ``fixed_arms=True``).
+stands for one launch on CUDA), the host-to-device copies (``_to_copy``/``copy_`` from the CPU
+to the device) and the host operators (the runs' generator draws); then the setup's median time
+over ``--repeats`` (process time on the CPU; on ``--device cuda`` wall time between
+synchronisations) and the wall time of 128 environment rounds (every run pulling arm 0: the
+streams' refills dominate at large R) with the refills drawn by one thread and by the default
+``draw_threads``. ``--env`` takes a comma-separated list there (``rkhs-fixed``: ``rkhs`` with
+``fixed_arms=True``); the counts read ``nan`` for a setup that reads a value back to the host
+(``tv-bump``: its step's bisection, once per batch).
 """
 
 from __future__ import annotations
@@ -101,8 +103,11 @@ def setup_counts(env: object, seeds: list[int]) -> dict[str, float]:
             return out
 
     meta = _on_meta(env)
-    with torch.no_grad(), Count():
-        BatchedEnv(meta, seeds)
+    try:
+        with torch.no_grad(), Count():
+            BatchedEnv(meta, seeds)
+    except (RuntimeError, NotImplementedError):   # a host read of a value: not countable on meta
+        return {k: float("nan") for k in counts}
     return {k: v / len(seeds) for k, v in counts.items()}
 
 
