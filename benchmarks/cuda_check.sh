@@ -24,7 +24,7 @@ $PY -m pytest -q -p no:cacheprovider -rs -k "cuda or to_device" \
   tests/experiments/test_batch_runs.py tests/experiments/test_batch_sync_free.py \
   tests/experiments/test_batch_contract_matrix.py tests/policies/test_bkb.py \
   tests/policies/test_policies.py tests/policies/test_time_varying.py \
-  tests/benchmarks/test_batch_bench.py 2>&1 | tee "$OUT/cuda_tests.log"
+  tests/benchmarks/test_batch_bench.py tests/envs/test_batch_reset.py 2>&1 | tee "$OUT/cuda_tests.log"
 [ "$1" = quick ] && exit 0
 B="$PY benchmarks/bench_batch.py --device cuda"
 $B --policies amm-ucb,dmm-ucb,igp-ucb,kucb,gpucb --envs rkhs --learning-horizon 200 --repeats 2 \

@@ -117,3 +117,39 @@ def test_setup_device_operations_do_not_grow_with_the_batch(name: str) -> None:
     small, large = _device_ops(env, list(range(3))), _device_ops(env, list(range(40)))
     assert small == large
     assert large[1] <= 4   # one host-to-device copy per tensor kind
+
+
+ON_DEVICE = {
+    "rkhs-fresh": lambda dev: RKHSFunctionEnv(dim=2, n_arms=20, device=dev),
+    "rkhs-fixed": lambda dev: RKHSFunctionEnv("matern52", dim=3, n_arms=15, fixed_arms=True,
+                                              device=dev),
+    "chessboard": lambda dev: ChessboardEnv(device=dev),
+    "bump": lambda dev: BumpEnv(device=dev),
+    "tv-rotation": lambda dev: RotatingRKHSEnv(horizon=50, n_arms=30, budget=3.0, device=dev),
+}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("name", sorted(ON_DEVICE))
+def test_cuda_setup_reads_nothing_back_and_equals_the_cpu_batch(name: str) -> None:
+    """On CUDA the setup and the first rounds make no host synchronisation (non-blocking copies,
+    no reads), and the fields and means equal the CPU batch's."""
+    from torchbandits.batching import deferred_checks
+
+    cpu, gpu_env = BatchedEnv(ON_DEVICE[name]("cpu"), SEEDS), ON_DEVICE[name]("cuda")
+    idx = torch.zeros(len(SEEDS), dtype=torch.long, device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        with deferred_checks():
+            gpu = BatchedEnv(gpu_env, SEEDS)
+            fields = {k: v.clone() for k, v in gpu.fields.items()}
+            for _ in range(3):
+                gpu.pull(idx)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    for _ in range(3):
+        cpu.pull(torch.zeros(len(SEEDS), dtype=torch.long))
+    for field, value in fields.items():
+        torch.testing.assert_close(value.cpu(), cpu.fields[field], rtol=0, atol=1e-10)
+    torch.testing.assert_close(gpu.mean_rewards().cpu(), cpu.mean_rewards(), rtol=0, atol=1e-10)
