@@ -3,6 +3,7 @@
     python benchmarks/bench_batch_bkb.py            # A = 1000, d = 2, T = 2000, R = 1, 8, 64
     python benchmarks/bench_batch_bkb.py --quick    # A = 100, T = 40, R = 1, 4 (the tests)
     python benchmarks/bench_batch_bkb.py --max-sequential 8   # time 8 sequential runs, scale
+    python benchmarks/bench_batch_bkb.py --device cuda --runs 64 1024 --horizon 1000
 
 The registry's ``bkb`` (Theorem 1's β̃_t, λ = ξ², q̄ = 5) on ``rkhs`` with a fixed arm set of
 ``A`` arms in ``[0, 1]^d``: ``R`` seeds once through
@@ -18,6 +19,13 @@ largest dictionary of the batch, sampled at the end) and the sequential one (``(
 over the measured one-thread
 float64 rate of that product's shape (``gemm_gflops``), the time those flops alone take. Writes
 ``bench.json`` and ``table.md`` to ``--out``.
+
+``--device cuda`` runs the batch (its policy and environment) on the GPU and the sequential runs
+on the CPU, as ``bench_batch.py --device cuda`` does: the batch is timed by wall clock between
+two ``torch.cuda.synchronize`` calls (CUDA events cross-check it; the larger is kept) after a
+warm-up batch of 2 runs and 20 rounds, the sequential runs by process CPU time (default there:
+R = 64 and 1024, 8 sequential runs timed and scaled); every batched run must choose the same
+arms as its sequential CPU run. The GEMM rate is not measured on a GPU.
 
     python benchmarks/bench_batch_bkb.py --runs 64 --horizon 1000 --profile 50
 
@@ -63,15 +71,37 @@ def gemm_rate(m: int, a: int, runs: int = 8) -> float:
     return 2.0 * runs * (m + 1) * m * a / statistics.median(times) / 1e9
 
 
+def _timed(fn, device: torch.device):  # type: ignore[no-untyped-def]
+    """``fn()``'s time: process CPU time on the CPU; on CUDA the wall clock between two
+    synchronisations, cross-checked with CUDA events (the larger of the two)."""
+    if device.type != "cuda":
+        return _cpu(fn)
+    torch.cuda.synchronize(device)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    t0 = time.perf_counter()
+    start.record()
+    out = fn()
+    end.record()
+    torch.cuda.synchronize(device)
+    return max(time.perf_counter() - t0, start.elapsed_time(end) / 1e3), out
+
+
 def bench_bkb(runs: int, horizon: int, n_arms: int, dim: int, repeats: int,
-              max_sequential: int | None) -> dict:
-    """One row: R runs of BKB batched and sequential (module docstring)."""
+              max_sequential: int | None, device: str = "cpu") -> dict:
+    """One row: R runs of BKB batched (on ``device``) and sequential (CPU; module docstring)."""
+    dev = torch.device(device)
     env = make_env("rkhs", dim=dim, n_arms=n_arms, fixed_arms=True)
+    benv = env if dev.type == "cpu" else make_env("rkhs", dim=dim, n_arms=n_arms,
+                                                  fixed_arms=True, device=str(dev))
+    pkw = {} if dev.type == "cpu" else {"device": str(dev)}
     seeds = list(range(runs))
     k = runs if max_sequential is None else min(runs, max_sequential)
     bt, st, batch, seq = [], [], None, None
+    if dev.type == "cuda":   # warm-up: CUDA context, library handles, kernel loads
+        simulate_batch(make_policy("bkb", benv, **pkw), benv, min(horizon, 20), seeds[:2])
     for _ in range(repeats):
-        t, batch = _cpu(lambda: simulate_batch(make_policy("bkb", env), env, horizon, seeds))
+        t, batch = _timed(lambda: simulate_batch(make_policy("bkb", benv, **pkw), benv, horizon,
+                                                 seeds), dev)
         bt.append(t)
         t, seq = _cpu(lambda: [simulate(make_policy("bkb", env), env, horizon, s)
                                for s in seeds[:k]])
@@ -89,7 +119,8 @@ def bench_bkb(runs: int, horizon: int, n_arms: int, dim: int, repeats: int,
             "m_mean": sum(sizes) / len(sizes),
             "scoring_mflop_batched": 2e-6 * runs * (mx + 1) * mx * n_arms,
             "scoring_mflop_sequential": 2e-6 * sum((m + 1) * m * n_arms for m in sizes),
-            "sequential_runs_timed": k}
+            "sequential_runs_timed": k, "device": str(dev),
+            "memory_bytes_per_run": batch[0].memory_bytes}
 
 
 def profile_rounds(runs: int, horizon: int, n_arms: int, dim: int, window: int) -> str:
@@ -130,9 +161,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-sequential", type=int, default=None)
     ap.add_argument("--out", default="results/bench_batch_bkb")
     ap.add_argument("--profile", type=int, default=None, metavar="W",
-                    help="profile the last W rounds of one batched run instead")
+                    help="profile the last W rounds of one batched run instead (CPU)")
+    ap.add_argument("--device", default="cpu",
+                    help="where the batch runs (cuda: R = 64 1024 and --max-sequential 8 by "
+                         "default; the sequential runs stay on the CPU)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
+    on_gpu = args.device.startswith("cuda")
+    if on_gpu:
+        if not torch.cuda.is_available():
+            raise SystemExit("--device cuda requested but CUDA is not available on this machine")
+        args.runs = args.runs or [64, 1024]
+        args.max_sequential = args.max_sequential or 8
     runs = args.runs or ([1, 4] if args.quick else [1, 8, 64])
     horizon = args.horizon or (40 if args.quick else 2000)
     arms = args.arms or (100 if args.quick else 1000)
@@ -146,16 +186,17 @@ def main(argv: list[str] | None = None) -> int:
     repeats = args.repeats or 1
     rows = []
     for r in runs:
-        row = bench_bkb(r, horizon, arms, args.dim, repeats, args.max_sequential)
-        row["gemm_gflops"] = gemm_rate(max(row["m_max"], 1), arms)
+        row = bench_bkb(r, horizon, arms, args.dim, repeats, args.max_sequential, args.device)
+        row["gemm_gflops"] = float("nan") if on_gpu else gemm_rate(max(row["m_max"], 1), arms)
         row["scoring_s_batched"] = row["scoring_mflop_batched"] * 1e-3 * horizon / row["gemm_gflops"]
         rows.append(row)
-        print(f"R={r:3d} T={horizon} batched {row['batched_s']:.3f}s sequential "
+        print(f"R={r:3d} T={horizon} batched ({args.device}) {row['batched_s']:.3f}s sequential "
               f"{row['sequential_s']:.3f}s speedup {row['speedup']:.2f}x (M = {row['m_max']}, "
               f"GEMM {row['gemm_gflops']:.1f} GFLOP/s)", flush=True)
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench.json").write_text(json.dumps({"rows": rows}, indent=2))
-    lines = ["| R | T | A | batched CPU s | sequential CPU s | batched run-steps/s | "
+    batch_clock = "batched CPU s" if not on_gpu else f"batched s ({args.device}, wall)"
+    lines = [f"| R | T | A | {batch_clock} | sequential CPU s | batched run-steps/s | "
              "sequential run-steps/s | speedup | max m | GEMM GFLOP/s |",
              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     lines += [f"| {r['R']} | {r['T']} | {r['A']} | {r['batched_s']:.3f} | {r['sequential_s']:.3f} "

@@ -47,6 +47,7 @@ from .deferred_checks import (
     deferred_checks,
     to_device,
 )
+from .run_draw_threads import default_draw_threads, run_sliced
 
 __all__ = [
     "BatchCheckError",
@@ -82,12 +83,14 @@ def check_seeds(seeds: Any) -> list[int]:
     return out
 
 
-def _draw(gen: torch.Generator, kind: str, n: int, dtype: torch.dtype, high: int) -> Tensor:
+def _draw(gen: torch.Generator, kind: str, n: int, dtype: torch.dtype, high: int,
+          out: Tensor | None = None) -> Tensor:
+    """``n`` draws of ``kind`` from ``gen`` (into ``out`` ``[n]`` when given: the same numbers)."""
     if kind == "uniform":
-        return torch.rand(n, generator=gen, dtype=dtype)
+        return torch.rand(n, generator=gen, dtype=dtype, out=out)
     if kind == "randint":
-        return torch.randint(high, (n,), generator=gen)
-    return torch.randn(n, generator=gen, dtype=dtype)   # one call: callers keep n <= 15 to chunk
+        return torch.randint(high, (n,), generator=gen, out=out)
+    return torch.randn(n, generator=gen, dtype=dtype, out=out)   # callers keep n <= 15 to chunk
 
 
 class RunStreams:
@@ -98,40 +101,48 @@ class RunStreams:
         chunk: rounds drawn per refill (64).
         device: where the draws are handed out (CPU by default); each refill is moved there with
             one non-blocking copy (the generators stay on the CPU).
+        draw_threads: threads drawing a refill, a slice of the runs each (the same numbers for
+            any value); ``None``: :func:`~torchbandits.run_draw_threads.default_draw_threads`.
 
     Draw ``n`` rounds of ``shape`` and run ``r`` gets what ``n`` calls of
     ``torch.rand(*shape, generator=g_r)`` (or ``randn``, ``randint(high, shape)``) would give.
     """
 
     def __init__(self, generators: Sequence[torch.Generator], *, chunk: int = 64,
-                 device: torch.device | str | None = None) -> None:
+                 device: torch.device | str | None = None,
+                 draw_threads: int | None = None) -> None:
         self.generators = list(generators)
         if not self.generators:
             raise ValueError("generators must hold at least one generator")
         if int(chunk) < 1:
             raise ValueError(f"chunk must be >= 1, got {chunk}")
+        if draw_threads is not None and int(draw_threads) < 1:
+            raise ValueError(f"draw_threads must be >= 1, got {draw_threads}")
         self.chunk = int(chunk)
+        self.draw_threads = None if draw_threads is None else int(draw_threads)
         self.device = torch.device("cpu" if device is None else device)
         self._spec: tuple[Any, ...] | None = None
         self._buffer: Tensor | None = None   # [R, K, numel]
         self._used = 0
-        self._states: list[Tensor] = []
+        self._states: list[Tensor | None] = []
 
     @classmethod
     def from_seeds(cls, seeds: Sequence[int], *, chunk: int = 64,
-                   device: torch.device | str | None = None) -> RunStreams:
+                   device: torch.device | str | None = None,
+                   draw_threads: int | None = None) -> RunStreams:
         """Fresh generators ``torch.Generator().manual_seed(s)`` for every seed."""
         return cls([torch.Generator().manual_seed(int(s)) for s in check_seeds(seeds)],
-                   chunk=chunk, device=device)
+                   chunk=chunk, device=device, draw_threads=draw_threads)
 
     @classmethod
     def from_states(cls, states: Sequence[Tensor], *, chunk: int = 64,
-                    device: torch.device | str | None = None) -> RunStreams:
+                    device: torch.device | str | None = None,
+                    draw_threads: int | None = None) -> RunStreams:
         """Generators restored from :meth:`states` (a saved batch continues its draws)."""
         gens = [torch.Generator() for _ in states]
         for g, state in zip(gens, states, strict=True):
             g.set_state(state)
-        return cls(gens, chunk=chunk, device=device)
+        return cls(gens, chunk=chunk, device=device, draw_threads=draw_threads)
 
     def states(self) -> list[Tensor]:
         """Every run's generator state, rewound to the draws handed out so far (:meth:`sync`)."""
@@ -147,10 +158,16 @@ class RunStreams:
         if self._spec is None or self._buffer is None:
             return
         kind, numel, dtype, high = self._spec
-        for g, state in zip(self.generators, self._states, strict=True):
-            g.set_state(state)
-            for _ in range(self._used):
-                _draw(g, kind, numel, dtype, high)
+        used = self._used
+
+        def rewind(lo: int, hi: int) -> None:
+            for g, state in zip(self.generators[lo:hi], self._states[lo:hi], strict=True):
+                assert state is not None
+                g.set_state(state)
+                for _ in range(used):
+                    _draw(g, kind, numel, dtype, high)
+
+        run_sliced(rewind, self.n_runs, self._threads(numel))
         self._spec, self._buffer, self._used = None, None, 0
 
     def _take(self, kind: str, shape: tuple[int, ...], dtype: torch.dtype, high: int) -> Tensor:
@@ -162,18 +179,27 @@ class RunStreams:
             # rounds per generator call, and calls per refill
             per_call = self.chunk if kind != "normal" else max(_NORMAL_SERIAL // numel, 1)
             calls = 1 if kind != "normal" else max(self.chunk // per_call, 1)
-            rounds = per_call * calls
-            self._states = [g.get_state() for g in self.generators]
-            rows = []
-            for g in self.generators:
-                parts = [_draw(g, kind, per_call * numel, dtype, high) for _ in range(calls)]
-                rows.append(torch.cat(parts) if calls > 1 else parts[0])
-            self._buffer = to_device(torch.stack(rows).reshape(self.n_runs, rounds, numel),
-                                     self.device)
+            rounds, width = per_call * calls, per_call * numel
+            host = torch.empty(self.n_runs, rounds * numel,
+                               dtype=torch.int64 if kind == "randint" else dtype)
+            self._states = [None] * self.n_runs
+
+            def fill(lo: int, hi: int) -> None:   # runs lo..hi-1, each generator in order
+                for r in range(lo, hi):
+                    g = self.generators[r]
+                    self._states[r] = g.get_state()
+                    for c in range(calls):
+                        _draw(g, kind, width, dtype, high, out=host[r, c * width:(c + 1) * width])
+
+            run_sliced(fill, self.n_runs, self._threads(width))
+            self._buffer = to_device(host.reshape(self.n_runs, rounds, numel), self.device)
             self._spec, self._used = spec, 0
         out = self._buffer[:, self._used]
         self._used += 1
         return out.reshape(self.n_runs, *shape)
+
+    def _threads(self, per_call: int) -> int:
+        return self.draw_threads or default_draw_threads(self.n_runs, per_call)
 
     def uniform(self, *shape: int, dtype: torch.dtype = torch.float64) -> Tensor:
         """``U[0, 1)`` draws ``[R, *shape]`` (one round of ``torch.rand(*shape)`` per run)."""

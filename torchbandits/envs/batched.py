@@ -12,7 +12,17 @@ An environment class takes part by declaring
 * ``batch_round(b)`` — candidates ``[R, A, d]`` and means ``[R, A]`` of round ``b.t`` (0-based
   rounds played) from ``b.fields`` and ``b.streams``;
 * ``batch_noise(b, means)`` — the noise ``[R]`` (float64) added to the chosen means ``[R]``;
-* ``why_not_batched()`` — ``None``, or why this configuration cannot be batched.
+* ``why_not_batched()`` — ``None``, or why this configuration cannot be batched;
+* optionally ``batch_reset(seeds)`` — the whole batch's setup at once: ``(fields, generators)``,
+  the stacked ``batch_fields`` ``[R, ...]`` on the device and, per generator name, the ``R``
+  generators as ``reset`` leaves them. Each run's draws still come from its own CPU generators in
+  the order of ``reset(seed)``, on the host; the tensors made from them are stacked there and moved
+  to the device with one non-blocking copy per kind, and the kernel evaluations and
+  normalisations run once over the batch (a few device operations per batch instead of ~10–50
+  per run, and no blocking copy). No copy of the environment is made (:attr:`BatchedEnv.copies`
+  builds them on first use); its ``repr`` must not depend on the seed. It is used only while no
+  method it mirrors (``_BATCH_RESET_MIRRORS``) is overridden below its class; otherwise the
+  copies are reset one by one.
 
 :func:`why_not_batchable` also refuses a subclass that overrides the round logic (``reset``,
 ``pull``, ``candidates``, ``mean_rewards``, ``means_at``; ``_means_at`` for ``batch_means``) below
@@ -33,9 +43,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..batching import RunStreams, check_batch_index, check_seeds
+from ..batching import RunStreams, check_batch_index, check_seeds, to_device
 
-__all__ = ["BatchedEnv", "gaussian_noise", "is_batchable", "why_not_batchable"]
+__all__ = ["BatchedEnv", "gaussian_noise", "has_batch_reset", "is_batchable", "stack_to",
+           "why_not_batchable"]
 
 _HOOKS = ("batch_fields", "batch_generators", "batch_round", "batch_noise", "why_not_batched")
 #: hook → the methods whose override below the hook's class would make the hook stale
@@ -43,8 +54,29 @@ _ROUND_LOGIC = {"batch_round": ("reset", "pull", "candidates", "mean_rewards", "
                 "batch_means": ("_means_at",)}
 
 
+#: the methods whose ``reset``-time draws and arithmetic ``batch_reset`` repeats
+_BATCH_RESET_MIRRORS = ("reset", "_draw_context", "_build", "_means_at")
+
+
 def _defining_class(cls: type, name: str) -> type | None:
     return next((k for k in cls.__mro__ if name in vars(k)), None)
+
+
+def _overridden_below(cls: type, hook: str, names: Sequence[str]) -> str | None:
+    """The first of ``names`` that ``cls`` overrides below the class defining ``hook``."""
+    home = _defining_class(cls, hook)
+    for name in names if home is not None else ():
+        owner = _defining_class(cls, name)
+        if owner is not None and owner is not home and issubclass(owner, home):
+            return name
+    return None
+
+
+def has_batch_reset(env: Any) -> bool:
+    """Whether ``env``'s ``batch_reset`` can stand for its copies' ``reset`` (declared, and none
+    of the methods it mirrors overridden below it)."""
+    return (callable(getattr(env, "batch_reset", None))
+            and _overridden_below(type(env), "batch_reset", _BATCH_RESET_MIRRORS) is None)
 
 
 def why_not_batchable(env: Any) -> str | None:
@@ -59,12 +91,12 @@ def why_not_batchable(env: Any) -> str | None:
     if missing:
         return f"{cls.__name__} declares no batch hooks ({', '.join(missing)})"
     for hook, names in _ROUND_LOGIC.items():
-        home = _defining_class(cls, hook)
-        for name in names if home is not None else ():
-            owner = _defining_class(cls, name)
-            if owner is not None and owner is not home and issubclass(owner, home):
-                return (f"{cls.__name__} overrides {name} below {home.__name__}, whose {hook} "
-                        "it would inherit")
+        name = _overridden_below(cls, hook, names)
+        if name is not None:
+            home = _defining_class(cls, hook)
+            assert home is not None
+            return (f"{cls.__name__} overrides {name} below {home.__name__}, whose {hook} "
+                    "it would inherit")
     return None
 
 
@@ -79,6 +111,12 @@ def gaussian_noise(b: BatchedEnv, noise_std: float, dtype: torch.dtype,
     :func:`~torchbandits.envs.base.gaussian_reward` (one ``dtype`` scalar per run, scaled in
     double precision as there)."""
     return b.streams[stream].normal(dtype=dtype).to(b.device, torch.float64) * noise_std
+
+
+def stack_to(rows: Sequence[Tensor], device: torch.device) -> Tensor:
+    """The host tensors ``rows`` (one per run) stacked ``[R, ...]`` on the host and moved to
+    ``device`` with one copy (non-blocking from the CPU to CUDA)."""
+    return to_device(torch.stack(list(rows)), device)
 
 
 def _versions(tensors: Sequence[Tensor]) -> list[int]:
@@ -129,6 +167,8 @@ class BatchedEnv:
         env: the template (left unchanged: the runs are deep copies of it).
         seeds: one seed per run (``R = len(seeds)``).
         chunk: rounds drawn at once by each run's generators.
+        draw_threads: threads that draw a refill of the streams (:class:`RunStreams`; ``None``:
+            its default, threads only for large batches of large draws).
 
     ``candidates()`` is ``[R, A, d]``, ``mean_rewards()`` ``[R, A]``; ``pull(index [R])`` returns
     the rewards ``[R]`` (float64, as the sequential ``pull``'s Python floats) and the
@@ -136,20 +176,36 @@ class BatchedEnv:
     advances every run by one round.
     """
 
-    def __init__(self, env: Any, seeds: Sequence[int], *, chunk: int = 64) -> None:
+    def __init__(self, env: Any, seeds: Sequence[int], *, chunk: int = 64,
+                 draw_threads: int | None = None) -> None:
         reason = why_not_batchable(env)
         if reason is not None:
             raise ValueError(f"{type(env).__name__} cannot be batched: {reason}")
         self.seeds = check_seeds(seeds)
         self.template = env
-        self.copies = _reset_copies(env, self.seeds)
-        self.fields: dict[str, Tensor] = {
-            name: torch.stack([getattr(c, name) for c in self.copies]) for name in env.batch_fields}
-        gens = [c.batch_generators() for c in self.copies]
-        self.streams = {name: RunStreams([g[name] for g in gens], chunk=chunk, device=self.device)
-                        for name in gens[0]}
+        self._copies: list[Any] | None = None
+        self.fields: dict[str, Tensor]
+        if has_batch_reset(env):
+            self.fields, by_name = env.batch_reset(self.seeds)
+        else:
+            self._copies = _reset_copies(env, self.seeds)
+            self.fields = {name: torch.stack([getattr(c, name) for c in self._copies])
+                           for name in env.batch_fields}
+            gens = [c.batch_generators() for c in self._copies]
+            by_name = {name: [g[name] for g in gens] for name in gens[0]}
+        self.streams = {name: RunStreams(g, chunk=chunk, device=self.device,
+                                         draw_threads=draw_threads)
+                        for name, g in by_name.items()}
         self.t = 0
         self._cands, self._means = env.batch_round(self)
+
+    @property
+    def copies(self) -> list[Any]:
+        """Run ``r``'s environment as its ``reset(seeds[r])`` leaves it (copies of the template;
+        made on first use when ``batch_reset`` set the batch up)."""
+        if self._copies is None:
+            self._copies = _reset_copies(self.template, self.seeds)
+        return self._copies
 
     # ------------------------------------------------------------------ shape and place
     @property
@@ -189,8 +245,9 @@ class BatchedEnv:
         return reward, regret
 
     def run_repr(self, r: int) -> str:
-        """``repr`` of run ``r``'s environment (what the sequential runner records)."""
-        return repr(self.copies[r])
+        """``repr`` of run ``r``'s environment (what the sequential runner records; the
+        template's when ``batch_reset`` set the batch up: such a ``repr`` has no seed in it)."""
+        return repr(self.template if self._copies is None else self._copies[r])
 
     def __repr__(self) -> str:
         return f"BatchedEnv({self.template!r}, R={self.n_runs})"

@@ -26,6 +26,7 @@ policies run with the same seed see the same contexts and noise (common random n
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 import torch
@@ -35,7 +36,7 @@ from ..deferred_checks import to_device
 from ..kernels import make_kernel
 from ..validation import check_positive
 from .base import gaussian_reward, joint
-from .batched import BatchedEnv, gaussian_noise
+from .batched import BatchedEnv, gaussian_noise, stack_to
 
 __all__ = [
     "ACTION_GRID",
@@ -126,11 +127,17 @@ class ContextualGridEnv:
         self._cands = joint(ctx, self.actions)
         self._means = self.f(ctx[None], self.actions)[0]
 
+    @staticmethod
+    def _generators(seed: int) -> dict[str, torch.Generator]:
+        """The context and noise generators of ``reset(seed)``."""
+        return {"context": torch.Generator().manual_seed(2 * int(seed) + 1000),
+                "noise": torch.Generator().manual_seed(2 * int(seed) + 1001)}
+
     def reset(self, seed: int) -> None:
         """Restart time with the context and noise streams of ``seed``."""
         self.seed = int(seed)
-        self._g_ctx = torch.Generator().manual_seed(2 * self.seed + 1000)
-        self._g_noise = torch.Generator().manual_seed(2 * self.seed + 1001)
+        gens = self._generators(self.seed)
+        self._g_ctx, self._g_noise = gens["context"], gens["noise"]
         self.t = 0
         self.reference_regret: list[float] = []
         self._draw_context()
@@ -171,15 +178,32 @@ class ContextualGridEnv:
         """
         return {"context": self._g_ctx, "noise": self._g_noise}
 
+    def batch_reset(self, seeds: Sequence[int]) -> tuple[dict[str, Tensor],
+                                                         dict[str, list[torch.Generator]]]:
+        """Every run's ``reset(seeds[r])`` at once: each run's first context drawn on the host
+        from its own generator, the ``[R, d_x]`` contexts moved with one copy, candidates and
+        means made over the batch. Fields ``[R, ...]``, generators per name."""
+        gens = [self._generators(s) for s in seeds]
+        ctx = stack_to([torch.rand(self.context_dim, generator=g["context"], dtype=self.dtype)
+                        for g in gens], self.device)
+        cands, means = self._batch_candidates(ctx)
+        return ({"_cands": cands, "_means": means},
+                {name: [g[name] for g in gens] for name in ("context", "noise")})
+
+    def _batch_candidates(self, ctx: Tensor) -> tuple[Tensor, Tensor]:
+        """Candidates ``[x_r; a]`` ``[R, A, d_x + 1]`` and means ``f(x_r, a)`` ``[R, A]`` of the
+        contexts ``ctx`` ``[R, d_x]``."""
+        acts = self.actions.reshape(1, -1, 1).expand(ctx.shape[0], -1, 1)
+        cands = torch.cat([ctx[:, None, :].expand(-1, acts.shape[1], -1), acts], dim=-1)
+        return cands, self.f(ctx, self.actions)
+
     def batch_round(self, b: BatchedEnv) -> tuple[Tensor, Tensor]:
         """Round ``b.t``: the contexts drawn by ``reset`` first, then one ``U[0,1]^{d_x}`` context
         per run; candidates ``[x_r; a]`` ``[R, A, d_x + 1]``, means ``f(x_r, a)`` ``[R, A]``."""
         if b.t == 0:
             return b.fields["_cands"], b.fields["_means"]
         ctx = b.streams["context"].uniform(self.context_dim, dtype=self.dtype).to(self.device)
-        acts = self.actions.reshape(1, -1, 1).expand(ctx.shape[0], -1, 1)
-        cands = torch.cat([ctx[:, None, :].expand(-1, acts.shape[1], -1), acts], dim=-1)
-        return cands, self.f(ctx, self.actions)
+        return self._batch_candidates(ctx)
 
     def batch_noise(self, b: BatchedEnv, means: Tensor) -> Tensor:
         """Gaussian noise ``[R]`` (float64) for the chosen means ``[R]`` of every run, one draw per run."""

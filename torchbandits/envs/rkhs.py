@@ -12,6 +12,8 @@ the same arm sets and the same noise sequence (common random numbers).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from gpytorch.kernels import Kernel
 from torch import Tensor
@@ -19,7 +21,7 @@ from torch import Tensor
 from ..kernels import kernel_matrix, make_kernel
 from ..validation import check_positive
 from .base import gaussian_reward
-from .batched import BatchedEnv, gaussian_noise
+from .batched import BatchedEnv, gaussian_noise, stack_to
 
 __all__ = ["RKHSFunctionEnv"]
 
@@ -77,18 +79,28 @@ class RKHSFunctionEnv:
     def _rand(self, gen: torch.Generator, *shape: int) -> Tensor:
         return torch.rand(*shape, generator=gen, dtype=self.dtype).to(self.device)
 
+    def _draws(self, seed: int) -> tuple[dict[str, torch.Generator], Tensor, Tensor, Tensor]:
+        """What ``reset(seed)`` draws, on the host: the per-round generators (``arms`` and
+        ``noise``, after the first arm set), the inducing points ``[m, d]``, the weights ``w``
+        ``[m]`` and the first arm set ``[A, d]``."""
+        g_f = torch.Generator().manual_seed(int(seed) * 3 + 0)
+        gens = {"arms": torch.Generator().manual_seed(int(seed) * 3 + 1),
+                "noise": torch.Generator().manual_seed(int(seed) * 3 + 2)}
+        z = torch.rand(self.n_inducing, self.dim, generator=g_f, dtype=self.dtype)
+        w = torch.randn(self.n_inducing, generator=g_f, dtype=self.dtype)
+        arms = torch.rand(self.n_arms, self.dim, generator=gens["arms"], dtype=self.dtype)
+        return gens, z, w, arms
+
     def reset(self, seed: int) -> None:
         """Draw ``f*`` and (for fixed arms) the arm set from ``seed``; restart time."""
         self.seed = int(seed)
-        g_f = torch.Generator().manual_seed(self.seed * 3 + 0)
-        self._g_arms = torch.Generator().manual_seed(self.seed * 3 + 1)
-        self._g_noise = torch.Generator().manual_seed(self.seed * 3 + 2)
-        self.inducing = self._rand(g_f, self.n_inducing, self.dim)
-        w = torch.randn(self.n_inducing, generator=g_f, dtype=self.dtype).to(self.device)
+        gens, z, w, arms = self._draws(self.seed)
+        self._g_arms, self._g_noise = gens["arms"], gens["noise"]
+        self.inducing, w = z.to(self.device), w.to(self.device)
         k_zz = kernel_matrix(self.kernel, self.inducing, self.inducing)
         self.coefficients = w * (self.norm / torch.sqrt(w @ k_zz @ w))
         self.t = 0
-        self._arms = self._rand(self._g_arms, self.n_arms, self.dim)
+        self._arms = arms.to(self.device)
         self._means = self.f(self._arms)
 
     def f(self, x: Tensor) -> Tensor:
@@ -134,14 +146,32 @@ class RKHSFunctionEnv:
         """
         return {"arms": self._g_arms, "noise": self._g_noise}
 
+    def batch_reset(self, seeds: Sequence[int]) -> tuple[dict[str, Tensor],
+                                                         dict[str, list[torch.Generator]]]:
+        """Every run's ``reset(seeds[r])`` at once: the draws per run on the host (its own
+        generators, in ``reset``'s order), stacked and moved with one copy per kind, then
+        ``b_r = B / sqrt(w_rᵀ K_{Z_r Z_r} w_r)`` and the first means over the batch (one
+        batched kernel evaluation each). Fields ``[R, ...]``, generators per name."""
+        gens, zs, ws, arms = zip(*(self._draws(s) for s in seeds), strict=True)
+        z, w, x = (stack_to(t, self.device) for t in (zs, ws, arms))
+        k_zz = kernel_matrix(self.kernel, z, z)                              # [R, m, m]
+        quad = torch.matmul(torch.matmul(w[:, None, :], k_zz), w[:, :, None])[:, 0, 0]
+        coef = w * (self.norm / torch.sqrt(quad))[:, None]
+        fields = {"inducing": z, "coefficients": coef, "_arms": x,
+                  "_means": self._batch_means(x, z, coef)}
+        return fields, {name: [g[name] for g in gens] for name in gens[0]}
+
+    def _batch_means(self, arms: Tensor, z: Tensor, coef: Tensor) -> Tensor:
+        """``f*_r(x) = k(x, Z_r) c_r`` of arms ``[R, A, d]`` → ``[R, A]``."""
+        return (kernel_matrix(self.kernel, arms, z) @ coef[:, :, None])[:, :, 0]
+
     def batch_round(self, b: BatchedEnv) -> tuple[Tensor, Tensor]:
         """Round ``b.t``: the stacked arms of ``reset`` first (every round with fixed arms), then
         a fresh ``U[0,1]^d`` set per run; means ``f*_r(x) = k(x, Z_r) c_r`` ``[R, A]``."""
         if self.fixed_arms or b.t == 0:
             return b.fields["_arms"], b.fields["_means"]
         arms = b.streams["arms"].uniform(self.n_arms, self.dim, dtype=self.dtype).to(self.device)
-        k = kernel_matrix(self.kernel, arms, b.fields["inducing"])
-        return arms, (k @ b.fields["coefficients"][:, :, None])[:, :, 0]
+        return arms, self._batch_means(arms, b.fields["inducing"], b.fields["coefficients"])
 
     def batch_noise(self, b: BatchedEnv, means: Tensor) -> Tensor:
         """Gaussian noise ``[R]`` for the chosen means ``[R]`` of every run, one draw per run."""

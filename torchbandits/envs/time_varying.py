@@ -22,13 +22,14 @@ R-GP-UCB and SW-GP-UCB. Each is a :class:`~torchbandits.envs.time_varying_base.T
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 from gpytorch.kernels import Kernel
 from torch import Tensor
 
 from ..kernels import kernel_matrix
-from .batched import BatchedEnv
+from .batched import BatchedEnv, stack_to
 from .time_varying_base import TimeVaryingRKHSEnv, rkhs_distance
 
 __all__ = [
@@ -50,6 +51,16 @@ def _k_orthonormal(gram: Tensor, a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
     return a, b
 
 
+def _k_orthonormal_batched(gram: Tensor, a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
+    """:func:`_k_orthonormal` of every run: ``gram`` ``[R, m, m]``, ``a``, ``b`` ``[R, m]``."""
+    def inner(u: Tensor, v: Tensor) -> Tensor:   # uᵀ K v per run, [R, 1]
+        return torch.matmul(torch.matmul(u[:, None, :], gram), v[:, :, None])[:, :, 0]
+
+    a = a / torch.sqrt(inner(a, a))
+    b = b - inner(a, b) * a
+    return a, b / torch.sqrt(inner(b, b))
+
+
 class RotatingRKHSEnv(TimeVaryingRKHSEnv):
     """Smooth drift with an exact budget: a rotation in a 2-D subspace of ``H_k``.
 
@@ -69,20 +80,52 @@ class RotatingRKHSEnv(TimeVaryingRKHSEnv):
     def _anchors(self, gen: torch.Generator) -> Tensor:
         return torch.rand(self.n_anchors, self.dim, generator=gen, dtype=self.dtype)
 
-    def _build(self, gen: torch.Generator) -> None:
+    def _omega(self) -> float:
+        """The angle per round ``ω = 2 arcsin(P_T / (2B(T−1)))`` (checks ``P_T ≤ 2B(T−1)``)."""
         budget = 0.0 if self._budget_arg is None else self._budget_arg
         if budget > 2 * self.norm * (self.horizon - 1):
             raise ValueError(f"budget must be <= 2B(T-1) = {2 * self.norm * (self.horizon - 1)}, "
                              f"got {budget}")
-        self.anchors = self._anchors(gen).to(self.device)
-        m = self.anchors.shape[0]
+        return 2.0 * math.asin(budget / (2.0 * self.norm * (self.horizon - 1)))
+
+    def _function_draws(self, gen: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
+        """What ``_build`` draws from ``gen``, on the host: anchors ``[m, d]``, ``a₀``, ``b₀``
+        ``[m]``."""
+        anchors = self._anchors(gen)
+        m = anchors.shape[0]
+        a0 = torch.randn(m, generator=gen, dtype=self.dtype)
+        return anchors, a0, torch.randn(m, generator=gen, dtype=self.dtype)
+
+    def _build(self, gen: torch.Generator) -> None:
+        omega = self._omega()
+        anchors, a0, b0 = self._function_draws(gen)
+        self.anchors = anchors.to(self.device)
         gram = kernel_matrix(self.kernel, self.anchors, self.anchors)
-        a0 = torch.randn(m, generator=gen, dtype=self.dtype).to(self.device)
-        b0 = torch.randn(m, generator=gen, dtype=self.dtype).to(self.device)
-        self.a, self.b = _k_orthonormal(gram, a0, b0)
-        self.omega = 2.0 * math.asin(budget / (2.0 * self.norm * (self.horizon - 1)))
+        self.a, self.b = _k_orthonormal(gram, a0.to(self.device), b0.to(self.device))
+        self.omega = omega
         k_arms = kernel_matrix(self.kernel, self.arms, self.anchors)
         self._fa, self._fb = self.norm * (k_arms @ self.a), self.norm * (k_arms @ self.b)
+
+    def batch_reset(self, seeds: Sequence[int]) -> tuple[dict[str, Tensor],
+                                                         dict[str, list[torch.Generator]]]:
+        """Every run's ``reset(seeds[r])`` at once: each run's arms, anchors, ``a₀`` and ``b₀``
+        drawn on the host from its own generators in ``reset``'s order, stacked and moved with
+        one copy per kind; the ``K_Z``-orthonormalisation and ``F_a = B K_{XZ} a``,
+        ``F_b = B K_{XZ} b`` over the batch. Fields ``[R, ...]``, generators per name."""
+        self._omega()   # the budget check of reset, before any draw
+        arms, anchors, a0, b0, noise = [], [], [], [], []
+        for s in seeds:
+            g_f, g_arms, g_noise = self._generators(s)
+            arms.append(self._make_arms(g_arms))
+            for out, t in zip((anchors, a0, b0), self._function_draws(g_f), strict=True):
+                out.append(t)
+            noise.append(g_noise)
+        x, z, a, b = (stack_to(t, self.device) for t in (arms, anchors, a0, b0))
+        a, b = _k_orthonormal_batched(kernel_matrix(self.kernel, z, z), a, b)
+        k_arms = kernel_matrix(self.kernel, x, z)                             # [R, A, m]
+        fa = self.norm * (k_arms @ a[:, :, None])[:, :, 0]
+        fb = self.norm * (k_arms @ b[:, :, None])[:, :, 0]
+        return {"arms": x, "_fa": fa, "_fb": fb}, {"noise": noise}
 
     @property
     def budget(self) -> float:
@@ -164,7 +207,9 @@ class MovingBumpEnv(TimeVaryingRKHSEnv):
         x1[0, 0] = r
         return float(kernel_matrix(self.kernel, x0, x1)[0, 0])
 
-    def _build(self, gen: torch.Generator) -> None:
+    def _radius_step(self) -> float:
+        """The distance ``r`` the centre moves per round: ``B²(2 − 2k(r)) = (P_T/(T−1))²`` by
+        bisection on the kernel profile (the same for every seed)."""
         budget = 0.0 if self._budget_arg is None else self._budget_arg
         step = budget / (self.horizon - 1)
         target = 1.0 - step * step / (2.0 * self.norm**2)  # required k(c_t, c_{t+1})
@@ -175,30 +220,51 @@ class MovingBumpEnv(TimeVaryingRKHSEnv):
             for _ in range(200):  # k is decreasing in r: bisection on k(r) = target
                 mid = 0.5 * (lo + hi)
                 lo, hi = (mid, hi) if self._kernel_at(mid) > target else (lo, mid)
-        self.radius_step = 0.5 * (lo + hi) if step > 0 else 0.0
+        return 0.5 * (lo + hi) if step > 0 else 0.0
+
+    def _centres(self, gen: torch.Generator, radius_step: float) -> Tensor:
+        """The centres ``[T + 2, d]`` (row ``t − 1`` is ``c_t``) from ``gen``'s draws, on the host."""
         n = self.horizon + 1
         if self.dim == 1:
             start = float(torch.rand((), generator=gen, dtype=self.dtype))
             direction = 1.0 if float(torch.rand((), generator=gen)) < 0.5 else -1.0
             pos = [start]
             for _ in range(n):  # one-off construction of the path
-                nxt = pos[-1] + direction * self.radius_step
+                nxt = pos[-1] + direction * radius_step
                 if not 0.0 <= nxt <= 1.0:
                     direction = -direction
-                    nxt = pos[-1] + direction * self.radius_step
+                    nxt = pos[-1] + direction * radius_step
                 pos.append(nxt)
-            centres = torch.tensor(pos, dtype=self.dtype).reshape(-1, 1)
-        else:
-            rad = 0.3
-            dtheta = 2.0 * math.asin(min(self.radius_step / (2 * rad), 1.0))
-            theta0 = 2 * math.pi * float(torch.rand((), generator=gen, dtype=self.dtype))
-            theta = theta0 + dtheta * torch.arange(n + 1, dtype=self.dtype)
-            centres = torch.full((n + 1, self.dim), 0.5, dtype=self.dtype)
-            centres[:, 0] = 0.5 + rad * torch.cos(theta)
-            centres[:, 1] = 0.5 + rad * torch.sin(theta)
-        self.centres = centres.to(self.device)  # row t−1 is c_t
+            return torch.tensor(pos, dtype=self.dtype).reshape(-1, 1)
+        rad = 0.3
+        dtheta = 2.0 * math.asin(min(radius_step / (2 * rad), 1.0))
+        theta0 = 2 * math.pi * float(torch.rand((), generator=gen, dtype=self.dtype))
+        theta = theta0 + dtheta * torch.arange(n + 1, dtype=self.dtype)
+        centres = torch.full((n + 1, self.dim), 0.5, dtype=self.dtype)
+        centres[:, 0] = 0.5 + rad * torch.cos(theta)
+        centres[:, 1] = 0.5 + rad * torch.sin(theta)
+        return centres
+
+    def _build(self, gen: torch.Generator) -> None:
+        self.radius_step = self._radius_step()
+        self.centres = self._centres(gen, self.radius_step).to(self.device)  # row t−1 is c_t
         diff = self.centres[1:] - self.centres[:-1]  # k(c_t, c_{t+1}) = k(0, c_{t+1} − c_t)
         self._k_cc = kernel_matrix(self.kernel, torch.zeros_like(diff[:1]), diff)[0]
+
+    def batch_reset(self, seeds: Sequence[int]) -> tuple[dict[str, Tensor],
+                                                         dict[str, list[torch.Generator]]]:
+        """Every run's ``reset(seeds[r])`` at once: the step found once per batch (it depends on
+        neither seed nor draw), each run's arms and centre path made on the host from its own
+        generators, stacked and moved with one copy per kind. Fields ``[R, ...]``."""
+        radius = self._radius_step()
+        arms, centres, noise = [], [], []
+        for s in seeds:
+            g_f, g_arms, g_noise = self._generators(s)
+            arms.append(self._make_arms(g_arms))
+            centres.append(self._centres(g_f, radius))
+            noise.append(g_noise)
+        return ({"arms": stack_to(arms, self.device), "centres": stack_to(centres, self.device)},
+                {"noise": noise})
 
     @property
     def budget(self) -> float:

@@ -104,12 +104,16 @@ class TimeVaryingRKHSEnv:
     def _build(self, gen: torch.Generator) -> None:
         raise NotImplementedError
 
+    @staticmethod
+    def _generators(seed: int) -> tuple[torch.Generator, torch.Generator, torch.Generator]:
+        """The function, arm-set and noise generators of ``reset(seed)``."""
+        return tuple(torch.Generator().manual_seed(int(seed) * 3 + i)  # type: ignore[return-value]
+                     for i in range(3))
+
     def reset(self, seed: int) -> None:
         """Draw the function sequence and the arms from ``seed``; restart at round 1."""
         self.seed = int(seed)
-        g_f = torch.Generator().manual_seed(self.seed * 3 + 0)
-        g_arms = torch.Generator().manual_seed(self.seed * 3 + 1)
-        self._g_noise = torch.Generator().manual_seed(self.seed * 3 + 2)
+        g_f, g_arms, self._g_noise = self._generators(self.seed)
         self.arms = self._make_arms(g_arms).to(self.device)
         self._build(g_f)
         self.t = 0
