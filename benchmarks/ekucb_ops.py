@@ -43,7 +43,7 @@ NO_LAUNCH = {"view", "_unsafe_view", "as_strided", "slice", "select", "expand", 
              "split_with_sizes", "chunk", "narrow", "diagonal", "mT", "_conj", "resolve_conj",
              "resolve_neg", "view_as", "unfold", "movedim", "set_", "_local_scalar_dense",
              "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "is_same_size",
-             "is_nonzero", "result_type", "_to_copy_noop"}
+             "is_nonzero", "result_type", "scalar_tensor"}   # a wrapped scalar stays on the host
 
 
 class _Count(TorchDispatchMode):
@@ -95,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--sync-free", action="store_true",
                     help="no compaction on the CPU either (the path a GPU runs)")
+    ap.add_argument("--one-program", action="store_true",
+                    help="the whole batch as one chunk (what a GPU runs; needs this branch)")
     ap.add_argument("--by-op", action="store_true", help="also list the operators of each part")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
@@ -107,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     policy.reset(seed=seeds)
     mode = _Count()
     model, kors = policy.batch_model, policy.batch_kors
+    if args.one_program:
+        model.set_chunk_runs(args.runs)
     for obj, method, part in ((model, "score", "score"), (model, "scored_columns", "columns"),
                               (model, "kernel_columns", "columns"), (model, "append", "append"),
                               (kors, "probability", "kors"), (model, "add_last", "grow"),
@@ -140,7 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     for (part, _), c in mode.counts.items():
         per_part[part] += c
     total = sum(per_part.values())
-    print(f"EK-UCB batched ({'sync-free' if args.sync_free else 'default'} path), Chessboard, "
+    path = ("sync-free" if args.sync_free else "default") + (", one program" if args.one_program
+                                                             else "")
+    print(f"EK-UCB batched ({path} path), Chessboard, "
           f"R = {args.runs}, rounds {args.start + args.rounds}-"
           f"{args.start + 2 * args.rounds} counted ({args.start}-{args.start + args.rounds} timed:"
           f" {1e3 * secs / args.rounds:.2f} ms CPU a round)")

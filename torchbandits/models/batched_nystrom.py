@@ -72,6 +72,27 @@ class BatchedNystrom(BatchedNystromState):
         dtype, device: of all state (float64 by default).
     """
 
+    #: runs per chunk, if set (``None``: :attr:`CHUNK_CPU` on the CPU, the whole batch elsewhere)
+    chunk_runs: int | None = None
+    #: runs per chunk on the CPU, where a chunk of small dictionaries saves arithmetic
+    CHUNK_CPU = 16
+
+    @property
+    def CHUNK(self) -> int:  # type: ignore[override]  # noqa: N802 (the state's class constant)
+        """Runs per chunk: on the CPU :attr:`CHUNK_CPU` (the runs sorted by size, each chunk at
+        its own width: less arithmetic), on a GPU the whole batch — one padded program, since
+        every chunk repeats every launch of a round (:attr:`chunk_runs` overrides both)."""
+        if self.chunk_runs is not None:
+            return self.chunk_runs
+        return self.CHUNK_CPU if self.device.type == "cpu" else self.n_runs
+
+    def set_chunk_runs(self, runs: int | None) -> None:
+        """Set :attr:`chunk_runs` and re-chunk at the exact widths (one host read)."""
+        self.chunk_runs = None if runs is None else max(int(runs), 1)
+        self.refresh_widths()
+
+    _eye: Tensor | None = None
+
     # ------------------------------------------------------------------ queries
     def kernel_columns(self, x: Tensor) -> Tensor:
         """``k_{Z_r}(x_r)`` ``[R, M]`` of one point per run ``x`` ``[R, d]`` (padded anchors give
@@ -141,8 +162,13 @@ class BatchedNystrom(BatchedNystromState):
             check_runs("x must be a candidate of the last select", ~hit.any(-1),
                        lambda r: f"x of run {r} is not a candidate of the last select")
         first = hit.to(torch.int8).argmax(-1)
+        chunks = self.chunks()
+        if len(chunks) == 1 and chunks[0][2] == self._mmax:   # one program: three gathers
+            rows = self._rows(slice(0, x.shape[0]))
+            kz, f, qf = (t[rows, first] for t in last[2][0])
+            return kz, f, qf
         out = x.new_zeros(3, x.shape[0], self._mmax)      # zero beyond each chunk's width
-        for (a, b, mg), col in zip(self.chunks(), last[2], strict=True):
+        for (a, b, mg), col in zip(chunks, last[2], strict=True):
             if mg:
                 rows, pick = self._rows(slice(0, b - a)), first[a:b]
                 for j, t in enumerate(col):
@@ -217,8 +243,10 @@ class BatchedNystrom(BatchedNystromState):
     def _guard(self, idx: slice | Tensor, omega: Tensor, want: Tensor) -> Tensor:
         """The ``min_residual`` guard of the runs ``idx`` that want the last point as an anchor:
         the mask of those with ``ω > min_residual·k(z,z)``; the others are counted refused."""
-        z = self._x[idx, self._n - 1]
-        ok = want & (omega > self.min_residual * self._k.diag(z))
+        if self._k.const is not None:      # k(z, z) a constant: no kernel diagonal to launch
+            ok = want & (omega > self.min_residual * self._k.const)
+        else:
+            ok = want & (omega > self.min_residual * self._k.diag(self._x[idx, self._n - 1]))
         self._refused[idx] += (want & ~ok).to(self._refused.dtype)
         return ok
 
@@ -231,11 +259,22 @@ class BatchedNystrom(BatchedNystromState):
             rows = self._row_cache[key] = torch.arange(idx.start, idx.stop, device=self.device)
         return rows
 
+    def _flags(self, idx: slice | Tensor, bad: Tensor) -> Tensor:
+        """Per-run flags ``[R]`` of the runs ``idx`` (``bad`` ``[k]``), false elsewhere."""
+        if isinstance(idx, slice) and idx.start == 0 and idx.stop == self.n_runs:
+            return bad
+        return torch.zeros(self.n_runs, dtype=torch.bool, device=self.device).index_put_(
+            (self._rows(idx),), bad)
+
     def _border(self, idx: slice | Tensor, f: Tensor, omega: Tensor, ok: Tensor, w: int
                 ) -> Tensor:
         """:meth:`add_last` of the runs ``idx`` (a slice: views written in place; a LongTensor:
         blocks gathered and written back) at width ``w``, where ``ok`` (guarded) holds; ``f``
-        ``[k, w]``."""
+        ``[k, w]``. ``Q`` is bordered as one rank-one update of its ``[w+1, w+1]`` block:
+        ``Q ← Q + u uᵀ/s`` with ``u = Qb − e_pos`` (``Qb`` ``[k, w]`` is zero from ``pos`` on,
+        padded to ``w + 1``), which
+        writes ``Q + Qb bᵀQ/s``, the border ``−Qb/s`` and the corner ``1/s`` at once (the same
+        numbers as the three writes; ``1/s = 0`` where refused: nothing changes)."""
         n, lam = self._n, self.lam
         rows = self._rows(idx)
         k = rows.shape[0]
@@ -243,7 +282,7 @@ class BatchedNystrom(BatchedNystromState):
         okf = ok.to(self.dtype)
         d = torch.sqrt(torch.where(ok, omega, 1.0))
         pos = self._m[idx]
-        ar = torch.arange(k, device=self.device)
+        ar = self._rows(slice(0, k))
         p = self._p[idx, : w + 1, : w + 1]
         q = self._q[idx, : w + 1, : w + 1]
         row = -(p[:, :w, :w].mT @ f[..., None])[..., 0] / d[:, None] * okf[:, None]  # −Pᵀf/d
@@ -254,17 +293,12 @@ class BatchedNystrom(BatchedNystromState):
         b = (e_old.mT @ ce[..., None])[..., 0]                               # Eᵀ C e [k, w]
         qb = (q[:, :w, :w] @ b[..., None])[..., 0]  # the sequential model's orientations (rounding)
         schur = (e_new * ce).sum(-1) + lam - (b * qb).sum(-1)
-        bad = ok & ~(schur > 0)
         check_runs("add_last: a Schur complement must be positive",
-                   torch.zeros(self.n_runs, dtype=torch.bool, device=self.device).index_put_(
-                       (rows,), bad), lambda r: f"add_last: a Schur complement is not positive "
-                                                f"(run {r})")
+                   self._flags(idx, ok & ~(schur > 0)),
+                   lambda r: f"add_last: a Schur complement is not positive (run {r})")
         inv_s = okf / torch.where(ok, schur, 1.0)                            # 0 where refused
-        q[:, :w, :w].addcmul_(qb[:, :, None], (qb * inv_s[:, None])[:, None, :])
-        border = -qb * inv_s[:, None]
-        q[ar, pos, :w] = border
-        q[ar, :w, pos] = border
-        q[ar, pos, pos] = inv_s
+        u = torch.nn.functional.pad(qb, (0, 1)) - self._unit(pos, w + 1)     # Qb − e_pos
+        q.addcmul_(u[:, :, None], (u * inv_s[:, None])[:, None, :])
         p[ar, pos, :w] = row
         p[ar, pos, pos] = okf / d
         if isinstance(idx, Tensor):
@@ -276,6 +310,15 @@ class BatchedNystrom(BatchedNystromState):
         self._logdet[idx] += torch.log(torch.where(ok, schur, 1.0))
         self._m[idx] = pos + ok.to(pos.dtype)
         return ok
+
+    def _unit(self, pos: Tensor, width: int) -> Tensor:
+        """Unit rows ``e_pos`` ``[k, width]`` (one gather from a cached identity)."""
+        eye = self._eye
+        if eye is None or eye.shape[0] < width or eye.device != self.device \
+                or eye.dtype != self.dtype:
+            eye = self._eye = torch.eye(max(width, 2 * self._p.shape[1]), dtype=self.dtype,
+                                        device=self.device)
+        return eye[:width, :width][pos]
 
     @torch.no_grad()
     def rebuild(self, dictionary: Tensor, sizes: Tensor, x: Tensor, target_sums: Tensor,
