@@ -78,7 +78,7 @@ class BatchedNystrom(BatchedNystromState):
     CHUNK_CPU = 16
 
     @property
-    def CHUNK(self) -> int:  # type: ignore[override]  # noqa: N802 (the state's class constant)
+    def CHUNK(self) -> int:  # type: ignore[override]  # (the state's class constant)
         """Runs per chunk: on the CPU :attr:`CHUNK_CPU` (the runs sorted by size, each chunk at
         its own width: less arithmetic), on a GPU the whole batch — one padded program, since
         every chunk repeats every launch of a round (:attr:`chunk_runs` overrides both)."""

@@ -288,13 +288,12 @@ class EKUCBBatchMixin(BatchModeMixin):
             chunks = model.chunks()
             f, omega = model.append(xv, y, cols)
             p = torch.where(first, 1.0, kors.probability(kz, kss, chunks))
-            need = ~first & (p < 1.0)
+            need = p < 1.0                 # a first point has p̃ = 1: no coin, accepted
             coin = self._to_slots(coins.draw(self._to_runs(need))).to(p)
-            accept = first | (p >= 1.0) | (need & (coin < p))
+            accept = (p >= 1.0) | (coin < p)   # coin < p only where drawn (p̃ < 1)
             stats = self._batch_stats
-            later = (~first).to(p)
-            stats["sum_p"].add_(p * later)
-            stats["sum_pq"].add_(p * (1.0 - p) * later)
+            stats["sum_p"].add_(p.masked_fill(first, 0.0))
+            stats["sum_pq"].add_(p * (1.0 - p))   # 0 at a first point (p̃ = 1)
             stats["last_p"] = p
             if self._compacts():   # CPU: one read, only the accepting runs are bordered
                 runs = accept.nonzero()[:, 0]
