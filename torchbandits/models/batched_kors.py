@@ -115,7 +115,10 @@ class BatchedKORS(ResizableModule):
         if isinstance(idx, Tensor):
             self._nz[idx, : w + 1, : w + 1] = nz
         self._p[rows, pos] = p * okf
-        self._m[idx] = pos + ok.to(pos.dtype)
+        if isinstance(idx, Tensor):
+            self._m[idx] = pos + ok
+        else:
+            pos.add_(ok)          # a view of the sizes
 
     def _arange(self, start: int, stop: int) -> Tensor:
         """``arange(start, stop)`` on the device (cached)."""

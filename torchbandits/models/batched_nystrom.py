@@ -247,7 +247,7 @@ class BatchedNystrom(BatchedNystromState):
             ok = want & (omega > self.min_residual * self._k.const)
         else:
             ok = want & (omega > self.min_residual * self._k.diag(self._x[idx, self._n - 1]))
-        self._refused[idx] += (want & ~ok).to(self._refused.dtype)
+        self._refused[idx] += want & ~ok
         return ok
 
     def _rows(self, idx: slice | Tensor) -> Tensor:
@@ -280,12 +280,12 @@ class BatchedNystrom(BatchedNystromState):
         k = rows.shape[0]
         z = self._x[idx, n - 1]                                              # [k, d]
         okf = ok.to(self.dtype)
-        d = torch.sqrt(torch.where(ok, omega, 1.0))
+        d = torch.sqrt(torch.where(ok, omega, math.inf))   # ∞ where refused: zero row and column
         pos = self._m[idx]
         ar = self._rows(slice(0, k))
         p = self._p[idx, : w + 1, : w + 1]
         q = self._q[idx, : w + 1, : w + 1]
-        row = -(p[:, :w, :w].mT @ f[..., None])[..., 0] / d[:, None] * okf[:, None]  # −Pᵀf/d
+        row = -(p[:, :w, :w].mT @ f[..., None])[..., 0] / d[:, None]        # −Pᵀf/d
         e_old = self._e[idx, :n, :w]
         gs = self._k.block(self._x[idx, :n], z[:, None])[..., 0]             # k_S(z) [k, n]
         e_new = (gs - (e_old @ f[..., None])[..., 0]) / d[:, None]           # [k, n]
@@ -304,11 +304,14 @@ class BatchedNystrom(BatchedNystromState):
         if isinstance(idx, Tensor):
             self._p[idx, : w + 1, : w + 1] = p
             self._q[idx, : w + 1, : w + 1] = q
-        self._g[rows, pos] = (e_new * self._s[idx, :n]).sum(-1) * okf
-        self._e[rows, :n, pos] = e_new * okf[:, None]
+        self._g[rows, pos] = (e_new * self._s[idx, :n]).sum(-1)
+        self._e[rows, :n, pos] = e_new
         self._z[rows, pos] = torch.where(ok[:, None], z, 0.0)
         self._logdet[idx] += torch.log(torch.where(ok, schur, 1.0))
-        self._m[idx] = pos + ok.to(pos.dtype)
+        if isinstance(idx, Tensor):
+            self._m[idx] = pos + ok
+        else:
+            pos.add_(ok)          # a view of the sizes
         return ok
 
     def _unit(self, pos: Tensor, width: int) -> Tensor:
