@@ -95,8 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--sync-free", action="store_true",
                     help="no compaction on the CPU either (the path a GPU runs)")
-    ap.add_argument("--one-program", action="store_true",
-                    help="the whole batch as one chunk (what a GPU runs; needs this branch)")
+    ap.add_argument("--chunk-runs", type=int, default=None,
+                    help="runs per chunk (the runs: one padded program, what a GPU runs; "
+                         "default: the device's)")
     ap.add_argument("--by-op", action="store_true", help="also list the operators of each part")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
@@ -109,8 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     policy.reset(seed=seeds)
     mode = _Count()
     model, kors = policy.batch_model, policy.batch_kors
-    if args.one_program:
-        model.set_chunk_runs(args.runs)
+    if args.chunk_runs is not None:
+        model.set_chunk_runs(args.chunk_runs)
     for obj, method, part in ((model, "score", "score"), (model, "scored_columns", "columns"),
                               (model, "kernel_columns", "columns"), (model, "append", "append"),
                               (kors, "probability", "kors"), (model, "add_last", "grow"),
@@ -144,8 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     for (part, _), c in mode.counts.items():
         per_part[part] += c
     total = sum(per_part.values())
-    path = ("sync-free" if args.sync_free else "default") + (", one program" if args.one_program
-                                                             else "")
+    path = ("sync-free" if args.sync_free else "default") + (
+        "" if args.chunk_runs is None else f", {args.chunk_runs} runs a chunk")
     print(f"EK-UCB batched ({path} path), Chessboard, "
           f"R = {args.runs}, rounds {args.start + args.rounds}-"
           f"{args.start + 2 * args.rounds} counted ({args.start}-{args.start + args.rounds} timed:"

@@ -40,7 +40,10 @@ at its own width ``M_g ≥ max m_r`` over the chunk (``[:M_g]`` slices, exact by
 a host-side bound, so no round reads the sizes: exact after
 :meth:`~BatchedNystromState.refresh_widths`, one more per masked growth);
 :meth:`~BatchedNystromState.permute` reorders the runs (EK-UCB keeps them sorted by dictionary
-size), so the work is ``Σ_g k_g·M_g²`` instead of ``R·M²``. The storage is in
+size), so the work is ``Σ_g k_g·M_g²`` instead of ``R·M²``. That pays on the CPU, where a
+round is bound by arithmetic; on a GPU, where it is bound by launches (each chunk repeats every
+operator of a round), the whole batch is one chunk — one padded program
+(:attr:`BatchedNystrom.CHUNK`; :meth:`BatchedNystrom.set_chunk_runs` overrides). The storage is in
 :mod:`~torchbandits.models.batched_nystrom_state`; :class:`~torchbandits.models.batched_kors.BatchedKORS`
 holds the KORS sampler of EK-UCB the same way.
 The numbers equal the sequential model's up to rounding (batched products may sum in another order).
