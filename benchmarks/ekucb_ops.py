@@ -11,7 +11,10 @@ and metadata (``view``, ``slice``, ``select``, ``expand``, ``transpose``, ``unsq
 candidate's columns), ``append``, ``kors`` (the KORS probabilities), ``grow`` (the dictionary
 growth of the posterior and of KORS), ``policy`` (the rest of select/update: coins, statistics,
 run order), ``env`` (candidates, rewards, the runner's gathers). Also prints the CPU seconds per
-round of the same rounds, unprofiled (one thread).
+round of the same rounds, unprofiled (one thread; with ``--device cuda`` the counts are those
+the GPU launches, and the milliseconds the host's CPU time, not the GPU's).
+
+    python benchmarks/ekucb_ops.py --sync-free --chunk-runs 64   # the GPU's path, on the CPU
 """
 
 from __future__ import annotations
