@@ -7,6 +7,7 @@ bad input changes nothing; ``state_dict`` round trip mid-batch; the CLI's ``--ba
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from pathlib import Path
 
@@ -232,9 +233,11 @@ def test_runs_sorted_by_dictionary_size_still_equal_the_sequential_runs() -> Non
     assert torch.equal(fresh.diagnostics()["dict_size"], policy.diagnostics()["dict_size"])
 
 
-def test_sync_free_rounds_read_the_host_only_at_the_size_checks() -> None:
+@pytest.mark.parametrize("chunk_runs", [None, 20])
+def test_sync_free_rounds_read_the_host_only_at_the_size_checks(chunk_runs: int | None) -> None:
     """``cpu_compact_above = None``: every round grows the dictionaries by masked writes, also on
-    the CPU. R = 20 (two chunks), 140 rounds, every ``select`` and every ``update`` under the
+    the CPU. R = 20 (two chunks of 16 and 4, or — ``chunk_runs = 20``, what a GPU runs — one
+    padded program, unsorted), 140 rounds, every ``select`` and every ``update`` under the
     host-read guard of ``tests/experiments/test_batch_sync_free.py`` except the updates of the
     size checks (rounds 63 and 127: the documented read of the widths and the re-sort); run
     ``r`` equals the sequential run (actions, dictionary sizes, refusals)."""
@@ -248,6 +251,8 @@ def test_sync_free_rounds_read_the_host_only_at_the_size_checks() -> None:
     policy = make_policy("ekucb", env)
     policy.cpu_compact_above = None
     policy.reset(seed=seeds)
+    policy.batch_model.set_chunk_runs(chunk_runs)
+    assert len(policy.batch_model.chunks()) == (1 if chunk_runs else 2)
     benv = BatchedEnv(env, seeds)
     actions, sizes = [], []
     with deferred_checks() as checks:
@@ -268,9 +273,58 @@ def test_sync_free_rounds_read_the_host_only_at_the_size_checks() -> None:
             sizes.append(policy.diagnostics()["dict_size"])
         checks.raise_if_failed(seeds)
     assert policy.batch_model.max_size >= int(policy.batch_model.sizes.max())
+    if chunk_runs:
+        assert policy._perm is None      # one program: never re-sorted
     acts, dict_sizes = torch.stack(actions, 1).tolist(), torch.stack(sizes, 1).tolist()
     for r, s in enumerate(seeds):
         seq = simulate(make_policy("ekucb", env), env, horizon, s)
         assert acts[r] == seq.actions
         assert dict_sizes[r] == seq.diagnostics["dict_size"]
         assert policy.diagnostics()["refused"][r] == seq.diagnostics["refused"][-1]
+
+
+def test_one_padded_program_launches_fewer_operators_than_chunks() -> None:
+    """The chunk policy: 16 runs a chunk on the CPU, the whole batch as one program when
+    ``chunk_runs`` says so (the default off the CPU). R = 64 sync-free rounds past a few
+    anchors: one program launches under half the operators of four chunks (counted as the
+    backend sees them, views left out), at most 200 a round; the same actions either way."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from torchbandits.batching import deferred_checks
+
+    class Count(TorchDispatchMode):
+        skip = frozenset({"view", "_unsafe_view", "as_strided", "slice", "select", "expand", "transpose",
+                "t", "unsqueeze", "squeeze", "alias", "empty", "empty_like", "empty_strided",
+                "detach", "lift_fresh", "_reshape_alias", "reshape", "unbind", "diagonal",
+                "scalar_tensor", "_local_scalar_dense"})
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            self.n += func.overloadpacket.__name__ not in self.skip
+            return func(*args, **(kwargs or {}))
+
+    env = make_env("chessboard")
+    seeds = list(range(64))
+    counts, acts = [], []
+    for chunk_runs in (None, 64):
+        policy = make_policy("ekucb", env)
+        policy.cpu_compact_above = None
+        policy.reset(seed=seeds)
+        assert policy.batch_model.CHUNK == 16
+        policy.batch_model.set_chunk_runs(chunk_runs)
+        benv = BatchedEnv(env, seeds)
+        count, played = Count(), []
+        with deferred_checks() as checks:
+            checks.inputs_checked = True
+            for t in range(40):
+                cand = benv.candidates()
+                with count if t >= 30 else contextlib.nullcontext():
+                    idx = policy.select(cand)
+                    x = cand.gather(1, idx[:, None, None].expand(-1, 1, cand.shape[2]))[:, 0]
+                    reward, _ = benv.pull(idx)
+                    policy.update(x, reward)
+                played.append(idx)
+        counts.append(count.n / 10)
+        acts.append(torch.stack(played))
+    assert torch.equal(acts[0], acts[1])
+    assert counts[1] <= 200 and counts[1] < 0.5 * counts[0], counts

@@ -35,6 +35,7 @@ class BatchedKORS(ResizableModule):
         self.register_buffer("_nz", torch.zeros(r, 16, 16, dtype=dtype, device=device))
         self.register_buffer("_p", torch.zeros(r, 16, dtype=dtype, device=device))
         self.register_buffer("_m", torch.zeros(r, dtype=torch.long, device=device))
+        self._cache: dict[Any, Tensor] = {}   # aranges and an identity on the device
 
     @property
     def sizes(self) -> Tensor:
@@ -92,29 +93,49 @@ class BatchedKORS(ResizableModule):
     def _border(self, idx: slice | Tensor, kz: Tensor, kss: Tensor, p: Tensor, ok: Tensor,
                 w: int) -> None:
         """:meth:`add` of the runs ``idx`` (a slice: views written in place; a LongTensor:
-        gathered and written back) at width ``w``."""
-        k = kz.shape[0]
+        gathered and written back) at width ``w``. ``N`` is bordered as one rank-one update of
+        its ``[w+1, w+1]`` block, ``N ← N + u uᵀ/s`` with ``u = N k_Z − e_pos`` (``N k_Z`` is
+        zero from ``pos`` on): the update ``N k_Z k_Zᵀ N/s``, the border ``−N k_Z/s`` and the
+        corner ``1/s`` in one write, the same numbers as three (``1/s = 0`` where refused)."""
+        k, r = kz.shape[0], self._m.shape[0]
         okf = ok.to(kz.dtype)
         pos = self._m[idx]
-        ar = torch.arange(k, device=kz.device)
-        rows = idx if isinstance(idx, Tensor) else ar + idx.start
+        rows = idx if isinstance(idx, Tensor) else self._arange(idx.start, idx.stop)
         nz = self._nz[idx, : w + 1, : w + 1]
         q = (nz[:, :w, :w] @ kz[..., None])[..., 0]          # N k_Z
         s = kss + self.mu * p - (kz * q).sum(-1)
-        check_runs("KORS add: a Schur complement must be positive",
-                   torch.zeros(self._m.shape[0], dtype=torch.bool, device=kz.device).index_put_(
-                       (rows,), ok & ~(s > 0)),
+        bad = ok & ~(s > 0)
+        if k != r:
+            bad = torch.zeros(r, dtype=torch.bool, device=kz.device).index_put_((rows,), bad)
+        check_runs("KORS add: a Schur complement must be positive", bad,
                    lambda r: f"KORS add: a Schur complement is not positive (run {r})")
         inv_s = okf / torch.where(ok, s, 1.0)                 # 0 where not accepted
-        nz[:, :w, :w].addcmul_(q[:, :, None], (q * inv_s[:, None])[:, None, :])
-        border = -q * inv_s[:, None]
-        nz[ar, pos, :w] = border
-        nz[ar, :w, pos] = border
-        nz[ar, pos, pos] = inv_s
+        u = torch.nn.functional.pad(q, (0, 1)) - self._unit(pos, w + 1)
+        nz.addcmul_(u[:, :, None], (u * inv_s[:, None])[:, None, :])
         if isinstance(idx, Tensor):
             self._nz[idx, : w + 1, : w + 1] = nz
         self._p[rows, pos] = p * okf
-        self._m[idx] = pos + ok.to(pos.dtype)
+        if isinstance(idx, Tensor):
+            self._m[idx] = pos + ok
+        else:
+            pos.add_(ok)          # a view of the sizes
+
+    def _arange(self, start: int, stop: int) -> Tensor:
+        """``arange(start, stop)`` on the device (cached)."""
+        key = (start, stop)
+        got = self._cache.get(key)
+        if got is None or got.device != self._m.device:
+            got = self._cache[key] = torch.arange(start, stop, device=self._m.device)
+        return got
+
+    def _unit(self, pos: Tensor, width: int) -> Tensor:
+        """Unit rows ``e_pos`` ``[k, width]`` (one gather from a cached identity)."""
+        eye = self._cache.get("eye")
+        nz = self._nz
+        if eye is None or eye.shape[0] < width or eye.device != nz.device or eye.dtype != nz.dtype:
+            eye = self._cache["eye"] = torch.eye(max(width, 2 * nz.shape[1]), dtype=nz.dtype,
+                                                 device=nz.device)
+        return eye[:width, :width][pos]
 
     def permute(self, order: Tensor) -> None:
         """Reorder the runs: new run ``i`` is old run ``order[i]``."""

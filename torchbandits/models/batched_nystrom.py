@@ -40,7 +40,10 @@ at its own width ``M_g ≥ max m_r`` over the chunk (``[:M_g]`` slices, exact by
 a host-side bound, so no round reads the sizes: exact after
 :meth:`~BatchedNystromState.refresh_widths`, one more per masked growth);
 :meth:`~BatchedNystromState.permute` reorders the runs (EK-UCB keeps them sorted by dictionary
-size), so the work is ``Σ_g k_g·M_g²`` instead of ``R·M²``. The storage is in
+size), so the work is ``Σ_g k_g·M_g²`` instead of ``R·M²``. That pays on the CPU, where a
+round is bound by arithmetic; on a GPU, where it is bound by launches (each chunk repeats every
+operator of a round), the whole batch is one chunk — one padded program
+(:attr:`BatchedNystrom.CHUNK`; :meth:`BatchedNystrom.set_chunk_runs` overrides). The storage is in
 :mod:`~torchbandits.models.batched_nystrom_state`; :class:`~torchbandits.models.batched_kors.BatchedKORS`
 holds the KORS sampler of EK-UCB the same way.
 The numbers equal the sequential model's up to rounding (batched products may sum in another order).
@@ -71,6 +74,27 @@ class BatchedNystrom(BatchedNystromState):
         min_residual: :meth:`add_last` refuses an anchor with ``ω ≤ min_residual·k(z,z)``.
         dtype, device: of all state (float64 by default).
     """
+
+    #: runs per chunk, if set (``None``: :attr:`CHUNK_CPU` on the CPU, the whole batch elsewhere)
+    chunk_runs: int | None = None
+    #: runs per chunk on the CPU, where a chunk of small dictionaries saves arithmetic
+    CHUNK_CPU = 16
+
+    @property
+    def CHUNK(self) -> int:  # type: ignore[override]  # (the state's class constant)
+        """Runs per chunk: on the CPU :attr:`CHUNK_CPU` (the runs sorted by size, each chunk at
+        its own width: less arithmetic), on a GPU the whole batch — one padded program, since
+        every chunk repeats every launch of a round (:attr:`chunk_runs` overrides both)."""
+        if self.chunk_runs is not None:
+            return self.chunk_runs
+        return self.CHUNK_CPU if self.device.type == "cpu" else self.n_runs
+
+    def set_chunk_runs(self, runs: int | None) -> None:
+        """Set :attr:`chunk_runs` and re-chunk at the exact widths (one host read)."""
+        self.chunk_runs = None if runs is None else max(int(runs), 1)
+        self.refresh_widths()
+
+    _eye: Tensor | None = None
 
     # ------------------------------------------------------------------ queries
     def kernel_columns(self, x: Tensor) -> Tensor:
@@ -141,8 +165,13 @@ class BatchedNystrom(BatchedNystromState):
             check_runs("x must be a candidate of the last select", ~hit.any(-1),
                        lambda r: f"x of run {r} is not a candidate of the last select")
         first = hit.to(torch.int8).argmax(-1)
+        chunks = self.chunks()
+        if len(chunks) == 1 and chunks[0][2] == self._mmax:   # one program: three gathers
+            rows = self._rows(slice(0, x.shape[0]))
+            kz, f, qf = (t[rows, first] for t in last[2][0])
+            return kz, f, qf
         out = x.new_zeros(3, x.shape[0], self._mmax)      # zero beyond each chunk's width
-        for (a, b, mg), col in zip(self.chunks(), last[2], strict=True):
+        for (a, b, mg), col in zip(chunks, last[2], strict=True):
             if mg:
                 rows, pick = self._rows(slice(0, b - a)), first[a:b]
                 for j, t in enumerate(col):
@@ -217,9 +246,11 @@ class BatchedNystrom(BatchedNystromState):
     def _guard(self, idx: slice | Tensor, omega: Tensor, want: Tensor) -> Tensor:
         """The ``min_residual`` guard of the runs ``idx`` that want the last point as an anchor:
         the mask of those with ``ω > min_residual·k(z,z)``; the others are counted refused."""
-        z = self._x[idx, self._n - 1]
-        ok = want & (omega > self.min_residual * self._k.diag(z))
-        self._refused[idx] += (want & ~ok).to(self._refused.dtype)
+        if self._k.const is not None:      # k(z, z) a constant: no kernel diagonal to launch
+            ok = want & (omega > self.min_residual * self._k.const)
+        else:
+            ok = want & (omega > self.min_residual * self._k.diag(self._x[idx, self._n - 1]))
+        self._refused[idx] += want & ~ok
         return ok
 
     def _rows(self, idx: slice | Tensor) -> Tensor:
@@ -231,22 +262,33 @@ class BatchedNystrom(BatchedNystromState):
             rows = self._row_cache[key] = torch.arange(idx.start, idx.stop, device=self.device)
         return rows
 
+    def _flags(self, idx: slice | Tensor, bad: Tensor) -> Tensor:
+        """Per-run flags ``[R]`` of the runs ``idx`` (``bad`` ``[k]``), false elsewhere."""
+        if isinstance(idx, slice) and idx.start == 0 and idx.stop == self.n_runs:
+            return bad
+        return torch.zeros(self.n_runs, dtype=torch.bool, device=self.device).index_put_(
+            (self._rows(idx),), bad)
+
     def _border(self, idx: slice | Tensor, f: Tensor, omega: Tensor, ok: Tensor, w: int
                 ) -> Tensor:
         """:meth:`add_last` of the runs ``idx`` (a slice: views written in place; a LongTensor:
         blocks gathered and written back) at width ``w``, where ``ok`` (guarded) holds; ``f``
-        ``[k, w]``."""
+        ``[k, w]``. ``Q`` is bordered as one rank-one update of its ``[w+1, w+1]`` block:
+        ``Q ← Q + u uᵀ/s`` with ``u = Qb − e_pos`` (``Qb`` ``[k, w]`` is zero from ``pos`` on,
+        padded to ``w + 1``), which
+        writes ``Q + Qb bᵀQ/s``, the border ``−Qb/s`` and the corner ``1/s`` at once (the same
+        numbers as the three writes; ``1/s = 0`` where refused: nothing changes)."""
         n, lam = self._n, self.lam
         rows = self._rows(idx)
         k = rows.shape[0]
         z = self._x[idx, n - 1]                                              # [k, d]
         okf = ok.to(self.dtype)
-        d = torch.sqrt(torch.where(ok, omega, 1.0))
+        d = torch.sqrt(torch.where(ok, omega, math.inf))   # ∞ where refused: zero row and column
         pos = self._m[idx]
-        ar = torch.arange(k, device=self.device)
+        ar = self._rows(slice(0, k))
         p = self._p[idx, : w + 1, : w + 1]
         q = self._q[idx, : w + 1, : w + 1]
-        row = -(p[:, :w, :w].mT @ f[..., None])[..., 0] / d[:, None] * okf[:, None]  # −Pᵀf/d
+        row = -(p[:, :w, :w].mT @ f[..., None])[..., 0] / d[:, None]        # −Pᵀf/d
         e_old = self._e[idx, :n, :w]
         gs = self._k.block(self._x[idx, :n], z[:, None])[..., 0]             # k_S(z) [k, n]
         e_new = (gs - (e_old @ f[..., None])[..., 0]) / d[:, None]           # [k, n]
@@ -254,28 +296,35 @@ class BatchedNystrom(BatchedNystromState):
         b = (e_old.mT @ ce[..., None])[..., 0]                               # Eᵀ C e [k, w]
         qb = (q[:, :w, :w] @ b[..., None])[..., 0]  # the sequential model's orientations (rounding)
         schur = (e_new * ce).sum(-1) + lam - (b * qb).sum(-1)
-        bad = ok & ~(schur > 0)
         check_runs("add_last: a Schur complement must be positive",
-                   torch.zeros(self.n_runs, dtype=torch.bool, device=self.device).index_put_(
-                       (rows,), bad), lambda r: f"add_last: a Schur complement is not positive "
-                                                f"(run {r})")
+                   self._flags(idx, ok & ~(schur > 0)),
+                   lambda r: f"add_last: a Schur complement is not positive (run {r})")
         inv_s = okf / torch.where(ok, schur, 1.0)                            # 0 where refused
-        q[:, :w, :w].addcmul_(qb[:, :, None], (qb * inv_s[:, None])[:, None, :])
-        border = -qb * inv_s[:, None]
-        q[ar, pos, :w] = border
-        q[ar, :w, pos] = border
-        q[ar, pos, pos] = inv_s
+        u = torch.nn.functional.pad(qb, (0, 1)) - self._unit(pos, w + 1)     # Qb − e_pos
+        q.addcmul_(u[:, :, None], (u * inv_s[:, None])[:, None, :])
         p[ar, pos, :w] = row
         p[ar, pos, pos] = okf / d
         if isinstance(idx, Tensor):
             self._p[idx, : w + 1, : w + 1] = p
             self._q[idx, : w + 1, : w + 1] = q
-        self._g[rows, pos] = (e_new * self._s[idx, :n]).sum(-1) * okf
-        self._e[rows, :n, pos] = e_new * okf[:, None]
+        self._g[rows, pos] = (e_new * self._s[idx, :n]).sum(-1)
+        self._e[rows, :n, pos] = e_new
         self._z[rows, pos] = torch.where(ok[:, None], z, 0.0)
         self._logdet[idx] += torch.log(torch.where(ok, schur, 1.0))
-        self._m[idx] = pos + ok.to(pos.dtype)
+        if isinstance(idx, Tensor):
+            self._m[idx] = pos + ok
+        else:
+            pos.add_(ok)          # a view of the sizes
         return ok
+
+    def _unit(self, pos: Tensor, width: int) -> Tensor:
+        """Unit rows ``e_pos`` ``[k, width]`` (one gather from a cached identity)."""
+        eye = self._eye
+        if eye is None or eye.shape[0] < width or eye.device != self.device \
+                or eye.dtype != self.dtype:
+            eye = self._eye = torch.eye(max(width, 2 * self._p.shape[1]), dtype=self.dtype,
+                                        device=self.device)
+        return eye[:width, :width][pos]
 
     @torch.no_grad()
     def rebuild(self, dictionary: Tensor, sizes: Tensor, x: Tensor, target_sums: Tensor,

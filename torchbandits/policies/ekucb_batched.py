@@ -4,25 +4,26 @@ KORS-grown dictionary, stepped together.
 ``reset(seed=[s_1, …, s_R])`` starts a batch: the ``R`` posteriors are one
 :class:`~torchbandits.models.batched_nystrom.BatchedNystrom` and the ``R`` samplers one
 :class:`~torchbandits.models.batched_kors.BatchedKORS`, dictionaries padded to a common capacity
-(sizes ``[R]``; padded rows of the whitening factor and of the inverses are zero, so padded
-anchors are exact no-ops). A round: ``select(candidates [R, A, d])`` scores all runs with one
-batched kernel block and two batched products per chunk of runs (``LongTensor [R]``, first index
-on ties); ``update(x [R, d], reward [R])`` appends to every run, computes every run's KORS
-probability, hands out the coins of the runs with ``p̃ < 1`` from their own streams
+(sizes ``[R]``; padded rows of the whitening factor and of the inverses are zero, so padded anchors
+are exact no-ops). A round: ``select(candidates [R, A, d])`` scores all runs with one batched kernel
+block and two batched products per chunk of runs — 16 runs sorted by dictionary size on the CPU, the
+whole batch as one padded program on a GPU (:attr:`BatchedNystrom.CHUNK`) — (``LongTensor [R]``,
+first index on ties); ``update(x [R, d], reward [R])`` appends to every run, computes every run's
+KORS probability, hands out the coins of the runs with ``p̃ < 1`` from their own streams
 (:class:`RunCoins`, exactly the sequential draws) and grows the dictionaries of the accepted runs
 that pass the ``min_residual`` guard. Run ``r`` plays what the sequential EK-UCB reset with
 ``seed=s_r`` plays.
 
-**No host read inside a round** (a synchronisation on a GPU): the coins are drawn ahead on the
-host and consumed by device counters; the growth is one masked border of every run (a run that
-does not grow writes zeros into its zero padding); the chunk widths are host-side upper bounds
-that grow by one per round, read exactly (with the re-sort by dictionary size) once every
-:data:`CHECK_EVERY` rounds — the only read. On the CPU, where a read is not a synchronisation,
-a round whose masked border would touch more than :data:`CPU_COMPACT_ABOVE` entries compacts the
-growing runs with one read instead (the border costs ``O(n·M)`` per run, so only the few runs
-that grow pay it); ``policy.cpu_compact_above = None`` keeps every round read-free on the CPU too.
-Warm-up rounds beyond the first (``n_warmup > 1``) rewind the coin streams with one read before
-their ``randint`` draws.
+**No host read inside a round** (a synchronisation on a GPU): the coins are drawn ahead on the host
+and consumed by device counters; the growth is one masked border of every run (a run that does not
+grow writes zeros into its zero padding; ``Q`` and KORS's ``N`` bordered by one rank-one update
+each); the chunk widths are host-side upper bounds that grow by one per round, read exactly (with
+the re-sort by dictionary size) once every :data:`CHECK_EVERY` rounds — the only read. On the CPU,
+where a read is not a synchronisation, a round whose masked border would touch more than
+:data:`CPU_COMPACT_ABOVE` entries compacts the growing runs with one read instead (the border costs
+``O(n·M)`` per run, so only the few runs that grow pay it); ``policy.cpu_compact_above = None``
+keeps every round read-free on the CPU too. Warm-up rounds beyond the first (``n_warmup > 1``)
+rewind the coin streams with one read before their ``randint`` draws.
 """
 
 from __future__ import annotations
@@ -277,13 +278,12 @@ class EKUCBBatchMixin(BatchModeMixin):
             chunks = model.chunks()
             f, omega = model.append(xv, y, cols)
             p = torch.where(first, 1.0, kors.probability(kz, kss, chunks))
-            need = ~first & (p < 1.0)
+            need = p < 1.0                 # a first point has p̃ = 1: no coin, accepted
             coin = self._to_slots(coins.draw(self._to_runs(need))).to(p)
-            accept = first | (p >= 1.0) | (need & (coin < p))
+            accept = (p >= 1.0) | (coin < p)   # coin < p only where drawn (p̃ < 1)
             stats = self._batch_stats
-            later = (~first).to(p)
-            stats["sum_p"].add_(p * later)
-            stats["sum_pq"].add_(p * (1.0 - p) * later)
+            stats["sum_p"].add_(p.masked_fill(first, 0.0))
+            stats["sum_pq"].add_(p * (1.0 - p))   # 0 at a first point (p̃ = 1)
             stats["last_p"] = p
             if self._compacts():   # CPU: one read, only the accepting runs are bordered
                 runs = accept.nonzero()[:, 0]

@@ -1,0 +1,168 @@
+"""Launching operators per round of the batched EK-UCB (Zenati et al. 2022, Algorithms 2 and 4),
+by part: the operators that would each launch a kernel on CUDA, counted on the CPU.
+
+    python benchmarks/ekucb_ops.py --runs 64 --start 1000 --rounds 100     # Chessboard, γ = λ = 10
+
+Steps a batch of ``--runs`` seeds on Chessboard to round ``--start`` (unprofiled), then counts the
+``aten`` operators of the next ``--rounds`` rounds with a ``TorchDispatchMode`` (the operators as
+the backends see them, after the composite ones such as ``matmul`` decomposed), leaving out views
+and metadata (``view``, ``slice``, ``select``, ``expand``, ``transpose``, ``unsqueeze``, ``empty``,
+…), which launch nothing. The parts: ``score`` (the select's posterior), ``columns`` (the played
+candidate's columns), ``append``, ``kors`` (the KORS probabilities), ``grow`` (the dictionary
+growth of the posterior and of KORS), ``policy`` (the rest of select/update: coins, statistics,
+run order), ``env`` (candidates, rewards, the runner's gathers). Also prints the CPU seconds per
+round of the same rounds, unprofiled (one thread; with ``--device cuda`` the counts are those
+the GPU launches, and the milliseconds the host's CPU time, not the GPU's).
+
+    python benchmarks/ekucb_ops.py --sync-free --chunk-runs 64   # the GPU's path, on the CPU
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import collections  # noqa: E402
+import contextlib  # noqa: E402
+import functools  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+from typing import Any  # noqa: E402
+
+import torch  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+from torchbandits.batching import deferred_checks  # noqa: E402
+from torchbandits.envs.batched import BatchedEnv  # noqa: E402
+from torchbandits.experiments.registry import make_env, make_policy  # noqa: E402
+
+#: operators that only make a view or metadata (no kernel on CUDA)
+NO_LAUNCH = {"view", "_unsafe_view", "as_strided", "slice", "select", "expand", "transpose", "t",
+             "unsqueeze", "squeeze", "permute", "alias", "empty", "empty_like", "empty_strided",
+             "detach", "lift_fresh", "_reshape_alias", "reshape", "unbind", "split",
+             "split_with_sizes", "chunk", "narrow", "diagonal", "mT", "_conj", "resolve_conj",
+             "resolve_neg", "view_as", "unfold", "movedim", "set_", "_local_scalar_dense",
+             "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "is_same_size",
+             "is_nonzero", "result_type", "scalar_tensor"}   # a wrapped scalar stays on the host
+
+
+class _Count(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.part = "env"
+        self.counts: collections.Counter[tuple[str, str]] = collections.Counter()
+        self.seconds: collections.Counter[str] = collections.Counter()
+        self.clock = time.process_time()
+
+    def enter(self, part: str) -> str:
+        """Switch the current part to ``part`` (the time so far goes to the previous one)."""
+        now = time.process_time()
+        self.seconds[self.part] += now - self.clock
+        self.clock = now
+        outer, self.part = self.part, part
+        return outer
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        name = func.overloadpacket.__name__
+        if name not in NO_LAUNCH:
+            self.counts[(self.part, name)] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _wrap(obj: Any, method: str, part: str, mode: _Count) -> None:
+    fn = getattr(obj, method)
+
+    @functools.wraps(fn)
+    def wrapped(*a: Any, **k: Any) -> Any:
+        outer = mode.enter(part)
+        try:
+            return fn(*a, **k)
+        finally:
+            mode.enter(outer)
+    setattr(obj, method, wrapped)
+
+
+@contextlib.contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=64)
+    ap.add_argument("--start", type=int, default=1000)
+    ap.add_argument("--rounds", type=int, default=100)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--sync-free", action="store_true",
+                    help="no compaction on the CPU either (the path a GPU runs)")
+    ap.add_argument("--chunk-runs", type=int, default=None,
+                    help="runs per chunk (the runs: one padded program, what a GPU runs; "
+                         "default: the device's)")
+    ap.add_argument("--by-op", action="store_true", help="also list the operators of each part")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    env = make_env("chessboard", **({} if args.device == "cpu" else {"device": args.device}))
+    policy = make_policy("ekucb", env, device=args.device)
+    if args.sync_free:
+        policy.cpu_compact_above = None
+    seeds = list(range(args.runs))
+    benv = BatchedEnv(env, seeds)
+    policy.reset(seed=seeds)
+    mode = _Count()
+    model, kors = policy.batch_model, policy.batch_kors
+    if args.chunk_runs is not None:
+        model.set_chunk_runs(args.chunk_runs)
+    for obj, method, part in ((model, "score", "score"), (model, "scored_columns", "columns"),
+                              (model, "kernel_columns", "columns"), (model, "append", "append"),
+                              (kors, "probability", "kors"), (model, "add_last", "grow"),
+                              (kors, "add", "grow")):
+        _wrap(obj, method, part, mode)
+    for obj, method in ((policy, "select"), (policy, "update")):
+        _wrap(obj, method, "policy", mode)
+
+    def rounds(count: int, counting: bool) -> float:
+        t0 = time.process_time()
+        with deferred_checks() as checks, (mode if counting else _nothing()):
+            checks.inputs_checked = True
+            for _ in range(count):
+                cand = benv.candidates()
+                checks.flag_finite("candidates must be finite", cand)
+                idx = policy.select(cand)
+                reward, _ = benv.pull(idx)
+                checks.flag_finite("reward must be finite", reward)
+                gather = idx[:, None, None].expand(-1, 1, cand.shape[2])
+                policy.update(cand.gather(1, gather)[:, 0], reward)
+        return time.process_time() - t0
+
+    rounds(args.start, False)
+    mode.seconds.clear()
+    mode.clock = time.process_time()
+    secs = rounds(args.rounds, False)
+    mode.enter("env")
+    timed = dict(mode.seconds)
+    rounds(args.rounds, True)
+    per_part: collections.Counter[str] = collections.Counter()
+    for (part, _), c in mode.counts.items():
+        per_part[part] += c
+    total = sum(per_part.values())
+    path = ("sync-free" if args.sync_free else "default") + (
+        "" if args.chunk_runs is None else f", {args.chunk_runs} runs a chunk")
+    print(f"EK-UCB batched ({path} path), Chessboard, "
+          f"R = {args.runs}, rounds {args.start + args.rounds}-"
+          f"{args.start + 2 * args.rounds} counted ({args.start}-{args.start + args.rounds} timed:"
+          f" {1e3 * secs / args.rounds:.2f} ms CPU a round)")
+    print(f"launching ops per round: {total / args.rounds:.1f}")
+    for part in ("score", "columns", "append", "kors", "grow", "policy", "env"):
+        print(f"  {part:8s} {per_part[part] / args.rounds:7.1f} ops"
+              f"  {1e3 * timed.get(part, 0.0) / args.rounds:7.3f} ms")
+    if args.by_op:
+        for (part, name), c in sorted(mode.counts.items()):
+            print(f"  {part:8s} {name:28s} {c / args.rounds:7.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
