@@ -10,7 +10,8 @@
 #    T = 1000) at R = 64, 1024 on the GPU against 4 sequential CPU runs (scaled);
 # 4. benchmarks/profile_batch.py --setup --device cuda: the batch setup's operators per run
 #    (counted on the meta device), its time on the GPU and 128 environment rounds with the
-#    refills drawn by 1 and by the default number of threads, at R = 1024.
+#    refills drawn by 1 and by the default number of threads, at R = 1024;
+# 5. benchmarks/ekucb_ops.py --device cuda: batched EK-UCB's launching operators per round by part.
 # Each step writes its log / bench.json / table.md under $OUT; a failing step does not stop the rest.
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -24,7 +25,8 @@ $PY -m pytest -q -p no:cacheprovider -rs -k "cuda or to_device" \
   tests/experiments/test_batch_runs.py tests/experiments/test_batch_sync_free.py \
   tests/experiments/test_batch_contract_matrix.py tests/policies/test_bkb.py \
   tests/policies/test_policies.py tests/policies/test_time_varying.py \
-  tests/benchmarks/test_batch_bench.py tests/envs/test_batch_reset.py 2>&1 | tee "$OUT/cuda_tests.log"
+  tests/benchmarks/test_batch_bench.py tests/envs/test_batch_reset.py \
+  tests/policies/test_batched_ekucb.py 2>&1 | tee "$OUT/cuda_tests.log"
 [ "$1" = quick ] && exit 0
 B="$PY benchmarks/bench_batch.py --device cuda"
 $B --policies amm-ucb,dmm-ucb,igp-ucb,kucb,gpucb --envs rkhs --learning-horizon 200 --repeats 2 \
@@ -38,3 +40,4 @@ $PY benchmarks/bench_batch_bkb.py --device cuda --runs 64 1024 --horizon 1000 --
   --repeats 1 --out "$OUT/bkb" 2>&1 | tee "$OUT/bkb.log"
 $PY benchmarks/profile_batch.py --setup --device cuda --runs 1024 --env rkhs,rkhs-fixed,chessboard,bump,tv-rotation,tv-bump \
   2>&1 | tee "$OUT/setup.log"
+$PY benchmarks/ekucb_ops.py --device cuda --runs 64 2>&1 | tee "$OUT/ekucb_ops.log"
