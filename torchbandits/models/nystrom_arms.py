@@ -31,26 +31,40 @@ bookkeeping. ``P`` is the compact whitening ``[r, m]`` (:func:`whitening` with
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
 from .nystrom import whitened_scores, whitened_scoring_matrix
 from .nystrom_updates import whitening
 
-__all__ = ["dtc_round", "identity", "tensor_version"]
+__all__ = ["dtc_round", "identity", "ones", "tensor_version"]
 
 _EYES: dict[tuple[int, torch.dtype, torch.device], Tensor] = {}
+_ONES: dict[tuple[int, torch.dtype, torch.device], Tensor] = {}
+
+
+def _shared(cache: dict[tuple[int, torch.dtype, torch.device], Tensor], m: int, like: Tensor,
+            make: Callable[..., Tensor]) -> Tensor:
+    key = (m, like.dtype, like.device)
+    out = cache.get(key)
+    if out is None:
+        if len(cache) > 512:
+            cache.clear()
+        out = cache[key] = make(m, dtype=like.dtype, device=like.device)
+    return out
 
 
 def identity(m: int, like: Tensor) -> Tensor:
     """``I_m`` of ``like``'s dtype and device, made once and shared (read-only: never modify it)."""
-    key = (m, like.dtype, like.device)
-    eye = _EYES.get(key)
-    if eye is None:
-        if len(_EYES) > 512:
-            _EYES.clear()
-        eye = _EYES[key] = torch.eye(m, dtype=like.dtype, device=like.device)
-    return eye
+    return _shared(_EYES, m, like, torch.eye)
+
+
+def ones(m: int, like: Tensor) -> Tensor:
+    """``[1, …, 1]`` ``[m]`` (``m = 0``: the scalar ``1``, shape ``[]``) of ``like``'s dtype and
+    device, made once and shared (read-only: never modify it)."""
+    return _shared(_ONES, m, like, lambda k, **kw: torch.ones(k, **kw) if k else torch.ones((), **kw))
 
 
 def tensor_version(t: Tensor) -> int:
@@ -69,8 +83,9 @@ def dtc_round(kza: Tensor, kzp: Tensor, sel: Tensor, counts: Tensor, sums: Tenso
     ``K_ZZ = LLᵀ`` (compact, pivoted when ``K_ZZ`` is numerically singular: :func:`whitening`),
     ``Eᵀ = PK_ZP`` ``[r, n]``, ``A = EᵀCE + λI = RRᵀ``, ``N = R⁻¹``, ``w = NᵀNEᵀs``,
     ``G = I − λNᵀN = HHᵀ`` and one product ``[HᵀP; wᵀP] K_ZA`` ``[r+1, A]``: ``μ̃ = wᵀPk_Z``,
-    ``σ̃² = k/λ − ‖HᵀPk_Z‖²/λ`` (one operation). When ``G``'s Cholesky fails (numerically
-    singular) the model's ``[P; (λA⁻¹ − I)P; wᵀP]`` product scores. (``A⁻¹`` by
+    ``σ̃² = k/λ − ‖HᵀPk_Z‖²/λ`` (the ``r`` rows ``g = HᵀPK_ZA`` squared in place, then one
+    matrix-vector product ``k/λ − (g∘g)ᵀ1/λ``: no ``[r, A]`` temporary). When ``G``'s Cholesky
+    fails (numerically singular) the model's ``[P; (λA⁻¹ − I)P; wᵀP]`` product scores. (``A⁻¹`` by
     ``cholesky_inverse`` and ``G``'s upper factor would save three operations but move the UCBs
     by up to 4e-8 on an ill-conditioned ``G``: not taken.)
 
@@ -100,8 +115,8 @@ def dtc_round(kza: Tensor, kzp: Tensor, sel: Tensor, counts: Tensor, sums: Tenso
     h, info = torch.linalg.cholesky_ex(torch.addmm(eye_r, n_t, n_inv, alpha=-lam))  # G = HHᵀ
     if not int(info):
         out = torch.mm(torch.mm(torch.cat([h.mT, w.unsqueeze(0)]), p), kza)  # [HᵀP; wᵀP] K_ZA
-        g = out.narrow(0, 0, r)
-        var = torch.rsub((g * g).sum(0), kconst / lam, alpha=1.0 / lam)  # (k − ‖g‖²)/λ
-        return out.select(0, r), var.clamp_min_(0.0)  # ≤ k/λ: ‖g‖² ≥ 0
+        g2 = out.narrow(0, 0, r).square_()  # g∘g in place (out is this round's own)
+        var = torch.addmv(ones(0, kza), g2.mT, ones(r, kza), beta=kconst / lam, alpha=-1.0 / lam)
+        return out.select(0, r), var.clamp_min_(0.0)  # (k − ‖g‖²)/λ ≤ k/λ: ‖g‖² ≥ 0
     mean, var = whitened_scores(whitened_scoring_matrix(p, n_t @ n_inv, w, lam) @ kza, r, kconst)
     return mean, var.clamp_(0.0, kconst).div_(lam)
