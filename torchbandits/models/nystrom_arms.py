@@ -31,8 +31,6 @@ bookkeeping. ``P`` is the compact whitening ``[r, m]`` (:func:`whitening` with
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 from torch import Tensor
 
@@ -41,30 +39,31 @@ from .nystrom_updates import whitening
 
 __all__ = ["dtc_round", "identity", "ones", "tensor_version"]
 
-_EYES: dict[tuple[int, torch.dtype, torch.device], Tensor] = {}
-_ONES: dict[tuple[int, torch.dtype, torch.device], Tensor] = {}
+_SHARED: dict[tuple[str, tuple[int, ...], torch.dtype, torch.device], Tensor] = {}
 
 
-def _shared(cache: dict[tuple[int, torch.dtype, torch.device], Tensor], m: int, like: Tensor,
-            make: Callable[..., Tensor]) -> Tensor:
-    key = (m, like.dtype, like.device)
-    out = cache.get(key)
+def _shared(kind: str, shape: tuple[int, ...], like: Tensor) -> Tensor:
+    """A constant tensor (``"eye"``: ``I_m`` for ``shape = (m,)``; ``"ones"``: all ones of
+    ``shape``) of ``like``'s dtype and device, made once and shared (read-only: never modify it)."""
+    key = (kind, shape, like.dtype, like.device)
+    out = _SHARED.get(key)
     if out is None:
-        if len(cache) > 512:
-            cache.clear()
-        out = cache[key] = make(m, dtype=like.dtype, device=like.device)
+        if len(_SHARED) > 1024:
+            _SHARED.clear()
+        opts = {"dtype": like.dtype, "device": like.device}
+        out = _SHARED[key] = torch.eye(*shape, **opts) if kind == "eye" else torch.ones(shape, **opts)
     return out
 
 
 def identity(m: int, like: Tensor) -> Tensor:
     """``I_m`` of ``like``'s dtype and device, made once and shared (read-only: never modify it)."""
-    return _shared(_EYES, m, like, torch.eye)
+    return _shared("eye", (m,), like)
 
 
-def ones(m: int, like: Tensor) -> Tensor:
-    """``[1, …, 1]`` ``[m]`` (``m = 0``: the scalar ``1``, shape ``[]``) of ``like``'s dtype and
-    device, made once and shared (read-only: never modify it)."""
-    return _shared(_ONES, m, like, lambda k, **kw: torch.ones(k, **kw) if k else torch.ones((), **kw))
+def ones(shape: tuple[int, ...], like: Tensor) -> Tensor:
+    """All ones of ``shape`` (``()``: the scalar ``1``) of ``like``'s dtype and device, made once and
+    shared (read-only: never modify it)."""
+    return _shared("ones", shape, like)
 
 
 def tensor_version(t: Tensor) -> int:
@@ -84,7 +83,7 @@ def dtc_round(kza: Tensor, kzp: Tensor, sel: Tensor, counts: Tensor, sums: Tenso
     ``Eᵀ = PK_ZP`` ``[r, n]``, ``A = EᵀCE + λI = RRᵀ``, ``N = R⁻¹``, ``w = NᵀNEᵀs``,
     ``G = I − λNᵀN = HHᵀ`` and one product ``[HᵀP; wᵀP] K_ZA`` ``[r+1, A]``: ``μ̃ = wᵀPk_Z``,
     ``σ̃² = k/λ − ‖HᵀPk_Z‖²/λ`` (the ``r`` rows ``g = HᵀPK_ZA`` squared in place, then one
-    matrix-vector product ``k/λ − (g∘g)ᵀ1/λ``: no ``[r, A]`` temporary). When ``G``'s Cholesky
+    product ``k/λ − 1ᵀ(g∘g)/λ``: no ``[r, A]`` temporary). When ``G``'s Cholesky
     fails (numerically singular) the model's ``[P; (λA⁻¹ − I)P; wᵀP]`` product scores. (``A⁻¹`` by
     ``cholesky_inverse`` and ``G``'s upper factor would save three operations but move the UCBs
     by up to 4e-8 on an ill-conditioned ``G``: not taken.)
@@ -115,8 +114,8 @@ def dtc_round(kza: Tensor, kzp: Tensor, sel: Tensor, counts: Tensor, sums: Tenso
     h, info = torch.linalg.cholesky_ex(torch.addmm(eye_r, n_t, n_inv, alpha=-lam))  # G = HHᵀ
     if not int(info):
         out = torch.mm(torch.mm(torch.cat([h.mT, w.unsqueeze(0)]), p), kza)  # [HᵀP; wᵀP] K_ZA
-        g2 = out.narrow(0, 0, r).square_()  # g∘g in place (out is this round's own)
-        var = torch.addmv(ones(0, kza), g2.mT, ones(r, kza), beta=kconst / lam, alpha=-1.0 / lam)
-        return out.select(0, r), var.clamp_min_(0.0)  # (k − ‖g‖²)/λ ≤ k/λ: ‖g‖² ≥ 0
+        g2 = out[:r].square_()  # g∘g in place (out is this round's own)
+        var = torch.addmm(ones((), kza), ones((1, r), kza), g2, beta=kconst / lam, alpha=-1.0 / lam)
+        return out[r], var[0].clamp_min_(0.0)  # (k − ‖g‖²)/λ ≤ k/λ: ‖g‖² ≥ 0
     mean, var = whitened_scores(whitened_scoring_matrix(p, n_t @ n_inv, w, lam) @ kza, r, kconst)
     return mean, var.clamp_(0.0, kconst).div_(lam)
