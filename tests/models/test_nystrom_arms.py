@@ -10,7 +10,7 @@ import torch
 from torchbandits.kernels import make_kernel
 from torchbandits.models.arm_rows import ArmRowCache
 from torchbandits.models.nystrom import NystromKernelRidge
-from torchbandits.models.nystrom_arms import dtc_round
+from torchbandits.models.nystrom_arms import dtc_round, identity, ones
 from torchbandits.policies import BKB
 
 LAM = 0.01
@@ -108,3 +108,16 @@ def test_model_read_from_outside_is_current() -> None:
     mean, _, var_gp = pol.posterior(arms)
     em, ev = model.mean_var(arms)
     assert torch.equal(mean, em) and float((var_gp - ev).abs().max()) < 1e-14
+
+
+def test_shared_round_constants_are_made_once_with_the_asked_shape() -> None:
+    """``identity`` and ``ones`` (the round's constants) are ``I_m`` and all-ones tensors of the
+    asked shape and of the reference tensor's dtype, the same object on every call, and distinct
+    per shape and dtype (``ones(())`` is the scalar 1 that the variance's product starts from)."""
+    x64 = torch.zeros(3, dtype=torch.float64)
+    x32 = torch.zeros(3, dtype=torch.float32)
+    assert torch.equal(identity(4, x64), torch.eye(4, dtype=torch.float64))
+    assert identity(4, x64) is identity(4, x64) and identity(4, x32).dtype == torch.float32
+    one, row = ones((), x64), ones((1, 5), x64)
+    assert one.shape == () and float(one) == 1.0 and row.shape == (1, 5) and bool((row == 1).all())
+    assert ones((1, 5), x64) is row and ones((1, 5), x32) is not row and ones((5,), x64) is not row

@@ -92,24 +92,30 @@ def test_pulled_gram_holds_the_cached_rows_at_the_pulled_arms() -> None:
     assert torch.equal(twin(arms.flip(0)), pol(arms.flip(0)))
 
 
+@pytest.mark.parametrize("qbar", [1.0, 2.0])
 @pytest.mark.parametrize("sampler", ["linearized", "binomial", "uniform", "all"])
-def test_draw_keeps_what_the_clamped_law_keeps(sampler: str) -> None:
-    """``draw`` (no clamps) keeps the same points as the comparison with the clamped
-    probabilities, from the same generator state, negative and over-one variances included; its
-    copies (or the mask where every kept point is one copy) give ``resample``'s ``m_theory``."""
+def test_draw_keeps_what_the_clamped_law_keeps(sampler: str, qbar: float) -> None:
+    """``draw`` (no clamps; with q̄ = 1 no multiplication by q̄) keeps the same points as the
+    comparison with the clamped probabilities, from the same generator state, negative and
+    over-one variances included; written into an ``out`` buffer (the policy's dictionary mask) it
+    is the same mask and returns that buffer; its copies (or the mask where every kept point is
+    one copy) give ``resample``'s ``m_theory``."""
     g = torch.Generator().manual_seed(0)
     var = torch.cat([torch.tensor([-0.3, 0.0, 5.0], dtype=torch.float64),
                      torch.rand(200, generator=g, dtype=torch.float64) * 0.2])
     cnt = torch.randint(1, 6, (203,), generator=g).double()
-    rs = RLSResampler(2.0, sampler)
+    rs = RLSResampler(qbar, sampler)
     for seed in range(20):
         mask, copies = rs.draw(var, cnt, torch.Generator().manual_seed(seed))
         res = rs.resample(var, cnt, torch.Generator().manual_seed(seed))
+        buf = torch.zeros(203, dtype=torch.bool)
+        into, _ = rs.draw(var, cnt, torch.Generator().manual_seed(seed), out=buf)
+        assert into is buf and torch.equal(buf, mask)
         assert torch.equal(mask, res.mask)
         assert res.m_theory == (int(mask.sum()) if copies is None else int(copies.sum()))
         if sampler in ("linearized", "uniform"):
             u = torch.rand(203, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-            assert torch.equal(mask, u < inclusion_probabilities(var, cnt, 2.0, sampler))
+            assert torch.equal(mask, u < inclusion_probabilities(var, cnt, qbar, sampler))
 
 
 def test_update_revalidates_a_row_changed_in_place() -> None:

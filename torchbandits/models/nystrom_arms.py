@@ -37,20 +37,33 @@ from torch import Tensor
 from .nystrom import whitened_scores, whitened_scoring_matrix
 from .nystrom_updates import whitening
 
-__all__ = ["dtc_round", "identity", "tensor_version"]
+__all__ = ["dtc_round", "identity", "ones", "tensor_version"]
 
-_EYES: dict[tuple[int, torch.dtype, torch.device], Tensor] = {}
+_SHARED: dict[tuple[str, tuple[int, ...], torch.dtype, torch.device], Tensor] = {}
+
+
+def _shared(kind: str, shape: tuple[int, ...], like: Tensor) -> Tensor:
+    """A constant tensor (``"eye"``: ``I_m`` for ``shape = (m,)``; ``"ones"``: all ones of
+    ``shape``) of ``like``'s dtype and device, made once and shared (read-only: never modify it)."""
+    key = (kind, shape, like.dtype, like.device)
+    out = _SHARED.get(key)
+    if out is None:
+        if len(_SHARED) > 1024:
+            _SHARED.clear()
+        opts = {"dtype": like.dtype, "device": like.device}
+        out = _SHARED[key] = torch.eye(*shape, **opts) if kind == "eye" else torch.ones(shape, **opts)
+    return out
 
 
 def identity(m: int, like: Tensor) -> Tensor:
     """``I_m`` of ``like``'s dtype and device, made once and shared (read-only: never modify it)."""
-    key = (m, like.dtype, like.device)
-    eye = _EYES.get(key)
-    if eye is None:
-        if len(_EYES) > 512:
-            _EYES.clear()
-        eye = _EYES[key] = torch.eye(m, dtype=like.dtype, device=like.device)
-    return eye
+    return _shared("eye", (m,), like)
+
+
+def ones(shape: tuple[int, ...], like: Tensor) -> Tensor:
+    """All ones of ``shape`` (``()``: the scalar ``1``) of ``like``'s dtype and device, made once and
+    shared (read-only: never modify it)."""
+    return _shared("ones", shape, like)
 
 
 def tensor_version(t: Tensor) -> int:
@@ -69,8 +82,9 @@ def dtc_round(kza: Tensor, kzp: Tensor, sel: Tensor, counts: Tensor, sums: Tenso
     ``K_ZZ = LLᵀ`` (compact, pivoted when ``K_ZZ`` is numerically singular: :func:`whitening`),
     ``Eᵀ = PK_ZP`` ``[r, n]``, ``A = EᵀCE + λI = RRᵀ``, ``N = R⁻¹``, ``w = NᵀNEᵀs``,
     ``G = I − λNᵀN = HHᵀ`` and one product ``[HᵀP; wᵀP] K_ZA`` ``[r+1, A]``: ``μ̃ = wᵀPk_Z``,
-    ``σ̃² = k/λ − ‖HᵀPk_Z‖²/λ`` (one operation). When ``G``'s Cholesky fails (numerically
-    singular) the model's ``[P; (λA⁻¹ − I)P; wᵀP]`` product scores. (``A⁻¹`` by
+    ``σ̃² = k/λ − ‖HᵀPk_Z‖²/λ`` (the ``r`` rows ``g = HᵀPK_ZA`` squared in place, then one
+    product ``k/λ − 1ᵀ(g∘g)/λ``: no ``[r, A]`` temporary). When ``G``'s Cholesky
+    fails (numerically singular) the model's ``[P; (λA⁻¹ − I)P; wᵀP]`` product scores. (``A⁻¹`` by
     ``cholesky_inverse`` and ``G``'s upper factor would save three operations but move the UCBs
     by up to 4e-8 on an ill-conditioned ``G``: not taken.)
 
@@ -100,8 +114,8 @@ def dtc_round(kza: Tensor, kzp: Tensor, sel: Tensor, counts: Tensor, sums: Tenso
     h, info = torch.linalg.cholesky_ex(torch.addmm(eye_r, n_t, n_inv, alpha=-lam))  # G = HHᵀ
     if not int(info):
         out = torch.mm(torch.mm(torch.cat([h.mT, w.unsqueeze(0)]), p), kza)  # [HᵀP; wᵀP] K_ZA
-        g = out.narrow(0, 0, r)
-        var = torch.rsub((g * g).sum(0), kconst / lam, alpha=1.0 / lam)  # (k − ‖g‖²)/λ
-        return out.select(0, r), var.clamp_min_(0.0)  # ≤ k/λ: ‖g‖² ≥ 0
+        g2 = out[:r].square_()  # g∘g in place (out is this round's own)
+        var = torch.addmm(ones((), kza), ones((1, r), kza), g2, beta=kconst / lam, alpha=-1.0 / lam)
+        return out[r], var[0].clamp_min_(0.0)  # (k − ‖g‖²)/λ ≤ k/λ: ‖g‖² ≥ 0
     mean, var = whitened_scores(whitened_scoring_matrix(p, n_t @ n_inv, w, lam) @ kza, r, kconst)
     return mean, var.clamp_(0.0, kconst).div_(lam)

@@ -83,6 +83,16 @@ def inclusion_probabilities(variances: Tensor, counts: Tensor, qbar: float,
     raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
 
 
+def _cpu64(t: Tensor) -> Tensor:
+    """``t`` as a CPU float64 tensor (itself when it is one)."""
+    return t if t.is_cpu and t.dtype == torch.float64 else t.to("cpu", torch.float64)
+
+
+def _as_mask(mask: Tensor, dev: torch.device, out: Tensor | None) -> Tensor:
+    """The CPU ``mask`` on ``dev``, or copied into ``out`` (returned) when given."""
+    return mask.to(dev) if out is None else out.copy_(mask)
+
+
 class RLSResampler:
     """BKB's sampler: ``resample(variances, counts, generator) -> Resample``.
 
@@ -106,30 +116,36 @@ class RLSResampler:
         """Per-point inclusion probabilities (see :func:`inclusion_probabilities`)."""
         return inclusion_probabilities(variances, counts, self.qbar, self.sampler)
 
-    def draw(self, variances: Tensor, counts: Tensor, generator: torch.Generator
-             ) -> tuple[Tensor, Tensor | None]:
+    def draw(self, variances: Tensor, counts: Tensor, generator: torch.Generator,
+             out: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
         """The draw of :meth:`resample` without its checks (the policy's per-round path): ``(mask,
         copies)`` with ``mask`` ``[n]`` on the variances' device and ``copies`` ``[n]`` the
         selected copies per point, or ``None`` where every selected point is one copy
-        (``"linearized"``, ``"uniform"``: ``m_theory`` is then the dictionary size).
+        (``"linearized"``, ``"uniform"``: ``m_theory`` is then the dictionary size). ``out``: a
+        boolean ``[n]`` tensor (the policy's dictionary mask) that receives the mask and is
+        returned as it (written directly on a CPU device: no copy).
 
         One comparison per point: ``u < n_a q̄ σ̃²_a`` with ``u ~ U[0, 1)`` keeps the same points as
-        ``u < min(1, n_a q̄ max(σ̃²_a, 0))`` (``u < 1``, ``u ≥ 0``), the clamps are not needed.
+        ``u < min(1, n_a q̄ max(σ̃²_a, 0))`` (``u < 1``, ``u ≥ 0``), the clamps are not needed; with
+        ``q̄ = 1`` the product is ``n_a σ̃²_a`` (``n_a · 1`` is exact: the same bits).
         """
         dev = variances.device
-        var = variances.to("cpu", torch.float64)
-        cnt = counts.to("cpu", torch.float64)
+        var, cnt = _cpu64(variances), _cpu64(counts)
         n = var.shape[0]
         if self.sampler == "all":
-            return torch.ones(n, dtype=torch.bool, device=dev), counts
+            return _as_mask(torch.ones(n, dtype=torch.bool), dev, out), counts
         if self.sampler == "binomial":
             p = torch.clamp(self.qbar * var.clamp_min(0.0), max=1.0)
             copies = torch.binomial(cnt, p, generator=generator) if n else cnt.clone()
-            return (copies > 0).to(dev), copies.to(dev)
+            return _as_mask(copies > 0, dev, out), copies.to(dev)
         u = torch.rand(n, generator=generator, dtype=torch.float64)
         if self.sampler == "linearized":
-            return torch.lt(u, cnt * self.qbar * var).to(dev), None
-        return torch.lt(u, self.probabilities(var, cnt)).to(dev), None
+            prob = cnt * var if self.qbar == 1.0 else cnt * self.qbar * var
+        else:
+            prob = self.probabilities(var, cnt)
+        if out is not None and out.is_cpu:
+            return torch.lt(u, prob, out=out), None
+        return _as_mask(torch.lt(u, prob), dev, out), None
 
     def resample(self, variances: Tensor, counts: Tensor, generator: torch.Generator) -> Resample:
         """Draw a fresh dictionary over the ``n`` distinct pulled points.

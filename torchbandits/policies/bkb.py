@@ -351,9 +351,8 @@ class BKB(BKBPosterior):
         sums.select(0, j).add_(reward)
         if self.exact is not None:
             self.exact.append(x, reward)
-        # 3. resample the dictionary from scratch (§3.1)
-        mask, copies = self.resampler.draw(variances, counts, self.generator)
-        in_dict.copy_(mask)
+        # 3. resample the dictionary from scratch (§3.1), the mask written into its buffer
+        mask, copies = self.resampler.draw(variances, counts, self.generator, out=in_dict)
         sel = mask.nonzero().view(-1)  # m (a host int): the one sync the draw needs
         # the per-round attributes are plain ones: set without Module.__setattr__'s checks
         set_plain(self, "_sel", sel)
