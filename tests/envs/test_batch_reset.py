@@ -12,12 +12,14 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torchbandits.envs import (
     BumpEnv,
     ChessboardEnv,
+    CosineBandit,
     LinearRotatingEnv,
     MovingBumpEnv,
     RKHSFunctionEnv,
     RotatingRKHSEnv,
     StationaryRKHSEnv,
     StepDiagonalEnv,
+    SwitchingKernelEnv,
 )
 from torchbandits.envs.batched import BatchedEnv, has_batch_reset
 
@@ -35,6 +37,11 @@ AT_ONCE = {
     "tv-linear": lambda: LinearRotatingEnv(horizon=50, n_arms=20),
     "tv-bump": lambda: MovingBumpEnv(horizon=50, n_arms=30, budget=2.0),
     "tv-bump-2d": lambda: MovingBumpEnv("matern52", dim=2, horizon=50, n_arms=25, budget=1.0),
+    "switching": lambda: SwitchingKernelEnv(n_arms=30, dim=4, switches=(10, 25)),
+    "switching-resample": lambda: SwitchingKernelEnv(n_arms=20, dim=3, switches=(5, 9, 30),
+                                                     mode="resample", noise="gaussian"),
+    "cosine": lambda: CosineBandit(n_arms=40, dim=5),
+    "cosine-slow": lambda: CosineBandit(n_arms=25, dim=3, phase="slow", dtype=torch.float32),
 }
 
 
@@ -111,7 +118,7 @@ def _device_ops(env, seeds) -> int:  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("name", ["rkhs-fresh", "rkhs-fixed", "chessboard", "bump",
-                                  "tv-rotation"])
+                                  "tv-rotation", "switching", "switching-resample", "cosine"])
 def test_setup_device_operations_do_not_grow_with_the_batch(name: str) -> None:
     env = AT_ONCE[name]()
     small, large = _device_ops(env, list(range(3))), _device_ops(env, list(range(40)))
@@ -126,6 +133,8 @@ ON_DEVICE = {
     "chessboard": lambda dev: ChessboardEnv(device=dev),
     "bump": lambda dev: BumpEnv(device=dev),
     "tv-rotation": lambda dev: RotatingRKHSEnv(horizon=50, n_arms=30, budget=3.0, device=dev),
+    "switching": lambda dev: SwitchingKernelEnv(n_arms=30, dim=4, switches=(2,), device=dev),
+    "cosine": lambda dev: CosineBandit(n_arms=40, dim=5, phase="slow", device=dev),
 }
 
 

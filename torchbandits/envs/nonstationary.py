@@ -35,7 +35,7 @@ from torch import Tensor
 
 from ..kernels import kernel_matrix, make_kernel
 from ..validation import check_positive
-from .batched import BatchedEnv, gaussian_noise
+from .batched import BatchedEnv, gaussian_noise, stack_to
 
 __all__ = ["CosineBandit", "SwitchingKernelEnv", "slow_phase"]
 
@@ -43,8 +43,12 @@ _ENV_STREAM = 1_000_003   # offsets keep env streams apart from policy generator
 
 
 def _sphere(n: int, d: int, gen: torch.Generator, dtype: torch.dtype) -> Tensor:
-    x = torch.randn(n, d, generator=gen, dtype=dtype)
-    return x / x.norm(dim=1, keepdim=True)
+    return _to_sphere(torch.randn(n, d, generator=gen, dtype=dtype))
+
+
+def _to_sphere(x: Tensor) -> Tensor:
+    """The rows of ``x`` ``[..., n, d]`` scaled to unit norm (the draws of :func:`_sphere`)."""
+    return x / x.norm(dim=-1, keepdim=True)
 
 
 class _FixedArmEnv:
@@ -65,10 +69,15 @@ class _FixedArmEnv:
         self.dtype, self.device = dtype, torch.device(device)
         self.t = 0
 
+    @staticmethod
+    def _seed_generators(seed: int) -> tuple[torch.Generator, torch.Generator]:
+        """The instance and noise generators of ``reset(seed)``."""
+        return (torch.Generator().manual_seed(_ENV_STREAM + 2 * int(seed)),
+                torch.Generator().manual_seed(_ENV_STREAM + 2 * int(seed) + 1))
+
     def _generators(self, seed: int) -> torch.Generator:
         self.seed = int(seed)
-        g_inst = torch.Generator().manual_seed(_ENV_STREAM + 2 * self.seed)
-        self._g_noise = torch.Generator().manual_seed(_ENV_STREAM + 2 * self.seed + 1)
+        g_inst, self._g_noise = self._seed_generators(self.seed)
         self.t = 0
         return g_inst
 
@@ -191,6 +200,37 @@ class SwitchingKernelEnv(_FixedArmEnv):
         self.arms = arms.to(self.device)
         self.reward_vectors = torch.stack(vecs).to(self.device)
 
+    def batch_reset(self, seeds: Sequence[int]) -> tuple[dict[str, Tensor],
+                                                         dict[str, list[torch.Generator]]]:
+        """Every run's ``reset(seeds[r])`` at once: each run's arm and reward-vector normals drawn
+        on the host from its own generator in ``reset``'s order, stacked and moved with one copy
+        per kind; the sphere projection, ``K = k(X_r, X_r) + 10⁻¹⁰I`` ``[R, N, N]``, its Cholesky
+        ``L_r``, ``r = L_r ξ`` rescaled to ``max|r| = max_abs`` and the sign flips over the batch.
+        Fields ``[R, ...]`` (``reward_vectors`` ``[R, S + 1, N]``), generators per name.
+
+        A kernel matrix that is not positive definite raises as ``reset`` does on the CPU; on
+        another device (no host read) that run's reward vectors are NaN."""
+        n_draws = 1 + (len(self.switches) if self.mode == "resample" else 0)
+        arms, normals, noise = [], [], []
+        for s in seeds:
+            g, g_noise = self._seed_generators(s)
+            arms.append(torch.randn(self.n_arms, self.dim, generator=g, dtype=self.dtype))
+            normals.append(torch.stack([torch.randn(self.n_arms, generator=g, dtype=self.dtype)
+                                        for _ in range(n_draws)]))   # one call each, as _draw
+            noise.append(g_noise)
+        x = _to_sphere(stack_to(arms, self.device))                          # [R, N, d]
+        eye = torch.eye(self.n_arms, dtype=self.dtype, device=self.device)
+        chol, info = torch.linalg.cholesky_ex(kernel_matrix(self.kernel, x, x) + 1e-10 * eye)
+        if chol.device.type == "cpu" and bool(info.any()):
+            raise torch.linalg.LinAlgError("the arms' kernel matrix is not positive definite "
+                                           f"(run {int(info.nonzero()[0, 0])})")
+        chol = torch.where(info[:, None, None] == 0, chol, torch.nan)
+        r = torch.matmul(chol, stack_to(normals, self.device).transpose(1, 2)).transpose(1, 2)
+        r = r * (self.max_abs / r.abs().amax(dim=-1, keepdim=True))       # [R, V, N]
+        if self.mode == "sign":
+            r = torch.stack([r[:, 0] * (-1) ** i for i in range(len(self.switches) + 1)], dim=1)
+        return {"arms": x, "reward_vectors": r}, {"noise": noise}
+
     def segment(self, t: int) -> int:
         """Index of the function in force at 0-based round ``t`` (round ``t + 1``)."""
         return sum(1 for s in self.switches if t >= s)
@@ -268,6 +308,22 @@ class CosineBandit(_FixedArmEnv):
         return self._cache[1]
 
     batch_fields = ("arms", "_proj")
+
+    def batch_reset(self, seeds: Sequence[int]) -> tuple[dict[str, Tensor],
+                                                         dict[str, list[torch.Generator]]]:
+        """Every run's ``reset(seeds[r])`` at once: each run's arm and ``θ`` normals drawn on the
+        host from its own generator in ``reset``'s order, stacked and moved with one copy per
+        kind; the sphere projections and ``frequency·X_r θ_r`` ``[R, N]`` over the batch."""
+        arms, theta, noise = [], [], []
+        for s in seeds:
+            g, g_noise = self._seed_generators(s)
+            arms.append(torch.randn(self.n_arms, self.dim, generator=g, dtype=self.dtype))
+            theta.append(torch.randn(1, self.dim, generator=g, dtype=self.dtype))
+            noise.append(g_noise)
+        x = _to_sphere(stack_to(arms, self.device))                          # [R, N, d]
+        th = _to_sphere(stack_to(theta, self.device))                        # [R, 1, d]
+        proj = self.frequency * torch.matmul(x, th.transpose(1, 2))[:, :, 0]
+        return {"arms": x, "_proj": proj}, {"noise": noise}
 
     def batch_round(self, b: BatchedEnv) -> tuple[Tensor, Tensor]:
         """Fixed arms ``[R, N, d]``; ``amplitude·cos(frequency·x_iᵀθ_r + φ(b.t))`` ``[R, N]``."""
