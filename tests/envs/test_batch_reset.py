@@ -20,6 +20,7 @@ from torchbandits.envs import (
     StationaryRKHSEnv,
     StepDiagonalEnv,
     SwitchingKernelEnv,
+    SwitchingRKHSEnv,
 )
 from torchbandits.envs.batched import BatchedEnv, has_batch_reset
 
@@ -41,6 +42,10 @@ AT_ONCE = {
     "switching-resample": lambda: SwitchingKernelEnv(n_arms=20, dim=3, switches=(5, 9, 30),
                                                      mode="resample", noise="gaussian"),
     "cosine": lambda: CosineBandit(n_arms=40, dim=5),
+    "tv-switch": lambda: SwitchingRKHSEnv(horizon=60, n_switches=3, n_anchors=8, n_arms=25),
+    "tv-switch-budget": lambda: SwitchingRKHSEnv("matern52", dim=2, horizon=60, n_switches=2,
+                                                 n_anchors=6, n_arms=20, budget=1.5),
+    "tv-switch-none": lambda: SwitchingRKHSEnv(horizon=30, n_switches=0, n_anchors=5, n_arms=9),
     "cosine-slow": lambda: CosineBandit(n_arms=25, dim=3, phase="slow", dtype=torch.float32),
 }
 
@@ -118,7 +123,8 @@ def _device_ops(env, seeds) -> int:  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("name", ["rkhs-fresh", "rkhs-fixed", "chessboard", "bump",
-                                  "tv-rotation", "switching", "switching-resample", "cosine"])
+                                  "tv-rotation", "switching", "switching-resample", "cosine",
+                                  "tv-switch", "tv-switch-budget"])
 def test_setup_device_operations_do_not_grow_with_the_batch(name: str) -> None:
     env = AT_ONCE[name]()
     small, large = _device_ops(env, list(range(3))), _device_ops(env, list(range(40)))
@@ -135,6 +141,8 @@ ON_DEVICE = {
     "tv-rotation": lambda dev: RotatingRKHSEnv(horizon=50, n_arms=30, budget=3.0, device=dev),
     "switching": lambda dev: SwitchingKernelEnv(n_arms=30, dim=4, switches=(2,), device=dev),
     "cosine": lambda dev: CosineBandit(n_arms=40, dim=5, phase="slow", device=dev),
+    "tv-switch": lambda dev: SwitchingRKHSEnv(horizon=60, n_switches=3, n_anchors=8, n_arms=25,
+                                              device=dev),
 }
 
 

@@ -20,9 +20,10 @@ An environment class takes part by declaring
   to the device with one non-blocking copy per kind, and the kernel evaluations and
   normalisations run once over the batch (a few device operations per batch instead of ~10–50
   per run, and no blocking copy). No copy of the environment is made (:attr:`BatchedEnv.copies`
-  builds them on first use); its ``repr`` must not depend on the seed. It is used only while no
-  method it mirrors (``_BATCH_RESET_MIRRORS``) is overridden below its class; otherwise the
-  copies are reset one by one.
+  builds them on first use); its ``repr`` must not depend on the seed, or it declares
+  ``batch_repr(b, r)`` (run ``r``'s ``repr``). It is used only while no method it mirrors
+  (``_BATCH_RESET_MIRRORS``) is overridden below its class; otherwise the copies are reset one
+  by one.
 
 :func:`why_not_batchable` also refuses a subclass that overrides the round logic (``reset``,
 ``pull``, ``candidates``, ``mean_rewards``, ``means_at``; ``_means_at`` for ``batch_means``) below
@@ -246,8 +247,11 @@ class BatchedEnv:
 
     def run_repr(self, r: int) -> str:
         """``repr`` of run ``r``'s environment (what the sequential runner records; the
-        template's when ``batch_reset`` set the batch up: such a ``repr`` has no seed in it)."""
-        return repr(self.template if self._copies is None else self._copies[r])
+        template's, or its ``batch_repr(self, r)``, when ``batch_reset`` set the batch up)."""
+        if self._copies is not None:
+            return repr(self._copies[r])
+        hook = getattr(self.template, "batch_repr", None)   # a repr that depends on the draws
+        return repr(self.template) if hook is None else hook(self, r)
 
     def __repr__(self) -> str:
         return f"BatchedEnv({self.template!r}, R={self.n_runs})"

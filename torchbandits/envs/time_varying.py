@@ -30,6 +30,7 @@ from torch import Tensor
 
 from ..kernels import kernel_matrix
 from .batched import BatchedEnv, stack_to
+from .switching_batch import switching_batch_repr, switching_batch_reset
 from .time_varying_base import TimeVaryingRKHSEnv, rkhs_distance
 
 __all__ = [
@@ -313,20 +314,34 @@ class SwitchingRKHSEnv(TimeVaryingRKHSEnv):
             raise ValueError(f"n_anchors must be >= 1, got {n_anchors}")
         super().__init__(kernel, dim, lengthscale, budget=budget, **kwargs)
 
-    def _build(self, gen: torch.Generator) -> None:
-        S, m, B = self.n_switches, self.n_anchors, self.norm
+    def _check_switches(self) -> None:
+        """The checks of ``n_switches`` and ``budget`` that ``reset`` makes before any draw."""
+        S, B = self.n_switches, self.norm
         if S >= self.horizon:
             raise ValueError(f"n_switches must be < horizon ({self.horizon}), got {S}")
         if self._budget_arg is not None and S == 0 and self._budget_arg > 0:
             raise ValueError(f"a positive budget needs n_switches >= 1, got budget={self._budget_arg}")
         if self._budget_arg is not None and S and self._budget_arg > 2 * B * S:
             raise ValueError(f"budget must be <= 2BS = {2 * B * S}, got {self._budget_arg}")
-        z = torch.rand((S + 1) * m, self.dim, generator=gen, dtype=self.dtype).to(self.device)
+
+    def _switch_draws(self, gen: torch.Generator) -> tuple[Tensor, Tensor]:
+        """What ``_build`` draws from ``gen``, on the host: the anchors ``[(S+1)m, d]``, then one
+        ``N(0, I_m)`` block per segment ``[S + 1, m]`` (one call each)."""
+        S, m = self.n_switches, self.n_anchors
+        z = torch.rand((S + 1) * m, self.dim, generator=gen, dtype=self.dtype)
+        return z, torch.stack([torch.randn(m, generator=gen, dtype=self.dtype)
+                               for _ in range(S + 1)])
+
+    def _build(self, gen: torch.Generator) -> None:
+        S, m, B = self.n_switches, self.n_anchors, self.norm
+        self._check_switches()
+        z, blocks = self._switch_draws(gen)
+        z, blocks = z.to(self.device), blocks.to(self.device)
         gram = kernel_matrix(self.kernel, z, z)
         coef = torch.zeros(S + 1, (S + 1) * m, dtype=self.dtype, device=self.device)
         for j in range(S + 1):  # one-off construction, S + 1 segments
             h = torch.zeros((S + 1) * m, dtype=self.dtype, device=self.device)
-            h[j * m:(j + 1) * m] = torch.randn(m, generator=gen, dtype=self.dtype).to(self.device)
+            h[j * m:(j + 1) * m] = blocks[j]
             if j == 0 or self._budget_arg is None:
                 coef[j] = B * h / torch.sqrt(h @ gram @ h)
                 continue
@@ -365,6 +380,17 @@ class SwitchingRKHSEnv(TimeVaryingRKHSEnv):
         return self._segment_means[:, self.segment(t)]
 
     batch_fields = ("arms", "_segment_means")
+
+    def batch_reset(self, seeds: Sequence[int]) -> tuple[dict[str, Tensor],
+                                                         dict[str, list[torch.Generator]]]:
+        """Every run's ``reset(seeds[r])`` at once (:func:`~torchbandits.envs.switching_batch.
+        switching_batch_reset`)."""
+        return switching_batch_reset(self, seeds)
+
+    def batch_repr(self, b: BatchedEnv, r: int) -> str:
+        """``repr`` of run ``r`` of a batch set up by :meth:`batch_reset` (with ``budget=None``
+        the realised budget of that run: one host read of its ``S`` switch steps)."""
+        return switching_batch_repr(self, b, r)
 
     def batch_means(self, b: BatchedEnv, t: int) -> Tensor:
         """Every run's segment ``segment(t)`` means ``[R, A]`` (switch times depend on T only)."""
