@@ -56,7 +56,7 @@ _ROUND_LOGIC = {"batch_round": ("reset", "pull", "candidates", "mean_rewards", "
 
 
 #: the methods whose ``reset``-time draws and arithmetic ``batch_reset`` repeats
-_BATCH_RESET_MIRRORS = ("reset", "_draw_context", "_build", "_means_at")
+_BATCH_RESET_MIRRORS = ("reset", "_draw_context", "_build", "_means_at", "_draw")
 
 
 def _defining_class(cls: type, name: str) -> type | None:

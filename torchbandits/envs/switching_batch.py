@@ -62,7 +62,8 @@ def switching_batch_reset(env: SwitchingRKHSEnv, seeds: Sequence[int]) -> tuple[
         dict[str, Tensor], dict[str, list[torch.Generator]]]:
     """Every run's ``env.reset(seeds[r])`` at once. Fields ``[R, ...]``: ``arms`` ``[R, A, d]``,
     ``_segment_means`` ``[R, A, S+1]`` and, for :func:`switching_batch_repr`, ``_switch_sq``
-    ``[R, S]`` (``‖g_k − g_j‖²_{K_r}`` of each switch); generators per name."""
+    ``[R, S]`` (``‖g_k − g_j‖²_{K_r}`` of each switch; ``[R, 0]`` with a declared budget);
+    generators per name."""
     env._check_switches()   # the checks of reset, before any draw
     arms, anchors, blocks, noise = [], [], [], []
     for s in seeds:
@@ -77,7 +78,7 @@ def switching_batch_reset(env: SwitchingRKHSEnv, seeds: Sequence[int]) -> tuple[
     coef = switching_coefficients(gram, blk, env.norm, env._budget_arg)     # [R, S+1, M]
     means = torch.matmul(kernel_matrix(env.kernel, x, z), coef.transpose(1, 2))
     pairs = [(env.segment(s), env.segment(s + 1)) for s in env.switch_times]
-    diffs = [coef[:, k] - coef[:, j] for j, k in pairs if j != k]
+    diffs = [coef[:, k] - coef[:, j] for j, k in pairs if j != k and env._budget_arg is None]
     sq = (torch.stack([_quad(gram, d, d) for d in diffs], dim=1) if diffs
           else torch.zeros(len(seeds), 0, dtype=env.dtype, device=env.device))
     return {"arms": x, "_segment_means": means, "_switch_sq": sq}, {"noise": noise}
