@@ -38,6 +38,6 @@ $B --policies sw-gpucb,r-gpucb --envs tv-rotation --learning-horizon 200 --repea
   --out "$OUT/tv" 2>&1 | tee "$OUT/tv.log"
 $PY benchmarks/bench_batch_bkb.py --device cuda --runs 64 1024 --horizon 1000 --max-sequential 4 \
   --repeats 1 --out "$OUT/bkb" 2>&1 | tee "$OUT/bkb.log"
-$PY benchmarks/profile_batch.py --setup --device cuda --runs 1024 --env rkhs,rkhs-fixed,chessboard,bump,tv-rotation,tv-bump \
+$PY benchmarks/profile_batch.py --setup --device cuda --runs 1024 --env rkhs,rkhs-fixed,chessboard,bump,tv-rotation,tv-bump,switching-kernel,cosine,tv-switch \
   2>&1 | tee "$OUT/setup.log"
 $PY benchmarks/ekucb_ops.py --device cuda --runs 64 2>&1 | tee "$OUT/ekucb_ops.log"
