@@ -55,11 +55,10 @@ class BKBBatchPosterior:
                 for i in range(0, r, CHUNK)]
 
     def _rows(self, cand: Tensor, n: int) -> dict[str, Any] | None:
-        """The fixed arm set's cache: arm rows ``idx`` ``[R, cap]``, kernel rows ``rows``
-        ``[R, cap, A]`` of the pulled points and their columns at the pulled points ``kpp``
-        ``[R, cap, cap]`` (``kpp[r, i, j] = rows[r, i, idx[r, j]]``, copies; built for the ``n``
-        distinct points, kept up to date by :meth:`_cache_played`); ``None`` when ``cand`` is
-        not the candidate tensor of the round before or a pulled point is not one of the arms."""
+        """The fixed arm set's cache: arm rows ``idx`` ``[R, cap]`` and kernel rows ``rows``
+        ``[R, cap, A]`` of the pulled points (built for the ``n`` distinct points, kept up to
+        date by :meth:`_cache_played`); ``None`` when ``cand`` is not the candidate tensor of the
+        round before or a pulled point is not one of the arms."""
         key = storage_key(cand)
         same = self._last_key is not None and key == self._last_key
         self._last_key, self._last_cand = key, cand
@@ -70,10 +69,9 @@ class BKBBatchPosterior:
             px = self.batched.px[:, :n]
             eq = (px[:, :, None, :] == cand[:, None, :, :]).all(-1)           # [R, n, A]
             live = torch.arange(n, device=cand.device)[None, :] < self.batched.n_distinct[:, None]
-            idx = eq.to(torch.int8).argmax(-1) if n else px[..., 0].long()
-            rows = self._bk.block(px, cand).contiguous()
-            self._bcache = {"idx": idx, "rows": rows, "ok": bool((eq.any(-1) | ~live).all()),
-                            "kpp": rows.gather(2, idx[:, None, :].expand(-1, n, n)).contiguous()}
+            self._bcache = {"idx": eq.to(torch.int8).argmax(-1) if n else px[..., 0].long(),
+                            "rows": self._bk.block(px, cand).contiguous(),
+                            "ok": bool((eq.any(-1) | ~live).all())}
         return self._bcache if self._bcache["ok"] else None
 
     def _cache_played(self, x: Tensor, slot: Tensor, new: Tensor, index: Tensor | None = None
@@ -89,7 +87,6 @@ class BKBBatchPosterior:
             extra = need - c["idx"].shape[1]
             c["idx"] = torch.nn.functional.pad(c["idx"], (0, extra))
             c["rows"] = torch.nn.functional.pad(c["rows"], (0, 0, 0, extra))
-            c["kpp"] = torch.nn.functional.pad(c["kpp"], (0, extra, 0, extra))
         ar = torch.arange(x.shape[0], device=x.device)
         if index is None:
             eq = (arms == x[:, None, :]).all(-1)                              # [R, A]
@@ -98,11 +95,6 @@ class BKBBatchPosterior:
         c["idx"][ar, slot] = torch.where(new, index, c["idx"][ar, slot])
         row = self._bk.block(x[:, None], arms)[:, 0]
         c["rows"][ar, slot] = torch.where(new[:, None], row, c["rows"][ar, slot])
-        # the new point's row and column of ``kpp`` (the padded columns: finite, weight 0)
-        kpp, idx = c["kpp"], c["idx"]
-        kpp[ar, slot] = torch.where(new[:, None], row.gather(1, idx), kpp[ar, slot])
-        col = c["rows"].gather(2, idx[ar, slot][:, None, None].expand(-1, need, 1))[..., 0]
-        kpp[ar, :, slot] = torch.where(new[:, None], col, kpp[ar, :, slot])
 
     def _posterior(self, cand: Tensor, cached: bool = True) -> dict[str, Tensor]:
         """GP-scale means and variances of ``cand`` ``[R, A, d]`` and variances of the pulled
@@ -142,13 +134,8 @@ class BKBBatchPosterior:
                 kza = rows.view(-1, a).index_select(0, (first + sel).view(-1)).view(
                     sel.shape[0], sel.shape[1], a)                                # [k, M, A]
                 idx = take(cache["idx"][:, :n])
-                # ``K_ZP``: whole rows of the cached ``kpp`` (indexing the transposed view
-                # ``K_AZ`` read one cache line per entry: 2.5 ms per round at R = 64)
-                kpp, m_pad = cache["kpp"], sel.shape[1]
-                kzp = kpp.view(-1, kpp.shape[2]).index_select(0, (first + sel).view(-1)).view(
-                    sel.shape[0], m_pad, kpp.shape[2])[:, :, :n]                 # [k, M, n]
-                kzz = kzp.gather(2, sel[:, None, :].expand(-1, m_pad, m_pad))       # [k, M, M]
-                kpz = kzp.mT                                                     # [k, n, M]
+                kpz = kza.mT[ar, idx]                                            # [k, n, M]
+                kzz = kpz[ar, sel]
                 system = dtc_system(kpz, kzz, live, counts, sums, take(lam), kc, jit, (lo, hi),
                                     self._lam_scalar, half=True, widths=sizes)
                 mean, var = system.scores(kza, kd, kc)
