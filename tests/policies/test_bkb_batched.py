@@ -246,11 +246,12 @@ def test_cli_batch_on_equals_batch_off(tmp_path: Path, capsys: pytest.CaptureFix
     capsys.readouterr()
 
 
-def test_half_width_scores_equal_the_full_product() -> None:
-    """``dtc_system(half=True)``: the half-width product ``[HᵀP; wᵀP] K_ZA`` gives the full
+def test_half_width_scores_equal_the_full_product(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``dtc_system(half=True)``: the half-width product ``[wᵀP; HᵀP] K_ZA`` gives the full
     product's ``(μ̃, λσ̃²)`` to rounding on padded runs (m = 5, 3, 1 of M = 5: ``G``'s padded
     block is the identity and adds nothing; a run with no pulls has ``A = λI``, ``G ≈ 0``), and
     the per-run full product of the fallback runs (``G``'s Cholesky failed) too."""
+    from torchbandits.models import batched_dtc
     from torchbandits.models.batched_dtc import dtc_system
     gen = torch.Generator().manual_seed(3)
     arms = torch.rand(40, 2, generator=gen, dtype=F64)
@@ -275,6 +276,15 @@ def test_half_width_scores_equal_the_full_product() -> None:
     torch.testing.assert_close(want[1][3], torch.ones(40, dtype=F64), atol=1e-12, rtol=0)
     half.fallback = [0, 3]                      # the per-run full product of the fallback
     for got, ref in zip(half.scores(kza, 1.0, 1.0), want):
+        torch.testing.assert_close(got, ref, atol=1e-12, rtol=0)
+    # each chunk of runs at its own width (the sizes on the host), one run per chunk: the
+    # columns of W and rows of HᵀP beyond a run's size are 0, so the same numbers
+    monkeypatch.setattr(batched_dtc, "SCORE_RUNS", 1)
+    narrow = dtc_system(kpz, kzz, live, counts, sums, lam, 1.0, lam_scalar=0.5, half=True,
+                        widths=sizes)
+    assert narrow.half is not None and bool((narrow.half[1, :, 3:] == 0).all())
+    assert bool((narrow.half[2, 2:] == 0).all())          # the rows of HᵀP beyond m = 1
+    for got, ref in zip(narrow.scores(kza, 1.0, 1.0), want):
         torch.testing.assert_close(got, ref, atol=1e-12, rtol=0)
 
 

@@ -21,7 +21,10 @@ with pull counts ``c`` and reward sums ``s`` (padded to ``N`` with ``c = s = 0``
 * **half-width** (``half=True``, a stationary kernel: the fixed arm set's fused round of
   :func:`~torchbandits.models.nystrom_arms.dtc_round`): ``A = RRᵀ``, ``N = R⁻¹``,
   ``w = NᵀN Eᵀs`` and ``G = I − λNᵀN = HHᵀ`` (one batched Cholesky), so that
-  ``λσ̃² = k − ‖HᵀP k_Z‖²``; one product with ``W = [HᵀP; wᵀP]`` ``[R, M+1, M]``, half the rows.
+  ``λσ̃² = k − ‖HᵀP k_Z‖²``; one product with ``W = [wᵀP; HᵀP]`` ``[R, M+1, M]``, half the rows.
+  Every column of ``W`` beyond a run's size ``m_r`` and every row of ``HᵀP`` beyond it is 0, so
+  a few runs at a time are scored at their own width ``m_c = max m_r`` (the sizes on the host):
+  ``W[:, :m_c+1, :m_c] K_ZA[:, :m_c]``, the padded work of a group cut to its chunks'.
   A dead coordinate (a padded anchor, or a null row of a pivoted ``P``) has ``A = λ``, so ``G``
   is 0 there: its block of ``G`` is replaced by the identity (``H`` is then the identity there,
   decoupled from the live block, and the zero rows of ``P`` make those rows of ``HᵀP`` exactly
@@ -43,8 +46,9 @@ from .nystrom_updates import PIVOT_TOL, whitening
 
 __all__ = ["SCORE_RUNS", "DTCSystem", "batched_whitening", "compact_positions", "dtc_system"]
 
-#: runs per product of the half-width scoring: ``[s, M+1, A]`` stays in the L2 cache
-#: (16 runs at once streamed it through memory: 11.5 against 9.5 ms per round at R = 64)
+#: runs per product of the half-width scoring, each at its own width: ``[s, m_c+1, A]`` stays in
+#: the L2 cache (16 runs at once streamed it through memory: 11.5 against 9.5 ms per round at
+#: R = 64)
 SCORE_RUNS = 4
 
 
@@ -91,8 +95,9 @@ class DTCSystem:
     factor ``chol_a`` of ``A`` and ``A⁻¹`` (:meth:`a_inverse`, on first use), mean
     weights ``w = A⁻¹Eᵀs`` ``[R, M]``, ``λ`` ``[R]`` (``lam_scalar``: the common λ, if any),
     dictionary sizes ``[R]`` and their range ``(m_min, m_max)`` on the host. With the half-width
-    form (:func:`half_width`): ``half`` = ``[HᵀP; wᵀP]`` ``[R, M+1, M]``, ``n_inv`` = ``N``
-    ``[R, M, M]``, the live widths ``rank`` (rows of ``P`` not 0) and the ``fallback`` runs."""
+    form (:func:`half_width`): ``half`` = ``[wᵀP; HᵀP]`` ``[R, M+1, M]``, ``n_inv`` = ``N``
+    ``[R, M, M]``, the live widths ``rank`` (rows of ``P`` not 0), the ``fallback`` runs and the
+    dictionary sizes on the host ``widths`` (if known: the chunks' own widths)."""
 
     p: Tensor
     a_inv: Tensor | None
@@ -107,6 +112,7 @@ class DTCSystem:
     rank: list[int] = field(default_factory=list)
     fallback: list[int] = field(default_factory=list)
     chol_a: Tensor | None = None
+    widths: list[int] | None = None
 
     def a_inverse(self) -> Tensor:
         """``A⁻¹`` ``[R, M, M]`` (``cholesky_inverse`` of ``chol_a``, built on first use: the
@@ -164,17 +170,22 @@ class DTCSystem:
         return mean, torch.minimum(var.clamp_(min=0.0), kdiag)
 
     def half_scores(self, kz: Tensor, kconst: float) -> tuple[Tensor, Tensor]:
-        """``(μ̃, λσ̃²)`` ``([R, A], [R, A])`` by the half-width product ``[HᵀP; wᵀP] k_Z``:
-        ``λσ̃² = (k − ‖HᵀP k_Z‖²)₊`` (``≤ k``); the ``fallback`` runs by the full product on
-        their live block, as :func:`~torchbandits.models.nystrom_arms.dtc_round`."""
+        """``(μ̃, λσ̃²)`` ``([R, A], [R, A])`` by the half-width product ``[wᵀP; HᵀP] k_Z``:
+        ``λσ̃² = (k − ‖HᵀP k_Z‖²)₊`` (``≤ k``), :data:`SCORE_RUNS` runs at a time at their own
+        width (module docstring); the ``fallback`` runs by the full product on their live
+        block, as :func:`~torchbandits.models.nystrom_arms.dtc_round`."""
         assert self.half is not None and self.n_inv is not None and self.w is not None
         mm, r = kz.shape[1], kz.shape[0]
         mean, var = kz.new_empty(r, kz.shape[2]), kz.new_empty(r, kz.shape[2])
+        sizes = self.widths
         for i in range(0, r, SCORE_RUNS):      # a few runs at a time: the product stays in cache
-            out = self.half[i:i + SCORE_RUNS] @ kz[i:i + SCORE_RUNS]          # [s, M+1, A]
-            g = out[:, :mm]
-            mean[i:i + SCORE_RUNS] = out[:, mm]
-            var[i:i + SCORE_RUNS] = torch.rsub(g.mul_(g).sum(1), kconst).clamp_min_(0.0)
+            j = min(i + SCORE_RUNS, r)
+            mc = mm if sizes is None else max(1, min(mm, max(sizes[i:j])))
+            out = self.half[i:j, :mc + 1, :mc] @ kz[i:j, :mc]                # [s, m_c+1, A]
+            mean[i:j] = out[:, 0]
+            g = out[:, 1:]
+            torch.sum(g.mul_(g), 1, out=var[i:j])
+            var[i:j].neg_().add_(kconst).clamp_min_(0.0)   # k − ‖g‖², the bits of ``rsub``
         for run in self.fallback:                  # G numerically singular: run alone
             r, m = self.rank[run], int(self.sizes[run])
             n_inv = self.n_inv[run, :r, :r]
@@ -189,7 +200,7 @@ class DTCSystem:
 def half_width(system: DTCSystem, chol_a: Tensor, et_s: Tensor) -> None:
     """Set ``system`` up for the half-width product (module docstring): ``N = R⁻¹`` from the
     Cholesky factors ``chol_a`` ``[R, M, M]`` of ``A``, ``w = NᵀN Eᵀs`` (``et_s`` ``[R, M]``),
-    ``G = I − λNᵀN`` with the identity on its dead block, ``H`` and ``[HᵀP; wᵀP]``; the runs
+    ``G = I − λNᵀN`` with the identity on its dead block, ``H`` and ``[wᵀP; HᵀP]``; the runs
     whose ``G`` Cholesky fails are the ``fallback`` (one host read of the flags and widths)."""
     p = system.p
     eye = torch.eye(p.shape[-1], dtype=p.dtype, device=p.device).expand_as(chol_a)
@@ -204,14 +215,15 @@ def half_width(system: DTCSystem, chol_a: Tensor, et_s: Tensor) -> None:
         (~alive).to(g.dtype))
     h, info = torch.linalg.cholesky_ex(g)
     system.w, system.n_inv = w, n_inv
-    system.half = torch.cat([h.mT, w[:, None, :]], dim=1) @ p             # [R, M+1, M]
+    system.half = torch.cat([w[:, None, :], h.mT], dim=1) @ p             # [R, M+1, M]
     system.rank = alive.sum(-1).tolist()
     system.fallback = info.nonzero()[:, 0].tolist() if bool((info != 0).any()) else []
 
 
 def dtc_system(kpz: Tensor, kzz: Tensor, live: Tensor, counts: Tensor, sums: Tensor, lam: Tensor,
                kconst: float | None, jitter: float = 0.0, m_range: tuple[int, int] | None = None,
-               lam_scalar: float | None = None, half: bool = False) -> DTCSystem:
+               lam_scalar: float | None = None, half: bool = False,
+               widths: list[int] | None = None) -> DTCSystem:
     """Rebuild every run's posterior from scratch (module docstring).
 
     Args:
@@ -225,6 +237,8 @@ def dtc_system(kpz: Tensor, kzz: Tensor, live: Tensor, counts: Tensor, sums: Ten
         m_range: ``(min, max)`` of the dictionary sizes (read from ``live`` if not given).
         half: also set up the half-width product (:func:`half_width`; needs ``kconst``), which
             :meth:`DTCSystem.scores` then uses for the candidates.
+        widths: the dictionary sizes ``[R]`` on the host, if known (the half-width scoring then
+            works at each chunk's own width).
     """
     mm = kzz.shape[-1]
     scale = (kzz.new_full((kzz.shape[0],), kconst) if kconst is not None
@@ -241,7 +255,8 @@ def dtc_system(kpz: Tensor, kzz: Tensor, live: Tensor, counts: Tensor, sums: Ten
     if m_range is None:
         lo, hi = torch.aminmax(sizes)
         m_range = (int(lo), int(hi))
-    system = DTCSystem(p, None, None, lam, sizes, m_range, lam_scalar, chol_a=chol_a)
+    system = DTCSystem(p, None, None, lam, sizes, m_range, lam_scalar, chol_a=chol_a,
+                       widths=widths)
     if half and kconst is not None:
         half_width(system, chol_a, et_s)       # w from N = R⁻¹; A⁻¹ only if asked for
     else:

@@ -137,7 +137,7 @@ class BKBBatchPosterior:
                 kpz = kza.mT[ar, idx]                                            # [k, n, M]
                 kzz = kpz[ar, sel]
                 system = dtc_system(kpz, kzz, live, counts, sums, take(lam), kc, jit, (lo, hi),
-                                    self._lam_scalar, half=True)
+                                    self._lam_scalar, half=True, widths=sizes)
                 mean, var = system.scores(kza, kd, kc)
                 pvar = var.gather(1, idx)
             else:
