@@ -42,7 +42,6 @@ for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402
-import importlib.util  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
@@ -54,19 +53,10 @@ from torchbandits.experiments import simulate, simulate_batch  # noqa: E402
 from torchbandits.experiments.registry import make_env, make_policy  # noqa: E402
 
 
-def _sibling(name: str):  # type: ignore[no-untyped-def]
-    """The benchmark script ``benchmarks/<name>.py`` as a module (loaded by path, as the tests
-    load these scripts)."""
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-#: process CPU time of ``fn()``; on CUDA the synchronised wall clock (``bench_batch``'s timers)
-_BENCH_BATCH = _sibling("bench_batch")
-_cpu, _timed = _BENCH_BATCH._cpu, _BENCH_BATCH._timed
+def _cpu(fn):  # type: ignore[no-untyped-def]
+    t0 = time.process_time()
+    out = fn()
+    return time.process_time() - t0, out
 
 
 def gemm_rate(m: int, a: int, runs: int = 8) -> float:
@@ -79,6 +69,21 @@ def gemm_rate(m: int, a: int, runs: int = 8) -> float:
         w @ k
         times.append(time.perf_counter() - t0)
     return 2.0 * runs * (m + 1) * m * a / statistics.median(times) / 1e9
+
+
+def _timed(fn, device: torch.device):  # type: ignore[no-untyped-def]
+    """``fn()``'s time: process CPU time on the CPU; on CUDA the wall clock between two
+    synchronisations, cross-checked with CUDA events (the larger of the two)."""
+    if device.type != "cuda":
+        return _cpu(fn)
+    torch.cuda.synchronize(device)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    t0 = time.perf_counter()
+    start.record()
+    out = fn()
+    end.record()
+    torch.cuda.synchronize(device)
+    return max(time.perf_counter() - t0, start.elapsed_time(end) / 1e3), out
 
 
 def bench_bkb(runs: int, horizon: int, n_arms: int, dim: int, repeats: int,
