@@ -1,0 +1,68 @@
+"""The loader of the optional compiled kernels (torchbandits.native)."""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+
+import pytest
+import torch
+
+from torchbandits import native
+
+needs_cc = pytest.mark.skipif(not any(shutil.which(c) for c in ("cc", "gcc", "clang")),
+                              reason="no C compiler")
+
+
+def _axpy(lib: ctypes.CDLL, a: float, x: torch.Tensor, y: torch.Tensor) -> None:
+    lib.axpy.argtypes = [ctypes.c_long, ctypes.c_double, ctypes.c_void_p, ctypes.c_void_p]
+    lib.axpy.restype = None
+    lib.axpy(x.numel(), a, native.pointer(x), native.pointer(y))
+
+
+@needs_cc
+def test_builds_once_and_computes(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHBANDITS_CACHE", str(tmp_path))
+    native.forget("selftest")
+    lib = native.library("selftest")
+    assert lib is not None and native.library("selftest") is lib
+    assert len(list((tmp_path / "native").glob("selftest-*"))) == 1
+    x = torch.arange(7, dtype=torch.float64)
+    y = torch.full((7,), 0.5, dtype=torch.float64)
+    _axpy(lib, -3.0, x, y)
+    assert torch.equal(y, 0.5 - 3.0 * torch.arange(7, dtype=torch.float64))
+    native.forget("selftest")  # a new process finds the cached build: no second file
+    assert native.library("selftest") is not None
+    assert len(list((tmp_path / "native").glob("selftest-*"))) == 1
+    native.forget("selftest")
+
+
+def test_switches_off():
+    with native.disabled():
+        assert not native.enabled() and native.library("selftest") is None
+        with native.disabled():
+            pass
+        assert not native.enabled()
+    assert native.enabled() or native.library("selftest") is None
+
+
+def test_environment_variable(monkeypatch):
+    monkeypatch.setenv("TORCHBANDITS_NATIVE", "0")
+    assert native.library("selftest") is None
+
+
+def test_failed_build_warns_and_falls_back(tmp_path, monkeypatch):
+    if shutil.which("false") is None:
+        pytest.skip("no `false` program")
+    monkeypatch.setenv("TORCHBANDITS_CACHE", str(tmp_path))
+    monkeypatch.setenv("CC", "false")  # a "compiler" that always fails
+    native.forget("selftest")
+    with pytest.warns(RuntimeWarning, match="selftest.c"):
+        assert native.library("selftest") is None
+    assert native.library("selftest") is None  # not retried
+    native.forget("selftest")
+
+
+def test_unknown_source_is_none():
+    native.forget("no_such_kernel")
+    assert native.library("no_such_kernel") is None

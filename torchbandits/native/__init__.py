@@ -1,0 +1,150 @@
+"""Optional compiled kernels: small C libraries for the dispatch-bound single-run steps on the CPU.
+
+At the papers' sizes (t ≤ a few hundred points, 100 candidates, one run) a step of a kernel
+bandit does tens of microseconds of arithmetic spread over dozens of small tensor operations, each
+costing 2–10 µs of dispatch on the CPU (docs/benchmarks.md, "Against the authors' per-step
+loops"). A C function that does the whole piece in one call removes that overhead. The libraries
+here are plain C (no PyTorch headers: a build takes about a second), compiled on first use with the
+system's C compiler and called through :mod:`ctypes` on the tensors' memory.
+
+Nothing here is required: when the compiler is missing, the build fails, or the environment
+variable ``TORCHBANDITS_NATIVE=0`` is set, :func:`library` returns ``None`` and every caller takes
+its torch path (which stays the reference: the tests hold the two to rounding). The torch path
+is also the one used on other devices, for batched runs and for tensors that are not float64 /
+float32 contiguous CPU tensors.
+
+Builds are cached per source text, compiler flags and machine in ``$TORCHBANDITS_CACHE/native``
+(default ``~/.cache/torchbandits/native``, else a temporary folder), written to a temporary name
+and renamed into place, so concurrent processes may build at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+__all__ = ["CFLAGS", "cache_dir", "disabled", "enabled", "forget", "library", "pointer"]
+
+CFLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fPIC", "-shared", "-fno-math-errno",
+                           "-std=c99")
+"""Compiler flags of every build (no ``-ffast-math``: the C code rounds as written)."""
+
+_SOURCES = Path(__file__).resolve().parent
+_LOCK = threading.Lock()
+_LIBS: dict[str, ctypes.CDLL | None] = {}
+_OFF: list[bool] = []  # a stack of :func:`disabled` scopes
+
+
+def enabled() -> bool:
+    """Whether compiled kernels may be used now (not ``TORCHBANDITS_NATIVE=0``, not inside
+    :func:`disabled`)."""
+    return not _OFF and os.environ.get("TORCHBANDITS_NATIVE", "1") != "0"
+
+
+@contextlib.contextmanager
+def disabled() -> Iterator[None]:
+    """A scope in which :func:`library` returns ``None`` (every caller takes its torch path)."""
+    _OFF.append(True)
+    try:
+        yield
+    finally:
+        _OFF.pop()
+
+
+def cache_dir() -> Path:
+    """Where builds are kept: ``$TORCHBANDITS_CACHE/native`` or ``~/.cache/torchbandits/native``."""
+    root = os.environ.get("TORCHBANDITS_CACHE")
+    base = Path(root) if root else Path.home() / ".cache" / "torchbandits"
+    return base / "native"
+
+
+def _compiler() -> str | None:
+    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if name and shutil.which(name):
+            return name
+    return None
+
+
+def _build(name: str) -> ctypes.CDLL | None:
+    source = _SOURCES / f"{name}.c"
+    cc = _compiler()
+    if cc is None or not source.is_file():
+        return None
+    text = source.read_bytes()
+    key = hashlib.sha256(text + " ".join((cc, *CFLAGS, platform.machine(), platform.node()))
+                         .encode()).hexdigest()[:16]
+    suffix = ".dll" if os.name == "nt" else ".so"
+    for folder in (cache_dir(), Path(tempfile.gettempdir()) / "torchbandits-native"):
+        target = folder / f"{name}-{key}{suffix}"
+        if target.is_file():
+            try:
+                return ctypes.CDLL(str(target))
+            except OSError:
+                pass
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(suffix=suffix, dir=folder)
+            os.close(fd)
+        except OSError:
+            continue  # not writable: the next folder
+        try:
+            done = subprocess.run([cc, *CFLAGS, "-o", tmp, str(source), "-lm"],
+                                  capture_output=True, text=True, timeout=120)
+            if done.returncode != 0:
+                warnings.warn(f"torchbandits.native: building {name}.c failed; the torch path is "
+                              f"used instead ({done.stderr.strip()[:500]})", RuntimeWarning,
+                              stacklevel=3)
+                return None
+            os.replace(tmp, target)
+            return ctypes.CDLL(str(target))
+        except (OSError, subprocess.SubprocessError) as err:
+            warnings.warn(f"torchbandits.native: {name}.c not available ({err}); the torch path "
+                          "is used instead", RuntimeWarning, stacklevel=3)
+            return None
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    return None
+
+
+def library(name: str) -> ctypes.CDLL | None:
+    """The compiled library of ``torchbandits/native/<name>.c`` (built once per process and cached
+    on disk), or ``None`` when compiled kernels are off or unavailable (see the module docstring).
+    A failed build warns once and is not retried in this process."""
+    if not enabled():
+        return None
+    try:
+        return _LIBS[name]
+    except KeyError:
+        pass
+    with _LOCK:
+        if name not in _LIBS:
+            _LIBS[name] = _build(name)
+        return _LIBS[name]
+
+
+def forget(name: str) -> None:
+    """Drop this process's record of ``name`` (the next :func:`library` call loads or builds it
+    again, e.g. after ``CC`` changed)."""
+    with _LOCK:
+        _LIBS.pop(name, None)
+
+
+def pointer(tensor: Tensor) -> ctypes.c_void_p:
+    """The address of a tensor's first element, for a C argument (the caller checks that it is a
+    contiguous CPU tensor of the dtype the C function expects)."""
+    return ctypes.c_void_p(tensor.data_ptr())
