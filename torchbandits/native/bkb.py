@@ -4,9 +4,11 @@ Carratino, Lazaric, Valko & Rosasco, COLT 2019, §3.1 eq. 4 and §3.2).
 Three calls per round, each replacing a chain of small torch operations:
 
 * :func:`dtc_round` — the posterior of :func:`~torchbandits.models.nystrom_arms.dtc_round`
-  (``K_ZP`` and ``K_ZA`` read straight from the cached kernel rows of the pulled arms), plus
-  ``S_t = Σ_a n_a σ̃²_a``;
-* :func:`ucb_argmax` — ``ũ = μ̃ + β̃ σ̃`` (eq. 4) and its first argmax;
+  (``K_ZP`` and ``K_ZA`` gathered from the cached kernel rows of the pulled arms), plus
+  ``S_t = Σ_a n_a σ̃²_a``, making the BLAS/LAPACK calls that torch makes for it (``potrf``,
+  ``trsm``, ``gemm``, ``gemv``, ``dot``, resolved in torch's own library and passed to C as
+  function pointers) with the same arguments: the same numbers bit for bit;
+* :func:`ucb_argmax` — ``ũ = μ̃ + β̃ σ̃`` (eq. 4) and its first argmax (``σ̃`` by ``torch.sqrt``);
 * :func:`linearized_draw` — the authors' code's dictionary draw ``u_j < n_j q̄ σ̃²_j`` from
   uniforms drawn by the caller with torch's generator (the same draws in the same order).
 
@@ -18,18 +20,41 @@ int64); the caller then takes its torch path, which stays the reference.
 from __future__ import annotations
 
 import ctypes
+import sys
+from pathlib import Path
 
 import torch
 from torch import Tensor
 
 from . import library, pointer
 
-__all__ = ["available", "dtc_round", "linearized_draw", "qualifies", "ucb_argmax"]
+__all__ = ["available", "blas_pointers", "dtc_round", "linearized_draw", "qualifies", "ucb_argmax"]
 
 _P = ctypes.c_void_p
 _L = ctypes.c_long
 _D = ctypes.c_double
 _READY: set[int] = set()  # ids of the libraries whose signatures are set
+_BLAS_NAMES = ("dpotrf_", "dtrsm_", "dgemm_", "dgemv_", "ddot_")  # the order bkb_step.c reads
+_BLAS: list[ctypes.Array[ctypes.c_void_p] | None] = []  # resolved once per process
+
+
+def blas_pointers() -> ctypes.Array[ctypes.c_void_p] | None:
+    """The addresses of the Fortran BLAS/LAPACK routines ``dpotrf_``, ``dtrsm_``, ``dgemm_``,
+    ``dgemv_``, ``ddot_`` that torch's CPU library calls (looked up through its handle, so they
+    are the ones its linear algebra uses), or ``None`` when one is missing (the torch path runs)."""
+    if _BLAS:
+        return _BLAS[0]
+    found = None
+    folder = Path(torch.__file__).resolve().parent / "lib"
+    names = {"win32": "torch_cpu.dll", "darwin": "libtorch_cpu.dylib"}
+    try:
+        handle = ctypes.CDLL(str(folder / names.get(sys.platform, "libtorch_cpu.so")))
+        found = (ctypes.c_void_p * len(_BLAS_NAMES))(
+            *(ctypes.cast(getattr(handle, name), ctypes.c_void_p).value for name in _BLAS_NAMES))
+    except (OSError, AttributeError):
+        found = None
+    _BLAS.append(found)
+    return found
 
 
 def _lib() -> ctypes.CDLL | None:
@@ -37,7 +62,7 @@ def _lib() -> ctypes.CDLL | None:
     lib = library("bkb_step")
     if lib is None or id(lib) in _READY:
         return lib
-    lib.bkb_dtc_round.argtypes = [_L, _L, _L, _P, _P, _P, _P, _P, _D, _D, _D, _D, _P, _P, _P]
+    lib.bkb_dtc_round.argtypes = [_P, _L, _L, _L, _P, _P, _P, _P, _P, _D, _D, _D, _D, _P, _P, _P]
     lib.bkb_dtc_round.restype = ctypes.c_int
     lib.bkb_ucb_argmax.argtypes = [_L, _P, _P, _D, _P]
     lib.bkb_ucb_argmax.restype = _L
@@ -48,8 +73,9 @@ def _lib() -> ctypes.CDLL | None:
 
 
 def available() -> bool:
-    """Whether the compiled ``bkb_step`` library is available and on now."""
-    return _lib() is not None
+    """Whether the compiled ``bkb_step`` library is available and on now, with the BLAS/LAPACK
+    routines that torch calls."""
+    return _lib() is not None and blas_pointers() is not None
 
 
 def qualifies(*tensors: Tensor) -> bool:
@@ -73,30 +99,31 @@ def dtc_round(rows: Tensor, idx: Tensor, sel: Tensor, counts: Tensor, sums: Tens
         lam, kconst, jitter: λ, the kernel's constant ``k(x, x)``, the nugget on ``K_ZZ``.
         pivot_tol: the pivot threshold of :func:`~torchbandits.models.nystrom_updates.whitening`.
     """
-    lib = _lib()
+    lib, fns = _lib(), blas_pointers()
     m, na = sel.shape[0], rows.shape[1]
-    if (lib is None or not m or rows.dtype != torch.float64 or counts.dtype != torch.float64
+    if (lib is None or fns is None or not m or rows.dtype != torch.float64 or counts.dtype != torch.float64
             or sums.dtype != torch.float64 or idx.dtype != torch.int64 or sel.dtype != torch.int64
             or not qualifies(rows, idx, sel, counts, sums)):
         return None
     mean = torch.empty(na, dtype=torch.float64)
     var = torch.empty(na, dtype=torch.float64)
     st = ctypes.c_double()
-    code = lib.bkb_dtc_round(m, idx.shape[0], na, pointer(rows), pointer(idx), pointer(sel),
+    code = lib.bkb_dtc_round(fns, m, idx.shape[0], na, pointer(rows), pointer(idx), pointer(sel),
                              pointer(counts), pointer(sums), lam, kconst, jitter, pivot_tol,
                              pointer(mean), pointer(var), ctypes.byref(st))
     return None if code else (mean, var, st.value)
 
 
-def ucb_argmax(mean: Tensor, var: Tensor, beta: float) -> tuple[Tensor, int] | None:
-    """``(ũ = μ̃ + β̃ sqrt(σ̃²) [A], its first argmax)`` for contiguous CPU float64 ``[A]`` inputs,
-    else ``None``."""
+def ucb_argmax(mean: Tensor, sd: Tensor, beta: float) -> tuple[Tensor, int] | None:
+    """``(ũ = μ̃ + β̃ σ̃ [A], its first argmax)`` (``sd = torch.sqrt(σ̃²)``, taken by the caller)
+    for contiguous CPU float64 ``[A]`` inputs, the same bits as ``torch.add(mean, sd,
+    alpha=beta)`` (one rounding) and ``torch.argmax``; else ``None``."""
     lib = _lib()
-    if (lib is None or mean.dtype != torch.float64 or var.dtype != torch.float64
-            or not qualifies(mean, var)):
+    if (lib is None or mean.dtype != torch.float64 or sd.dtype != torch.float64
+            or mean.shape != sd.shape or not qualifies(mean, sd)):
         return None
     ucb = torch.empty_like(mean)
-    i = lib.bkb_ucb_argmax(mean.shape[0], pointer(mean), pointer(var), beta, pointer(ucb))
+    i = lib.bkb_ucb_argmax(mean.shape[0], pointer(mean), pointer(sd), beta, pointer(ucb))
     return ucb, int(i)
 
 

@@ -1,235 +1,191 @@
 /* BKB's single-run round on a fixed arm set in one call (Calandriello, Carratino, Lazaric, Valko
  * & Rosasco, "Gaussian Process Optimization with Adaptive Sketching: Scalable and No Regret",
  * COLT 2019: the DTC posterior of eq. 4 rebuilt from the count statistics of §3.2, the UCB of
- * eq. 4 and its argmax, and the dictionary draw of §3.1 / Fig. 1).
+ * eq. 4 with its argmax, and the dictionary draw of §3.1 / Fig. 1).
  *
  * The statements are those of torchbandits.models.nystrom_arms.dtc_round (the torch path, which
- * stays the reference): with the kernel rows k(x_j, X_A) of the n distinct pulled points (rows
+ * stays the reference), with the kernel rows k(x_j, X_A) of the n distinct pulled points (rows
  * [n, A]), their arm rows idx [n], the dictionary's positions sel [m] among them, pull counts c and
  * reward sums s [n]:
  *
  *   K_ZP[i, j] = rows[sel_i, idx_j],  K_ZZ = K_ZP[:, sel] (+ jitter I),  K_ZZ = L Lᵀ,  P = L⁻¹,
- *   Eᵀ = P K_ZP [m, n],  A = Eᵀ C Eᵀᵀ + λI = R Rᵀ,  N = R⁻¹,  w = NᵀN Eᵀ s,
- *   G = I − λ NᵀN = H Hᵀ,  [g; μ̃] = [HᵀP; wᵀP] K_ZA  [m+1, A],
- *   σ̃² = max(k/λ − ‖g‖²/λ, 0)  (the ridge DTC variance, eq. 4),
+ *   Eᵀ = P K_ZP [m, n],  A = (Eᵀ C) E + λI = R Rᵀ,  N = R⁻¹,  w = Nᵀ (N (Eᵀ s)),
+ *   G = I − λ NᵀN = H Hᵀ,  [g; μ̃] = ([Hᵀ; wᵀ] P) K_ZA  [m+1, A],
+ *   σ̃² = max(k/λ − 1ᵀ(g∘g)/λ, 0)  (the ridge DTC variance, eq. 4).
  *
- * every product summed in index order, in float64, without -ffast-math (no reassociation); the
- * numbers agree with the torch path's LAPACK/BLAS calls to rounding. Cases the torch path handles
- * (a numerically singular K_ZZ, which it factors with pivoting; a G whose Cholesky factorisation
- * fails) return a non-zero code and write nothing the caller uses.
+ * Every factorisation and product is the BLAS/LAPACK call that torch makes for the same statement
+ * (potrf, trsm, gemm, gemv, dot, through function pointers that the caller resolves in the very
+ * library torch calls), with the same arguments, on buffers in the layouts torch uses (a
+ * row-major [r, c] matrix is the column-major [c, r] one: C = A·B is computed as Cᵀ = Bᵀ·Aᵀ;
+ * torch's factors and triangular solves are column-major) and 64-byte aligned like torch's
+ * allocations: the results are those of the torch path bit for bit, without its ~50 operator
+ * dispatches. Cases the torch path handles differently (a numerically singular K_ZZ, which it
+ * factors with pivoting; a G whose Cholesky factorisation fails) return a non-zero code.
  *
- * Plain C99, no global state, no pointer kept between calls; memory is malloc'ed and freed inside
- * each call. Row-major matrices throughout. */
+ * Plain C99, no global state, no pointer kept between calls; memory is allocated and freed inside
+ * each call. */
+#define _POSIX_C_SOURCE 200112L
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Σ_q a[q] b[q] in 8 interleaved partial sums (lane l takes q ≡ l mod 8, lanes added pairwise at
- * the end): independent fused multiply-adds that the compiler maps onto vector registers. */
-static double dot(long n, const double *a, const double *b) {
-    double acc[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
-    long n8 = n - n % 8;
-    for (long q = 0; q < n8; q += 8)
-        for (long l = 0; l < 8; ++l) acc[l] = fma(a[q + l], b[q + l], acc[l]);
-    for (long q = n8; q < n; ++q) acc[q - n8] = fma(a[q], b[q], acc[q - n8]);
-    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+typedef void (*potrf_fn)(const char *, const int *, double *, const int *, int *);
+typedef void (*trsm_fn)(const char *, const char *, const char *, const char *, const int *,
+                        const int *, const double *, const double *, const int *, double *,
+                        const int *);
+typedef void (*gemm_fn)(const char *, const char *, const int *, const int *, const int *,
+                        const double *, const double *, const int *, const double *, const int *,
+                        const double *, double *, const int *);
+typedef void (*gemv_fn)(const char *, const int *, const int *, const double *, const double *,
+                        const int *, const double *, const int *, const double *, double *,
+                        const int *);
+typedef double (*dot_fn)(const int *, const double *, const int *, const double *, const int *);
+
+/* The BLAS/LAPACK entry points, in the order the caller passes them. */
+typedef struct {
+    potrf_fn potrf;
+    trsm_fn trsm;
+    gemm_fn gemm;
+    gemv_fn gemv;
+    dot_fn dot;
+} blas_t;
+
+/* Row-major C [rows, cols] = A [rows, k] · B [k, cols] + beta C, for A and B each row-major
+ * (trans 'n') or column-major ('t', i.e. stored as its transpose), as torch.mm / torch.addmm call
+ * gemm for a contiguous result: column-major Cᵀ = op(B)ᵀ op(A)ᵀ. */
+static void mm(const blas_t *b, char ta, char tb, int rows, int cols, int k, double alpha,
+               const double *a, int lda, const double *bm, int ldb, double beta, double *c) {
+    b->gemm(&tb, &ta, &cols, &rows, &k, &alpha, bm, &ldb, a, &lda, &beta, c, &cols);
 }
 
-/* In-place lower Cholesky factor of the symmetric [m, m] matrix a (lower triangle read, upper
- * triangle zeroed): a = L Lᵀ, L_jj = sqrt(a_jj − Σ_k L_jk²), L_ij = (a_ij − Σ_k L_ik L_jk) / L_jj.
- * Returns 0, or j + 1 when the j-th leading minor is not positive definite (LAPACK's potrf
- * convention, as torch.linalg.cholesky_ex's info). */
-static long cholesky_lower(long m, double *a) {
-    for (long j = 0; j < m; ++j) {
-        double *lj = a + j * m;
-        double d = lj[j] - dot(j, lj, lj);
-        if (!(d > 0.0)) return j + 1;
-        double ljj = sqrt(d);
-        lj[j] = ljj;
-        for (long i = j + 1; i < m; ++i) {
-            double *li = a + i * m;
-            li[j] = (li[j] - dot(j, li, lj)) / ljj;
-        }
-        for (long k = j + 1; k < m; ++k) lj[k] = 0.0;
-    }
-    return 0;
+/* y = M x for M [r, c] row-major (torch.mv on a contiguous matrix: gemv 't' on the column-major
+ * [c, r]) or, for trans 'n', M column-major (gemv 'n'). */
+static void mv(const blas_t *b, char trans, int r, int c, const double *mat, const double *x,
+               double *y) {
+    const int one = 1;
+    const double alpha = 1.0, beta = 0.0;
+    if (trans == 't') b->gemv(&trans, &c, &r, &alpha, mat, &c, x, &one, &beta, y, &one);
+    else b->gemv(&trans, &r, &c, &alpha, mat, &r, x, &one, &beta, y, &one);
 }
 
-/* xt = (L⁻¹)ᵀ (upper [m, m]) for a lower L, by forward substitution on the identity: row c of xt
- * is column c of X = L⁻¹, X_cc = 1 / L_cc, X_ic = −(Σ_{c≤k<i} L_ik X_kc) / L_ii. */
-static void lower_inverse_t(long m, const double *l, double *xt) {
-    memset(xt, 0, (size_t)(m * m) * sizeof(double));
-    for (long c = 0; c < m; ++c) {
-        double *xc = xt + c * m;
-        xc[c] = 1.0 / l[c * m + c];
-        for (long i = c + 1; i < m; ++i) {
-            const double *li = l + i * m;
-            xc[i] = -dot(i - c, li + c, xc + c) / li[i];
-        }
-    }
+/* Lower Cholesky factor as torch.linalg.cholesky_ex: column-major copy of the lower triangle of
+ * the row-major [m, m] matrix a (upper zeroed), potrf 'L'. Returns LAPACK's info. */
+static int cholesky(const blas_t *b, int m, const double *a, double *l) {
+    int info = 0;
+    for (int j = 0; j < m; ++j)
+        for (int i = 0; i < m; ++i) l[j * m + i] = i >= j ? a[i * m + j] : 0.0;
+    b->potrf("L", &m, l, &m, &info);
+    return info;
 }
 
-/* xt = xᵀ for [m, m] matrices. */
-static void transpose(long m, const double *x, double *xt) {
-    for (long i = 0; i < m; ++i)
-        for (long j = 0; j < m; ++j) xt[j * m + i] = x[i * m + j];
+/* x = L⁻¹ (column-major) for a column-major lower L, as torch.linalg.solve_triangular(L, I,
+ * upper=False): trsm on the identity. */
+static void lower_inverse(const blas_t *b, int m, const double *l, double *x) {
+    const double one = 1.0;
+    memset(x, 0, (size_t)m * (size_t)m * sizeof(double));
+    for (int i = 0; i < m; ++i) x[i * m + i] = 1.0;
+    b->trsm("L", "L", "N", "N", &m, &m, &one, l, &m, x, &m);
 }
 
-/* The scoring product [HᵀP; wᵀP] K_ZA for 8 arms a0..a0+7 (all present): out[i, a] = Σ_k
- * w[i, k] x_k[a] for the nr rows of w ([nr4, m], zero rows padding nr up to a multiple of 4; x_k
- * the kernel row of dictionary point k), 4 rows × 8 arms of accumulators at a time; then
- * mean[a] = out[nr − 1, a] and sq[a] = Σ_{i < nr−1} out[i, a]². */
-static void score8(long nr, long nr4, long m, const double *w, const double *const *x, long a0,
-                   double *mean, double *sq) {
-    double s[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
-    for (long i0 = 0; i0 < nr4; i0 += 4) {
-        double acc0[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
-        double acc1[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
-        double acc2[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
-        double acc3[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
-        const double *w0 = w + i0 * m, *w1 = w0 + m, *w2 = w1 + m, *w3 = w2 + m;
-        for (long k = 0; k < m; ++k) {
-            const double *xk = x[k] + a0;
-            double b0 = w0[k], b1 = w1[k], b2 = w2[k], b3 = w3[k];
-            for (long j = 0; j < 8; ++j) {
-                acc0[j] = fma(b0, xk[j], acc0[j]);
-                acc1[j] = fma(b1, xk[j], acc1[j]);
-                acc2[j] = fma(b2, xk[j], acc2[j]);
-                acc3[j] = fma(b3, xk[j], acc3[j]);
-            }
-        }
-        double *accs[4] = {acc0, acc1, acc2, acc3};
-        for (long ii = 0; ii < 4 && i0 + ii < nr; ++ii) {
-            const double *ac = accs[ii];
-            if (i0 + ii == nr - 1) {
-                for (long j = 0; j < 8; ++j) mean[a0 + j] = ac[j];
-            } else {
-                for (long j = 0; j < 8; ++j) s[j] = fma(ac[j], ac[j], s[j]);
-            }
-        }
-    }
-    for (long j = 0; j < 8; ++j) sq[j] = s[j];
-}
-
-/* score8 for one arm a (the arms past the last multiple of 8). */
-static void score1(long nr, long m, const double *w, const double *const *x, long a,
-                   double *mean, double *sq) {
-    double s = 0.0;
-    for (long i = 0; i < nr; ++i) {
-        double acc = 0.0;
-        for (long k = 0; k < m; ++k) acc = fma(w[i * m + k], x[k][a], acc);
-        if (i == nr - 1) mean[a] = acc;
-        else s = fma(acc, acc, s);
-    }
-    *sq = s;
-}
+static size_t up64(size_t count) { return (count + 7) / 8 * 8; } /* doubles to 64 bytes */
 
 /* The round's posterior (module comment) at all na arms: mean, var [na] (ridge DTC variance,
- * clamped at 0) and *sum_var = Σ_j c_j var[idx_j] (S_t of Theorem 2, summed in index order).
- * Returns 0; 1 when K_ZZ needs the pivoted factor (plain Cholesky fails or a pivot² is
- * ≤ pivot_tol·(kconst + jitter)); 2 when G's Cholesky fails; 3 when memory runs out; 4 when m < 1. */
-int bkb_dtc_round(long m, long n, long na, const double *rows, const int64_t *idx,
-                  const int64_t *sel, const double *counts, const double *sums, double lam,
-                  double kconst, double jitter, double pivot_tol, double *mean, double *var,
-                  double *sum_var) {
-    if (m < 1) return 4;
-    long nr = m + 1, nr4 = (nr + 3) / 4 * 4;
-    size_t mm = (size_t)(m * m), mn = (size_t)(m * n);
-    double *buf = malloc((3 * mn + 6 * mm + (size_t)(nr4 * m) + 2 * (size_t)m) * sizeof(double));
-    const double **x = malloc((size_t)m * sizeof(double *));
-    if (buf == NULL || x == NULL) {
-        free(buf);
-        free((void *)x);
-        return 3;
-    }
-    double *kzp = buf, *et = kzp + mn, *ec = et + mn, *l = ec + mn, *pt = l + mm, *a = pt + mm;
-    double *nt = a + mm, *g = nt + mm, *ht = g + mm, *wm = ht + mm, *v = wm + nr4 * m, *u = v + m;
+ * clamped at 0) and *sum_var = Σ_j c_j var[idx_j] (S_t of Theorem 2, torch.dot's call).
+ * Returns 0; 1 when K_ZZ needs the pivoted factor (Cholesky fails or a pivot² is
+ * ≤ pivot_tol·(kconst + jitter)); 2 when G's Cholesky fails; 3 when memory runs out; 4 when
+ * m < 1. */
+int bkb_dtc_round(const void *const *fns, long m_, long n_, long na_, const double *rows,
+                  const int64_t *idx, const int64_t *sel, const double *counts,
+                  const double *sums, double lam, double kconst, double jitter, double pivot_tol,
+                  double *mean, double *var, double *sum_var) {
+    blas_t bl;
+    memcpy(&bl.potrf, &fns[0], sizeof(void *));
+    memcpy(&bl.trsm, &fns[1], sizeof(void *));
+    memcpy(&bl.gemm, &fns[2], sizeof(void *));
+    memcpy(&bl.gemv, &fns[3], sizeof(void *));
+    memcpy(&bl.dot, &fns[4], sizeof(void *));
+    const blas_t *b = &bl;
+    if (m_ < 1) return 4;
+    int m = (int)m_, n = (int)n_, na = (int)na_, m1 = m + 1;
+    size_t mm_ = up64((size_t)m * m), mn = up64((size_t)m * n), ma = up64((size_t)m * na);
+    size_t total = 3 * mn + 8 * mm_ + 2 * up64((size_t)m1 * m) + ma + up64((size_t)m1 * na)
+                   + 4 * up64((size_t)m1);
+    void *mem = NULL;
+    if (posix_memalign(&mem, 64, total * sizeof(double))) return 3;
+    double *kzp = mem, *et = kzp + mn, *ec = et + mn, *kzz = ec + mn, *l = kzz + mm_;
+    double *p = l + mm_, *a = p + mm_, *ra = a + mm_, *ninv = ra + mm_, *g = ninv + mm_;
+    double *h = g + mm_, *cat = h + mm_, *wm = cat + up64((size_t)m1 * m);
+    double *kza = wm + up64((size_t)m1 * m);
+    double *out = kza + ma, *v = out + up64((size_t)m1 * na), *u = v + up64((size_t)m1);
+    double *w = u + up64((size_t)m1), *ones = w + up64((size_t)m1);
     int code = 0;
-    for (long i = 0; i < m; ++i) x[i] = rows + sel[i] * na;
-    /* K_ZP [m, n] and K_ZZ = K_ZP[:, sel] (+ jitter I) */
-    for (long i = 0; i < m; ++i)
-        for (long j = 0; j < n; ++j) kzp[i * n + j] = x[i][idx[j]];
-    for (long i = 0; i < m; ++i)
-        for (long j = 0; j < m; ++j) l[i * m + j] = kzp[i * n + sel[j]] + (i == j ? jitter : 0.0);
-    /* P = L⁻¹ unless K_ZZ is numerically singular (the torch path then pivots); pt = Pᵀ */
-    if (cholesky_lower(m, l)) { code = 1; goto done; }
+    /* K_ZA, K_ZP = K_ZA[:, idx] and K_ZZ = K_ZP[:, sel] (+ jitter I): gathers */
+    for (int i = 0; i < m; ++i) memcpy(kza + (size_t)i * na, rows + sel[i] * na_,
+                                       (size_t)na * sizeof(double));
+    for (int i = 0; i < m; ++i)
+        for (int j = 0; j < n; ++j) kzp[(size_t)i * n + j] = kza[(size_t)i * na + idx[j]];
+    for (int i = 0; i < m; ++i)
+        for (int j = 0; j < m; ++j)
+            kzz[i * m + j] = jitter != 0.0 ? kzp[(size_t)i * n + sel[j]] + (i == j ? jitter : 0.0)
+                                           : kzp[(size_t)i * n + sel[j]];
+    /* P = L⁻¹ (column-major) unless K_ZZ is numerically singular (the torch path pivots) */
+    if (cholesky(b, m, kzz, l)) { code = 1; goto done; }
     double dmin = l[0];
-    for (long i = 1; i < m; ++i) dmin = fmin(dmin, l[i * m + i]);
+    for (int i = 1; i < m; ++i) dmin = fmin(dmin, l[i * m + i]);
     if (!(dmin * dmin > pivot_tol * (kconst + jitter))) { code = 1; goto done; }
-    lower_inverse_t(m, l, pt);
-    /* Eᵀ = P K_ZP (P lower triangular: row i sums k ≤ i), C Eᵀ, v = Eᵀ s */
-    for (long i = 0; i < m; ++i) {
-        double *ei = et + i * n;
-        memset(ei, 0, (size_t)n * sizeof(double));
-        for (long k = 0; k <= i; ++k) {
-            double pik = pt[k * m + i];
-            const double *kk = kzp + k * n;
-            for (long j = 0; j < n; ++j) ei[j] = fma(pik, kk[j], ei[j]);
-        }
-        for (long j = 0; j < n; ++j) ec[i * n + j] = ei[j] * counts[j];
-        v[i] = dot(n, ei, sums);
+    lower_inverse(b, m, l, p);
+    /* Eᵀ = P K_ZP [m, n] row-major, C Eᵀ (elementwise), A = λI + (CEᵀ)(Eᵀ)ᵀ */
+    mm(b, 't', 'n', m, n, m, 1.0, p, m, kzp, n, 0.0, et);
+    for (int i = 0; i < m; ++i)
+        for (int j = 0; j < n; ++j) ec[(size_t)i * n + j] = et[(size_t)i * n + j] * counts[j];
+    memset(a, 0, (size_t)m * m * sizeof(double));
+    for (int i = 0; i < m; ++i) a[i * m + i] = 1.0;
+    mm(b, 'n', 't', m, m, n, 1.0, ec, n, et, n, lam, a);
+    /* R = chol(A) (A ⪰ λI), N = R⁻¹ (column-major), w = Nᵀ(N(Eᵀ s)) */
+    cholesky(b, m, a, ra);
+    lower_inverse(b, m, ra, ninv);
+    mv(b, 't', m, n, et, sums, v);
+    mv(b, 'n', m, m, ninv, v, u);
+    mv(b, 't', m, m, ninv, u, w); /* Nᵀ is N's column-major buffer read row-major */
+    /* G = I − λ NᵀN (row-major), H = chol(G) (column-major) */
+    memset(g, 0, (size_t)m * m * sizeof(double));
+    for (int i = 0; i < m; ++i) g[i * m + i] = 1.0;
+    mm(b, 'n', 't', m, m, m, -lam, ninv, m, ninv, m, 1.0, g);
+    if (cholesky(b, m, g, h)) { code = 2; goto done; }
+    /* W = [Hᵀ; wᵀ] P [m+1, m]: Hᵀ row-major is H's column-major buffer */
+    memcpy(cat, h, (size_t)m * m * sizeof(double));
+    memcpy(cat + (size_t)m * m, w, (size_t)m * sizeof(double));
+    mm(b, 'n', 't', m1, m, m, 1.0, cat, m, p, m, 0.0, wm);
+    /* [g; μ̃] = W K_ZA, g∘g in place, σ̃² = k/λ·1 − (1/λ) 1ᵀ(g∘g) (eq. 4), clamped at 0 */
+    mm(b, 'n', 'n', m1, na, m, 1.0, wm, m, kza, na, 0.0, out);
+    for (size_t q = 0; q < (size_t)m * na; ++q) out[q] = out[q] * out[q];
+    for (int i = 0; i < m; ++i) ones[i] = 1.0;
+    for (int j = 0; j < na; ++j) var[j] = 1.0;
+    mm(b, 'n', 'n', 1, na, m, -1.0 / lam, ones, m, out, na, kconst / lam, var);
+    for (int j = 0; j < na; ++j) {
+        mean[j] = out[(size_t)m * na + j];
+        if (var[j] < 0.0) var[j] = 0.0;
     }
-    /* A = Eᵀ C E + λI (lower triangle), R = chol(A) (A ⪰ λI: positive definite), nt = (R⁻¹)ᵀ */
-    for (long i = 0; i < m; ++i)
-        for (long j = 0; j <= i; ++j) {
-            double s = dot(n, ec + i * n, et + j * n);
-            a[i * m + j] = i == j ? s + lam : s;
-        }
-    cholesky_lower(m, a);
-    lower_inverse_t(m, a, nt);
-    /* w = Nᵀ (N v) */
-    for (long i = 0; i < m; ++i) {
-        double s = 0.0;
-        for (long k = 0; k <= i; ++k) s = fma(nt[k * m + i], v[k], s);
-        u[i] = s;
+    /* S_t = Σ_j c_j σ̃²(x_j): torch.dot of the counts and the gathered variances */
+    {
+        double *pv = kzp; /* K_ZP is no longer needed: [n] gathered variances */
+        const int one = 1;
+        for (int j = 0; j < n; ++j) pv[j] = var[idx[j]];
+        *sum_var = b->dot(&n, counts, &one, pv, &one);
     }
-    for (long i = 0; i < m; ++i) v[i] = dot(m - i, nt + i * m + i, u + i); /* v now holds w */
-    /* G = I − λ NᵀN (lower triangle; N lower: Σ over k ≥ i), H = chol(G), ht = Hᵀ */
-    for (long i = 0; i < m; ++i)
-        for (long j = 0; j <= i; ++j)
-            g[i * m + j] = (i == j ? 1.0 : 0.0) - lam * dot(m - i, nt + i * m + i, nt + j * m + i);
-    if (cholesky_lower(m, g)) { code = 2; goto done; }
-    transpose(m, g, ht);
-    /* W = [HᵀP; wᵀP] [m+1, m] (Σ over k ≥ max(i, j)), zero rows up to a multiple of 4 */
-    memset(wm, 0, (size_t)(nr4 * m) * sizeof(double));
-    for (long i = 0; i < m; ++i)
-        for (long j = 0; j < m; ++j) {
-            long k0 = i > j ? i : j;
-            wm[i * m + j] = dot(m - k0, ht + i * m + k0, pt + j * m + k0);
-        }
-    for (long j = 0; j < m; ++j) wm[m * m + j] = dot(m - j, v + j, pt + j * m + j);
-    /* [g; μ̃] = W K_ZA and σ̃² = max(k/λ − ‖g‖²/λ, 0) (eq. 4), 8 arms at a time */
-    double c0 = kconst / lam, c1 = -1.0 / lam;
-    long na8 = na - na % 8;
-    for (long a0 = 0; a0 < na; a0 += 8) {
-        double sq[8];
-        long width = a0 < na8 ? 8 : na - a0;
-        if (width == 8) score8(nr, nr4, m, wm, x, a0, mean, sq);
-        else
-            for (long j = 0; j < width; ++j) score1(nr, m, wm, x, a0 + j, mean, sq + j);
-        for (long j = 0; j < width; ++j) {
-            double vj = c1 * sq[j] + c0;
-            var[a0 + j] = vj > 0.0 || isnan(vj) ? vj : 0.0;
-        }
-    }
-    /* the pulled points' variances and S_t = Σ_j c_j σ̃²(x_j) */
-    double st = 0.0;
-    for (long j = 0; j < n; ++j) {
-        st = fma(counts[j], var[idx[j]], st);
-    }
-    *sum_var = st;
 done:
-    free(buf);
-    free((void *)x);
+    free(mem);
     return code;
 }
 
-/* ucb[a] = mean[a] + beta · sqrt(var[a]) (eq. 4, the ridge sd) and the first index of the largest
+/* ucb[a] = mean[a] + beta · sd[a] (eq. 4, the ridge sd = torch.sqrt of the variance, which the
+ * caller takes: torch's vectorised sqrt is not always the correctly rounded one) in one rounding,
+ * as torch.add(mean, sd, alpha=beta) (a fused multiply-add), and the first index of the largest
  * (a NaN counts as the largest, as torch.argmax). */
-long bkb_ucb_argmax(long na, const double *mean, const double *var, double beta, double *ucb) {
+long bkb_ucb_argmax(long na, const double *mean, const double *sd, double beta, double *ucb) {
     long best = 0;
-    for (long a = 0; a < na; ++a) ucb[a] = fma(beta, sqrt(var[a]), mean[a]);
+    for (long a = 0; a < na; ++a) ucb[a] = fma(sd[a], beta, mean[a]);
     for (long a = 1; a < na; ++a) {
         if (isnan(ucb[best])) break;
         if (isnan(ucb[a]) || ucb[a] > ucb[best]) best = a;

@@ -307,11 +307,12 @@ class BKB(BKBPosterior):
             else:
                 ratio = torch.ones_like(used)
             self._last.update(var_ratio_min=float(ratio.min()), var_ratio_max=float(ratio.max()))
-        fast = native_bkb.ucb_argmax(mean, used, beta)  # (ũ, argmax) in C, or None
+        sd = torch.sqrt(used)  # variances are clamped at 0 already
+        fast = native_bkb.ucb_argmax(mean, sd, beta)  # (ũ, argmax) in C (the same bits), or None
         if fast is not None:
             sc["argmax"] = fast[1]
             return fast[0]
-        return torch.add(mean, torch.sqrt(used), alpha=beta)  # variances are clamped at 0 already
+        return torch.add(mean, sd, alpha=beta)
 
     def _update(self, x: Tensor, reward: float) -> None:
         row = -1  # x's row among the last scored candidates (else the cached arm set), or -1
