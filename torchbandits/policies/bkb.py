@@ -367,7 +367,7 @@ class BKB(BKBPosterior):
             self.exact.append(x, reward)
         # 3. resample the dictionary from scratch (§3.1), the mask written into its buffer; after
         # a round scored in C the pulled points' variances are var[idx] (x's row pushed last)
-        sel, copies = (self._native_draw(sc["var"], counts, in_dict) if nat else None), None  # type: ignore[index]
+        copies, sel = None, self._native_draw(sc["var"], counts, in_dict) if nat else None  # type: ignore[index]
         if sel is None:
             if nat:
                 variances = sc["var"].index_select(0, self.arm_rows.idx)  # type: ignore[index, arg-type]

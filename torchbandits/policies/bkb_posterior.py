@@ -227,7 +227,7 @@ class BKBPosterior(IndexPolicy):
         kc = model.kernel_constant
         if (not self._np or self.variance_kind != "dtc" or kc is None or cand.dtype != torch.float64
                 or not cand.is_cpu or model.parametrisation != "whitened"
-                or not native_bkb.available()):
+                or not native_bkb.available()):  # (cheap: the library and symbols are cached)
             return None
         cache = self.arm_rows
         idx = cache.fixed_rows(self._views()[0], cand)
