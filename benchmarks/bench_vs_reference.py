@@ -24,7 +24,9 @@ al. 2019) and a step is bound by call overhead rather than arithmetic at the pap
   ``σ̃² = (k − ‖z‖²)/λ + ‖L⁻¹z‖²``), plays the argmax of ``μ̃ + β̃ σ̃`` with the released code's
   ``β̃ = √λ F + ξ sqrt(log t Σ n_a σ̃²_a + log(1/δ))``, then resamples the dictionary with the
   released code's probabilities ``min(1, n_a q̄ σ̃²_a)``. Ours is ``BKB(beta_rule="authors_code",
-  sampler="linearized")`` on the same arms.
+  sampler="linearized")`` on the same arms; its round runs in the compiled kernel
+  (``torchbandits.native.bkb``: the same BLAS/LAPACK calls as the torch path, the same bits)
+  unless ``TORCHBANDITS_NATIVE=0`` (the torch path, for a before/after comparison).
 
 Both sides are fed the same data first (untimed), then each timed step (``select`` + ``update``)
 alternates ours / reference on the same fresh candidates; process CPU time, medians. Before the
@@ -275,6 +277,7 @@ class ReferenceBKB:
 
 
 def bkb(horizon: int, n_arms: int, checkpoints: list[int], qbars: list[float], seed: int = 0) -> list[dict]:
+    from torchbandits.native import bkb as native_bkb  # whether the compiled round runs
     rows = []
     ell, lam, xi, norm = 0.5, 0.01, 0.1, 1.0
     for qbar in qbars:
@@ -315,12 +318,14 @@ def bkb(horizon: int, n_arms: int, checkpoints: list[int], qbars: list[float], s
         for c in checkpoints:
             a, b = statistics.median(t_ours[c]) * 1e3, statistics.median(t_ref[c]) * 1e3
             ops, syncs = counts.get(c, (-1, -1))
+            compiled = native_bkb.available()  # the compiled round (else the torch path)
             rows.append({"family": "bkb", "method": f"BKB q̄={qbar:g}", "t": c, "ours_ms": a,
                          "reference_ms": b, "speedup": b / a, "torch_ops": ops, "host_syncs": syncs,
-                         "dictionary": ours.diagnostics().get("dictionary_size", float("nan"))})
+                         "dictionary": ours.diagnostics().get("dictionary_size", float("nan")),
+                         "native": compiled})
             print(f"BKB q̄={qbar:g} t={c:5d}: ours {a:.3f} ms, reference {b:.3f} ms, ×{b / a:.2f} "
-                  f"(ours: {ops} torch ops, {syncs} host syncs in round {c - max(c // 10, 1)})",
-                  flush=True)
+                  f"(ours: {ops} torch ops, {syncs} host syncs in round {c - max(c // 10, 1)}; "
+                  f"{'compiled' if compiled else 'torch'} round)", flush=True)
     return rows
 
 

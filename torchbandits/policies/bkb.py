@@ -43,6 +43,7 @@ from ..models.exact import ExactKernelRidge
 from ..models.nystrom import NystromKernelRidge
 from ..models.nystrom_arms import tensor_version
 from ..models.rls import RLSResampler, Sampler, theory_qbar
+from ..native import bkb as native_bkb
 from ..validation import as_scalar_reward, check_positive
 from .bkb_batched import with_batch_mode
 from .bkb_posterior import BKBPosterior, set_plain
@@ -259,10 +260,10 @@ class BKB(BKBPosterior):
         if self.t < self.n_warmup:
             return self.warmup_choice(cand)
         with torch.no_grad():
-            i = int(torch.argmax(self._ucb(cand)))
+            ucb = self._ucb(cand)
         sc = self._scored
-        if sc is not None:
-            sc["choice"], sc["version"] = i, tensor_version(cand)
+        i = sc["argmax"] if sc["argmax"] is not None else int(torch.argmax(ucb))  # type: ignore[index]
+        sc["choice"], sc["version"] = i, tensor_version(cand)  # type: ignore[index]
         return i
 
     def update(self, x: Any, reward: Any) -> None:
@@ -285,13 +286,19 @@ class BKB(BKBPosterior):
         return self._ucb(self.check_candidates(candidates))
 
     def _ucb(self, cand: Tensor) -> Tensor:  # forward on validated candidates [A, d]
-        mean, var, used, pvar, pused, idx = self._round_posterior(cand)
-        sum_var = float(torch.dot(self._views()[1], pused)) if self._np else 0.0
+        nat = self._native_round(cand)  # the fused route in C, or None (bkb_posterior)
+        if nat is None:
+            mean, var, used, pvar, pused, idx = self._round_posterior(cand)
+            sum_var = float(torch.dot(self._views()[1], pused)) if self._np else 0.0
+        else:  # the pulled points' variances are read off var by the draw
+            (mean, var, sum_var, idx), pvar = nat, None
+            used = var
         model = self._nys
         kc, lam = model.kernel_constant, float(model.lam)
         kappa2 = kc if kc is not None else float(kernel_diag(self.kernel, cand).max())
         beta = self.rule.radius(sum_var, self.t, kappa2, lam)
-        set_plain(self, "_scored", {"cand": cand, "var": var, "pvar": pvar, "idx": idx})
+        sc = {"cand": cand, "var": var, "pvar": pvar, "idx": idx, "argmax": None}
+        set_plain(self, "_scored", sc)
         self._last.update(beta=beta, sum_var=sum_var, kappa2=kappa2)
         if self.exact is not None:
             if self.exact.n:
@@ -300,7 +307,12 @@ class BKB(BKBPosterior):
             else:
                 ratio = torch.ones_like(used)
             self._last.update(var_ratio_min=float(ratio.min()), var_ratio_max=float(ratio.max()))
-        return torch.add(mean, torch.sqrt(used), alpha=beta)  # variances are clamped at 0 already
+        sd = torch.sqrt(used)  # variances are clamped at 0 already
+        fast = native_bkb.ucb_argmax(mean, sd, beta)  # (ũ, argmax) in C (the same bits), or None
+        if fast is not None:
+            sc["argmax"] = fast[1]
+            return fast[0]
+        return torch.add(mean, sd, alpha=beta)
 
     def _update(self, x: Tensor, reward: float) -> None:
         row = -1  # x's row among the last scored candidates (else the cached arm set), or -1
@@ -320,6 +332,7 @@ class BKB(BKBPosterior):
         sc = self._scored
         n = self._np
         known = sc is not None
+        nat = known and row >= 0 and sc["pvar"] is None and sc["idx"] is not None  # type: ignore[index]
         if row >= 0 and known:
             pvar, xvar = sc["pvar"], None  # x's own variance is read below if x is new
         else:
@@ -344,16 +357,22 @@ class BKB(BKBPosterior):
             self._in_dict = grow_rows(self._in_dict, n + 1)
             self._px[n] = x
             self._np = n + 1
-            variances = torch.cat([pvar, sc["var"][row:row + 1] if xvar is None else xvar])  # type: ignore[index]
+            if not nat:
+                variances = torch.cat([pvar, sc["var"][row:row + 1] if xvar is None else xvar])  # type: ignore[index]
             self.arm_rows.push(row)
         _, counts, sums, in_dict = self._views()
         counts.select(0, j).add_(1.0)
         sums.select(0, j).add_(reward)
         if self.exact is not None:
             self.exact.append(x, reward)
-        # 3. resample the dictionary from scratch (§3.1), the mask written into its buffer
-        mask, copies = self.resampler.draw(variances, counts, self.generator, out=in_dict)
-        sel = mask.nonzero().view(-1)  # m (a host int): the one sync the draw needs
+        # 3. resample the dictionary from scratch (§3.1), the mask written into its buffer; after
+        # a round scored in C the pulled points' variances are var[idx] (x's row pushed last)
+        copies, sel = None, self._native_draw(sc["var"], counts, in_dict) if nat else None  # type: ignore[index]
+        if sel is None:
+            if nat:
+                variances = sc["var"].index_select(0, self.arm_rows.idx)  # type: ignore[index, arg-type]
+            mask, copies = self.resampler.draw(variances, counts, self.generator, out=in_dict)
+            sel = mask.nonzero().view(-1)  # m (a host int): the one sync the draw needs
         # the per-round attributes are plain ones: set without Module.__setattr__'s checks
         set_plain(self, "_sel", sel)
         # Σ copies (Theorem 1's multiset size), read when asked for (no sync here)

@@ -15,6 +15,14 @@ Two routes to the same numbers:
 * **model**: :meth:`~torchbandits.models.nystrom.NystromKernelRidge.rebuild_from_counts` (kernel
   blocks gathered from the cache on a fixed arm set) and the model's scoring; the SoR ablation
   adds the Nyström residual.
+
+On a float64 CPU run the fused route, the UCB with its argmax and the linearised dictionary draw
+are one C call each when the compiled library is available (:mod:`torchbandits.native.bkb`, the
+same statements as :func:`~torchbandits.models.nystrom_arms.dtc_round`, ``K_ZP`` and ``K_ZA`` read
+straight from the cached kernel rows; the draw's uniforms are still drawn by the policy's
+generator, in the same order): a round then makes about a dozen torch calls instead of ~50.
+Cases the C code does not take (a pivoted ``K_ZZ``, a ``G`` whose Cholesky fails, an empty
+dictionary) take the torch route, which stays the reference.
 """
 
 from __future__ import annotations
@@ -27,6 +35,8 @@ from torch import Tensor
 from ..kernels import kernel_diag
 from ..models.nystrom import NystromKernelRidge
 from ..models.nystrom_arms import dtc_round
+from ..models.nystrom_updates import PIVOT_TOL
+from ..native import bkb as native_bkb
 from .base import IndexPolicy
 
 __all__ = ["BKBPosterior", "set_plain"]
@@ -207,3 +217,44 @@ class BKBPosterior(IndexPolicy):
             return var[idx], used[idx]
         _, pv, pu = self._dtc(self.pulled)
         return pv, pu
+
+    def _native_round(self, cand: Tensor) -> tuple[Tensor, Tensor, float, Tensor] | None:
+        """``(μ̃, σ̃², S_t, idx)`` of the fused route computed by the compiled kernel
+        (:func:`torchbandits.native.bkb.dtc_round`; ``idx``: the pulled points' arm rows), or
+        ``None`` where the torch route runs (no library, not float64 on the CPU, not the fused
+        route's case, a pivoted ``K_ZZ`` or a failed Cholesky of ``G``)."""
+        model = self._nys
+        kc = model.kernel_constant
+        if (not self._np or self.variance_kind != "dtc" or kc is None or cand.dtype != torch.float64
+                or not cand.is_cpu or model.parametrisation != "whitened"
+                or not native_bkb.available()):  # (cheap: the library and symbols are cached)
+            return None
+        cache = self.arm_rows
+        idx = cache.fixed_rows(self._views()[0], cand)
+        if idx is None:
+            return None
+        sel = self._positions()
+        n, rows = idx.shape[0], cache.rows
+        if not sel.shape[0] or n * cand.shape[0] > cache.max_entries:
+            return None
+        if rows is None or cache.n_rows < n or rows.shape[1] != cand.shape[0]:
+            if self._dictionary_rows(cand, idx, sel) is None:  # computes the new kernel rows
+                return None
+            rows = cache.rows
+        _, counts, sums, _ = self._views()
+        out = native_bkb.dtc_round(rows, idx, sel, counts, sums, float(model.lam), kc,  # type: ignore[arg-type]
+                                   float(model.jitter), PIVOT_TOL)
+        return None if out is None else (*out, idx)
+
+    def _native_draw(self, var: Tensor, counts: Tensor, mask: Tensor) -> Tensor | None:
+        """The linearised draw (§3.1, the authors' code) by the compiled kernel: ``u ~ U[0, 1)^n``
+        from the policy's generator (the draws of :meth:`RLSResampler.draw
+        <torchbandits.models.rls.RLSResampler.draw>`, in the same order), point ``j`` kept when
+        ``u_j < n_j q̄ σ̃²(x_j)`` with ``σ̃²(x_j) = var[idx_j]`` read off the scored arms; the mask
+        written into ``mask``, the dictionary's positions returned (``None``: the torch draw)."""
+        idx = self.arm_rows.idx
+        if self.resampler.sampler != "linearized" or idx is None:  # type: ignore[attr-defined]
+            return None
+        return native_bkb.linearized_draw(self.generator, counts, var, idx,
+                                          self.resampler.qbar, mask)  # type: ignore[attr-defined]
+

@@ -1,0 +1,208 @@
+/* BKB's single-run round on a fixed arm set in one call (Calandriello, Carratino, Lazaric, Valko
+ * & Rosasco, "Gaussian Process Optimization with Adaptive Sketching: Scalable and No Regret",
+ * COLT 2019: the DTC posterior of eq. 4 rebuilt from the count statistics of §3.2, the UCB of
+ * eq. 4 with its argmax, and the dictionary draw of §3.1 / Fig. 1).
+ *
+ * The statements are those of torchbandits.models.nystrom_arms.dtc_round (the torch path, which
+ * stays the reference), with the kernel rows k(x_j, X_A) of the n distinct pulled points (rows
+ * [n, A]), their arm rows idx [n], the dictionary's positions sel [m] among them, pull counts c and
+ * reward sums s [n]:
+ *
+ *   K_ZP[i, j] = rows[sel_i, idx_j],  K_ZZ = K_ZP[:, sel] (+ jitter I),  K_ZZ = L Lᵀ,  P = L⁻¹,
+ *   Eᵀ = P K_ZP [m, n],  A = (Eᵀ C) E + λI = R Rᵀ,  N = R⁻¹,  w = Nᵀ (N (Eᵀ s)),
+ *   G = I − λ NᵀN = H Hᵀ,  [g; μ̃] = ([Hᵀ; wᵀ] P) K_ZA  [m+1, A],
+ *   σ̃² = max(k/λ − 1ᵀ(g∘g)/λ, 0)  (the ridge DTC variance, eq. 4).
+ *
+ * Every factorisation and product is the BLAS/LAPACK call that torch makes for the same statement
+ * (potrf, trsm, gemm, gemv, dot, through function pointers that the caller resolves in the very
+ * library torch calls), with the same arguments, on buffers in the layouts torch uses (a
+ * row-major [r, c] matrix is the column-major [c, r] one: C = A·B is computed as Cᵀ = Bᵀ·Aᵀ;
+ * torch's factors and triangular solves are column-major) and 64-byte aligned like torch's
+ * allocations: the results are those of the torch path bit for bit, without its ~50 operator
+ * dispatches. Cases the torch path handles differently (a numerically singular K_ZZ, which it
+ * factors with pivoting; a G whose Cholesky factorisation fails) return a non-zero code.
+ *
+ * Plain C99, no global state, no pointer kept between calls; memory is allocated and freed inside
+ * each call. */
+#define _POSIX_C_SOURCE 200112L
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef void (*potrf_fn)(const char *, const int *, double *, const int *, int *);
+typedef void (*trsm_fn)(const char *, const char *, const char *, const char *, const int *,
+                        const int *, const double *, const double *, const int *, double *,
+                        const int *);
+typedef void (*gemm_fn)(const char *, const char *, const int *, const int *, const int *,
+                        const double *, const double *, const int *, const double *, const int *,
+                        const double *, double *, const int *);
+typedef void (*gemv_fn)(const char *, const int *, const int *, const double *, const double *,
+                        const int *, const double *, const int *, const double *, double *,
+                        const int *);
+typedef double (*dot_fn)(const int *, const double *, const int *, const double *, const int *);
+
+/* The BLAS/LAPACK entry points, in the order the caller passes them. */
+typedef struct {
+    potrf_fn potrf;
+    trsm_fn trsm;
+    gemm_fn gemm;
+    gemv_fn gemv;
+    dot_fn dot;
+} blas_t;
+
+/* Row-major C [rows, cols] = A [rows, k] · B [k, cols] + beta C, for A and B each row-major
+ * (trans 'n') or column-major ('t', i.e. stored as its transpose), as torch.mm / torch.addmm call
+ * gemm for a contiguous result: column-major Cᵀ = op(B)ᵀ op(A)ᵀ. */
+static void mm(const blas_t *b, char ta, char tb, int rows, int cols, int k, double alpha,
+               const double *a, int lda, const double *bm, int ldb, double beta, double *c) {
+    b->gemm(&tb, &ta, &cols, &rows, &k, &alpha, bm, &ldb, a, &lda, &beta, c, &cols);
+}
+
+/* y = M x for M [r, c] row-major (torch.mv on a contiguous matrix: gemv 't' on the column-major
+ * [c, r]) or, for trans 'n', M column-major (gemv 'n'). */
+static void mv(const blas_t *b, char trans, int r, int c, const double *mat, const double *x,
+               double *y) {
+    const int one = 1;
+    const double alpha = 1.0, beta = 0.0;
+    if (trans == 't') b->gemv(&trans, &c, &r, &alpha, mat, &c, x, &one, &beta, y, &one);
+    else b->gemv(&trans, &r, &c, &alpha, mat, &r, x, &one, &beta, y, &one);
+}
+
+/* Lower Cholesky factor as torch.linalg.cholesky_ex: column-major copy of the lower triangle of
+ * the row-major [m, m] matrix a (upper zeroed), potrf 'L'. Returns LAPACK's info. */
+static int cholesky(const blas_t *b, int m, const double *a, double *l) {
+    int info = 0;
+    for (int j = 0; j < m; ++j)
+        for (int i = 0; i < m; ++i) l[j * m + i] = i >= j ? a[i * m + j] : 0.0;
+    b->potrf("L", &m, l, &m, &info);
+    return info;
+}
+
+/* x = L⁻¹ (column-major) for a column-major lower L, as torch.linalg.solve_triangular(L, I,
+ * upper=False): trsm on the identity. */
+static void lower_inverse(const blas_t *b, int m, const double *l, double *x) {
+    const double one = 1.0;
+    memset(x, 0, (size_t)m * (size_t)m * sizeof(double));
+    for (int i = 0; i < m; ++i) x[i * m + i] = 1.0;
+    b->trsm("L", "L", "N", "N", &m, &m, &one, l, &m, x, &m);
+}
+
+static size_t up64(size_t count) { return (count + 7) / 8 * 8; } /* doubles to 64 bytes */
+
+/* The round's posterior (module comment) at all na arms: mean, var [na] (ridge DTC variance,
+ * clamped at 0) and *sum_var = Σ_j c_j var[idx_j] (S_t of Theorem 2, torch.dot's call).
+ * Returns 0; 1 when K_ZZ needs the pivoted factor (Cholesky fails or a pivot² is
+ * ≤ pivot_tol·(kconst + jitter)); 2 when G's Cholesky fails; 3 when memory runs out; 4 when
+ * m < 1. */
+int bkb_dtc_round(const void *const *fns, long m_, long n_, long na_, const double *rows,
+                  const int64_t *idx, const int64_t *sel, const double *counts,
+                  const double *sums, double lam, double kconst, double jitter, double pivot_tol,
+                  double *mean, double *var, double *sum_var) {
+    blas_t bl;
+    memcpy(&bl.potrf, &fns[0], sizeof(void *));
+    memcpy(&bl.trsm, &fns[1], sizeof(void *));
+    memcpy(&bl.gemm, &fns[2], sizeof(void *));
+    memcpy(&bl.gemv, &fns[3], sizeof(void *));
+    memcpy(&bl.dot, &fns[4], sizeof(void *));
+    const blas_t *b = &bl;
+    if (m_ < 1) return 4;
+    int m = (int)m_, n = (int)n_, na = (int)na_, m1 = m + 1;
+    size_t mm_ = up64((size_t)m * m), mn = up64((size_t)m * n), ma = up64((size_t)m * na);
+    size_t total = 3 * mn + 8 * mm_ + 2 * up64((size_t)m1 * m) + ma + up64((size_t)m1 * na)
+                   + 4 * up64((size_t)m1);
+    void *mem = NULL;
+    if (posix_memalign(&mem, 64, total * sizeof(double))) return 3;
+    double *kzp = mem, *et = kzp + mn, *ec = et + mn, *kzz = ec + mn, *l = kzz + mm_;
+    double *p = l + mm_, *a = p + mm_, *ra = a + mm_, *ninv = ra + mm_, *g = ninv + mm_;
+    double *h = g + mm_, *cat = h + mm_, *wm = cat + up64((size_t)m1 * m);
+    double *kza = wm + up64((size_t)m1 * m);
+    double *out = kza + ma, *v = out + up64((size_t)m1 * na), *u = v + up64((size_t)m1);
+    double *w = u + up64((size_t)m1), *ones = w + up64((size_t)m1);
+    int code = 0;
+    /* K_ZA, K_ZP = K_ZA[:, idx] and K_ZZ = K_ZP[:, sel] (+ jitter I): gathers */
+    for (int i = 0; i < m; ++i) memcpy(kza + (size_t)i * na, rows + sel[i] * na_,
+                                       (size_t)na * sizeof(double));
+    for (int i = 0; i < m; ++i)
+        for (int j = 0; j < n; ++j) kzp[(size_t)i * n + j] = kza[(size_t)i * na + idx[j]];
+    for (int i = 0; i < m; ++i)
+        for (int j = 0; j < m; ++j)
+            kzz[i * m + j] = jitter != 0.0 ? kzp[(size_t)i * n + sel[j]] + (i == j ? jitter : 0.0)
+                                           : kzp[(size_t)i * n + sel[j]];
+    /* P = L⁻¹ (column-major) unless K_ZZ is numerically singular (the torch path pivots) */
+    if (cholesky(b, m, kzz, l)) { code = 1; goto done; }
+    double dmin = l[0];
+    for (int i = 1; i < m; ++i) dmin = fmin(dmin, l[i * m + i]);
+    if (!(dmin * dmin > pivot_tol * (kconst + jitter))) { code = 1; goto done; }
+    lower_inverse(b, m, l, p);
+    /* Eᵀ = P K_ZP [m, n] row-major, C Eᵀ (elementwise), A = λI + (CEᵀ)(Eᵀ)ᵀ */
+    mm(b, 't', 'n', m, n, m, 1.0, p, m, kzp, n, 0.0, et);
+    for (int i = 0; i < m; ++i)
+        for (int j = 0; j < n; ++j) ec[(size_t)i * n + j] = et[(size_t)i * n + j] * counts[j];
+    memset(a, 0, (size_t)m * m * sizeof(double));
+    for (int i = 0; i < m; ++i) a[i * m + i] = 1.0;
+    mm(b, 'n', 't', m, m, n, 1.0, ec, n, et, n, lam, a);
+    /* R = chol(A) (A ⪰ λI), N = R⁻¹ (column-major), w = Nᵀ(N(Eᵀ s)) */
+    cholesky(b, m, a, ra);
+    lower_inverse(b, m, ra, ninv);
+    mv(b, 't', m, n, et, sums, v);
+    mv(b, 'n', m, m, ninv, v, u);
+    mv(b, 't', m, m, ninv, u, w); /* Nᵀ is N's column-major buffer read row-major */
+    /* G = I − λ NᵀN (row-major), H = chol(G) (column-major) */
+    memset(g, 0, (size_t)m * m * sizeof(double));
+    for (int i = 0; i < m; ++i) g[i * m + i] = 1.0;
+    mm(b, 'n', 't', m, m, m, -lam, ninv, m, ninv, m, 1.0, g);
+    if (cholesky(b, m, g, h)) { code = 2; goto done; }
+    /* W = [Hᵀ; wᵀ] P [m+1, m]: Hᵀ row-major is H's column-major buffer */
+    memcpy(cat, h, (size_t)m * m * sizeof(double));
+    memcpy(cat + (size_t)m * m, w, (size_t)m * sizeof(double));
+    mm(b, 'n', 't', m1, m, m, 1.0, cat, m, p, m, 0.0, wm);
+    /* [g; μ̃] = W K_ZA, g∘g in place, σ̃² = k/λ·1 − (1/λ) 1ᵀ(g∘g) (eq. 4), clamped at 0 */
+    mm(b, 'n', 'n', m1, na, m, 1.0, wm, m, kza, na, 0.0, out);
+    for (size_t q = 0; q < (size_t)m * na; ++q) out[q] = out[q] * out[q];
+    for (int i = 0; i < m; ++i) ones[i] = 1.0;
+    for (int j = 0; j < na; ++j) var[j] = 1.0;
+    mm(b, 'n', 'n', 1, na, m, -1.0 / lam, ones, m, out, na, kconst / lam, var);
+    for (int j = 0; j < na; ++j) {
+        mean[j] = out[(size_t)m * na + j];
+        if (var[j] < 0.0) var[j] = 0.0;
+    }
+    /* S_t = Σ_j c_j σ̃²(x_j): torch.dot of the counts and the gathered variances */
+    {
+        double *pv = kzp; /* K_ZP is no longer needed: [n] gathered variances */
+        const int one = 1;
+        for (int j = 0; j < n; ++j) pv[j] = var[idx[j]];
+        *sum_var = b->dot(&n, counts, &one, pv, &one);
+    }
+done:
+    free(mem);
+    return code;
+}
+
+/* ucb[a] = mean[a] + beta · sd[a] (eq. 4, the ridge sd = torch.sqrt of the variance, which the
+ * caller takes: torch's vectorised sqrt is not always the correctly rounded one) in one rounding,
+ * as torch.add(mean, sd, alpha=beta) (a fused multiply-add), and the first index of the largest
+ * (a NaN counts as the largest, as torch.argmax). */
+long bkb_ucb_argmax(long na, const double *mean, const double *sd, double beta, double *ucb) {
+    long best = 0;
+    for (long a = 0; a < na; ++a) ucb[a] = fma(sd[a], beta, mean[a]);
+    for (long a = 1; a < na; ++a) {
+        if (isnan(ucb[best])) break;
+        if (isnan(ucb[a]) || ucb[a] > ucb[best]) best = a;
+    }
+    return best;
+}
+
+/* The linearised dictionary draw of the authors' code (§3.1): point j is kept when
+ * u_j < (c_j q̄) σ̃²(x_j), σ̃²(x_j) = var[idx_j], u_j ~ U[0, 1) drawn by the caller's generator.
+ * Writes mask [n] (0/1) and the kept positions into sel; returns their number m. */
+long bkb_draw(long n, const double *u, const double *counts, const double *var,
+              const int64_t *idx, double qbar, uint8_t *mask, int64_t *sel) {
+    long m = 0;
+    for (long j = 0; j < n; ++j) {
+        int keep = u[j] < counts[j] * qbar * var[idx[j]];
+        mask[j] = (uint8_t)keep;
+        if (keep) sel[m++] = j;
+    }
+    return m;
+}
