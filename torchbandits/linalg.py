@@ -302,6 +302,20 @@ class GrowingCholesky(ResizableModule):
         trow[n0 + m : n0 + m + 1].fill_(pivot)
         self.m = m + 1
 
+    def open_row(self) -> int:
+        """Make room for the next row (folding a full tail, as :meth:`append` does) and return
+        the address of its storage: ``n + 1`` float entries of the contiguous ``tail`` (the row
+        ``[L21, L22]`` then the pivot) that a compiled append writes before :meth:`close_row`."""
+        if self.m == self.block:
+            self._fold()
+        n0, m = self.head.shape[0], self.m
+        assert self.tail.shape[1] >= n0 + self.block, "tail width out of sync with head"
+        return self.tail.data_ptr() + m * self.tail.shape[1] * self.tail.element_size()
+
+    def close_row(self) -> None:
+        """Count the row written at :meth:`open_row`'s address."""
+        self.m += 1
+
     def append_point(self, b: Tensor, c: Tensor | float) -> tuple[Tensor, Tensor]:
         """Border the matrix with column ``b`` and diagonal ``c``; returns ``(L⁻¹b, d)``."""
         n = self.n

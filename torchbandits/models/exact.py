@@ -42,6 +42,7 @@ from ..buffers import StoredData, grow_rows
 from ..kernels import kernel_diag, kernel_matrix
 from ..linalg import GrowingCholesky, safe_cholesky
 from ..validation import as_matrix, as_point, as_scalar_reward, check_positive
+from .exact_native import native_append
 from .exact_rebuild import rescore_candidate_caches
 from .exact_scoring import ExactQueries, ScoredSet
 from .posterior import CandidateCache, whitened_solve
@@ -159,6 +160,8 @@ class ExactKernelRidge(ExactQueries, StoredData):
         yv = as_scalar_reward("y", y)
         n = self._n
         reuse = self.reused_column(column)
+        if reuse is not None and n and native_append(self, x, yv, *reuse):
+            return self._appended(n)
         pieces = reuse[0].pieces(reuse[1]) if reuse is not None and n else {}
         kcol: Tensor | None = None
         kxx: float | None = None
@@ -202,6 +205,10 @@ class ExactKernelRidge(ExactQueries, StoredData):
             f.append(row, d)
             self._advance(r, n, d, z_new[r])
         self._append_scaled(n, reuse)
+        self._appended(n)
+
+    def _appended(self, n: int) -> None:
+        """The bookkeeping after the append of point ``n`` (any path)."""
         self._n = n + 1
         self._scratch.clear()
         self._appends_since_refresh += 1

@@ -36,6 +36,7 @@ from ..kernel_fast import ScaledStationary
 from ..kernels import KernelPlan
 from ..linalg import GrowingCholesky, logdet_from_cholesky
 from ..validation import as_matrix, check_positive
+from .exact_native import native_score
 from .posterior import CandidateCache, colsum_sq, score_whitened, whitened_solve
 
 __all__ = ["ExactQueries", "ScoredSet"]
@@ -272,6 +273,10 @@ class ExactQueries:
         slot = self._factor_for(reg)
         if self._n == 0:
             return cand.new_zeros(cand.shape[0]), self.kernel_plan().diag(cand)
+        if slot[0] is not None:
+            done = native_score(self, cand, [slot[0]])  # type: ignore[arg-type]
+            if done is not None:
+                return done
         means, variances = self._score(cand, [slot])
         return means[0], variances[0]
 
@@ -288,6 +293,10 @@ class ExactQueries:
             kd = self.kernel_plan().diag(cand)
             return cand.new_zeros(len(slots), cand.shape[0]), kd.expand(len(slots), -1).clone()
         idxs = [idx for idx, _ in slots if idx is not None]
+        if len(idxs) == len(slots):
+            done = native_score(self, cand, idxs, many=True)  # type: ignore[arg-type]
+            if done is not None:
+                return done
         if len(idxs) == len(slots) > 1:
             stacked = self._score_stacked(cand, idxs)  # type: ignore[arg-type]
             if stacked is not None:

@@ -1,0 +1,178 @@
+"""The compiled single-run step of :class:`~torchbandits.models.ExactKernelRidge` on the CPU.
+
+:func:`native_score` scores a candidate set at maintained regularisers with one call of
+:func:`torchbandits.native.exact.score` (the scaling of the candidates, ``K_SC`` by the closed
+form, ``V_r = L_r⁻¹K_SC``, ``μ_r = z_rᵀV_r``, ``colsum(V_r²)`` and ``ρ²_r`` for every factor) and
+records the scored set exactly as the torch path of :mod:`~torchbandits.models.exact_scoring`
+does (the same ``ScoredSet`` fields and candidate caches). :func:`native_append` appends the
+scored candidate ``j`` with one call of :func:`torchbandits.native.exact.append` (the O(n) append:
+the new factor rows are the columns ``V_r[:, j]``).
+
+Both return ``None`` / ``False`` when the step does not qualify, and the caller takes its torch
+path, which stays the reference (the tests hold the two to rounding): no compiled library
+(:func:`torchbandits.native.disabled`, ``TORCHBANDITS_NATIVE=0``, no compiler), a tensor that is
+not a contiguous float64 CPU tensor, a kernel without a closed form
+(:class:`~torchbandits.kernel_fast.ScaledStationary`), a regulariser that is not maintained,
+more than :data:`~torchbandits.native.exact.MAX_N` stored points (LAPACK's blocked solve is then
+faster), or a candidate set a cache serves (the O(n·A) extension of the torch path).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from ..buffers import grow_rows
+from ..native import exact as nx
+from .posterior import CandidateCache
+
+if TYPE_CHECKING:
+    from .exact import ExactKernelRidge
+    from .exact_scoring import ScoredSet
+
+__all__ = ["native_append", "native_score"]
+
+_F64 = torch.float64
+
+
+def _ok(t: Tensor) -> bool:
+    """A contiguous float64 CPU tensor (what the C code reads)."""
+    return t.dtype is _F64 and t.device.type == "cpu" and t.is_contiguous()
+
+
+def native_score(model: ExactKernelRidge, cand: Tensor, idxs: list[int], many: bool = False
+                 ) -> tuple[Tensor, Tensor] | None:
+    """``(μ, ρ²)`` of ``cand`` ``[A, d]`` at the maintained factors ``idxs``: ``[A]`` each for one
+    factor, ``[R, A]`` for several or with ``many``; the scored set recorded as the torch path
+    records it. ``None`` if the step does not qualify (see the module docstring)."""
+    n = model._n
+    if n == 0 or n > nx.MAX_N or not _ok(cand):
+        return None
+    lib = nx.available()
+    if lib is None:
+        return None
+    form = model.kernel_plan().stationary
+    if form is None:
+        return None
+    kind = nx.KINDS.get((form.kind, form.nu))
+    weight = form.weight
+    if kind is None or not _ok(weight) or not _ok(model._z):
+        return None
+    factors = []
+    for idx in idxs:
+        f = model.factors[idx]
+        if not (_ok(f.head) and _ok(f.tail)):
+            return None
+        factors.append((f.head, f.head.shape[0], f.tail, f.tail.shape[1]))
+    if model.cache_candidates and _served(model, cand, idxs):
+        return None
+    xs = model._scaled_rows(form)
+    if not _ok(xs):
+        return None
+    a, d, r = cand.shape[0], cand.shape[1], len(idxs)
+    zbase, zstride = model._z.data_ptr(), model._z.stride(0) * 8
+    cs, kq = cand.new_empty(a, d), cand.new_empty(n, a)
+    flat = r == 1 and not many
+    shape = (a,) if flat else (r, a)
+    v = cand.new_empty((n, a) if flat else (r, n, a))
+    mean, sumsq, var = cand.new_empty(shape), cand.new_empty(shape), cand.new_empty(shape)
+    kdiag = form.diag_value
+    nx.score(lib, xs, cand, weight, kind, form.outputscale, kdiag, factors,
+             [zbase + idx * zstride for idx in idxs], (cs, kq, v, mean, sumsq, var))
+    rec = model._record(cand, kdiag)
+    rec.kq, rec.scaled = kq, cs
+    if flat:
+        rec.columns[idxs[0]] = (v, mean, sumsq)
+        rec.stack = None
+    else:
+        rec.stack = (v, mean, sumsq, list(idxs))
+    if model.cache_candidates:
+        for p, idx in enumerate(idxs):
+            vp, sp = (v, sumsq) if flat else (v[p], sumsq[p])
+            model._caches[idx] = CandidateCache(cand, kdiag, vp, sp, n, model._version)
+            model._cache_seen[idx] = cand._version
+    return mean, var
+
+
+def _served(model: ExactKernelRidge, cand: Tensor, idxs: list[int]) -> bool:
+    """Whether a candidate cache of one of ``idxs`` serves ``cand`` (then the torch path extends
+    it); caches built together share one tensor: compared once."""
+    seen: set[int] = set()
+    for idx in idxs:
+        cache = model._caches.get(idx)
+        if cache is None or id(cache.candidates) in seen:
+            continue
+        if model._serves(idx, cache, cand):
+            return True
+        seen.add(id(cache.candidates))
+    return False
+
+
+def _sources(rec: ScoredSet, count: int) -> list[tuple[int, int, int]] | None:
+    """Per factor ``0..count−1``: the addresses of its ``(V [n, A], μ [A], colsum V² [A])`` in
+    the record, or ``None`` if a factor was not scored there."""
+    if rec.stack is not None:
+        v, mean, sumsq, idxs = rec.stack
+        if sorted(idxs) != list(range(count)) or not (_ok(v) and _ok(mean) and _ok(sumsq)):
+            return None
+        pos = {idx: p for p, idx in enumerate(idxs)}
+        sv, sm = v.stride(0) * 8, mean.stride(0) * 8
+        bv, bm, bs = v.data_ptr(), mean.data_ptr(), sumsq.data_ptr()
+        return [(bv + pos[r] * sv, bm + pos[r] * sm, bs + pos[r] * sm) for r in range(count)]
+    if count != 1 or 0 not in rec.columns:
+        return None
+    v, mean, sumsq = rec.columns[0]
+    if not (_ok(v) and _ok(mean) and _ok(sumsq)) or v.ndim != 2:
+        return None
+    return [(v.data_ptr(), mean.data_ptr(), sumsq.data_ptr())]
+
+
+def native_append(model: ExactKernelRidge, x: Tensor, y: float, rec: ScoredSet, j: int) -> bool:
+    """Append ``(x, y)``, ``x`` the candidate ``j`` of the scored set ``rec`` of the current data,
+    with one C call; ``False`` (nothing changed) if it does not qualify. Raises ``ValueError``
+    (the factors unchanged) if a pivot is not positive."""
+    n = model._n
+    if n == 0 or not _ok(x) or rec.candidates.shape[0] <= j:
+        return False
+    lib = nx.available()
+    if lib is None:
+        return False
+    count = len(model.factors)
+    src = _sources(rec, count)
+    if src is None:
+        return False
+    xs_buf, ys, zs = model._x, model._y, model._z
+    if not (_ok(xs_buf) and _ok(ys) and _ok(zs)):
+        return False
+    if xs_buf.shape[0] <= n:  # buffers are reassigned only when they grow
+        model._x = xs_buf = grow_rows(xs_buf, n + 1)
+    if ys.shape[0] <= n:
+        model._y = ys = grow_rows(ys, n + 1)
+    if zs.shape[1] <= n:
+        model._z = zs = grow_rows(zs, n + 1, dims=(1,))
+    d = x.shape[0]
+    scaled = model._lean
+    copy_scaled = (scaled is not None and scaled[1] == n and scaled[3] == model._version
+                   and rec.scaled is not None and scaled[2] is model._plan.stationary)
+    scaled_dst = 0
+    if copy_scaled:
+        if scaled[0].shape[0] <= n:
+            scaled[0] = grow_rows(scaled[0], n + 1)
+        scaled_dst = scaled[0].data_ptr() + n * d * 8
+    zstride = zs.stride(0) * 8
+    dst = [(f.open_row(), zs.data_ptr() + r * zstride + n * 8) for r, f in enumerate(model.factors)]
+    copies = (x.data_ptr(), xs_buf.data_ptr() + n * d * 8, 0, ys.data_ptr() + n * 8,
+              rec.scaled.data_ptr() + j * d * 8 if copy_scaled else 0, scaled_dst)
+    kxx = rec.kdiag if isinstance(rec.kdiag, float) else float(rec.kdiag[j])
+    out = nx.append(lib, n, rec.candidates.shape[0], d, j, src, kxx, list(model.regularisers), y,
+                    dst, copies)
+    if isinstance(out, int):
+        raise ValueError(f"append: pivot not positive at λ={model.regularisers[out]}")
+    for r, f in enumerate(model.factors):
+        f.close_row()
+        model._advance(r, n, out[2 * r], out[2 * r + 1])
+    if copy_scaled:
+        scaled[1] = n + 1
+    return True

@@ -1,0 +1,109 @@
+"""The compiled single-run step of :class:`~torchbandits.models.ExactKernelRidge`
+(``exact_step.c``): scoring a candidate set and appending the played candidate, each one call.
+
+For a stationary kernel (:class:`~torchbandits.kernel_fast.ScaledStationary`: RBF, Matérn-1/2,
+3/2, 5/2, optional output scale) and ``R`` maintained factors ``L_r`` of ``K + α_r I``:
+
+* :func:`score`: ``c̃ = c·w`` ``[A, d]``, ``K_SC`` ``[n, A]`` by the closed form, per factor
+  ``V_r = L_r⁻¹ K_SC`` ``[n, A]`` (forward substitution by blocks of rows, vectorised over the
+  candidates), ``μ_r = z_rᵀ V_r``, ``colsum(V_r ⊙ V_r)`` and ``ρ²_r = max(k_CC − colsum, 0)``
+  (``[R, A]`` each): the pieces of the Cholesky form of the posterior (Flynn & Reeb 2024, App. E.2)
+  that the torch path of :mod:`torchbandits.models.exact_scoring` computes in about 30 operations;
+* :func:`append`: the O(n) append of the scored candidate ``j``: the new row ``V_r[:, j]`` and
+  pivot ``d_r = sqrt(k(x_j, x_j) + α_r − colsum(V_r²)_j)`` of each factor written into its tail,
+  ``z_r`` gains ``(y − μ_r[j]) / d_r``, and the point, the reward and the scaled point are copied
+  into the model's buffers.
+
+The caller checks the tensors (float64, CPU, contiguous) and sizes; :func:`available` says
+whether the library is loaded (``None`` inside :func:`torchbandits.native.disabled`). The C code
+keeps no pointer between calls.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+from torch import Tensor
+
+from . import library
+
+__all__ = ["KINDS", "MAX_N", "append", "available", "score"]
+
+MAX_N = 400
+"""Largest number of stored points scored here; above it the torch path (LAPACK's blocked
+triangular solve) is faster."""
+
+KINDS = {("rbf", float("inf")): 0, ("matern", 0.5): 1, ("matern", 1.5): 2, ("matern", 2.5): 3}
+"""The closed forms of ``exact_step.c`` by ``(kind, ν)`` of a
+:class:`~torchbandits.kernel_fast.ScaledStationary`."""
+
+_L = ctypes.c_long
+_P = ctypes.c_void_p
+_D = ctypes.c_double
+_CONFIGURED: set[int] = set()
+
+
+def available() -> ctypes.CDLL | None:
+    """The library with its argument types set, or ``None`` (off or not buildable)."""
+    lib = library("exact_step")
+    if lib is None:
+        return None
+    if id(lib) not in _CONFIGURED:
+        lib.tb_exact_score.argtypes = [_L, _L, _L, _L, _P, _P, _P, _L, ctypes.c_int, _D,
+                                       ctypes.c_int, _D, _P, _P, _P, _P, _P, _P, _P]
+        lib.tb_exact_score.restype = ctypes.c_int
+        lib.tb_exact_append.argtypes = [_L, _L, _L, _L, _L, _P, _D, _P, _D, _P, _P, _P]
+        lib.tb_exact_append.restype = ctypes.c_int
+        _CONFIGURED.add(id(lib))
+    return lib
+
+
+def score(lib: ctypes.CDLL, xs: Tensor, cand: Tensor, weight: Tensor, kind: int,
+          outscale: float | None, kdiag: float, factors: list[tuple[Tensor, int, Tensor, int]],
+          zs: list[int], out: tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]) -> None:
+    """One scoring call.
+
+    Args:
+        xs: scaled stored points ``[n, d]`` (contiguous rows of the model's buffer).
+        cand: candidates ``[A, d]``; ``weight``: the kernel weights ``w`` ``[d]`` or ``[1]``.
+        kind: :data:`KINDS` code; ``outscale``: ``s`` or ``None``; ``kdiag``: ``k(x, x)``.
+        factors: per factor ``(head [n0, n0], n0, tail [block, width], width)``.
+        zs: per factor the address of ``z_r`` ``[n]``.
+        out: ``(cs [A, d], kq [n, A], v [R, n, A], mean [R, A], sumsq [R, A], var [R, A])``,
+            written (any shapes with those sizes, contiguous).
+    """
+    n, d = xs.shape
+    a = cand.shape[0]
+    table = (ctypes.c_longlong * (5 * len(factors)))()
+    for r, (head, n0, tail, width) in enumerate(factors):
+        table[5 * r: 5 * r + 5] = [head.data_ptr(), n0, tail.data_ptr(), width, zs[r]]
+    cs, kq, v, mean, sumsq, var = out
+    rc = lib.tb_exact_score(n, a, d, len(factors), xs.data_ptr(), cand.data_ptr(),
+                            weight.data_ptr(), weight.numel(), kind,
+                            1.0 if outscale is None else outscale, outscale is not None, kdiag,
+                            table, cs.data_ptr(), kq.data_ptr(), v.data_ptr(), mean.data_ptr(),
+                            sumsq.data_ptr(), var.data_ptr())
+    if rc:
+        raise MemoryError("torchbandits.native.exact: scratch allocation failed")
+
+
+def append(lib: ctypes.CDLL, n: int, a: int, d: int, j: int, src: list[tuple[int, int, int]],
+           kxx: float, regs: list[float], y: float, dst: list[tuple[int, int]],
+           copies: tuple[int, int, int, int, int, int]) -> list[float] | int:
+    """One append call of the scored candidate ``j`` (of ``a``) with ``n`` stored points.
+
+    ``src``: per factor the addresses of the scoring's ``(V [n, A], μ [A], colsum V² [A])``;
+    ``dst``: per factor the addresses (new tail row, ``z_r[n]``); ``copies``: the address pairs
+    (source, destination; 0 for none) of the point ``[d]``, the reward and the scaled point.
+    Returns ``[d_0, z_0, d_1, z_1, …]`` (pivots and new ``z`` entries), or the index of the first
+    factor whose pivot is not positive (nothing written)."""
+    count = len(regs)
+    stable = (ctypes.c_longlong * (3 * count))()
+    dtable = (ctypes.c_longlong * (2 * count))()
+    for r in range(count):
+        stable[3 * r: 3 * r + 3] = src[r]
+        dtable[2 * r: 2 * r + 2] = dst[r]
+    out = (ctypes.c_double * (2 * count))()
+    rc = lib.tb_exact_append(n, a, d, count, j, stable, kxx, (ctypes.c_double * count)(*regs), y,
+                             dtable, (ctypes.c_longlong * 6)(*copies), out)
+    return rc - 1 if rc else list(out)
