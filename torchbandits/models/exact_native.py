@@ -19,6 +19,7 @@ faster), or a candidate set a cache serves (the O(n·A) extension of the torch p
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -29,10 +30,11 @@ from ..native import exact as nx
 from .posterior import CandidateCache
 
 if TYPE_CHECKING:
+    from ..confidence.radii import UCBForm
     from .exact import ExactKernelRidge
     from .exact_scoring import ScoredSet
 
-__all__ = ["native_append", "native_score"]
+__all__ = ["native_append", "native_score", "native_ucb_argmax"]
 
 _F64 = torch.float64
 
@@ -42,11 +44,14 @@ def _ok(t: Tensor) -> bool:
     return t.dtype is _F64 and t.device.type == "cpu" and t.is_contiguous()
 
 
-def native_score(model: ExactKernelRidge, cand: Tensor, idxs: list[int], many: bool = False
-                 ) -> tuple[Tensor, Tensor] | None:
+def native_score(model: ExactKernelRidge, cand: Tensor, idxs: list[int], many: bool = False,
+                 bound: UCBForm | None = None) -> tuple[Tensor, ...] | None:
     """``(μ, ρ²)`` of ``cand`` ``[A, d]`` at the maintained factors ``idxs``: ``[A]`` each for one
     factor, ``[R, A]`` for several or with ``many``; the scored set recorded as the torch path
-    records it. ``None`` if the step does not qualify (see the module docstring)."""
+    records it. With ``bound`` (an upper confidence bound ``min_r (sqrt(ρ²_r / div_r) β_r + μ_r)``
+    over the factors ``idxs``, see :func:`torchbandits.confidence.radii.ucb_form`) returns
+    ``(index of the largest bound, bounds [A], minimising r [A] int64 or None)`` instead.
+    ``None`` if the step does not qualify (see the module docstring)."""
     n = model._n
     if n == 0 or n > nx.MAX_N or not _ok(cand):
         return None
@@ -63,9 +68,10 @@ def native_score(model: ExactKernelRidge, cand: Tensor, idxs: list[int], many: b
     factors = []
     for idx in idxs:
         f = model.factors[idx]
-        if not (_ok(f.head) and _ok(f.tail)):
+        head, tail = f.head, f.tail
+        if not (_ok(head) and _ok(tail)):
             return None
-        factors.append((f.head, f.head.shape[0], f.tail, f.tail.shape[1]))
+        factors.append((head, head.shape[0], tail, tail.shape[1]))
     if model.cache_candidates and _served(model, cand, idxs):
         return None
     xs = model._scaled_rows(form)
@@ -79,8 +85,12 @@ def native_score(model: ExactKernelRidge, cand: Tensor, idxs: list[int], many: b
     v = cand.new_empty((n, a) if flat else (r, n, a))
     mean, sumsq, var = cand.new_empty(shape), cand.new_empty(shape), cand.new_empty(shape)
     kdiag = form.diag_value
-    nx.score(lib, xs, cand, weight, kind, form.outputscale, kdiag, factors,
-             [zbase + idx * zstride for idx in idxs], (cs, kq, v, mean, sumsq, var))
+    extra = None
+    if bound is not None:
+        arg = torch.empty(a, dtype=torch.int64) if r > 1 else None
+        extra = (bound.betas, bound.divisors, cand.new_empty(a), arg)
+    best = nx.score(lib, xs, cand, weight, kind, form.outputscale, kdiag, factors,
+                    [zbase + idx * zstride for idx in idxs], (cs, kq, v, mean, sumsq, var), extra)
     rec = model._record(cand, kdiag)
     rec.kq, rec.scaled = kq, cs
     if flat:
@@ -93,7 +103,37 @@ def native_score(model: ExactKernelRidge, cand: Tensor, idxs: list[int], many: b
             vp, sp = (v, sumsq) if flat else (v[p], sumsq[p])
             model._caches[idx] = CandidateCache(cand, kdiag, vp, sp, n, model._version)
             model._cache_seen[idx] = cand._version
+    if extra is not None:
+        return best, extra[2], extra[3]
     return mean, var
+
+
+def native_ucb_argmax(model: ExactKernelRidge, candidates: Tensor,
+                      make_form: Callable[[], UCBForm | None]) -> int | None:
+    """:meth:`ExactKernelRidge.ucb_argmax`: the index of the largest upper confidence bound
+    ``min_i (sqrt(ρ²_{reg_i} / div_i) β_i + μ_{reg_i})`` over ``candidates`` ``[A, d]``, where
+    ``make_form()`` gives ``(regs, β, div, done)`` (:func:`~torchbandits.confidence.radii.ucb_form`;
+    ``done(bounds [A], minimising i [A] or None)`` is called after the scoring), with one
+    compiled call and the scored set recorded as :meth:`mean_var` records it. ``None`` (nothing
+    recorded) when the form or the step does not qualify."""
+    if not 0 < model._n <= nx.MAX_N:
+        return None
+    cand = model._checked(candidates)
+    form = make_form()
+    if form is None:
+        return None
+    idxs = []
+    for reg in form.regs:
+        idx = model._factor_for(reg)[0]
+        if idx is None:
+            return None
+        idxs.append(idx)
+    got = native_score(model, cand, idxs, len(idxs) > 1, form)
+    if got is None:
+        return None
+    if form.done is not None:
+        form.done(got[1], got[2])
+    return got[0]
 
 
 def _served(model: ExactKernelRidge, cand: Tensor, idxs: list[int]) -> bool:

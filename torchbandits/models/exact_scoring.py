@@ -25,8 +25,9 @@ For candidates ``C`` and a maintained factor ``L`` of ``K + αI``: ``V = L⁻¹ 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -36,8 +37,11 @@ from ..kernel_fast import ScaledStationary
 from ..kernels import KernelPlan
 from ..linalg import GrowingCholesky, logdet_from_cholesky
 from ..validation import as_matrix, check_positive
-from .exact_native import native_score
+from .exact_native import native_score, native_ucb_argmax
 from .posterior import CandidateCache, colsum_sq, score_whitened, whitened_solve
+
+if TYPE_CHECKING:
+    from ..confidence.radii import UCBForm
 
 __all__ = ["ExactQueries", "ScoredSet"]
 
@@ -303,6 +307,14 @@ class ExactQueries:
                 return stacked
         means, variances = self._score(cand, slots)
         return torch.stack(means), torch.stack(variances)
+
+    def ucb_argmax(self, candidates: Tensor, make_form: Callable[[], UCBForm | None]
+                   ) -> int | None:
+        """The index of the largest upper confidence bound ``min_i (sqrt(ρ²_i / div_i) β_i + μ_i)``
+        over ``candidates`` ``[A, d]`` (``make_form()``: :func:`~torchbandits.confidence.radii.ucb_form`)
+        with one compiled call, or ``None`` (the caller takes its torch path): see
+        :func:`~torchbandits.models.exact_native.native_ucb_argmax`."""
+        return native_ucb_argmax(self, candidates, make_form)  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ scalars
     def _running(self, idx: int) -> list:

@@ -50,7 +50,8 @@ def available() -> ctypes.CDLL | None:
         return None
     if id(lib) not in _CONFIGURED:
         lib.tb_exact_score.argtypes = [_L, _L, _L, _L, _P, _P, _P, _L, ctypes.c_int, _D,
-                                       ctypes.c_int, _D, _P, _P, _P, _P, _P, _P, _P]
+                                       ctypes.c_int, _D, _P, _P, _P, _P, _P, _P, _P, _P, _P,
+                                       _P, _P, _P]
         lib.tb_exact_score.restype = ctypes.c_int
         lib.tb_exact_append.argtypes = [_L, _L, _L, _L, _L, _P, _D, _P, _D, _P, _P, _P]
         lib.tb_exact_append.restype = ctypes.c_int
@@ -60,8 +61,9 @@ def available() -> ctypes.CDLL | None:
 
 def score(lib: ctypes.CDLL, xs: Tensor, cand: Tensor, weight: Tensor, kind: int,
           outscale: float | None, kdiag: float, factors: list[tuple[Tensor, int, Tensor, int]],
-          zs: list[int], out: tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]) -> None:
-    """One scoring call.
+          zs: list[int], out: tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor],
+          bound: tuple[list[float], list[float], Tensor, Tensor | None] | None = None) -> int:
+    """One scoring call; returns the index of the largest upper bound with ``bound`` (else 0).
 
     Args:
         xs: scaled stored points ``[n, d]`` (contiguous rows of the model's buffer).
@@ -71,20 +73,31 @@ def score(lib: ctypes.CDLL, xs: Tensor, cand: Tensor, weight: Tensor, kind: int,
         zs: per factor the address of ``z_r`` ``[n]``.
         out: ``(cs [A, d], kq [n, A], v [R, n, A], mean [R, A], sumsq [R, A], var [R, A])``,
             written (any shapes with those sizes, contiguous).
+        bound: ``(β [R], div [R], ucb [A], arg [A] int64 or None)``: also the upper bound
+            ``min_r (sqrt(ρ²_r / div_r) β_r + μ_r)`` into ``ucb`` and the minimising ``r`` into
+            ``arg``.
     """
     n, d = xs.shape
-    a = cand.shape[0]
-    table = (ctypes.c_longlong * (5 * len(factors)))()
+    a, count = cand.shape[0], len(factors)
+    table = (ctypes.c_longlong * (5 * count))()
     for r, (head, n0, tail, width) in enumerate(factors):
         table[5 * r: 5 * r + 5] = [head.data_ptr(), n0, tail.data_ptr(), width, zs[r]]
     cs, kq, v, mean, sumsq, var = out
-    rc = lib.tb_exact_score(n, a, d, len(factors), xs.data_ptr(), cand.data_ptr(),
-                            weight.data_ptr(), weight.numel(), kind,
-                            1.0 if outscale is None else outscale, outscale is not None, kdiag,
-                            table, cs.data_ptr(), kq.data_ptr(), v.data_ptr(), mean.data_ptr(),
-                            sumsq.data_ptr(), var.data_ptr())
+    best = ctypes.c_long(0)
+    if bound is None:
+        beta = div = ucb = arg = None
+    else:
+        beta, div = (_D * count)(*bound[0]), (_D * count)(*bound[1])
+        ucb = bound[2].data_ptr()
+        arg = None if bound[3] is None else bound[3].data_ptr()
+    rc = lib.tb_exact_score(n, a, d, count, xs.data_ptr(), cand.data_ptr(), weight.data_ptr(),
+                            weight.numel(), kind, 1.0 if outscale is None else outscale,
+                            outscale is not None, kdiag, table, cs.data_ptr(), kq.data_ptr(),
+                            v.data_ptr(), mean.data_ptr(), sumsq.data_ptr(), var.data_ptr(),
+                            beta, div, ucb, arg, ctypes.byref(best))
     if rc:
         raise MemoryError("torchbandits.native.exact: scratch allocation failed")
+    return best.value
 
 
 def append(lib: ctypes.CDLL, n: int, a: int, d: int, j: int, src: list[tuple[int, int, int]],

@@ -25,6 +25,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__AVX__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
 
 enum { RBF = 0, MATERN12 = 1, MATERN32 = 2, MATERN52 = 3 };
 
@@ -137,71 +140,17 @@ static inline const double *factor_row(const double *head, long n0, const double
     return i < n0 ? head + i * n0 : tail + (i - n0) * width;
 }
 
-#define RB 4 /* rows per block of the forward substitution */
-#define CB 8 /* columns per block (two AVX registers per row) */
+#define RB 6 /* rows per block of the forward substitution */
+#define CB 8 /* columns per block (two vectors of 4 doubles per row) */
 
-#define RB 4 /* rows per block of the forward substitution */
-#define CB 8 /* columns per block (two AVX registers per row) */
-
-/* The small triangle inside a row block: acc_b -= sum_{p<b} L_{i0+b, i0+p} V_{i0+p}, then
- * V_{i0+b} = acc_b / L_{i0+b, i0+b}, stored at vout (row b at vout + b A). */
-static inline void finish_block(const double *const *lrow, long i0, int ib, int jb,
-                                double acc[RB][CB], double *vout, long A) {
-    for (int b = 0; b < ib; ++b) {
-        for (int p = 0; p < b; ++p) {
-            double l = lrow[b][i0 + p];
-            for (int c = 0; c < jb; ++c) acc[b][c] = fma(-l, acc[p][c], acc[b][c]);
-        }
-        double diag = lrow[b][i0 + b];
-        for (int c = 0; c < jb; ++c) acc[b][c] /= diag;
-        for (int c = 0; c < jb; ++c) vout[b * A + c] = acc[b][c];
-    }
-}
-
-/* Forward substitution V = L^{-1} K for rows i0 .. i0+RB-1 and columns j0 .. j0+CB-1, the rows
- * above i0 already solved: V_i = (K_i - sum_{k<i} L_ik V_k) / L_ii. Each row V_k read serves RB
- * rows; the RB x CB accumulators stay in registers: with GCC or Clang as vectors of 4 doubles
- * (their vector extension), elsewhere as plain loops. */
-#if defined(__GNUC__) || defined(__clang__)
-typedef double vec4 __attribute__((vector_size(32), aligned(8)));
-
-static void solve_block_full(const double *const *lrow, long i0, long j0, const double *kq,
-                             double *v, long A) {
-    vec4 a00, a01, a10, a11, a20, a21, a30, a31;
-    const double *k0 = kq + i0 * A + j0;
-    a00 = *(const vec4 *)(k0), a01 = *(const vec4 *)(k0 + 4);
-    a10 = *(const vec4 *)(k0 + A), a11 = *(const vec4 *)(k0 + A + 4);
-    a20 = *(const vec4 *)(k0 + 2 * A), a21 = *(const vec4 *)(k0 + 2 * A + 4);
-    a30 = *(const vec4 *)(k0 + 3 * A), a31 = *(const vec4 *)(k0 + 3 * A + 4);
-    const double *l0 = lrow[0], *l1 = lrow[1], *l2 = lrow[2], *l3 = lrow[3];
-    for (long k = 0; k < i0; ++k) {
-        const double *vk = v + k * A + j0;
-        vec4 x0 = *(const vec4 *)vk, x1 = *(const vec4 *)(vk + 4);
-        a00 -= l0[k] * x0, a01 -= l0[k] * x1;
-        a10 -= l1[k] * x0, a11 -= l1[k] * x1;
-        a20 -= l2[k] * x0, a21 -= l2[k] * x1;
-        a30 -= l3[k] * x0, a31 -= l3[k] * x1;
-    }
-    double acc[RB][CB];
-    for (int c = 0; c < 4; ++c) {
-        acc[0][c] = a00[c], acc[0][c + 4] = a01[c], acc[1][c] = a10[c], acc[1][c + 4] = a11[c];
-        acc[2][c] = a20[c], acc[2][c + 4] = a21[c], acc[3][c] = a30[c], acc[3][c + 4] = a31[c];
-    }
-    finish_block(lrow, i0, RB, CB, acc, v + i0 * A + j0, A);
-}
-#else
-static void solve_block_part(const double *const *lrow, long i0, int ib, long j0, int jb,
-                             const double *kq, double *v, long A);
-
-static void solve_block_full(const double *const *lrow, long i0, long j0, const double *kq,
-                             double *v, long A) {
-    solve_block_part(lrow, i0, RB, j0, CB, kq, v, A);
-}
-#endif
-
-/* The same for a partial block (ib <= RB rows, jb <= CB columns: the edges). */
-static void solve_block_part(const double *const *lrow, long i0, int ib, long j0, int jb,
-                             const double *kq, double *v, long A) {
+/* Forward substitution V = L^{-1} K, V_i = (K_i - sum_{k<i} L_ik V_k) / L_ii, by blocks of RB rows
+ * and CB columns: first sum_{k<i0} over the rows already solved (each row V_k read serves RB
+ * rows), then the small triangle inside the block, rows i0 + b in order:
+ * acc_b -= sum_{p<b} L_{i0+b, i0+p} V_{i0+p} and V_{i0+b} = acc_b * (1 / L_{i0+b, i0+b}).
+ * The generic block (ib <= RB rows, jb <= CB columns) is plain C; with AVX and FMA the full
+ * blocks keep their accumulators in registers (twelve independent ones for 6 x 8). */
+static void solve_block_part(const double *const *lrow, const double *inv, long i0, int ib,
+                             long j0, int jb, const double *kq, double *v, long A) {
     double acc[RB][CB];
     for (int b = 0; b < ib; ++b)
         for (int c = 0; c < jb; ++c) acc[b][c] = kq[(i0 + b) * A + j0 + c];
@@ -212,23 +161,93 @@ static void solve_block_part(const double *const *lrow, long i0, int ib, long j0
             for (int c = 0; c < jb; ++c) acc[b][c] = fma(-l, vk[c], acc[b][c]);
         }
     }
-    finish_block(lrow, i0, ib, jb, acc, v + i0 * A + j0, A);
+    for (int b = 0; b < ib; ++b) {
+        for (int p = 0; p < b; ++p) {
+            double l = lrow[b][i0 + p];
+            for (int c = 0; c < jb; ++c) acc[b][c] = fma(-l, acc[p][c], acc[b][c]);
+        }
+        for (int c = 0; c < jb; ++c) {
+            acc[b][c] *= inv[b];
+            v[(i0 + b) * A + j0 + c] = acc[b][c];
+        }
+    }
 }
+
+#if defined(__AVX__) && defined(__FMA__)
+/* A full block of RB rows and 4 nv columns (nv = 1 or 2, a constant after inlining). */
+static inline void solve_block_vec(const double *const *lrow, const double *inv, long i0,
+                                   long j0, const double *kq, double *v, long A, const int nv) {
+    __m256d acc[RB][2];
+    for (int b = 0; b < RB; ++b)
+        for (int q = 0; q < nv; ++q) acc[b][q] = _mm256_loadu_pd(kq + (i0 + b) * A + j0 + 4 * q);
+    for (long k = 0; k < i0; ++k) { /* acc_b -= L_{i0+b, k} V_k */
+        const double *vk = v + k * A + j0;
+        __m256d x[2];
+        for (int q = 0; q < nv; ++q) x[q] = _mm256_loadu_pd(vk + 4 * q);
+        for (int b = 0; b < RB; ++b) {
+            __m256d l = _mm256_broadcast_sd(lrow[b] + k);
+            for (int q = 0; q < nv; ++q) acc[b][q] = _mm256_fnmadd_pd(l, x[q], acc[b][q]);
+        }
+    }
+    for (int b = 0; b < RB; ++b) { /* the triangle inside the block */
+        for (int p = 0; p < b; ++p) {
+            __m256d l = _mm256_broadcast_sd(lrow[b] + i0 + p);
+            for (int q = 0; q < nv; ++q) acc[b][q] = _mm256_fnmadd_pd(l, acc[p][q], acc[b][q]);
+        }
+        __m256d s = _mm256_broadcast_sd(inv + b);
+        for (int q = 0; q < nv; ++q) {
+            acc[b][q] = _mm256_mul_pd(acc[b][q], s);
+            _mm256_storeu_pd(v + (i0 + b) * A + j0 + 4 * q, acc[b][q]);
+        }
+    }
+}
+#endif
 
 static void forward_substitution(long n, long A, const double *head, long n0, const double *tail,
                                  long width, const double *kq, double *v) {
     for (long i0 = 0; i0 < n; i0 += RB) {
         int ib = n - i0 < RB ? (int)(n - i0) : RB;
         const double *lrow[RB];
-        for (int b = 0; b < ib; ++b) lrow[b] = factor_row(head, n0, tail, width, i0 + b);
+        double inv[RB];
+        for (int b = 0; b < ib; ++b) {
+            lrow[b] = factor_row(head, n0, tail, width, i0 + b);
+            inv[b] = 1.0 / lrow[b][i0 + b];
+        }
         long j0 = 0;
-        if (ib == RB)
-            for (; j0 + CB <= A; j0 += CB) solve_block_full(lrow, i0, j0, kq, v, A);
+#if defined(__AVX__) && defined(__FMA__)
+        if (ib == RB) {
+            for (; j0 + 8 <= A; j0 += 8) solve_block_vec(lrow, inv, i0, j0, kq, v, A, 2);
+            for (; j0 + 4 <= A; j0 += 4) solve_block_vec(lrow, inv, i0, j0, kq, v, A, 1);
+        }
+#endif
         for (; j0 < A; j0 += CB) {
             int jb = A - j0 < CB ? (int)(A - j0) : CB;
-            solve_block_part(lrow, i0, ib, j0, jb, kq, v, A);
+            solve_block_part(lrow, inv, i0, ib, j0, jb, kq, v, A);
         }
     }
+}
+
+/* The upper confidence bound min_r (sqrt(var_r / div_r) beta_r + mu_r) per candidate (one
+ * term: a radius rule, Flynn & Reeb 2024's AMM; several: their DMM, Sec. 5.4, the minimum over
+ * the grid of Eq. (14)), the minimising r per candidate (arg, may be NULL) and the first index of
+ * the largest bound (a NaN counts as largest, as torch.argmax). The minimum takes the first
+ * smallest term and propagates a NaN (as torch.min). */
+static long ucb_argmax(long A, long R, const double *mean, const double *var, const double *beta,
+                       const double *div, double *ucb, long long *arg) {
+    long best = 0;
+    for (long j = 0; j < A; ++j) {
+        double u = 0.0;
+        long at = 0;
+        for (long r = 0; r < R; ++r) {
+            double term = sqrt(var[r * A + j] / div[r]) * beta[r] + mean[r * A + j];
+            if (r == 0 || (term < u && u == u) || (term != term && u == u)) u = term, at = r;
+        }
+        ucb[j] = u;
+        if (arg) arg[j] = at;
+        double top = ucb[best];
+        if (j > 0 && top == top && (u > top || u != u)) best = j;
+    }
+    return best;
 }
 
 /* Score A candidates at R maintained regularisers.
@@ -237,11 +256,14 @@ static void forward_substitution(long n, long A, const double *head, long n0, co
  *   fac [R, 5]: per factor the address of its head [n0, n0], n0, the address of its tail
  *   [., width], width, and the address of its z = L^{-1} y [n].
  * Outputs: cs [A, d], kq [n, A] = K_SC, v [R, n, A], mean [R, A], sumsq [R, A], var [R, A].
+ * With ucb (else NULL): beta [R], div [R] and the outputs ucb [A], arg [A] (or NULL) of
+ * ucb_argmax, whose argmax is written at *best.
  * Returns 0, or 1 when the scratch memory could not be allocated (nothing usable written). */
 int tb_exact_score(long n, long A, long d, long R, const double *xs, const double *cand,
                    const double *w, long dw, int kind, double outscale, int has_scale,
                    double kdiag, const long long *fac, double *cs, double *kq, double *v,
-                   double *mean, double *sumsq, double *var) {
+                   double *mean, double *sumsq, double *var, const double *beta,
+                   const double *div, double *ucb, long long *arg, long *best) {
     double *scratch = malloc((size_t)((4 + d) * (A > 0 ? A : 1)) * sizeof(double));
     if (!scratch) return 1;
     kernel_block(n, A, d, xs, cand, w, dw, kind, outscale, has_scale, cs, kq, scratch);
@@ -267,6 +289,7 @@ int tb_exact_score(long n, long A, long d, long R, const double *xs, const doubl
             pr[j] = rho2 > 0.0 ? rho2 : 0.0;
         }
     }
+    if (ucb && A > 0) *best = ucb_argmax(A, R, mean, var, beta, div, ucb, arg);
     return 0;
 }
 

@@ -8,8 +8,11 @@ arithmetic, so these layers are a large share of it. :class:`LeanStep` does the 
 directly, for the classes whose steps are KernelUCB's (no override of the pieces it skips, no
 forward hooks, no refits):
 
-* ``select``: the candidates are validated once, the UCB is the rule's own (``rule.ucb``, or the
-  upper bound of ``rule.bounds``), the argmax is the one host read; the choice is recorded as
+* ``select``: the candidates are validated once; where the model scores a rule's bound in one
+  compiled call (:meth:`~torchbandits.models.ExactKernelRidge.ucb_argmax` with the rule's
+  :func:`~torchbandits.confidence.radii.ucb_form`: the posterior, the bound and its argmax in C,
+  no tensor operation) that is the step, else the UCB is the rule's own (``rule.ucb``, or the
+  upper bound of ``rule.bounds``) and the argmax is the one host read; the choice is recorded as
   the candidate tensor, the index and the tensor's version counter (no copy,
   :func:`~torchbandits.validation.chosen_row`);
 * ``update``: when the played point is that row of that tensor, unmodified
@@ -27,6 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..confidence.radii import ucb_form
 from ..validation import as_scalar_reward, chosen_row, chosen_row_unmodified, is_chosen_row, trusted
 
 __all__ = ["LEAN_FORWARDS", "LeanStep"]
@@ -71,8 +75,14 @@ class LeanStep:
         cand = self.check_candidates(candidates)  # type: ignore[attr-defined]
         if self.t < self.n_warmup:  # type: ignore[attr-defined]
             return self.warmup_choice(cand)  # type: ignore[attr-defined]
-        rule, t = self.rule, self.t + 1  # type: ignore[attr-defined]
+        rule, t, model = self.rule, self.t + 1, self.model  # type: ignore[attr-defined]
         with torch.no_grad(), trusted(cand):
+            fused = getattr(model, "ucb_argmax", None)
+            if fused is not None and not self.refit_offset:  # type: ignore[attr-defined]
+                index = fused(cand, lambda: ucb_form(rule, model, cand.shape[0], t))
+                if index is not None:
+                    self._lean_choice = chosen_row(cand, index)
+                    return index
             ucb = getattr(rule, "ucb", None)
             scores = ucb(self.model, cand, t) if ucb is not None else \
                 rule.bounds(self.model, cand, t)[0]  # type: ignore[attr-defined]
