@@ -313,8 +313,9 @@ class GrowingCholesky(ResizableModule):
         return self.tail.data_ptr() + m * self.tail.shape[1] * self.tail.element_size()
 
     def close_row(self) -> None:
-        """Count the row written at :meth:`open_row`'s address."""
-        self.m += 1
+        """Count the row written at :meth:`open_row`'s address (a plain attribute, set without
+        ``nn.Module.__setattr__``'s checks)."""
+        object.__setattr__(self, "m", self.m + 1)
 
     def append_point(self, b: Tensor, c: Tensor | float) -> tuple[Tensor, Tensor]:
         """Border the matrix with column ``b`` and diagonal ``c``; returns ``(L⁻¹b, d)``."""

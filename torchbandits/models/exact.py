@@ -42,7 +42,7 @@ from ..buffers import StoredData, grow_rows
 from ..kernels import kernel_diag, kernel_matrix
 from ..linalg import GrowingCholesky, safe_cholesky
 from ..validation import as_matrix, as_point, as_scalar_reward, check_positive
-from .exact_native import native_append
+from .exact_native import native_append, set_plain
 from .exact_rebuild import rescore_candidate_caches
 from .exact_scoring import ExactQueries, ScoredSet
 from .posterior import CandidateCache, whitened_solve
@@ -208,10 +208,11 @@ class ExactKernelRidge(ExactQueries, StoredData):
         self._appended(n)
 
     def _appended(self, n: int) -> None:
-        """The bookkeeping after the append of point ``n`` (any path)."""
-        self._n = n + 1
+        """The bookkeeping after the append of point ``n`` (any path; plain attributes set
+        without ``nn.Module.__setattr__``'s checks)."""
+        set_plain(self, "_n", n + 1)
         self._scratch.clear()
-        self._appends_since_refresh += 1
+        set_plain(self, "_appends_since_refresh", self._appends_since_refresh + 1)
         if self.refresh_every and self._appends_since_refresh >= self.refresh_every:
             self.refresh()
 

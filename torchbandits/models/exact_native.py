@@ -38,19 +38,26 @@ __all__ = ["native_append", "native_score", "native_ucb_argmax"]
 
 _F64 = torch.float64
 
+#: ``set_plain(obj, name, value)``: set a plain attribute (an int, a record; never a parameter,
+#: buffer or submodule) of a module without ``nn.Module.__setattr__``'s checks (about 3 µs each,
+#: a noticeable share of a step at the papers' sizes).
+set_plain = object.__setattr__
+
 
 def _ok(t: Tensor) -> bool:
     """A contiguous float64 CPU tensor (what the C code reads)."""
-    return t.dtype is _F64 and t.device.type == "cpu" and t.is_contiguous()
+    return t.dtype is _F64 and t.is_cpu and t.is_contiguous()
 
 
 def native_score(model: ExactKernelRidge, cand: Tensor, idxs: list[int], many: bool = False,
-                 bound: UCBForm | None = None) -> tuple[Tensor, ...] | None:
+                 bound: UCBForm | None = None) -> tuple[Tensor, Tensor] | tuple[int, Tensor | None] | None:
     """``(μ, ρ²)`` of ``cand`` ``[A, d]`` at the maintained factors ``idxs``: ``[A]`` each for one
     factor, ``[R, A]`` for several or with ``many``; the scored set recorded as the torch path
-    records it. With ``bound`` (an upper confidence bound ``min_r (sqrt(ρ²_r / div_r) β_r + μ_r)``
-    over the factors ``idxs``, see :func:`torchbandits.confidence.radii.ucb_form`) returns
-    ``(index of the largest bound, bounds [A], minimising r [A] int64 or None)`` instead.
+    records it (``V``, ``μ``, ``colsum V²`` and the candidate caches; ``K_SC`` kept only with
+    several factors, the scaled candidates not kept: an append computes its row). With ``bound``
+    (an upper confidence bound ``min_r (sqrt(ρ²_r / div_r) β_r + μ_r)`` over the factors
+    ``idxs``, :func:`torchbandits.confidence.radii.ucb_form`) returns ``(index of the largest
+    bound, minimising r [A] int64 or None)`` instead, ``ρ²`` and the bounds not kept.
     ``None`` if the step does not qualify (see the module docstring)."""
     n = model._n
     if n == 0 or n > nx.MAX_N or not _ok(cand):
@@ -62,50 +69,54 @@ def native_score(model: ExactKernelRidge, cand: Tensor, idxs: list[int], many: b
     if form is None:
         return None
     kind = nx.KINDS.get((form.kind, form.nu))
-    weight = form.weight
-    if kind is None or not _ok(weight) or not _ok(model._z):
+    weight, zs = form.weight, model._z
+    if kind is None or not _ok(weight) or not _ok(zs):
         return None
-    factors = []
+    zbase, zstride = zs.data_ptr(), zs.stride(0) * 8
+    factors, fs = [], model.factors
     for idx in idxs:
-        f = model.factors[idx]
+        f = fs[idx]
         head, tail = f.head, f.tail
         if not (_ok(head) and _ok(tail)):
             return None
-        factors.append((head, head.shape[0], tail, tail.shape[1]))
+        factors.append((head.data_ptr(), head.shape[0], tail.data_ptr(), tail.shape[1],
+                        zbase + idx * zstride))
     if model.cache_candidates and _served(model, cand, idxs):
         return None
     xs = model._scaled_rows(form)
     if not _ok(xs):
         return None
-    a, d, r = cand.shape[0], cand.shape[1], len(idxs)
-    zbase, zstride = model._z.data_ptr(), model._z.stride(0) * 8
-    cs, kq = cand.new_empty(a, d), cand.new_empty(n, a)
+    a, r = cand.shape[0], len(idxs)
     flat = r == 1 and not many
     shape = (a,) if flat else (r, a)
     v = cand.new_empty((n, a) if flat else (r, n, a))
-    mean, sumsq, var = cand.new_empty(shape), cand.new_empty(shape), cand.new_empty(shape)
+    mean, sumsq = cand.new_empty(shape), cand.new_empty(shape)
+    kq = cand.new_empty(n, a) if r > 1 else None
     kdiag = form.diag_value
-    extra = None
-    if bound is not None:
+    if bound is None:
+        var = cand.new_empty(shape)
+        nx.score(lib, xs, cand, weight, kind, form.outputscale, kdiag, factors, (v, mean, sumsq),
+                 (None, kq, var))
+        result: tuple = (mean, var)
+    else:
         arg = torch.empty(a, dtype=torch.int64) if r > 1 else None
-        extra = (bound.betas, bound.divisors, cand.new_empty(a), arg)
-    best = nx.score(lib, xs, cand, weight, kind, form.outputscale, kdiag, factors,
-                    [zbase + idx * zstride for idx in idxs], (cs, kq, v, mean, sumsq, var), extra)
+        best = nx.score(lib, xs, cand, weight, kind, form.outputscale, kdiag, factors,
+                        (v, mean, sumsq), (None, kq, None), (bound.betas, bound.divisors), arg)
+        result = (best, arg)
     rec = model._record(cand, kdiag)
-    rec.kq, rec.scaled = kq, cs
+    rec.kq = kq
     if flat:
         rec.columns[idxs[0]] = (v, mean, sumsq)
         rec.stack = None
     else:
         rec.stack = (v, mean, sumsq, list(idxs))
     if model.cache_candidates:
+        version = model._version
         for p, idx in enumerate(idxs):
             vp, sp = (v, sumsq) if flat else (v[p], sumsq[p])
-            model._caches[idx] = CandidateCache(cand, kdiag, vp, sp, n, model._version)
+            model._caches[idx] = CandidateCache(cand, kdiag, vp, sp, n, version)
             model._cache_seen[idx] = cand._version
-    if extra is not None:
-        return best, extra[2], extra[3]
-    return mean, var
+    return result
 
 
 def native_ucb_argmax(model: ExactKernelRidge, candidates: Tensor,
@@ -113,9 +124,9 @@ def native_ucb_argmax(model: ExactKernelRidge, candidates: Tensor,
     """:meth:`ExactKernelRidge.ucb_argmax`: the index of the largest upper confidence bound
     ``min_i (sqrt(ρ²_{reg_i} / div_i) β_i + μ_{reg_i})`` over ``candidates`` ``[A, d]``, where
     ``make_form()`` gives ``(regs, β, div, done)`` (:func:`~torchbandits.confidence.radii.ucb_form`;
-    ``done(bounds [A], minimising i [A] or None)`` is called after the scoring), with one
-    compiled call and the scored set recorded as :meth:`mean_var` records it. ``None`` (nothing
-    recorded) when the form or the step does not qualify."""
+    ``done(None, minimising i [A] or None)`` is called after the scoring), with one compiled
+    call and the scored set recorded as :meth:`mean_var` records it. ``None`` (nothing recorded)
+    when the form or the step does not qualify."""
     if not 0 < model._n <= nx.MAX_N:
         return None
     cand = model._checked(candidates)
@@ -132,8 +143,8 @@ def native_ucb_argmax(model: ExactKernelRidge, candidates: Tensor,
     if got is None:
         return None
     if form.done is not None:
-        form.done(got[1], got[2])
-    return got[0]
+        form.done(None, got[1])
+    return got[0]  # type: ignore[return-value]
 
 
 def _served(model: ExactKernelRidge, cand: Tensor, idxs: list[int]) -> bool:
@@ -171,17 +182,19 @@ def _sources(rec: ScoredSet, count: int) -> list[tuple[int, int, int]] | None:
 
 def native_append(model: ExactKernelRidge, x: Tensor, y: float, rec: ScoredSet, j: int) -> bool:
     """Append ``(x, y)``, ``x`` the candidate ``j`` of the scored set ``rec`` of the current data,
-    with one C call; ``False`` (nothing changed) if it does not qualify. Raises ``ValueError``
-    (the factors unchanged) if a pivot is not positive."""
+    with one C call, and do the model's bookkeeping; ``False`` (nothing changed) if it does not
+    qualify. Raises ``ValueError`` (the data unchanged) if a pivot is not positive."""
     n = model._n
     if n == 0 or not _ok(x) or rec.candidates.shape[0] <= j:
         return False
     lib = nx.available()
     if lib is None:
         return False
-    count = len(model.factors)
+    fs = model.factors
+    count = len(fs)
     src = _sources(rec, count)
-    if src is None:
+    plan = model._plan
+    if src is None or plan is None:
         return False
     xs_buf, ys, zs = model._x, model._y, model._z
     if not (_ok(xs_buf) and _ok(ys) and _ok(zs)):
@@ -193,26 +206,24 @@ def native_append(model: ExactKernelRidge, x: Tensor, y: float, rec: ScoredSet, 
     if zs.shape[1] <= n:
         model._z = zs = grow_rows(zs, n + 1, dims=(1,))
     d = x.shape[0]
-    scaled = model._lean
-    copy_scaled = (scaled is not None and scaled[1] == n and scaled[3] == model._version
-                   and rec.scaled is not None and scaled[2] is model._plan.stationary)
-    scaled_dst = 0
-    if copy_scaled:
+    scaled, form = model._lean, plan.stationary
+    scaled_dst = 0  # the scaled row x·w, where the scaled points are current (exact_scoring)
+    if scaled is not None and scaled[1] == n and scaled[3] == model._version and form is not None \
+            and scaled[2] is form and _ok(form.weight):
         if scaled[0].shape[0] <= n:
             scaled[0] = grow_rows(scaled[0], n + 1)
         scaled_dst = scaled[0].data_ptr() + n * d * 8
-    zstride = zs.stride(0) * 8
-    dst = [(f.open_row(), zs.data_ptr() + r * zstride + n * 8) for r, f in enumerate(model.factors)]
-    copies = (x.data_ptr(), xs_buf.data_ptr() + n * d * 8, 0, ys.data_ptr() + n * 8,
-              rec.scaled.data_ptr() + j * d * 8 if copy_scaled else 0, scaled_dst)
+    zb, zstride = zs.data_ptr(), zs.stride(0) * 8
+    dst = [(f.open_row(), zb + r * zstride + n * 8) for r, f in enumerate(fs)]
     kxx = rec.kdiag if isinstance(rec.kdiag, float) else float(rec.kdiag[j])
-    out = nx.append(lib, n, rec.candidates.shape[0], d, j, src, kxx, list(model.regularisers), y,
-                    dst, copies)
+    out = nx.append(lib, n, rec.candidates.shape[0], d, j, src, kxx, model.regularisers, y, dst,
+                    (x.data_ptr(), xs_buf.data_ptr() + n * d * 8, ys.data_ptr() + n * 8,
+                     scaled_dst), form.weight if scaled_dst else x)
     if isinstance(out, int):
         raise ValueError(f"append: pivot not positive at λ={model.regularisers[out]}")
-    for r, f in enumerate(model.factors):
+    for r, f in enumerate(fs):
         f.close_row()
         model._advance(r, n, out[2 * r], out[2 * r + 1])
-    if copy_scaled:
+    if scaled_dst:
         scaled[1] = n + 1
     return True

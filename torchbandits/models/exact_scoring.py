@@ -37,7 +37,7 @@ from ..kernel_fast import ScaledStationary
 from ..kernels import KernelPlan
 from ..linalg import GrowingCholesky, logdet_from_cholesky
 from ..validation import as_matrix, check_positive
-from .exact_native import native_score, native_ucb_argmax
+from .exact_native import native_score, native_ucb_argmax, set_plain
 from .posterior import CandidateCache, colsum_sq, score_whitened, whitened_solve
 
 if TYPE_CHECKING:
@@ -201,7 +201,8 @@ class ExactQueries:
     def _record(self, cand: Tensor, kdiag: Tensor | float) -> ScoredSet:
         rec = self._scored
         if rec is None or rec.candidates is not cand or rec.n != self._n or rec.version != self._version:
-            rec = self._scored = ScoredSet(cand, self._n, self._version, kdiag)
+            rec = ScoredSet(cand, self._n, self._version, kdiag)
+            set_plain(self, "_scored", rec)
         return rec
 
     def _score(self, cand: Tensor, slots: Sequence[tuple[int | None, float]]

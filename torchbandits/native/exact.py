@@ -22,6 +22,7 @@ keeps no pointer between calls.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Sequence
 
 from torch import Tensor
 
@@ -50,73 +51,72 @@ def available() -> ctypes.CDLL | None:
         return None
     if id(lib) not in _CONFIGURED:
         lib.tb_exact_score.argtypes = [_L, _L, _L, _L, _P, _P, _P, _L, ctypes.c_int, _D,
-                                       ctypes.c_int, _D, _P, _P, _P, _P, _P, _P, _P, _P, _P,
-                                       _P, _P, _P]
-        lib.tb_exact_score.restype = ctypes.c_int
-        lib.tb_exact_append.argtypes = [_L, _L, _L, _L, _L, _P, _D, _P, _D, _P, _P, _P]
+                                       ctypes.c_int, _D, _P, _P, _P, _P, _P, _P, _P, _P, _P]
+        lib.tb_exact_score.restype = _L
+        lib.tb_exact_append.argtypes = [_L, _L, _L, _L, _L, _P, _D, _P, _D, _P, _P, _P, _L, _P]
         lib.tb_exact_append.restype = ctypes.c_int
         _CONFIGURED.add(id(lib))
     return lib
 
 
 def score(lib: ctypes.CDLL, xs: Tensor, cand: Tensor, weight: Tensor, kind: int,
-          outscale: float | None, kdiag: float, factors: list[tuple[Tensor, int, Tensor, int]],
-          zs: list[int], out: tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor],
-          bound: tuple[list[float], list[float], Tensor, Tensor | None] | None = None) -> int:
+          outscale: float | None, kdiag: float, factors: list[tuple[int, int, int, int, int]],
+          out: tuple[Tensor, Tensor, Tensor], keep: tuple[Tensor | None, Tensor | None, Tensor | None],
+          bound: tuple[Sequence[float], Sequence[float]] | None = None,
+          arg: Tensor | None = None) -> int:
     """One scoring call; returns the index of the largest upper bound with ``bound`` (else 0).
 
     Args:
         xs: scaled stored points ``[n, d]`` (contiguous rows of the model's buffer).
         cand: candidates ``[A, d]``; ``weight``: the kernel weights ``w`` ``[d]`` or ``[1]``.
         kind: :data:`KINDS` code; ``outscale``: ``s`` or ``None``; ``kdiag``: ``k(x, x)``.
-        factors: per factor ``(head [n0, n0], n0, tail [block, width], width)``.
-        zs: per factor the address of ``z_r`` ``[n]``.
-        out: ``(cs [A, d], kq [n, A], v [R, n, A], mean [R, A], sumsq [R, A], var [R, A])``,
-            written (any shapes with those sizes, contiguous).
-        bound: ``(β [R], div [R], ucb [A], arg [A] int64 or None)``: also the upper bound
-            ``min_r (sqrt(ρ²_r / div_r) β_r + μ_r)`` into ``ucb`` and the minimising ``r`` into
-            ``arg``.
+        factors: per factor the addresses and sizes ``(head, n0, tail, width, z_r)``.
+        out: ``(v [R, n, A], mean [R, A], sumsq [R, A])``, written (contiguous, any shapes
+            with those sizes).
+        keep: ``(cs [A, d], kq [n, A], var [R, A])`` written where not ``None``.
+        bound: ``(β [R], div [R])``: also the upper bound ``min_r (sqrt(ρ²_r / div_r) β_r + μ_r)``,
+            its minimising ``r`` written into ``arg`` ``[A]`` (int64) if given.
     """
     n, d = xs.shape
     a, count = cand.shape[0], len(factors)
     table = (ctypes.c_longlong * (5 * count))()
-    for r, (head, n0, tail, width) in enumerate(factors):
-        table[5 * r: 5 * r + 5] = [head.data_ptr(), n0, tail.data_ptr(), width, zs[r]]
-    cs, kq, v, mean, sumsq, var = out
-    best = ctypes.c_long(0)
-    if bound is None:
-        beta = div = ucb = arg = None
-    else:
-        beta, div = (_D * count)(*bound[0]), (_D * count)(*bound[1])
-        ucb = bound[2].data_ptr()
-        arg = None if bound[3] is None else bound[3].data_ptr()
-    rc = lib.tb_exact_score(n, a, d, count, xs.data_ptr(), cand.data_ptr(), weight.data_ptr(),
-                            weight.numel(), kind, 1.0 if outscale is None else outscale,
-                            outscale is not None, kdiag, table, cs.data_ptr(), kq.data_ptr(),
-                            v.data_ptr(), mean.data_ptr(), sumsq.data_ptr(), var.data_ptr(),
-                            beta, div, ucb, arg, ctypes.byref(best))
-    if rc:
+    for r, entry in enumerate(factors):
+        table[5 * r: 5 * r + 5] = entry
+    v, mean, sumsq = out
+    cs, kq, var = keep
+    dbl = None if bound is None else (_D * (2 * count))(*bound[0], *bound[1])
+    best = lib.tb_exact_score(n, a, d, count, xs.data_ptr(), cand.data_ptr(), weight.data_ptr(),
+                              weight.numel(), kind, 1.0 if outscale is None else outscale,
+                              outscale is not None, kdiag, table, v.data_ptr(), mean.data_ptr(),
+                              sumsq.data_ptr(), cs.data_ptr() if cs is not None else None,
+                              kq.data_ptr() if kq is not None else None,
+                              var.data_ptr() if var is not None else None, dbl,
+                              arg.data_ptr() if arg is not None else None)
+    if best < 0:
         raise MemoryError("torchbandits.native.exact: scratch allocation failed")
-    return best.value
+    return best
 
 
 def append(lib: ctypes.CDLL, n: int, a: int, d: int, j: int, src: list[tuple[int, int, int]],
-           kxx: float, regs: list[float], y: float, dst: list[tuple[int, int]],
-           copies: tuple[int, int, int, int, int, int]) -> list[float] | int:
+           kxx: float, regs: Sequence[float], y: float, dst: list[tuple[int, int]],
+           copies: tuple[int, int, int, int], weight: Tensor) -> list[float] | int:
     """One append call of the scored candidate ``j`` (of ``a``) with ``n`` stored points.
 
     ``src``: per factor the addresses of the scoring's ``(V [n, A], μ [A], colsum V² [A])``;
-    ``dst``: per factor the addresses (new tail row, ``z_r[n]``); ``copies``: the address pairs
-    (source, destination; 0 for none) of the point ``[d]``, the reward and the scaled point.
-    Returns ``[d_0, z_0, d_1, z_1, …]`` (pivots and new ``z`` entries), or the index of the first
-    factor whose pivot is not positive (nothing written)."""
+    ``dst``: per factor the addresses (new tail row, ``z_r[n]``); ``copies``: the addresses of the
+    point ``[d]``, of its row in the model's points, of the reward's entry and of its row in the
+    scaled points (0: none; ``x·w`` with ``w = weight``). Returns ``[d_0, z_0, d_1, z_1, …]``
+    (pivots and new ``z`` entries), or the index of the first factor whose pivot is not positive
+    (nothing written)."""
     count = len(regs)
-    stable = (ctypes.c_longlong * (3 * count))()
-    dtable = (ctypes.c_longlong * (2 * count))()
+    ints = (ctypes.c_longlong * (5 * count + 4))()
     for r in range(count):
-        stable[3 * r: 3 * r + 3] = src[r]
-        dtable[2 * r: 2 * r + 2] = dst[r]
-    out = (ctypes.c_double * (2 * count))()
-    rc = lib.tb_exact_append(n, a, d, count, j, stable, kxx, (ctypes.c_double * count)(*regs), y,
-                             dtable, (ctypes.c_longlong * 6)(*copies), out)
-    return rc - 1 if rc else list(out)
+        ints[3 * r: 3 * r + 3] = src[r]
+        ints[3 * count + 2 * r: 3 * count + 2 * r + 2] = dst[r]
+    ints[5 * count:] = copies
+    dbl = (_D * (3 * count))(*regs)
+    base = ctypes.addressof(ints)
+    rc = lib.tb_exact_append(n, a, d, count, j, base, kxx, dbl, y, base + 24 * count,
+                             base + 40 * count, weight.data_ptr(), weight.numel(),
+                             ctypes.addressof(dbl) + 8 * count)
+    return rc - 1 if rc else dbl[count:]

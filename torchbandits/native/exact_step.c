@@ -83,14 +83,14 @@ static void exp_fixup(const double *arg, double *x, long m) {
  * scratch: (4 + d) A doubles. */
 static void kernel_block(long n, long A, long d, const double *xs, const double *cand,
                          const double *w, long dw, int kind, double outscale, int has_scale,
-                         double *cs, double *kq, double *scratch) {
+                         double *cs, double *kq, double *scratch) { /* cs may be NULL */
     double *csq = scratch, *dist = scratch + A, *u = scratch + 2 * A, *e = scratch + 3 * A;
     double *cst = scratch + 4 * A; /* cs transposed [d, A] */
     for (long j = 0; j < A; ++j) {
         double s = 0.0;
         for (long k = 0; k < d; ++k) {
             double v = cand[j * d + k] * w[dw == 1 ? 0 : k];
-            cs[j * d + k] = v;
+            if (cs) cs[j * d + k] = v;
             cst[k * A + j] = v;
             s += v * v;
         }
@@ -255,19 +255,28 @@ static long ucb_argmax(long A, long R, const double *mean, const double *var, co
  *   kind (RBF, MATERN12, MATERN32, MATERN52), outscale s (has_scale = 0: none), kdiag = k(x, x);
  *   fac [R, 5]: per factor the address of its head [n0, n0], n0, the address of its tail
  *   [., width], width, and the address of its z = L^{-1} y [n].
- * Outputs: cs [A, d], kq [n, A] = K_SC, v [R, n, A], mean [R, A], sumsq [R, A], var [R, A].
- * With ucb (else NULL): beta [R], div [R] and the outputs ucb [A], arg [A] (or NULL) of
- * ucb_argmax, whose argmax is written at *best.
- * Returns 0, or 1 when the scratch memory could not be allocated (nothing usable written). */
-int tb_exact_score(long n, long A, long d, long R, const double *xs, const double *cand,
-                   const double *w, long dw, int kind, double outscale, int has_scale,
-                   double kdiag, const long long *fac, double *cs, double *kq, double *v,
-                   double *mean, double *sumsq, double *var, const double *beta,
-                   const double *div, double *ucb, long long *arg, long *best) {
-    double *scratch = malloc((size_t)((4 + d) * (A > 0 ? A : 1)) * sizeof(double));
-    if (!scratch) return 1;
+ * Outputs: v [R, n, A], mean [R, A], sumsq [R, A]; optional (NULL: not kept): cs [A, d],
+ * kq [n, A] = K_SC, var [R, A]. With bound [2R] = (beta [R], div [R]) (else NULL): the bound of
+ * ucb_argmax and its minimising r into arg [A] (NULL: not kept).
+ * Returns the argmax of the bound (0 without bound), or -1 when scratch memory could not be
+ * allocated (nothing usable written). */
+long tb_exact_score(long n, long A, long d, long R, const double *xs, const double *cand,
+                    const double *w, long dw, int kind, double outscale, int has_scale,
+                    double kdiag, const long long *fac, double *v, double *mean, double *sumsq,
+                    double *cs, double *kq, double *var, const double *bound, long long *arg) {
+    long a1 = A > 0 ? A : 1;
+    /* scratch: kernel rows (4 + d) A, then var R A and the bound A when not kept, then K_SC
+     * [n, A] when not kept and R > 1 (with one factor V is solved in place of K) */
+    size_t size = (size_t)((4 + d) * a1) + (var ? 0 : (size_t)(R * a1)) + (size_t)a1
+                  + (kq || R <= 1 ? 0 : (size_t)(n * a1));
+    double *scratch = malloc(size * sizeof(double));
+    if (!scratch) return -1;
+    double *rest = scratch + (4 + d) * a1;
+    if (!var) var = rest, rest += R * a1;
+    double *ucb = rest;
+    rest += a1;
+    if (!kq) kq = R <= 1 ? v : rest;
     kernel_block(n, A, d, xs, cand, w, dw, kind, outscale, has_scale, cs, kq, scratch);
-    free(scratch);
     for (long r = 0; r < R; ++r) {
         const long long *f = fac + 5 * r;
         const double *head = (const double *)(intptr_t)f[0], *tail = (const double *)(intptr_t)f[2];
@@ -289,22 +298,24 @@ int tb_exact_score(long n, long A, long d, long R, const double *xs, const doubl
             pr[j] = rho2 > 0.0 ? rho2 : 0.0;
         }
     }
-    if (ucb && A > 0) *best = ucb_argmax(A, R, mean, var, beta, div, ucb, arg);
-    return 0;
+    long best = 0;
+    if (bound && A > 0) best = ucb_argmax(A, R, mean, var, bound, bound + R, ucb, arg);
+    free(scratch);
+    return best;
 }
 
 /* Append the scored candidate j to R factors (the O(n) append of the scored set).
  *   src [R, 3]: per factor the addresses of the scoring's V_r [n, A], mu_r [A], colsum(V_r^2) [A];
- *   kxx = k(x_j, x_j), regs [R] the regularisers a_r, y the (offset) reward;
+ *   kxx = k(x_j, x_j); dbl [R]: the regularisers a_r; y the (offset) reward;
  *   dst [R, 2]: per factor the address of the new row of its tail (n + 1 entries: V_r[:, j],
  *   then the pivot) and the address of z_r[n];
- *   copies [3, 2] (address pairs, source then destination, 0 for none): the point x (d values),
- *   the reward y (destination only) and the scaled candidate cs_j (d values).
+ *   copies [4]: the addresses of the point x [d], its row in the model's points, the reward's
+ *   entry, and the point's row in the scaled points (0: none; written x * w, w [dw]).
  *   out [R, 2]: (d_r, z_new_r) for the caller's running log-det and |z|^2.
  * Returns 0, or r + 1 when the pivot of factor r is not positive (nothing is written then). */
 int tb_exact_append(long n, long A, long d, long R, long j, const long long *src, double kxx,
                     const double *regs, double y, const long long *dst, const long long *copies,
-                    double *out) {
+                    const double *w, long dw, double *out) {
     for (long r = 0; r < R; ++r) {
         const double *mean = (const double *)(intptr_t)src[3 * r + 1];
         const double *sumsq = (const double *)(intptr_t)src[3 * r + 2];
@@ -321,12 +332,11 @@ int tb_exact_append(long n, long A, long d, long R, long j, const long long *src
         row[n] = out[2 * r];
         *(double *)(intptr_t)dst[2 * r + 1] = out[2 * r + 1];
     }
-    if (copies[1])
-        memcpy((void *)(intptr_t)copies[1], (const void *)(intptr_t)copies[0],
-               (size_t)d * sizeof(double));
-    if (copies[3]) *(double *)(intptr_t)copies[3] = y;
-    if (copies[5])
-        memcpy((void *)(intptr_t)copies[5], (const void *)(intptr_t)copies[4],
-               (size_t)d * sizeof(double));
+    const double *x = (const double *)(intptr_t)copies[0];
+    memcpy((void *)(intptr_t)copies[1], x, (size_t)d * sizeof(double));
+    *(double *)(intptr_t)copies[2] = y;
+    double *scaled = (double *)(intptr_t)copies[3];
+    if (scaled)
+        for (long k = 0; k < d; ++k) scaled[k] = x[k] * w[dw == 1 ? 0 : k];
     return 0;
 }

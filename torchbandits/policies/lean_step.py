@@ -40,6 +40,10 @@ LEAN_FORWARDS: set = set()
 refit offset (KernelUCB's and the mixture policies'); a subclass with another forward steps
 through the general path."""
 
+#: set a plain attribute (an int, a choice record) of this module without ``nn.Module.__setattr__``'s
+#: checks (about 3 µs each, a noticeable share of a step at the papers' sizes)
+set_plain = object.__setattr__
+
 _STEP_PIECES = frozenset({"select", "update", "_update", "_chose", "played", "check_candidates",
                           "warmup_choice", "__call__", "_call_impl", "_lean_select", "_lean_update"})
 _LEAN_TYPES: dict[type, bool] = {}
@@ -70,8 +74,10 @@ class LeanStep:
 
     def _lean_select(self, candidates: Any) -> int:
         """``select`` of one run (see the module docstring)."""
-        self._choice = None
-        self._lean_choice = None
+        if self._choice is not None:  # type: ignore[has-type]
+            set_plain(self, "_choice", None)
+        if self._lean_choice is not None:
+            set_plain(self, "_lean_choice", None)
         cand = self.check_candidates(candidates)  # type: ignore[attr-defined]
         if self.t < self.n_warmup:  # type: ignore[attr-defined]
             return self.warmup_choice(cand)  # type: ignore[attr-defined]
@@ -81,7 +87,7 @@ class LeanStep:
             if fused is not None and not self.refit_offset:  # type: ignore[attr-defined]
                 index = fused(cand, lambda: ucb_form(rule, model, cand.shape[0], t))
                 if index is not None:
-                    self._lean_choice = chosen_row(cand, index)
+                    set_plain(self, "_lean_choice", chosen_row(cand, index))
                     return index
             ucb = getattr(rule, "ucb", None)
             scores = ucb(self.model, cand, t) if ucb is not None else \
@@ -91,7 +97,7 @@ class LeanStep:
             scores = scores + offset
         index = int(torch.argmax(scores))
         if getattr(self.model, "reused_column", None) is not None:  # type: ignore[attr-defined]
-            self._lean_choice = chosen_row(cand, index)
+            set_plain(self, "_lean_choice", chosen_row(cand, index))
         return index
 
     def _lean_update(self, x: Any, reward: Any) -> bool:
@@ -100,7 +106,7 @@ class LeanStep:
         chosen = self._lean_choice
         if chosen is None:
             return False
-        self._lean_choice = None
+        set_plain(self, "_lean_choice", None)
         if not is_chosen_row(x, chosen):
             if chosen_row_unmodified(chosen):
                 cand, index, _ = chosen
@@ -112,5 +118,5 @@ class LeanStep:
             self.model.append(x, r, column=(chosen[0], chosen[1]))  # type: ignore[attr-defined]
         if self.dim is None:  # type: ignore[attr-defined]
             self.dim = x.shape[0]
-        self.t += 1  # type: ignore[attr-defined]
+        set_plain(self, "t", self.t + 1)  # type: ignore[attr-defined]
         return True
