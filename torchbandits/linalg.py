@@ -308,9 +308,9 @@ class GrowingCholesky(ResizableModule):
         ``[L21, L22]`` then the pivot) that a compiled append writes before :meth:`close_row`."""
         if self.m == self.block:
             self._fold()
-        n0, m = self.head.shape[0], self.m
-        assert self.tail.shape[1] >= n0 + self.block, "tail width out of sync with head"
-        return self.tail.data_ptr() + m * self.tail.shape[1] * self.tail.element_size()
+        tail, width = self.tail, self.tail.shape[1]
+        assert width >= self.head.shape[0] + self.block, "tail width out of sync with head"
+        return tail.data_ptr() + self.m * width * tail.element_size()
 
     def close_row(self) -> None:
         """Count the row written at :meth:`open_row`'s address (a plain attribute, set without

@@ -83,7 +83,7 @@ def native_score(model: ExactKernelRidge, cand: Tensor, idxs: list[int], many: b
                         zbase + idx * zstride))
     if model.cache_candidates and _served(model, cand, idxs):
         return None
-    xs = model._scaled_rows(form)
+    xs = model._scaled_rows(form, whole=True)  # [cap, d], rows :n valid
     if not _ok(xs):
         return None
     a, r = cand.shape[0], len(idxs)
@@ -95,12 +95,12 @@ def native_score(model: ExactKernelRidge, cand: Tensor, idxs: list[int], many: b
     kdiag = form.diag_value
     if bound is None:
         var = cand.new_empty(shape)
-        nx.score(lib, xs, cand, weight, kind, form.outputscale, kdiag, factors, (v, mean, sumsq),
-                 (None, kq, var))
+        nx.score(lib, n, xs, cand, weight, kind, form.outputscale, kdiag, factors,
+                 (v, mean, sumsq), (None, kq, var))
         result: tuple = (mean, var)
     else:
         arg = torch.empty(a, dtype=torch.int64) if r > 1 else None
-        best = nx.score(lib, xs, cand, weight, kind, form.outputscale, kdiag, factors,
+        best = nx.score(lib, n, xs, cand, weight, kind, form.outputscale, kdiag, factors,
                         (v, mean, sumsq), (None, kq, None), (bound.betas, bound.divisors), arg)
         result = (best, arg)
     rec = model._record(cand, kdiag)

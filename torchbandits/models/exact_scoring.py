@@ -130,22 +130,23 @@ class ExactQueries:
             shared["kdiag"] = plan.diag(cand) if const is None else const
         return shared["kq"], shared["kdiag"]
 
-    def _scaled_rows(self, form: ScaledStationary) -> Tensor:
+    def _scaled_rows(self, form: ScaledStationary, whole: bool = False) -> Tensor:
         """The stored points times the kernel weights ``[n, d]``: kept in a capacity buffer
         ``[cap, d]`` (valid for ``form`` and the data version), rows appended since the last call
-        scaled now, the whole buffer rebuilt after anything else changed the data."""
+        scaled now, the whole buffer rebuilt after anything else changed the data. ``whole``:
+        the buffer itself (its first ``n`` rows valid)."""
         n, rows = self._n, self._lean
         if rows is None or rows[2] is not form or rows[3] != self._version or rows[1] > n:
             buf = form.scale(self._x)
-            self._lean = [buf, n, form, self._version]
-            return buf[:n]
+            set_plain(self, "_lean", [buf, n, form, self._version])
+            return buf if whole else buf[:n]
         buf, m = rows[0], rows[1]
         if m < n:
             if buf.shape[0] < n:
                 buf = rows[0] = grow_rows(buf, n)
             buf[m:n] = form.scale(self._x[m:n])
             rows[1] = n
-        return buf[:n]
+        return buf if whole else buf[:n]
 
     def _append_scaled(self, n: int, reuse: tuple[ScoredSet, int] | None) -> None:
         """Row ``n`` of the scaled points from the scored candidate ``reuse`` (else left to
@@ -259,8 +260,9 @@ class ExactQueries:
         return means, variances
 
     def _checked(self, candidates: Tensor) -> Tensor:
-        cand = as_matrix("candidates", candidates, dtype=self.dtype, device=self.device)  # type: ignore[attr-defined]
-        dim = self.dim  # type: ignore[attr-defined]
+        y, x = self._y, self._x
+        cand = as_matrix("candidates", candidates, dtype=y.dtype, device=y.device)
+        dim = x.shape[1] if x.shape[0] > 0 else None
         if dim is not None and cand.shape[1] != dim:
             raise ValueError(f"candidates must have {dim} columns, got {cand.shape[1]}")
         return cand

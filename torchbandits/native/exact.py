@@ -59,7 +59,7 @@ def available() -> ctypes.CDLL | None:
     return lib
 
 
-def score(lib: ctypes.CDLL, xs: Tensor, cand: Tensor, weight: Tensor, kind: int,
+def score(lib: ctypes.CDLL, n: int, xs: Tensor, cand: Tensor, weight: Tensor, kind: int,
           outscale: float | None, kdiag: float, factors: list[tuple[int, int, int, int, int]],
           out: tuple[Tensor, Tensor, Tensor], keep: tuple[Tensor | None, Tensor | None, Tensor | None],
           bound: tuple[Sequence[float], Sequence[float]] | None = None,
@@ -67,7 +67,8 @@ def score(lib: ctypes.CDLL, xs: Tensor, cand: Tensor, weight: Tensor, kind: int,
     """One scoring call; returns the index of the largest upper bound with ``bound`` (else 0).
 
     Args:
-        xs: scaled stored points ``[n, d]`` (contiguous rows of the model's buffer).
+        n, xs: the number of stored points and their scaled values, the first ``n`` rows of
+            ``xs`` ``[cap, d]`` (contiguous).
         cand: candidates ``[A, d]``; ``weight``: the kernel weights ``w`` ``[d]`` or ``[1]``.
         kind: :data:`KINDS` code; ``outscale``: ``s`` or ``None``; ``kdiag``: ``k(x, x)``.
         factors: per factor the addresses and sizes ``(head, n0, tail, width, z_r)``.
@@ -77,7 +78,7 @@ def score(lib: ctypes.CDLL, xs: Tensor, cand: Tensor, weight: Tensor, kind: int,
         bound: ``(β [R], div [R])``: also the upper bound ``min_r (sqrt(ρ²_r / div_r) β_r + μ_r)``,
             its minimising ``r`` written into ``arg`` ``[A]`` (int64) if given.
     """
-    n, d = xs.shape
+    d = xs.shape[1]
     a, count = cand.shape[0], len(factors)
     table = (ctypes.c_longlong * (5 * count))()
     for r, entry in enumerate(factors):

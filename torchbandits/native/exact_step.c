@@ -204,25 +204,25 @@ static inline void solve_block_vec(const double *const *lrow, const double *inv,
 #endif
 
 static void forward_substitution(long n, long A, const double *head, long n0, const double *tail,
-                                 long width, const double *kq, double *v) {
+                                 long width, const double *kq, double *v, const double **lrow,
+                                 double *inv) {
+    /* lrow [n], inv [n]: scratch for the row addresses of L and 1 / L_ii */
+    for (long i = 0; i < n; ++i) {
+        lrow[i] = factor_row(head, n0, tail, width, i);
+        inv[i] = 1.0 / lrow[i][i];
+    }
     for (long i0 = 0; i0 < n; i0 += RB) {
         int ib = n - i0 < RB ? (int)(n - i0) : RB;
-        const double *lrow[RB];
-        double inv[RB];
-        for (int b = 0; b < ib; ++b) {
-            lrow[b] = factor_row(head, n0, tail, width, i0 + b);
-            inv[b] = 1.0 / lrow[b][i0 + b];
-        }
         long j0 = 0;
 #if defined(__AVX__) && defined(__FMA__)
         if (ib == RB) {
-            for (; j0 + 8 <= A; j0 += 8) solve_block_vec(lrow, inv, i0, j0, kq, v, A, 2);
-            for (; j0 + 4 <= A; j0 += 4) solve_block_vec(lrow, inv, i0, j0, kq, v, A, 1);
+            for (; j0 + 8 <= A; j0 += 8) solve_block_vec(lrow + i0, inv + i0, i0, j0, kq, v, A, 2);
+            for (; j0 + 4 <= A; j0 += 4) solve_block_vec(lrow + i0, inv + i0, i0, j0, kq, v, A, 1);
         }
 #endif
         for (; j0 < A; j0 += CB) {
             int jb = A - j0 < CB ? (int)(A - j0) : CB;
-            solve_block_part(lrow, inv, i0, ib, j0, jb, kq, v, A);
+            solve_block_part(lrow + i0, inv + i0, i0, ib, j0, jb, kq, v, A);
         }
     }
 }
@@ -268,10 +268,15 @@ long tb_exact_score(long n, long A, long d, long R, const double *xs, const doub
     /* scratch: kernel rows (4 + d) A, then var R A and the bound A when not kept, then K_SC
      * [n, A] when not kept and R > 1 (with one factor V is solved in place of K) */
     size_t size = (size_t)((4 + d) * a1) + (var ? 0 : (size_t)(R * a1)) + (size_t)a1
-                  + (kq || R <= 1 ? 0 : (size_t)(n * a1));
+                  + (kq || R <= 1 ? 0 : (size_t)(n * a1)) + (size_t)n;
     double *scratch = malloc(size * sizeof(double));
-    if (!scratch) return -1;
-    double *rest = scratch + (4 + d) * a1;
+    const double **lrow = malloc((size_t)(n > 0 ? n : 1) * sizeof(const double *));
+    if (!scratch || !lrow) {
+        free(scratch);
+        free((void *)lrow);
+        return -1;
+    }
+    double *inv = scratch + (4 + d) * a1, *rest = inv + n;
     if (!var) var = rest, rest += R * a1;
     double *ucb = rest;
     rest += a1;
@@ -282,7 +287,7 @@ long tb_exact_score(long n, long A, long d, long R, const double *xs, const doub
         const double *head = (const double *)(intptr_t)f[0], *tail = (const double *)(intptr_t)f[2];
         const double *z = (const double *)(intptr_t)f[4];
         double *vr = v + r * n * A, *mr = mean + r * A, *sr = sumsq + r * A, *pr = var + r * A;
-        forward_substitution(n, A, head, (long)f[1], tail, (long)f[3], kq, vr);
+        forward_substitution(n, A, head, (long)f[1], tail, (long)f[3], kq, vr, lrow, inv);
         /* mu = z^T V and colsum(V ⊙ V), one pass over V by rows */
         for (long j = 0; j < A; ++j) mr[j] = sr[j] = 0.0;
         for (long i = 0; i < n; ++i) {
@@ -301,6 +306,7 @@ long tb_exact_score(long n, long A, long d, long R, const double *xs, const doub
     long best = 0;
     if (bound && A > 0) best = ucb_argmax(A, R, mean, var, bound, bound + R, ucb, arg);
     free(scratch);
+    free((void *)lrow);
     return best;
 }
 
