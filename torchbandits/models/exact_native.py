@@ -69,14 +69,13 @@ def native_score(model: ExactKernelRidge, cand: Tensor, idxs: list[int], many: b
     if form is None:
         return None
     kind = nx.KINDS.get((form.kind, form.nu))
-    weight, zs = form.weight, model._z
+    weight, zs = form.weight, model._buffers["_z"]  # (the buffer table: see GrowingCholesky.layout)
     if kind is None or not _ok(weight) or not _ok(zs):
         return None
     zbase, zstride = zs.data_ptr(), zs.stride(0) * 8
-    factors, fs = [], model.factors
+    factors, fs = [], list(model.factors)
     for idx in idxs:
-        f = fs[idx]
-        head, tail = f.head, f.tail
+        head, tail = fs[idx].layout()
         if not (_ok(head) and _ok(tail)):
             return None
         factors.append((head.data_ptr(), head.shape[0], tail.data_ptr(), tail.shape[1],
@@ -112,8 +111,9 @@ def native_score(model: ExactKernelRidge, cand: Tensor, idxs: list[int], many: b
         rec.stack = (v, mean, sumsq, list(idxs))
     if model.cache_candidates:
         version = model._version
+        vs, ss = ((v,), (sumsq,)) if flat else (v.unbind(0), sumsq.unbind(0))
         for p, idx in enumerate(idxs):
-            vp, sp = (v, sumsq) if flat else (v[p], sumsq[p])
+            vp, sp = vs[p], ss[p]
             model._caches[idx] = CandidateCache(cand, kdiag, vp, sp, n, version)
             model._cache_seen[idx] = cand._version
     return result
@@ -190,13 +190,14 @@ def native_append(model: ExactKernelRidge, x: Tensor, y: float, rec: ScoredSet, 
     lib = nx.available()
     if lib is None:
         return False
-    fs = model.factors
+    fs = list(model.factors)
     count = len(fs)
     src = _sources(rec, count)
     plan = model._plan
     if src is None or plan is None:
         return False
-    xs_buf, ys, zs = model._x, model._y, model._z
+    bufs = model._buffers  # (the buffer table: see GrowingCholesky.layout)
+    xs_buf, ys, zs = bufs["_x"], bufs["_y"], bufs["_z"]
     if not (_ok(xs_buf) and _ok(ys) and _ok(zs)):
         return False
     if xs_buf.shape[0] <= n:  # buffers are reassigned only when they grow

@@ -140,8 +140,13 @@ static inline const double *factor_row(const double *head, long n0, const double
     return i < n0 ? head + i * n0 : tail + (i - n0) * width;
 }
 
+#ifndef RB
 #define RB 6 /* rows per block of the forward substitution */
-#define CB 8 /* columns per block (two vectors of 4 doubles per row) */
+#endif
+#ifndef NV
+#define NV 2 /* vectors of 4 doubles per row of a full block (NV = 2: 6 x 8 blocks) */
+#endif
+#define CB 8 /* columns per block of the generic (edge) blocks */
 
 /* Forward substitution V = L^{-1} K, V_i = (K_i - sum_{k<i} L_ik V_k) / L_ii, by blocks of RB rows
  * and CB columns: first sum_{k<i0} over the rows already solved (each row V_k read serves RB
@@ -174,15 +179,15 @@ static void solve_block_part(const double *const *lrow, const double *inv, long 
 }
 
 #if defined(__AVX__) && defined(__FMA__)
-/* A full block of RB rows and 4 nv columns (nv = 1 or 2, a constant after inlining). */
+/* A full block of RB rows and 4 nv columns (nv = 1 or NV, a constant after inlining). */
 static inline void solve_block_vec(const double *const *lrow, const double *inv, long i0,
                                    long j0, const double *kq, double *v, long A, const int nv) {
-    __m256d acc[RB][2];
+    __m256d acc[RB][NV];
     for (int b = 0; b < RB; ++b)
         for (int q = 0; q < nv; ++q) acc[b][q] = _mm256_loadu_pd(kq + (i0 + b) * A + j0 + 4 * q);
     for (long k = 0; k < i0; ++k) { /* acc_b -= L_{i0+b, k} V_k */
         const double *vk = v + k * A + j0;
-        __m256d x[2];
+        __m256d x[NV];
         for (int q = 0; q < nv; ++q) x[q] = _mm256_loadu_pd(vk + 4 * q);
         for (int b = 0; b < RB; ++b) {
             __m256d l = _mm256_broadcast_sd(lrow[b] + k);
@@ -216,7 +221,8 @@ static void forward_substitution(long n, long A, const double *head, long n0, co
         long j0 = 0;
 #if defined(__AVX__) && defined(__FMA__)
         if (ib == RB) {
-            for (; j0 + 8 <= A; j0 += 8) solve_block_vec(lrow + i0, inv + i0, i0, j0, kq, v, A, 2);
+            for (; j0 + 4 * NV <= A; j0 += 4 * NV)
+                solve_block_vec(lrow + i0, inv + i0, i0, j0, kq, v, A, NV);
             for (; j0 + 4 <= A; j0 += 4) solve_block_vec(lrow + i0, inv + i0, i0, j0, kq, v, A, 1);
         }
 #endif
