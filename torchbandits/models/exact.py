@@ -145,7 +145,10 @@ class ExactKernelRidge(ExactQueries, StoredData):
 
     # ------------------------------------------------------------------ updates
     def _check_x(self, name: str, x: Tensor) -> Tensor:
-        return as_point(name, x, dtype=self.dtype, device=self.device, dim=self.dim)
+        bufs = self._buffers  # (dtype, device and dim without nn.Module.__getattr__: a step's cost)
+        ys, xs = bufs["_y"], bufs["_x"]
+        dim = xs.shape[1] if xs.shape[0] > 0 else None  # type: ignore[union-attr]
+        return as_point(name, x, dtype=ys.dtype, device=ys.device, dim=dim)  # type: ignore[union-attr]
 
     def append(self, x: Tensor, y: float | Tensor, *,
                column: tuple[Tensor, int] | None = None) -> None:

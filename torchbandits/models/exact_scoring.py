@@ -260,7 +260,8 @@ class ExactQueries:
         return means, variances
 
     def _checked(self, candidates: Tensor) -> Tensor:
-        y, x = self._y, self._x
+        bufs = self._buffers  # type: ignore[attr-defined]  # (not through nn.Module.__getattr__)
+        y, x = bufs["_y"], bufs["_x"]
         cand = as_matrix("candidates", candidates, dtype=y.dtype, device=y.device)
         dim = x.shape[1] if x.shape[0] > 0 else None
         if dim is not None and cand.shape[1] != dim:
