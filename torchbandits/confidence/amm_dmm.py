@@ -279,12 +279,13 @@ class DMMBound(MixtureBound):
         """``UCB = min_α (sqrt(ρ²_α) sqrt(R̃²_α/α) + μ_α)`` over the grid as a
         :class:`~.radii.UCBForm`; its ``done`` keeps the minimising grid points (diagnostics)."""
         r2 = radius_sq_value(model, self.noise_std, self.c, self.delta)
-        mult = tuple(_sqrt(rtilde_sq_value(model, a, r2, self.norm_bound) / a) for a in self.alphas)
+        alphas = self.alphas
+        mult = tuple(_sqrt(rtilde_sq_value(model, a, r2, self.norm_bound) / a) for a in alphas)
 
         def done(ucb: Tensor, arg: Tensor | None) -> None:
             self._last = (r2, arg)
 
-        return UCBForm(self.alphas, mult, (1.0,) * len(mult), done)
+        return UCBForm(alphas, mult, (1.0,) * len(mult), done)
 
     def bounds(self, model: PosteriorModel, candidates: Tensor, t: int) -> tuple[Tensor, Tensor]:
         mean, width = self._grid(model, candidates)

@@ -95,6 +95,7 @@ class ExactQueries:
     _sums: dict[int, list]
     _cache_seen: dict[int, int]  # per factor index: its cache's candidate tensor's version
     _lean: list | None  # [scaled rows [cap, d], rows valid, form, data version]
+    _slots: tuple | None = None  # (regularisers, {regulariser: factor index}) for _factor_for
 
     # ------------------------------------------------------------------ kernel, factors
     def kernel_plan(self) -> KernelPlan:
@@ -105,8 +106,17 @@ class ExactQueries:
         return plan
 
     def _factor_for(self, reg: float | None) -> tuple[int | None, float]:
+        regs = self.regularisers
         if reg is None:
-            return 0, self.regularisers[0]
+            return 0, regs[0]
+        slots = self._slots  # {regulariser: first factor index} of this tuple of regularisers
+        if slots is None or slots[0] is not regs:
+            slots = (regs, {})
+            for i, r in enumerate(regs):
+                slots[1].setdefault(r, i)
+            set_plain(self, "_slots", slots)
+        if type(reg) is float and reg in slots[1]:
+            return slots[1][reg], reg
         reg = check_positive("reg", reg)
         for i, r in enumerate(self.regularisers):
             if r == reg:
