@@ -111,17 +111,12 @@ class ExactQueries:
             return 0, regs[0]
         slots = self._slots  # {regulariser: first factor index} of this tuple of regularisers
         if slots is None or slots[0] is not regs:
-            slots = (regs, {})
-            for i, r in enumerate(regs):
-                slots[1].setdefault(r, i)
+            slots = (regs, {r: i for i, r in reversed(list(enumerate(regs)))})
             set_plain(self, "_slots", slots)
-        if type(reg) is float and reg in slots[1]:
-            return slots[1][reg], reg
-        reg = check_positive("reg", reg)
-        for i, r in enumerate(self.regularisers):
-            if r == reg:
-                return i, r
-        return None, reg
+        if type(reg) is not float:
+            reg = check_positive("reg", reg)
+        idx = slots[1].get(reg)
+        return (idx, reg) if idx is not None else (None, check_positive("reg", reg))
 
     def _kq(self, cand: Tensor, shared: dict) -> tuple[Tensor, Tensor | float]:
         """``(K_SC, k_CC)``, computed once per ``shared`` dict (several regularisers); ``k_CC`` is
@@ -260,9 +255,7 @@ class ExactQueries:
         sumsq = (v * v).sum(1)
         variances = torch.rsub(sumsq, kdiag).clamp_min_(0.0)
         rec = self._record(cand, kdiag)
-        rec.kq = kq
-        rec.scaled = shared.get("cs")
-        rec.stack = (v, means, sumsq, idxs)
+        rec.kq, rec.scaled, rec.stack = kq, shared.get("cs"), (v, means, sumsq, idxs)
         if self.cache_candidates:
             for r, idx in enumerate(idxs):
                 self._caches[idx] = CandidateCache(cand, kdiag, v[r], sumsq[r], n, self._version)
@@ -324,10 +317,8 @@ class ExactQueries:
 
     def ucb_argmax(self, candidates: Tensor, make_form: Callable[[], UCBForm | None]
                    ) -> int | None:
-        """The index of the largest upper confidence bound ``min_i (sqrt(ρ²_i / div_i) β_i + μ_i)``
-        over ``candidates`` ``[A, d]`` (``make_form()``: :func:`~torchbandits.confidence.radii.ucb_form`)
-        with one compiled call, or ``None`` (the caller takes its torch path): see
-        :func:`~torchbandits.models.exact_native.native_ucb_argmax`."""
+        """The argmax of a rule's bound (``make_form()``: :func:`~torchbandits.confidence.radii.ucb_form`)
+        in one compiled call, or ``None``: :func:`~.exact_native.native_ucb_argmax`."""
         return native_ucb_argmax(self, candidates, make_form)  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ scalars
