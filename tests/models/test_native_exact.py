@@ -241,7 +241,7 @@ def test_an_unmaintained_regulariser_takes_the_torch_path(monkeypatch):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_cuda_takes_the_torch_path(monkeypatch):
-    model, gen = _model(make_kernel("rbf", 0.5), 8, regs=(0.1,))
+    model, _ = _model(make_kernel("rbf", 0.5), 8, regs=(0.1,))
     model = model.to("cuda")
     _no_native_call(monkeypatch)
     assert model.mean_var(torch.rand(4, 3, dtype=torch.float64, device="cuda"))[0].is_cuda
