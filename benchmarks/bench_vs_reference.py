@@ -29,7 +29,8 @@ al. 2019) and a step is bound by call overhead rather than arithmetic at the pap
   unless ``TORCHBANDITS_NATIVE=0`` (the torch path, for a before/after comparison).
 
 Both sides are fed the same data first (untimed), then each timed step (``select`` + ``update``)
-alternates ours / reference on the same fresh candidates; process CPU time, medians. Before the
+alternates ours / reference on the same fresh candidates (for the bounds also ours on its torch
+path, ``torchbandits.native`` off, when the compiled step is available); process CPU time, medians. Before the
 timing, the UCB vectors of the two sides on the same data are compared (max abs difference): the
 re-statement computes what ours computes.
 
@@ -56,6 +57,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
+from torchbandits import native  # noqa: E402
 from torchbandits.confidence import KernelUCBTheoryBeta  # noqa: E402
 from torchbandits.confidence.mixture import DMM_GRID, default_c  # noqa: E402
 from torchbandits.envs.rkhs import RKHSFunctionEnv  # noqa: E402
@@ -206,30 +208,53 @@ def bounds(ts: list[int], repeats: int, methods: list[str]) -> list[dict]:
         cands = [torch.rand(100, DIM, generator=gen, dtype=torch.float64) for _ in range(repeats + 1)]
         for m in methods:
             ours, ref = our_bound(m, c), ReferenceBound(m, c)
-            ours.reset(seed=0)
+            # the same policy on its torch path (torchbandits.native off), timed in the same
+            # alternation when the compiled step is available (else it is the same path)
+            twin = our_bound(m, c) if native.library("exact_step") is not None else None
+            for pol in (ours, twin):
+                if pol is not None:
+                    pol.reset(seed=0)
             for xi, yi in zip(x, y):
                 ours.update(xi, float(yi))
+                if twin is not None:
+                    with native.disabled():
+                        twin.update(xi, float(yi))
                 ref.update(xi.numpy(), float(yi))
             err = float(np.abs(ours(cands[0]).numpy() - ref.ucb(cands[0].numpy())).max())
-            t_ours, t_ref = [], []
+            t_ours, t_ref, t_twin = [], [], []
             for cand in cands[1:]:
                 means = env.f(cand)
                 t0 = time.process_time()
                 i = ours.select(cand)
                 ours.update(cand[i], means[i])
                 t_ours.append(time.process_time() - t0)
+                if twin is not None:
+                    with native.disabled():
+                        t0 = time.process_time()
+                        i = twin.select(cand)
+                        twin.update(cand[i], means[i])
+                        t_twin.append(time.process_time() - t0)
                 cn, mn = cand.numpy(), means.numpy()
                 t0 = time.process_time()
                 ref.step(cn, mn)
                 t_ref.append(time.process_time() - t0)
             a, b = statistics.median(t_ours) * 1e3, statistics.median(t_ref) * 1e3
             ops = step_ops(ours, cands[0], env.f(cands[0]))  # after the timing (it takes a step)
-            rows.append({"family": "bound", "method": m, "t": t, "ours_ms": a, "reference_ms": b,
-                         "speedup": b / a, "max_abs_ucb_diff": err, "ops_select": ops[0],
-                         "ops_update": ops[1]})
+            row = {"family": "bound", "method": m, "t": t, "ours_ms": a, "reference_ms": b,
+                   "speedup": b / a, "max_abs_ucb_diff": err, "ops_select": ops[0],
+                   "ops_update": ops[1]}
+            extra = ""
+            if twin is not None:
+                with native.disabled():
+                    ops_t = step_ops(twin, cands[0], env.f(cands[0]))
+                tt = statistics.median(t_twin) * 1e3
+                row.update(torch_path_ms=tt, torch_path_speedup=b / tt,
+                           torch_path_ops=ops_t[0] + ops_t[1])
+                extra = f"; torch path {tt:.3f} ms, ×{b / tt:.2f}, {ops_t[0]} + {ops_t[1]} ops"
+            rows.append(row)
             print(f"{m:4s} t={t:5d}: ours {a:.3f} ms, reference {b:.3f} ms, ×{b / a:.2f} "
-                  f"(UCBs {err:.1e} apart; {ops[0]} + {ops[1]} torch ops per select + update)",
-                  flush=True)
+                  f"(UCBs {err:.1e} apart; {ops[0]} + {ops[1]} torch ops per select + update"
+                  f"{extra})", flush=True)
     return rows
 
 

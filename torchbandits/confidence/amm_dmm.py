@@ -33,6 +33,7 @@ from torch import Tensor
 from ..kernels import make_kernel
 from ..validation import check_positive, check_probability
 from .base import ConfidenceRule, PosteriorModel, log_det_value, quad_y_value
+from .radii import UCBForm
 
 __all__ = [
     "DMM_GRID",
@@ -212,6 +213,15 @@ class AMMBound(MixtureBound):
         self._diag = {"beta": beta}
         return mean, torch.sqrt(var).mul_(beta)
 
+    def ucb_form(self, model: PosteriorModel, n_candidates: int, t: int) -> UCBForm | None:
+        """``UCB = sqrt(ρ²_{α₀}) β^AMM + μ_{α₀}`` as a :class:`~.radii.UCBForm` (``None`` with
+        another fixed ``alpha``)."""
+        if self.alpha is not None and self.alpha != self.alpha0:
+            return None
+        beta = amm_beta_value(model, self.noise_std, self.c, self.norm_bound, self.delta)
+        self._diag = {"beta": beta}
+        return UCBForm((self.alpha0,), (beta,), (1.0,))
+
     def bounds(self, model: PosteriorModel, candidates: Tensor, t: int) -> tuple[Tensor, Tensor]:
         if self.alpha is not None and self.alpha != self.alpha0:
             return self.bound_at(model, candidates, self.alpha)
@@ -264,6 +274,18 @@ class DMMBound(MixtureBound):
         scale = torch.tensor(mult, dtype=torch.float64, device=mean.device)
         self._last = (r2, None)
         return mean, torch.sqrt(var) * scale[:, None]
+
+    def ucb_form(self, model: PosteriorModel, n_candidates: int, t: int) -> UCBForm:
+        """``UCB = min_α (sqrt(ρ²_α) sqrt(R̃²_α/α) + μ_α)`` over the grid as a
+        :class:`~.radii.UCBForm`; its ``done`` keeps the minimising grid points (diagnostics)."""
+        r2 = radius_sq_value(model, self.noise_std, self.c, self.delta)
+        alphas = self.alphas
+        mult = tuple(_sqrt(rtilde_sq_value(model, a, r2, self.norm_bound) / a) for a in alphas)
+
+        def done(ucb: Tensor, arg: Tensor | None) -> None:
+            self._last = (r2, arg)
+
+        return UCBForm(alphas, mult, (1.0,) * len(mult), done)
 
     def bounds(self, model: PosteriorModel, candidates: Tensor, t: int) -> tuple[Tensor, Tensor]:
         mean, width = self._grid(model, candidates)

@@ -24,6 +24,10 @@ an append reuses from the last scoring are :mod:`torchbandits.models.exact_scori
   row per appended point, so scoring costs O(n·A) instead of O(n²·A);
 * ``log det(I + K/λ) = 2 Σ log L_ii − n log λ`` and ``yᵀ(K+λI)⁻¹y = ‖z‖²`` kept as running
   floats, O(1) per append;
+* on the CPU in float64, for the RBF and Matérn kernels and up to 500 points, a round's scoring
+  (kernel rows, the solves, means, variances — with a policy's rule also the bound and its argmax)
+  and the append of the played candidate are one compiled call each
+  (:mod:`torchbandits.models.exact_native`); the torch path stays the reference and runs otherwise;
 * several regularisers can be maintained at once (``regularisers=(λ, α_1, …)``) for confidence
   rules that need the posterior at other regularisers; any other value is served from a
   from-scratch factorisation.
@@ -42,6 +46,7 @@ from ..buffers import StoredData, grow_rows
 from ..kernels import kernel_diag, kernel_matrix
 from ..linalg import GrowingCholesky, safe_cholesky
 from ..validation import as_matrix, as_point, as_scalar_reward, check_positive
+from .exact_native import native_append, set_plain
 from .exact_rebuild import rescore_candidate_caches
 from .exact_scoring import ExactQueries, ScoredSet
 from .posterior import CandidateCache, whitened_solve
@@ -144,7 +149,10 @@ class ExactKernelRidge(ExactQueries, StoredData):
 
     # ------------------------------------------------------------------ updates
     def _check_x(self, name: str, x: Tensor) -> Tensor:
-        return as_point(name, x, dtype=self.dtype, device=self.device, dim=self.dim)
+        bufs = self._buffers  # (dtype, device and dim without nn.Module.__getattr__: a step's cost)
+        ys, xs = bufs["_y"], bufs["_x"]
+        dim = xs.shape[1] if xs.shape[0] > 0 else None  # type: ignore[union-attr]
+        return as_point(name, x, dtype=ys.dtype, device=ys.device, dim=dim)  # type: ignore[union-attr]
 
     def append(self, x: Tensor, y: float | Tensor, *,
                column: tuple[Tensor, int] | None = None) -> None:
@@ -159,6 +167,8 @@ class ExactKernelRidge(ExactQueries, StoredData):
         yv = as_scalar_reward("y", y)
         n = self._n
         reuse = self.reused_column(column)
+        if reuse is not None and n and native_append(self, x, yv, *reuse):
+            return self._appended(n)
         pieces = reuse[0].pieces(reuse[1]) if reuse is not None and n else {}
         kcol: Tensor | None = None
         kxx: float | None = None
@@ -202,9 +212,14 @@ class ExactKernelRidge(ExactQueries, StoredData):
             f.append(row, d)
             self._advance(r, n, d, z_new[r])
         self._append_scaled(n, reuse)
-        self._n = n + 1
+        self._appended(n)
+
+    def _appended(self, n: int) -> None:
+        """The bookkeeping after the append of point ``n`` (any path; plain attributes set
+        without ``nn.Module.__setattr__``'s checks)."""
+        set_plain(self, "_n", n + 1)
         self._scratch.clear()
-        self._appends_since_refresh += 1
+        set_plain(self, "_appends_since_refresh", self._appends_since_refresh + 1)
         if self.refresh_every and self._appends_since_refresh >= self.refresh_every:
             self.refresh()
 

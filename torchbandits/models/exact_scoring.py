@@ -25,8 +25,9 @@ For candidates ``C`` and a maintained factor ``L`` of ``K + αI``: ``V = L⁻¹ 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -36,7 +37,11 @@ from ..kernel_fast import ScaledStationary
 from ..kernels import KernelPlan
 from ..linalg import GrowingCholesky, logdet_from_cholesky
 from ..validation import as_matrix, check_positive
+from .exact_native import native_score, native_ucb_argmax, set_plain
 from .posterior import CandidateCache, colsum_sq, score_whitened, whitened_solve
+
+if TYPE_CHECKING:
+    from ..confidence.radii import UCBForm
 
 __all__ = ["ExactQueries", "ScoredSet"]
 
@@ -90,6 +95,7 @@ class ExactQueries:
     _sums: dict[int, list]
     _cache_seen: dict[int, int]  # per factor index: its cache's candidate tensor's version
     _lean: list | None  # [scaled rows [cap, d], rows valid, form, data version]
+    _slots: tuple | None = None  # (regularisers, {regulariser: factor index}) for _factor_for
 
     # ------------------------------------------------------------------ kernel, factors
     def kernel_plan(self) -> KernelPlan:
@@ -100,13 +106,17 @@ class ExactQueries:
         return plan
 
     def _factor_for(self, reg: float | None) -> tuple[int | None, float]:
+        regs = self.regularisers
         if reg is None:
-            return 0, self.regularisers[0]
-        reg = check_positive("reg", reg)
-        for i, r in enumerate(self.regularisers):
-            if r == reg:
-                return i, r
-        return None, reg
+            return 0, regs[0]
+        slots = self._slots  # {regulariser: first factor index} of this tuple of regularisers
+        if slots is None or slots[0] is not regs:
+            slots = (regs, {r: i for i, r in reversed(list(enumerate(regs)))})
+            set_plain(self, "_slots", slots)
+        if type(reg) is not float:
+            reg = check_positive("reg", reg)
+        idx = slots[1].get(reg)
+        return (idx, reg) if idx is not None else (None, check_positive("reg", reg))
 
     def _kq(self, cand: Tensor, shared: dict) -> tuple[Tensor, Tensor | float]:
         """``(K_SC, k_CC)``, computed once per ``shared`` dict (several regularisers); ``k_CC`` is
@@ -125,22 +135,23 @@ class ExactQueries:
             shared["kdiag"] = plan.diag(cand) if const is None else const
         return shared["kq"], shared["kdiag"]
 
-    def _scaled_rows(self, form: ScaledStationary) -> Tensor:
+    def _scaled_rows(self, form: ScaledStationary, whole: bool = False) -> Tensor:
         """The stored points times the kernel weights ``[n, d]``: kept in a capacity buffer
         ``[cap, d]`` (valid for ``form`` and the data version), rows appended since the last call
-        scaled now, the whole buffer rebuilt after anything else changed the data."""
+        scaled now, the whole buffer rebuilt after anything else changed the data. ``whole``:
+        the buffer itself (its first ``n`` rows valid)."""
         n, rows = self._n, self._lean
         if rows is None or rows[2] is not form or rows[3] != self._version or rows[1] > n:
             buf = form.scale(self._x)
-            self._lean = [buf, n, form, self._version]
-            return buf[:n]
+            set_plain(self, "_lean", [buf, n, form, self._version])
+            return buf if whole else buf[:n]
         buf, m = rows[0], rows[1]
         if m < n:
             if buf.shape[0] < n:
                 buf = rows[0] = grow_rows(buf, n)
             buf[m:n] = form.scale(self._x[m:n])
             rows[1] = n
-        return buf[:n]
+        return buf if whole else buf[:n]
 
     def _append_scaled(self, n: int, reuse: tuple[ScoredSet, int] | None) -> None:
         """Row ``n`` of the scaled points from the scored candidate ``reuse`` (else left to
@@ -196,7 +207,8 @@ class ExactQueries:
     def _record(self, cand: Tensor, kdiag: Tensor | float) -> ScoredSet:
         rec = self._scored
         if rec is None or rec.candidates is not cand or rec.n != self._n or rec.version != self._version:
-            rec = self._scored = ScoredSet(cand, self._n, self._version, kdiag)
+            rec = ScoredSet(cand, self._n, self._version, kdiag)
+            set_plain(self, "_scored", rec)
         return rec
 
     def _score(self, cand: Tensor, slots: Sequence[tuple[int | None, float]]
@@ -243,9 +255,7 @@ class ExactQueries:
         sumsq = (v * v).sum(1)
         variances = torch.rsub(sumsq, kdiag).clamp_min_(0.0)
         rec = self._record(cand, kdiag)
-        rec.kq = kq
-        rec.scaled = shared.get("cs")
-        rec.stack = (v, means, sumsq, idxs)
+        rec.kq, rec.scaled, rec.stack = kq, shared.get("cs"), (v, means, sumsq, idxs)
         if self.cache_candidates:
             for r, idx in enumerate(idxs):
                 self._caches[idx] = CandidateCache(cand, kdiag, v[r], sumsq[r], n, self._version)
@@ -253,8 +263,10 @@ class ExactQueries:
         return means, variances
 
     def _checked(self, candidates: Tensor) -> Tensor:
-        cand = as_matrix("candidates", candidates, dtype=self.dtype, device=self.device)  # type: ignore[attr-defined]
-        dim = self.dim  # type: ignore[attr-defined]
+        bufs = self._buffers  # type: ignore[attr-defined]  # (not through nn.Module.__getattr__)
+        y, x = bufs["_y"], bufs["_x"]
+        cand = as_matrix("candidates", candidates, dtype=y.dtype, device=y.device)
+        dim = x.shape[1] if x.shape[0] > 0 else None
         if dim is not None and cand.shape[1] != dim:
             raise ValueError(f"candidates must have {dim} columns, got {cand.shape[1]}")
         return cand
@@ -272,6 +284,10 @@ class ExactQueries:
         slot = self._factor_for(reg)
         if self._n == 0:
             return cand.new_zeros(cand.shape[0]), self.kernel_plan().diag(cand)
+        if slot[0] is not None:
+            done = native_score(self, cand, [slot[0]])  # type: ignore[arg-type]
+            if done is not None:
+                return done
         means, variances = self._score(cand, [slot])
         return means[0], variances[0]
 
@@ -288,12 +304,22 @@ class ExactQueries:
             kd = self.kernel_plan().diag(cand)
             return cand.new_zeros(len(slots), cand.shape[0]), kd.expand(len(slots), -1).clone()
         idxs = [idx for idx, _ in slots if idx is not None]
+        if len(idxs) == len(slots):
+            done = native_score(self, cand, idxs, many=True)  # type: ignore[arg-type]
+            if done is not None:
+                return done
         if len(idxs) == len(slots) > 1:
             stacked = self._score_stacked(cand, idxs)  # type: ignore[arg-type]
             if stacked is not None:
                 return stacked
         means, variances = self._score(cand, slots)
         return torch.stack(means), torch.stack(variances)
+
+    def ucb_argmax(self, candidates: Tensor, make_form: Callable[[], UCBForm | None]
+                   ) -> int | None:
+        """The argmax of a rule's bound (``make_form()``: :func:`~torchbandits.confidence.radii.ucb_form`)
+        in one compiled call, or ``None``: :func:`~.exact_native.native_ucb_argmax`."""
+        return native_ucb_argmax(self, candidates, make_form)  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ scalars
     def _running(self, idx: int) -> list:

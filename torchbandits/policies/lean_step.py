@@ -8,8 +8,11 @@ arithmetic, so these layers are a large share of it. :class:`LeanStep` does the 
 directly, for the classes whose steps are KernelUCB's (no override of the pieces it skips, no
 forward hooks, no refits):
 
-* ``select``: the candidates are validated once, the UCB is the rule's own (``rule.ucb``, or the
-  upper bound of ``rule.bounds``), the argmax is the one host read; the choice is recorded as
+* ``select``: the candidates are validated once; where the model scores a rule's bound in one
+  compiled call (:meth:`~torchbandits.models.ExactKernelRidge.ucb_argmax` with the rule's
+  :func:`~torchbandits.confidence.radii.ucb_form`: the posterior, the bound and its argmax in C,
+  no tensor operation) that is the step, else the UCB is the rule's own (``rule.ucb``, or the
+  upper bound of ``rule.bounds``) and the argmax is the one host read; the choice is recorded as
   the candidate tensor, the index and the tensor's version counter (no copy,
   :func:`~torchbandits.validation.chosen_row`);
 * ``update``: when the played point is that row of that tensor, unmodified
@@ -27,6 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..confidence.radii import ucb_form
 from ..validation import as_scalar_reward, chosen_row, chosen_row_unmodified, is_chosen_row, trusted
 
 __all__ = ["LEAN_FORWARDS", "LeanStep"]
@@ -35,6 +39,10 @@ LEAN_FORWARDS: set = set()
 """``forward`` functions whose single-run UCB is ``rule.ucb(model, candidates, t + 1)`` plus the
 refit offset (KernelUCB's and the mixture policies'); a subclass with another forward steps
 through the general path."""
+
+#: set a plain attribute (an int, a choice record) of this module without ``nn.Module.__setattr__``'s
+#: checks (about 3 µs each, a noticeable share of a step at the papers' sizes)
+set_plain = object.__setattr__
 
 _STEP_PIECES = frozenset({"select", "update", "_update", "_chose", "played", "check_candidates",
                           "warmup_choice", "__call__", "_call_impl", "_lean_select", "_lean_update"})
@@ -66,13 +74,21 @@ class LeanStep:
 
     def _lean_select(self, candidates: Any) -> int:
         """``select`` of one run (see the module docstring)."""
-        self._choice = None
-        self._lean_choice = None
+        if self._choice is not None:  # type: ignore[has-type]
+            set_plain(self, "_choice", None)
+        if self._lean_choice is not None:
+            set_plain(self, "_lean_choice", None)
         cand = self.check_candidates(candidates)  # type: ignore[attr-defined]
         if self.t < self.n_warmup:  # type: ignore[attr-defined]
             return self.warmup_choice(cand)  # type: ignore[attr-defined]
-        rule, t = self.rule, self.t + 1  # type: ignore[attr-defined]
+        rule, t, model = self.rule, self.t + 1, self.model  # type: ignore[attr-defined]
         with torch.no_grad(), trusted(cand):
+            fused = getattr(model, "ucb_argmax", None)
+            if fused is not None and not self.refit_offset:  # type: ignore[attr-defined]
+                index = fused(cand, lambda: ucb_form(rule, model, cand.shape[0], t))
+                if index is not None:
+                    set_plain(self, "_lean_choice", chosen_row(cand, index))
+                    return index
             ucb = getattr(rule, "ucb", None)
             scores = ucb(self.model, cand, t) if ucb is not None else \
                 rule.bounds(self.model, cand, t)[0]  # type: ignore[attr-defined]
@@ -81,7 +97,7 @@ class LeanStep:
             scores = scores + offset
         index = int(torch.argmax(scores))
         if getattr(self.model, "reused_column", None) is not None:  # type: ignore[attr-defined]
-            self._lean_choice = chosen_row(cand, index)
+            set_plain(self, "_lean_choice", chosen_row(cand, index))
         return index
 
     def _lean_update(self, x: Any, reward: Any) -> bool:
@@ -90,7 +106,7 @@ class LeanStep:
         chosen = self._lean_choice
         if chosen is None:
             return False
-        self._lean_choice = None
+        set_plain(self, "_lean_choice", None)
         if not is_chosen_row(x, chosen):
             if chosen_row_unmodified(chosen):
                 cand, index, _ = chosen
@@ -102,5 +118,5 @@ class LeanStep:
             self.model.append(x, r, column=(chosen[0], chosen[1]))  # type: ignore[attr-defined]
         if self.dim is None:  # type: ignore[attr-defined]
             self.dim = x.shape[0]
-        self.t += 1  # type: ignore[attr-defined]
+        set_plain(self, "t", self.t + 1)  # type: ignore[attr-defined]
         return True

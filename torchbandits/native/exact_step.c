@@ -1,0 +1,354 @@
+/* The single-run step of the exact kernel-ridge posterior (torchbandits.models.ExactKernelRidge)
+ * for the stationary kernels of torchbandits.kernel_fast, in two calls: scoring a candidate set
+ * and appending the played candidate.
+ *
+ * Notation (float64, row-major, no pointer kept between calls):
+ *   stored points, already scaled by the kernel weights: xs [n, d];
+ *   candidates C [A, d] and weights w [d] (or [1]): scaled candidates cs = C * w;
+ *   D_ij = |xs_i|^2 - 2 xs_i . cs_j + |cs_j|^2 clamped at 0, u = sqrt(D) and the closed forms
+ *     RBF: exp(-D); Matern-1/2: exp(-u); Matern-3/2: (1 + u) / exp(u);
+ *     Matern-5/2: (u + D/3 + 1) / exp(u); times the output scale s;
+ *   per maintained regulariser r: the lower Cholesky factor L_r of K + a_r I, stored as a
+ *     contiguous head [n0, n0] and a tail of rows [m, width] that hold full rows of L_r
+ *     (torchbandits.linalg.GrowingCholesky), and z_r = L_r^{-1} y [n].
+ *
+ * Scoring (the Cholesky form of the posterior, Flynn & Reeb 2024, App. E.2):
+ *   V_r = L_r^{-1} K_SC [n, A], mu_r = z_r^T V_r, colsum(V_r^2), var_r = max(k_CC - colsum, 0)
+ * i.e. the GP posterior mean and variance mu_a(x) = k_S(x)^T (K + aI)^{-1} y and
+ * rho_a^2(x) = k(x, x) - k_S(x)^T (K + aI)^{-1} k_S(x) of Flynn & Reeb 2024, Eq. (14)'s pieces.
+ *
+ * Appending candidate j: the new row of L_r is V_r[:, j] (L_r^{-1} k_S(x_j)), its pivot
+ * d_r = sqrt(k(x_j, x_j) + a_r - colsum(V_r^2)_j), and z_r gains (y - mu_r[j]) / d_r.
+ */
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__AVX__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
+
+enum { RBF = 0, MATERN12 = 1, MATERN32 = 2, MATERN52 = 3 };
+
+/* exp(x) elementwise, in place, in a loop the compiler vectorises (libm's exp is one call per
+ * element). Cody-Waite reduction x = k ln2 + r, |r| <= ln2/2; exp(r) by its Taylor polynomial of
+ * degree 13 (truncation below 1e-17 relative); times 2^k built in the exponent bits. Within a few
+ * units in the last place of libm. Arguments outside [-708, 709] (overflow, subnormal results,
+ * NaN) are redone by libm's exp in exp_fixup. */
+static void exp_inplace(double *x, long m) {
+    const double log2e = 1.4426950408889634, shift = 6755399441055744.0; /* 1.5 * 2^52 */
+    const double ln2hi = 6.93147180369123816490e-01, ln2lo = 1.90821492927058770002e-10;
+    uint64_t shift_bits;
+    memcpy(&shift_bits, &shift, sizeof shift_bits);
+    for (long i = 0; i < m; ++i) {
+        double xv = x[i]; /* (garbage outside [-708, 709]: exp_fixup) */
+        double kd = xv * log2e + shift; /* round(x / ln2) in the low bits of kd */
+        double k = kd - shift;
+        double r = (xv - k * ln2hi) - k * ln2lo;
+        double p = 1.0 / 6227020800.0;
+        p = p * r + 1.0 / 479001600.0;
+        p = p * r + 1.0 / 39916800.0;
+        p = p * r + 1.0 / 3628800.0;
+        p = p * r + 1.0 / 362880.0;
+        p = p * r + 1.0 / 40320.0;
+        p = p * r + 1.0 / 5040.0;
+        p = p * r + 1.0 / 720.0;
+        p = p * r + 1.0 / 120.0;
+        p = p * r + 1.0 / 24.0;
+        p = p * r + 1.0 / 6.0;
+        p = p * r + 0.5;
+        p = p * r + 1.0;
+        p = p * r + 1.0;
+        uint64_t kb;
+        memcpy(&kb, &kd, sizeof kb);
+        uint64_t sb = (kb - shift_bits + 1023u) << 52; /* the bits of 2^k */
+        double scale;
+        memcpy(&scale, &sb, sizeof scale);
+        x[i] = p * scale;
+    }
+}
+
+static void exp_fixup(const double *arg, double *x, long m) {
+    int out = 0;
+    for (long i = 0; i < m; ++i) out |= (arg[i] < -708.0) | (arg[i] > 709.0) | (arg[i] != arg[i]);
+    if (out)
+        for (long i = 0; i < m; ++i)
+            if (!(arg[i] >= -708.0 && arg[i] <= 709.0)) x[i] = exp(arg[i]);
+}
+
+/* K_SC [n, A] (and cs [A, d]) of the scaled stored points xs [n, d] and the candidates, a row
+ * at a time: D = (|x|^2 + (-2) x.c) + |c|^2 clamped at 0 (the order of the torch path's addmm
+ * and add), then the closed form (the operations of kernel_fast.ScaledStationary.of_sqdist_).
+ * scratch: (4 + d) A doubles. */
+static void kernel_block(long n, long A, long d, const double *xs, const double *cand,
+                         const double *w, long dw, int kind, double outscale, int has_scale,
+                         double *cs, double *kq, double *scratch) { /* cs may be NULL */
+    double *csq = scratch, *dist = scratch + A, *u = scratch + 2 * A, *e = scratch + 3 * A;
+    double *cst = scratch + 4 * A; /* cs transposed [d, A] */
+    for (long j = 0; j < A; ++j) {
+        double s = 0.0;
+        for (long k = 0; k < d; ++k) {
+            double v = cand[j * d + k] * w[dw == 1 ? 0 : k];
+            if (cs) cs[j * d + k] = v;
+            cst[k * A + j] = v;
+            s += v * v;
+        }
+        csq[j] = s;
+    }
+    for (long i = 0; i < n; ++i) {
+        const double *x = xs + i * d;
+        double xsq = 0.0;
+        for (long k = 0; k < d; ++k) xsq += x[k] * x[k];
+        double *row = kq + i * A;
+        for (long j = 0; j < A; ++j) dist[j] = x[0] * cst[j];
+        for (long k = 1; k < d; ++k)
+            for (long j = 0; j < A; ++j) dist[j] += x[k] * cst[k * A + j];
+        for (long j = 0; j < A; ++j) {
+            double dd = (xsq + -2.0 * dist[j]) + csq[j];
+            dist[j] = dd > 0.0 ? dd : 0.0;
+        }
+        if (kind == RBF) { /* exp(-D) */
+            for (long j = 0; j < A; ++j) u[j] = row[j] = -dist[j];
+            exp_inplace(row, A);
+            exp_fixup(u, row, A);
+        } else {
+            for (long j = 0; j < A; ++j) u[j] = sqrt(dist[j]);
+            if (kind == MATERN12) { /* exp(-u) */
+                for (long j = 0; j < A; ++j) e[j] = row[j] = -u[j];
+                exp_inplace(row, A);
+                exp_fixup(e, row, A);
+            } else { /* (1 + u [+ D/3]) / exp(u) */
+                for (long j = 0; j < A; ++j) e[j] = u[j];
+                exp_inplace(e, A);
+                exp_fixup(u, e, A);
+                if (kind == MATERN52)
+                    for (long j = 0; j < A; ++j)
+                        row[j] = ((u[j] + dist[j] * (1.0 / 3.0)) + 1.0) / e[j];
+                else
+                    for (long j = 0; j < A; ++j) row[j] = (u[j] + 1.0) / e[j];
+            }
+        }
+        if (has_scale)
+            for (long j = 0; j < A; ++j) row[j] *= outscale;
+    }
+}
+
+/* Row i of a GrowingCholesky factor (columns 0..i). */
+static inline const double *factor_row(const double *head, long n0, const double *tail,
+                                       long width, long i) {
+    return i < n0 ? head + i * n0 : tail + (i - n0) * width;
+}
+
+#ifndef RB
+#define RB 6 /* rows per block of the forward substitution */
+#endif
+#ifndef NV
+#define NV 2 /* vectors of 4 doubles per row of a full block (NV = 2: 6 x 8 blocks) */
+#endif
+#define CB 8 /* columns per block of the generic (edge) blocks */
+
+/* Forward substitution V = L^{-1} K, V_i = (K_i - sum_{k<i} L_ik V_k) / L_ii, by blocks of RB rows
+ * and CB columns: first sum_{k<i0} over the rows already solved (each row V_k read serves RB
+ * rows), then the small triangle inside the block, rows i0 + b in order:
+ * acc_b -= sum_{p<b} L_{i0+b, i0+p} V_{i0+p} and V_{i0+b} = acc_b * (1 / L_{i0+b, i0+b}).
+ * The generic block (ib <= RB rows, jb <= CB columns) is plain C; with AVX and FMA the full
+ * blocks keep their accumulators in registers (twelve independent ones for 6 x 8). */
+static void solve_block_part(const double *const *lrow, const double *inv, long i0, int ib,
+                             long j0, int jb, const double *kq, double *v, long A) {
+    double acc[RB][CB];
+    for (int b = 0; b < ib; ++b)
+        for (int c = 0; c < jb; ++c) acc[b][c] = kq[(i0 + b) * A + j0 + c];
+    for (long k = 0; k < i0; ++k) {
+        const double *vk = v + k * A + j0;
+        for (int b = 0; b < ib; ++b) {
+            double l = lrow[b][k];
+            for (int c = 0; c < jb; ++c) acc[b][c] = fma(-l, vk[c], acc[b][c]);
+        }
+    }
+    for (int b = 0; b < ib; ++b) {
+        for (int p = 0; p < b; ++p) {
+            double l = lrow[b][i0 + p];
+            for (int c = 0; c < jb; ++c) acc[b][c] = fma(-l, acc[p][c], acc[b][c]);
+        }
+        for (int c = 0; c < jb; ++c) {
+            acc[b][c] *= inv[b];
+            v[(i0 + b) * A + j0 + c] = acc[b][c];
+        }
+    }
+}
+
+#if defined(__AVX__) && defined(__FMA__)
+/* A full block of RB rows and 4 nv columns (nv = 1 or NV, a constant after inlining). */
+static inline void solve_block_vec(const double *const *lrow, const double *inv, long i0,
+                                   long j0, const double *kq, double *v, long A, const int nv) {
+    __m256d acc[RB][NV];
+    for (int b = 0; b < RB; ++b)
+        for (int q = 0; q < nv; ++q) acc[b][q] = _mm256_loadu_pd(kq + (i0 + b) * A + j0 + 4 * q);
+    for (long k = 0; k < i0; ++k) { /* acc_b -= L_{i0+b, k} V_k */
+        const double *vk = v + k * A + j0;
+        __m256d x[NV];
+        for (int q = 0; q < nv; ++q) x[q] = _mm256_loadu_pd(vk + 4 * q);
+        for (int b = 0; b < RB; ++b) {
+            __m256d l = _mm256_broadcast_sd(lrow[b] + k);
+            for (int q = 0; q < nv; ++q) acc[b][q] = _mm256_fnmadd_pd(l, x[q], acc[b][q]);
+        }
+    }
+    for (int b = 0; b < RB; ++b) { /* the triangle inside the block */
+        for (int p = 0; p < b; ++p) {
+            __m256d l = _mm256_broadcast_sd(lrow[b] + i0 + p);
+            for (int q = 0; q < nv; ++q) acc[b][q] = _mm256_fnmadd_pd(l, acc[p][q], acc[b][q]);
+        }
+        __m256d s = _mm256_broadcast_sd(inv + b);
+        for (int q = 0; q < nv; ++q) {
+            acc[b][q] = _mm256_mul_pd(acc[b][q], s);
+            _mm256_storeu_pd(v + (i0 + b) * A + j0 + 4 * q, acc[b][q]);
+        }
+    }
+}
+#endif
+
+static void forward_substitution(long n, long A, const double *head, long n0, const double *tail,
+                                 long width, const double *kq, double *v, const double **lrow,
+                                 double *inv) {
+    /* lrow [n], inv [n]: scratch for the row addresses of L and 1 / L_ii */
+    for (long i = 0; i < n; ++i) {
+        lrow[i] = factor_row(head, n0, tail, width, i);
+        inv[i] = 1.0 / lrow[i][i];
+    }
+    for (long i0 = 0; i0 < n; i0 += RB) {
+        int ib = n - i0 < RB ? (int)(n - i0) : RB;
+        long j0 = 0;
+#if defined(__AVX__) && defined(__FMA__)
+        if (ib == RB) {
+            for (; j0 + 4 * NV <= A; j0 += 4 * NV)
+                solve_block_vec(lrow + i0, inv + i0, i0, j0, kq, v, A, NV);
+            for (; j0 + 4 <= A; j0 += 4) solve_block_vec(lrow + i0, inv + i0, i0, j0, kq, v, A, 1);
+        }
+#endif
+        for (; j0 < A; j0 += CB) {
+            int jb = A - j0 < CB ? (int)(A - j0) : CB;
+            solve_block_part(lrow + i0, inv + i0, i0, ib, j0, jb, kq, v, A);
+        }
+    }
+}
+
+/* The upper confidence bound min_r (sqrt(var_r / div_r) beta_r + mu_r) per candidate (one
+ * term: a radius rule, Flynn & Reeb 2024's AMM; several: their DMM, Sec. 5.4, the minimum over
+ * the grid of Eq. (14)), the minimising r per candidate (arg, may be NULL) and the first index of
+ * the largest bound (a NaN counts as largest, as torch.argmax). The minimum takes the first
+ * smallest term and propagates a NaN (as torch.min). */
+static long ucb_argmax(long A, long R, const double *mean, const double *var, const double *beta,
+                       const double *div, double *ucb, long long *arg) {
+    long best = 0;
+    for (long j = 0; j < A; ++j) {
+        double u = 0.0;
+        long at = 0;
+        for (long r = 0; r < R; ++r) {
+            double term = sqrt(var[r * A + j] / div[r]) * beta[r] + mean[r * A + j];
+            if (r == 0 || (term < u && u == u) || (term != term && u == u)) u = term, at = r;
+        }
+        ucb[j] = u;
+        if (arg) arg[j] = at;
+        double top = ucb[best];
+        if (j > 0 && top == top && (u > top || u != u)) best = j;
+    }
+    return best;
+}
+
+/* Score A candidates at R maintained regularisers.
+ *   n, A, d, R: sizes; xs [n, d] scaled stored points; cand [A, d]; w [dw] weights (dw = 1 or d);
+ *   kind (RBF, MATERN12, MATERN32, MATERN52), outscale s (has_scale = 0: none), kdiag = k(x, x);
+ *   fac [R, 5]: per factor the address of its head [n0, n0], n0, the address of its tail
+ *   [., width], width, and the address of its z = L^{-1} y [n].
+ * Outputs: v [R, n, A], mean [R, A], sumsq [R, A]; optional (NULL: not kept): cs [A, d],
+ * kq [n, A] = K_SC, var [R, A]. With bound [2R] = (beta [R], div [R]) (else NULL): the bound of
+ * ucb_argmax and its minimising r into arg [A] (NULL: not kept).
+ * Returns the argmax of the bound (0 without bound), or -1 when scratch memory could not be
+ * allocated (nothing usable written). */
+long tb_exact_score(long n, long A, long d, long R, const double *xs, const double *cand,
+                    const double *w, long dw, int kind, double outscale, int has_scale,
+                    double kdiag, const long long *fac, double *v, double *mean, double *sumsq,
+                    double *cs, double *kq, double *var, const double *bound, long long *arg) {
+    long a1 = A > 0 ? A : 1;
+    /* scratch: kernel rows (4 + d) A, then var R A and the bound A when not kept, then K_SC
+     * [n, A] when not kept and R > 1 (with one factor V is solved in place of K) */
+    size_t size = (size_t)((4 + d) * a1) + (var ? 0 : (size_t)(R * a1)) + (size_t)a1
+                  + (kq || R <= 1 ? 0 : (size_t)(n * a1)) + (size_t)n;
+    double *scratch = malloc(size * sizeof(double));
+    const double **lrow = malloc((size_t)(n > 0 ? n : 1) * sizeof(const double *));
+    if (!scratch || !lrow) {
+        free(scratch);
+        free((void *)lrow);
+        return -1;
+    }
+    double *inv = scratch + (4 + d) * a1, *rest = inv + n;
+    if (!var) var = rest, rest += R * a1;
+    double *ucb = rest;
+    rest += a1;
+    if (!kq) kq = R <= 1 ? v : rest;
+    kernel_block(n, A, d, xs, cand, w, dw, kind, outscale, has_scale, cs, kq, scratch);
+    for (long r = 0; r < R; ++r) {
+        const long long *f = fac + 5 * r;
+        const double *head = (const double *)(intptr_t)f[0], *tail = (const double *)(intptr_t)f[2];
+        const double *z = (const double *)(intptr_t)f[4];
+        double *vr = v + r * n * A, *mr = mean + r * A, *sr = sumsq + r * A, *pr = var + r * A;
+        forward_substitution(n, A, head, (long)f[1], tail, (long)f[3], kq, vr, lrow, inv);
+        /* mu = z^T V and colsum(V ⊙ V), one pass over V by rows */
+        for (long j = 0; j < A; ++j) mr[j] = sr[j] = 0.0;
+        for (long i = 0; i < n; ++i) {
+            const double *vi = vr + i * A;
+            double zi = z[i];
+            for (long j = 0; j < A; ++j) {
+                mr[j] += zi * vi[j];
+                sr[j] += vi[j] * vi[j];
+            }
+        }
+        for (long j = 0; j < A; ++j) {
+            double rho2 = kdiag - sr[j];
+            pr[j] = rho2 > 0.0 ? rho2 : 0.0;
+        }
+    }
+    long best = 0;
+    if (bound && A > 0) best = ucb_argmax(A, R, mean, var, bound, bound + R, ucb, arg);
+    free(scratch);
+    free((void *)lrow);
+    return best;
+}
+
+/* Append the scored candidate j to R factors (the O(n) append of the scored set).
+ *   src [R, 3]: per factor the addresses of the scoring's V_r [n, A], mu_r [A], colsum(V_r^2) [A];
+ *   kxx = k(x_j, x_j); dbl [R]: the regularisers a_r; y the (offset) reward;
+ *   dst [R, 2]: per factor the address of the new row of its tail (n + 1 entries: V_r[:, j],
+ *   then the pivot) and the address of z_r[n];
+ *   copies [4]: the addresses of the point x [d], its row in the model's points, the reward's
+ *   entry, and the point's row in the scaled points (0: none; written x * w, w [dw]).
+ *   out [R, 2]: (d_r, z_new_r) for the caller's running log-det and |z|^2.
+ * Returns 0, or r + 1 when the pivot of factor r is not positive (nothing is written then). */
+int tb_exact_append(long n, long A, long d, long R, long j, const long long *src, double kxx,
+                    const double *regs, double y, const long long *dst, const long long *copies,
+                    const double *w, long dw, double *out) {
+    for (long r = 0; r < R; ++r) {
+        const double *mean = (const double *)(intptr_t)src[3 * r + 1];
+        const double *sumsq = (const double *)(intptr_t)src[3 * r + 2];
+        double d2 = (kxx + regs[r]) - sumsq[j];
+        if (!(d2 > 0.0)) return (int)r + 1;
+        double piv = sqrt(d2);
+        out[2 * r] = piv;
+        out[2 * r + 1] = (y - mean[j]) / piv;
+    }
+    for (long r = 0; r < R; ++r) {
+        const double *col = (const double *)(intptr_t)src[3 * r] + j;
+        double *row = (double *)(intptr_t)dst[2 * r];
+        for (long i = 0; i < n; ++i) row[i] = col[i * A];
+        row[n] = out[2 * r];
+        *(double *)(intptr_t)dst[2 * r + 1] = out[2 * r + 1];
+    }
+    const double *x = (const double *)(intptr_t)copies[0];
+    memcpy((void *)(intptr_t)copies[1], x, (size_t)d * sizeof(double));
+    *(double *)(intptr_t)copies[2] = y;
+    double *scaled = (double *)(intptr_t)copies[3];
+    if (scaled)
+        for (long k = 0; k < d; ++k) scaled[k] = x[k] * w[dw == 1 ? 0 : k];
+    return 0;
+}
