@@ -84,6 +84,8 @@ class BatchedNystromState(ResizableModule):
         self._version = 0   # bumped by every change: keys the columns of the last score
         self._chunks = [(a, min(a + self.CHUNK, r), 0) for a in range(0, r, self.CHUNK)]
         self._row_cache: dict[tuple[int, int], Tensor] = {}
+        self._eye: Tensor | None = None
+        self._p_lower = True   # every P_r lower triangular (not after a pivoted rebuild)
         self._scored: tuple[int, Tensor, list[tuple[Tensor, Tensor, Tensor]]] | None = None
 
     # ------------------------------------------------------------------ sizes / state
@@ -181,12 +183,13 @@ class BatchedNystromState(ResizableModule):
         return self._logdet - self._m.to(self.dtype) * math.log(self.lam)
 
     def get_extra_state(self) -> dict[str, Any]:
-        return {"n": self._n, "widths": [w for _, _, w in self._chunks]}
+        return {"n": self._n, "widths": [w for _, _, w in self._chunks], "p_lower": self._p_lower}
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
         """Restores ``n`` and the chunk widths (so a reloaded batch computes at the same widths,
         the same numbers to the bit), or reads the exact widths from the sizes."""
         self._n = int(state["n"])
+        self._p_lower = bool(state.get("p_lower", False))
         self._version += 1
         self.refresh_widths()
         widths = state.get("widths")
@@ -208,8 +211,34 @@ class BatchedNystromState(ResizableModule):
         for buf in (self._m, self._p, self._q, self._g, self._e, self._logdet, self._refused):
             buf.zero_()
         self._c.fill_(1.0)
+        self._p_lower = True
         self._chunks = [(a, b, 0) for a, b, _ in self._chunks]
         self._mmax = 0
+
+    def _rows(self, idx: slice | Tensor) -> Tensor:
+        if isinstance(idx, Tensor):
+            return idx
+        key = (idx.start, idx.stop)
+        rows = self._row_cache.get(key)
+        if rows is None or rows.device != self.device:
+            rows = self._row_cache[key] = torch.arange(idx.start, idx.stop, device=self.device)
+        return rows
+
+    def _flags(self, idx: slice | Tensor, bad: Tensor) -> Tensor:
+        """Per-run flags ``[R]`` of the runs ``idx`` (``bad`` ``[k]``), false elsewhere."""
+        if isinstance(idx, slice) and idx.start == 0 and idx.stop == self.n_runs:
+            return bad
+        return torch.zeros(self.n_runs, dtype=torch.bool, device=self.device).index_put_(
+            (self._rows(idx),), bad)
+
+    def _unit(self, pos: Tensor, width: int) -> Tensor:
+        """Unit rows ``e_pos`` ``[k, width]`` (one gather from a cached identity)."""
+        eye = self._eye
+        if eye is None or eye.shape[0] < width or eye.device != self.device \
+                or eye.dtype != self.dtype:
+            eye = self._eye = torch.eye(max(width, 2 * self._p.shape[1]), dtype=self.dtype,
+                                        device=self.device)
+        return eye[:width, :width][pos]
 
     def _ensure(self, n: int, m: int, d: int) -> None:
         """Capacity for ``n`` points and ``m`` anchors of dimension ``d`` (zero padding)."""
