@@ -84,7 +84,7 @@ class BatchedNystrom(BatchedNystromState):
     #: the products are small and the torch path's rounding is kept (it sums in another order:
     #: on Chessboard, cond(K_ZZ) ≈ 1e12, the two differ by up to ~1e-10 in the UCBs of the first
     #: rounds, where the batch is held to the sequential model at 1e-10)
-    COMPILED_MIN_WIDTH = 32
+    COMPILED_MIN_WIDTH = 48
 
     @property
     def CHUNK(self) -> int:  # type: ignore[override]  # (the state's class constant)

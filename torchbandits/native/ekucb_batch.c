@@ -12,20 +12,20 @@
  * each run's [m_r, m_r] block is streamed once, without packing, by register tiles (4 rows x 12
  * candidates, 4-wide vectors on AVX2), and the padding is skipped.
  *
- * Rounding: every entry of a product is the plain sum of its terms in order, each product
- * rounded before it is added (no fused multiply-add) — the order in which the sequential model's
- * `P @ k_Z` and `Q @ f` come out of the BLAS on this kind of machine for ten candidates, so that
- * the embeddings, which the ill-conditioned K_ZZ of Chessboard amplifies (cond ~ 1e12), and the
- * dictionary borders built from them follow the sequential run's as closely as possible. Other
- * results equal the torch path's up to rounding.
+ * Rounding: every entry of a product is the plain sum of its terms in order, one fused
+ * multiply-add per term — the order of a GEMM micro-kernel's accumulator, which is how most entries
+ * of the batched torch product come out of the BLAS on this kind of machine (the rest, and the
+ * reductions, agree to rounding). On Chessboard (cond(K_ZZ) ~ 1e12) such rounding differences
+ * are amplified to ~1e-10 in the UCBs and can flip a `min_residual` refusal right at the
+ * threshold, as between the batched and the sequential torch paths (docs/batch.md).
  *
  * No global state; no pointer is kept between calls. Sizes are int64 (the tensors' `long`).
  */
-#pragma STDC FP_CONTRACT OFF
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#if defined(__AVX2__)
+#if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define EKUCB_AVX2 1
 #endif
@@ -33,17 +33,23 @@
 /* The products are taken in the layout "candidates along the vector": a run's columns x_a (the
  * candidates' kernel columns, then their embeddings and g) are held transposed, xt[j][a]
  * ([m, CW], CW = 12 columns, a multiple of the vector width), and
- *     out[i][a] = sum_{j<m} B[i][j] * xt[j][a]     (j in order, products rounded, then added)
+ *     out[i][a] = sum_{j<m} B[i][j] * xt[j][a]     (j in order, one FMA per term)
  * is accumulated for 4 rows i and 12 columns a at once. B's rows are streamed once per 12
  * columns, never packed or transposed. */
 #define CW 12
 
+#ifdef FP_FAST_FMA   /* the portable loop: fused where the machine fuses (the AVX2 tiles' sums) */
+#define MADD(w, x, acc) fma(w, x, acc)
+#else
+#define MADD(w, x, acc) ((acc) + (w) * (x))
+#endif
+
 #ifdef EKUCB_AVX2
-/* acc += w * x, rounded twice (a product, then a sum: no fused multiply-add) */
+/* acc += w * x (fused multiply-add), three vectors */
 #define MULADD3(acc0, acc1, acc2, w) \
-    acc0 = _mm256_add_pd(acc0, _mm256_mul_pd(w, x0)); \
-    acc1 = _mm256_add_pd(acc1, _mm256_mul_pd(w, x1)); \
-    acc2 = _mm256_add_pd(acc2, _mm256_mul_pd(w, x2))
+    acc0 = _mm256_fmadd_pd(w, x0, acc0); \
+    acc1 = _mm256_fmadd_pd(w, x1, acc1); \
+    acc2 = _mm256_fmadd_pd(w, x2, acc2)
 
 /* rows 0..3 of out = B xt (12 columns: 3 vectors; 12 accumulators in registers), the sums over
  * j < m */
@@ -110,7 +116,7 @@ static void b_times_xt(int64_t nb, const double *b, int64_t ldb, const double *x
         int64_t mi = lower && i + 1 < m ? i + 1 : m;
         for (int64_t j = 0; j < mi; ++j) {
             const double w = b[i * ldb + j], *x = xt + j * CW;
-            for (int a = 0; a < CW; ++a) acc[a] += w * x[a];
+            for (int a = 0; a < CW; ++a) acc[a] = MADD(w, x[a], acc[a]);
         }
         for (int a = 0; a < CW; ++a) out[i * CW + a] = acc[a];
     }
@@ -220,7 +226,8 @@ void ekucb_quad(int64_t R, int64_t W, const int64_t *sizes, const double *k, int
 
 /* The Sherman-Morrison step of an append (Zenati et al. 2022, Algorithm 4, the update of
  * A_r^{-1}): Q_r[i, j] -= a_r[i] * b_r[j] for i, j < m_r (at most W), a and b [R, >= W] (run
- * strides a_rs, b_rs), Q_r at Q + r*q_rs (row stride q_ld). */
+ * strides a_rs, b_rs), Q_r at Q + r*q_rs (row stride q_ld); fused where the machine fuses, as
+ * the vectorised torch `addcmul_` does. */
 void ekucb_rank1_sub(int64_t R, int64_t W, const int64_t *sizes, double *Q, int64_t q_rs,
                      int64_t q_ld, const double *a, int64_t a_rs, const double *b, int64_t b_rs) {
     for (int64_t r = 0; r < R; ++r) {
@@ -230,7 +237,7 @@ void ekucb_rank1_sub(int64_t R, int64_t W, const int64_t *sizes, double *Q, int6
         for (int64_t i = 0; i < m; ++i) {
             const double ai = ar[i];
             double *row = qr + i * q_ld;
-            for (int64_t j = 0; j < m; ++j) row[j] -= ai * br[j];
+            for (int64_t j = 0; j < m; ++j) row[j] = MADD(-ai, br[j], row[j]);
         }
     }
 }
