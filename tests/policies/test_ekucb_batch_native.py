@@ -73,10 +73,12 @@ def test_score_kernel_equals_the_torch_products(lower: bool, n_cand: int) -> Non
 
 
 def test_quadratic_form_and_rank_one_step_equal_torch() -> None:
-    """KORS's ``k_rᵀ N_r k_r`` and ``Q_r ← Q_r − a_r b_rᵀ`` on each run's ``[:m_r, :m_r]``: the
-    torch values to rounding, the padding untouched (bit for bit)."""
+    """KORS's ``k_rᵀ N_r k_r`` (``N_r`` symmetric: the kernel reads its lower triangle) and
+    ``Q_r ← Q_r − a_r b_rᵀ`` on each run's ``[:m_r, :m_r]``: the torch values to rounding, the
+    padding untouched (bit for bit)."""
     sizes, cap = [0, 1, 6, 9], 12
     _, q, n, _ = _padded(sizes, cap, False, seed=2)
+    n = n + n.mT
     k = torch.randn(4, 9, dtype=F64)
     a, b = torch.randn(4, 9, dtype=F64), torch.randn(4, 9, dtype=F64)
     for j, m in enumerate(sizes):

@@ -200,25 +200,47 @@ void ekucb_score(int64_t R, int64_t A, int64_t W, const int64_t *sizes, const do
     }
 }
 
+/* sum_{j<n} x[j] y[j] in four interleaved partial sums (lane l takes j = l mod 4), added
+ * pairwise, then the last n mod 4 terms in order */
+static inline double dot4(const double *x, const double *y, int64_t n) {
+    int64_t n4 = n - (n & 3), j = 0;
+    double s;
+#ifdef EKUCB_AVX2
+    __m256d acc = _mm256_setzero_pd();
+    for (; j < n4; j += 4)
+        acc = _mm256_fmadd_pd(_mm256_loadu_pd(x + j), _mm256_loadu_pd(y + j), acc);
+    __m128d lo = _mm256_castpd256_pd128(acc), hi = _mm256_extractf128_pd(acc, 1);
+    lo = _mm_add_pd(lo, hi);                                   /* (l0 + l2, l1 + l3) */
+    s = _mm_cvtsd_f64(_mm_add_sd(lo, _mm_unpackhi_pd(lo, lo)));
+#else
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    for (; j < n4; j += 4) {
+        s0 = MADD(x[j], y[j], s0);
+        s1 = MADD(x[j + 1], y[j + 1], s1);
+        s2 = MADD(x[j + 2], y[j + 2], s2);
+        s3 = MADD(x[j + 3], y[j + 3], s3);
+    }
+    s = (s0 + s2) + (s1 + s3);
+#endif
+    for (; j < n; ++j) s += x[j] * y[j];
+    return s;
+}
+
 /* The KORS quadratic forms (Zenati et al. 2022, eq. 41 in closed form): u_r = k_r^T N_r k_r over
  * the run's m_r anchors (at most W), k [R, >= W] (run stride k_rs), N_r at N + r*n_rs (row
- * stride n_ld): t = k^T N (rows of N added with weights k_i, in order), u = sum_j t_j k_j. */
+ * stride n_ld). N_r = (K_ZZ + mu diag(p))^{-1} is symmetric, so only its lower triangle is read
+ * (half the memory traffic of a round's largest read after the score's):
+ *   u = sum_i k_i (N_ii k_i + 2 sum_{j<i} N_ij k_j)
+ * (the torch path reads the whole matrix; N's two triangles agree to rounding). */
 void ekucb_quad(int64_t R, int64_t W, const int64_t *sizes, const double *k, int64_t k_rs,
                 const double *N, int64_t n_rs, int64_t n_ld, double *u) {
-    enum { TILE = 512 };
-    double t[TILE];
     for (int64_t r = 0; r < R; ++r) {
         int64_t m = sizes[r] < W ? sizes[r] : W;
         const double *kr = k + r * k_rs, *nr = N + r * n_rs;
         double s = 0.0;
-        for (int64_t j0 = 0; j0 < m; j0 += TILE) {    /* columns of N in tiles of TILE */
-            int64_t nj = m - j0 < TILE ? m - j0 : TILE;
-            for (int64_t j = 0; j < nj; ++j) t[j] = 0.0;
-            for (int64_t i = 0; i < m; ++i) {
-                const double ki = kr[i], *row = nr + i * n_ld + j0;
-                for (int64_t j = 0; j < nj; ++j) t[j] += ki * row[j];
-            }
-            s += dot(t, kr + j0, nj);
+        for (int64_t i = 0; i < m; ++i) {
+            const double *row = nr + i * n_ld;
+            s += kr[i] * (row[i] * kr[i] + 2.0 * dot4(row, kr, i));
         }
         u[r] = s;
     }
