@@ -52,8 +52,11 @@
     acc2 = _mm256_fmadd_pd(w, x2, acc2)
 
 /* rows 0..3 of out = B xt (12 columns: 3 vectors; 12 accumulators in registers), the sums over
- * j < m */
-static void tile4(const double *b, int64_t ldb, const double *xt, int64_t m, double *out) {
+ * j < m. The four rows at `next` (row stride nld: the next tile, or the next matrix's first
+ * rows) are fetched into the cache meanwhile, one line per row every 8 terms: the matrices of a
+ * batch (tens of MB) do not stay in the cache from one round to the next. */
+static void tile4(const double *b, int64_t ldb, const double *xt, int64_t m, double *out,
+                  const double *next, int64_t nld) {
     __m256d a00 = _mm256_setzero_pd(), a01 = a00, a02 = a00, a10 = a00, a11 = a00, a12 = a00;
     __m256d a20 = a00, a21 = a00, a22 = a00, a30 = a00, a31 = a00, a32 = a00;
     const double *b0 = b, *b1 = b + ldb, *b2 = b + 2 * ldb, *b3 = b + 3 * ldb;
@@ -61,6 +64,12 @@ static void tile4(const double *b, int64_t ldb, const double *xt, int64_t m, dou
         const double *x = xt + j * CW;
         __m256d x0 = _mm256_loadu_pd(x), x1 = _mm256_loadu_pd(x + 4);
         __m256d x2 = _mm256_loadu_pd(x + 8), w;
+        if ((j & 7) == 0) {
+            _mm_prefetch((const char *)(next + j), _MM_HINT_T0);
+            _mm_prefetch((const char *)(next + nld + j), _MM_HINT_T0);
+            _mm_prefetch((const char *)(next + 2 * nld + j), _MM_HINT_T0);
+            _mm_prefetch((const char *)(next + 3 * nld + j), _MM_HINT_T0);
+        }
         w = _mm256_broadcast_sd(b0 + j);
         MULADD3(a00, a01, a02, w);
         w = _mm256_broadcast_sd(b1 + j);
@@ -104,13 +113,18 @@ static void tile1(const double *b, const double *xt, int64_t m, double *out) {
  * at j = i (rows 4k..4k+3 at j = 4k+3): the terms left out are exact zeros, which leave an
  * ordered sum unchanged — the same numbers, half the reads. */
 static void b_times_xt(int64_t nb, const double *b, int64_t ldb, const double *xt, int64_t m,
-                       int lower, double *out) {
+                       int lower, double *out, const double *after, int64_t after_ld) {
 #ifdef EKUCB_AVX2
     int64_t i = 0;
-    for (; i + 4 <= nb; i += 4)
-        tile4(b + i * ldb, ldb, xt, lower && i + 4 < m ? i + 4 : m, out + i * CW);
+    for (; i + 4 <= nb; i += 4) {
+        int more = i + 8 <= nb;   /* fetch the next tile's rows, else the matrix after B's */
+        tile4(b + i * ldb, ldb, xt, lower && i + 4 < m ? i + 4 : m, out + i * CW,
+              more ? b + (i + 4) * ldb : after, more ? ldb : after_ld);
+    }
     for (; i < nb; ++i) tile1(b + i * ldb, xt, lower && i + 1 < m ? i + 1 : m, out + i * CW);
 #else
+    (void)after;
+    (void)after_ld;
     for (int64_t i = 0; i < nb; ++i) {
         double acc[CW] = {0.0};
         int64_t mi = lower && i + 1 < m ? i + 1 : m;
@@ -154,6 +168,7 @@ void ekucb_score(int64_t R, int64_t A, int64_t W, const int64_t *sizes, const do
         const double *kzr = kz + r * A * W;
         double *fr = f + r * A * W, *qfr = qf + r * (A + 1) * W, *wr = qfr + A * W;
         const double *pr = P + r * p_rs, *qr = Q + r * q_rs, *gr = g + r * g_rs;
+        const double *nextp = r + 1 < R ? pr + p_rs : pr;   /* fetched during Q's last tile */
         for (int64_t a = 0; a <= A; ++a) {          /* the padding: f = qf = 0 beyond m_r */
             for (int64_t i = m; i < W; ++i) {
                 if (a < A) fr[a * W + i] = 0.0;
@@ -175,9 +190,9 @@ void ekucb_score(int64_t R, int64_t A, int64_t W, const int64_t *sizes, const do
                 double *x = xt + j * CW;
                 for (int64_t c = 0; c < CW; ++c) x[c] = c < nc ? kzr[(a0 + c) * W + j] : 0.0;
             }
-            b_times_xt(m, pr, p_ld, xt, m, p_lower, ft);   /* ft = P kz^T: embeddings e(x) */
+            b_times_xt(m, pr, p_ld, xt, m, p_lower, ft, qr, q_ld);   /* ft = P kz^T: e(x) */
             for (int64_t i = 0; i < m; ++i) ft[i * CW + nc] = last ? gr[i] : 0.0;
-            b_times_xt(m, qr, q_ld, ft, m, 0, qt);         /* qt = Q [e(x), g] */
+            b_times_xt(m, qr, q_ld, ft, m, 0, qt, nextp, p_ld);      /* qt = Q [e(x), g] */
             for (int64_t c = 0; c < nc; ++c) {      /* back to rows [a, i] */
                 double *fa = fr + (a0 + c) * W, *qa = qfr + (a0 + c) * W;
                 for (int64_t i = 0; i < m; ++i) {
@@ -198,6 +213,17 @@ void ekucb_score(int64_t R, int64_t A, int64_t W, const int64_t *sizes, const do
             mean[r * A + a] = dot(fa, wr, m);
         }
     }
+}
+
+/* fetch the n doubles at p into the cache (one prefetch per 64-byte line; a no-op without
+ * AVX2): the next row of a matrix while the current one is read */
+static inline void fetch_row(const double *p, int64_t n) {
+#ifdef EKUCB_AVX2
+    for (int64_t j = 0; j < n; j += 8) _mm_prefetch((const char *)(p + j), _MM_HINT_T0);
+#else
+    (void)p;
+    (void)n;
+#endif
 }
 
 /* sum_{j<n} x[j] y[j] in four interleaved partial sums (lane l takes j = l mod 4), added
@@ -240,6 +266,7 @@ void ekucb_quad(int64_t R, int64_t W, const int64_t *sizes, const double *k, int
         double s = 0.0;
         for (int64_t i = 0; i < m; ++i) {
             const double *row = nr + i * n_ld;
+            fetch_row(i + 1 < m ? row + n_ld : N + (r + 1 < R ? r + 1 : r) * n_rs, i + 2);
             s += kr[i] * (row[i] * kr[i] + 2.0 * dot4(row, kr, i));
         }
         u[r] = s;
@@ -259,6 +286,7 @@ void ekucb_rank1_sub(int64_t R, int64_t W, const int64_t *sizes, double *Q, int6
         for (int64_t i = 0; i < m; ++i) {
             const double ai = ar[i];
             double *row = qr + i * q_ld;
+            fetch_row(i + 1 < m ? row + q_ld : Q + (r + 1 < R ? r + 1 : r) * q_rs, m);
             for (int64_t j = 0; j < m; ++j) row[j] = MADD(-ai, br[j], row[j]);
         }
     }
