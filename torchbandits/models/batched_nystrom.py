@@ -81,9 +81,12 @@ class BatchedNystrom(BatchedNystromState):
     #: runs per chunk on the CPU, where a chunk of small dictionaries saves arithmetic
     CHUNK_CPU = 16
     #: the compiled score (:mod:`torchbandits.native.ekucb`) from this width ``M`` on; below it
-    #: the products are small and the torch path's rounding is kept (it sums in another order:
-    #: on Chessboard, cond(K_ZZ) ≈ 1e12, the two differ by up to ~1e-10 in the UCBs of the first
-    #: rounds, where the batch is held to the sequential model at 1e-10)
+    #: the torch path runs. The compiled products sum in another order, and on Chessboard
+    #: (cond(K_ZZ) ≈ 1e12) rounding is amplified: ~1e-10 in the UCBs of the first rounds, and a
+    #: ``min_residual`` refusal right at its threshold can flip, as between the batched and the
+    #: sequential torch paths. Below 48 anchors (Chessboard's first ~100 rounds, a small share
+    #: of a long run's time) the torch path's rounding is kept, which keeps the runs that the
+    #: tests hold to the sequential ones identical (Zenati et al. 2022's settings, 200 rounds)
     COMPILED_MIN_WIDTH = 48
 
     @property
@@ -141,7 +144,9 @@ class BatchedNystrom(BatchedNystromState):
     def _score_compiled(self, cand: Tensor, kdiag: Tensor) -> tuple[Tensor, Tensor] | None:
         """:meth:`score` by the compiled per-run products (:func:`torchbandits.native.ekucb.score`:
         float64 CPU tensors, each run at its own size ``m_r``, no chunks), or ``None`` (the torch
-        path: other devices and dtypes, no compiler, and widths below :attr:`COMPILED_MIN_WIDTH`).
+        path: other devices and dtypes, no compiler, widths below :attr:`COMPILED_MIN_WIDTH`).
+        Faster than the chunked products for any number of candidates measured (10 to 110 at
+        R = 64, M ≈ 44–106: 1.9 vs 4.6 ms to 10.5 vs 15.7 ms).
         The kernel block is the torch one, ``[R, A, M]`` for every run at once."""
         if self._mmax < self.COMPILED_MIN_WIDTH or not native_ekucb.available(cand, self._p):
             return None
