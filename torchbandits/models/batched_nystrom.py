@@ -129,6 +129,7 @@ class BatchedNystrom(BatchedNystromState):
         if compiled is not None:
             mean, var = compiled
         else:
+            self._flush_q()
             means, variances, cols = [], [], []
             for a, b, mg in self.chunks():
                 mean, var, col = self._score_chunk(cand[a:b], kdiag[a:b], a, b, mg)
@@ -152,9 +153,10 @@ class BatchedNystrom(BatchedNystromState):
             return None
         kz = self._k.block(cand, self._z[:, : self._mmax])
         out = native_ekucb.score(kz, self._p, self._q, self._g, self._m, kdiag, self.lam,
-                                 p_lower=self._p_lower)
+                                 p_lower=self._p_lower, pending=self._pending)
         if out is None:
             return None
+        self._pending = None   # the deferred step of Q is applied
         mean, var, f, qf = out
         self._scored = (self._version, cand, [(kz, f, qf[:, :-1])])   # one full-width "chunk"
         return mean, var
@@ -220,6 +222,7 @@ class BatchedNystrom(BatchedNystromState):
         self._ensure(n + 1, max(mm, 1), x.shape[1])
         self._version += 1
         if mm:
+            self._flush_q()   # the step of a previous append not scored since
             q = self._q[:, :mm, :mm]
             if columns is None:
                 f = (self._p[:, :mm, :mm] @ self.kernel_columns(x)[..., None])[..., 0]
@@ -229,9 +232,11 @@ class BatchedNystrom(BatchedNystromState):
             fg = (f * gq).sum(-1)
             omega = kxx + self.jitter - (f * f).sum(-1)
             gs = gq / (1.0 + fg)[:, None]
-            # Q ← Q − (Qf)(Qf)ᵀ/(1 + fᵀQf): compiled on each run's [:m_r, :m_r], else on each
-            # chunk's slice
-            if not native_ekucb.rank_one_sub(q, gq, gs, self._m):
+            # Q ← Q − (Qf)(Qf)ᵀ/(1 + fᵀQf): compiled, deferred to the next score's pass over Q
+            # (_flush_q), else on each chunk's slice
+            if native_ekucb.available(q, gq, gs):
+                self._pending = (gq.contiguous(), gs.contiguous(), self._m.new_ones(len(gq)))
+            else:
                 for a, b, mg in self.chunks():
                     if mg:
                         q[a:b, :mg, :mg].addcmul_(gq[a:b, :mg, None], gs[a:b, None, :mg],
@@ -296,6 +301,7 @@ class BatchedNystrom(BatchedNystromState):
         writes ``Q + Qb bᵀQ/s``, the border ``−Qb/s`` and the corner ``1/s`` at once (the same
         numbers as the three writes; ``1/s = 0`` where refused: nothing changes)."""
         n, lam = self._n, self.lam
+        self._flush_q(idx if isinstance(idx, Tensor) else None)
         rows = self._rows(idx)
         k = rows.shape[0]
         z = self._x[idx, n - 1]                                              # [k, d]
@@ -345,6 +351,7 @@ class BatchedNystrom(BatchedNystromState):
         r, mm = dictionary.shape[0], dictionary.shape[1]
         n, d = x.shape[1], x.shape[2]
         self._version += 1
+        self._pending = None   # Q is recomputed
         self._ensure(max(n, 1), max(mm, 1), d)
         self._x[:, :n] = x
         self._c[:, :n] = counts

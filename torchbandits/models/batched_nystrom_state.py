@@ -17,6 +17,7 @@ from torch import Tensor
 
 from ..buffers import ResizableModule, grow_rows
 from ..kernels import kernel_bound, kernel_diag, kernel_matrix
+from ..native import ekucb as native_ekucb
 
 __all__ = ["BatchedNystromState", "batched_kernel"]
 
@@ -86,6 +87,8 @@ class BatchedNystromState(ResizableModule):
         self._row_cache: dict[tuple[int, int], Tensor] = {}
         self._eye: Tensor | None = None
         self._p_lower = True   # every P_r lower triangular (not after a pivoted rebuild)
+        # a deferred Sherman–Morrison step of Q (a, b [R, w], flags [R] int64; see _flush_q)
+        self._pending: tuple[Tensor, Tensor, Tensor] | None = None
         self._scored: tuple[int, Tensor, list[tuple[Tensor, Tensor, Tensor]]] | None = None
 
     # ------------------------------------------------------------------ sizes / state
@@ -150,6 +153,7 @@ class BatchedNystromState(ResizableModule):
     def permute(self, order: Tensor) -> None:
         """Reorder the runs: new run ``i`` is old run ``order[i]`` (every per-run buffer; the
         widths are refreshed: one host read)."""
+        self._flush_q()
         for name, buf in list(self._buffers.items()):
             if buf is not None:
                 self._buffers[name] = buf.index_select(0, order.to(buf.device))
@@ -189,6 +193,7 @@ class BatchedNystromState(ResizableModule):
         """Restores ``n`` and the chunk widths (so a reloaded batch computes at the same widths,
         the same numbers to the bit), or reads the exact widths from the sizes."""
         self._n = int(state["n"])
+        self._pending = None   # the loaded Q is complete
         self._p_lower = bool(state.get("p_lower", False))
         self._version += 1
         self.refresh_widths()
@@ -199,6 +204,7 @@ class BatchedNystromState(ResizableModule):
             self._mmax = max(int(w) for w in widths)
 
     def _apply(self, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+        self._flush_q()
         out = super()._apply(fn, *args, **kwargs)
         self._k = _Kernel(self.kernel)
         self._version += 1
@@ -212,6 +218,7 @@ class BatchedNystromState(ResizableModule):
             buf.zero_()
         self._c.fill_(1.0)
         self._p_lower = True
+        self._pending = None
         self._chunks = [(a, b, 0) for a, b, _ in self._chunks]
         self._mmax = 0
 
@@ -239,6 +246,35 @@ class BatchedNystromState(ResizableModule):
             eye = self._eye = torch.eye(max(width, 2 * self._p.shape[1]), dtype=self.dtype,
                                         device=self.device)
         return eye[:width, :width][pos]
+
+    def _flush_q(self, runs: Tensor | None = None) -> None:
+        """Apply the deferred Sherman–Morrison step ``Q_r −= a_r b_rᵀ`` of the last append (the
+        compiled path defers it, and the next compiled score applies it in its own pass over
+        ``Q``) to every run, or to the distinct ``runs`` (a LongTensor) only. Every other reader
+        of ``Q`` calls this first; a run's size does not change while its step is pending."""
+        pend = self._pending
+        if pend is None:
+            return
+        a, b, flags = pend
+        if runs is not None:
+            runs = runs[flags[runs] != 0]   # (a read: the CPU's compacted growth only)
+        if not native_ekucb.rank_one_sub(self._q, a, b, self._m, runs):
+            w = a.shape[1]
+            a = a * flags.to(a.dtype)[:, None]
+            if runs is None:
+                self._q[:, :w, :w].addcmul_(a[:, :, None], b[:, None, :], value=-1.0)
+            else:
+                self._q[runs, :w, :w] = self._q[runs, :w, :w].addcmul_(
+                    a[runs, :, None], b[runs, None, :], value=-1.0)
+        if runs is None:
+            self._pending = None
+        else:   # done: a zero step (Q − 0·bᵀ = Q) for a later pass over every run
+            flags[runs] = 0
+            pend[0][runs] = 0.0
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):  # type: ignore[no-untyped-def]
+        self._flush_q()
+        super()._save_to_state_dict(destination, prefix, keep_vars)
 
     def _ensure(self, n: int, m: int, d: int) -> None:
         """Capacity for ``n`` points and ``m`` anchors of dimension ``d`` (zero padding)."""

@@ -108,25 +108,44 @@ static void tile1(const double *b, const double *xt, int64_t m, double *out) {
 }
 #endif
 
+/* The Sherman-Morrison step of an append (Zenati et al. 2022, Algorithm 4, the update of
+ * A^{-1}) on one row: row[j] -= a_i * b[j] for j < m (fused where the machine fuses, as the
+ * vectorised torch `addcmul_` does). */
+static inline void rank1_row(double *row, double ai, const double *b, int64_t m) {
+    for (int64_t j = 0; j < m; ++j) row[j] = MADD(-ai, b[j], row[j]);
+}
+
 /* out[i][a] = sum_{j<m} B[i][j] xt[j][a] for i < nb, a < CW (row i of B at b + i*ldb; xt and
  * out [*, CW]). lower != 0: B is lower triangular (B[i][j] = 0 for j > i), so row i's sum stops
  * at j = i (rows 4k..4k+3 at j = 4k+3): the terms left out are exact zeros, which leave an
  * ordered sum unchanged — the same numbers, half the reads. */
-static void b_times_xt(int64_t nb, const double *b, int64_t ldb, const double *xt, int64_t m,
-                       int lower, double *out, const double *after, int64_t after_ld) {
+static void b_times_xt(int64_t nb, double *b, int64_t ldb, const double *xt, int64_t m,
+                       int lower, double *out, const double *after, int64_t after_ld,
+                       const double *ua, const double *ub, int64_t u_w) {
+    /* ua != NULL: first B <- B - ua ub^T (a deferred Sherman-Morrison step) on rows and columns
+     * below min(m, u_w) (ua, ub hold u_w entries), row by row just before the row is read, so
+     * that B is streamed from memory once for both */
+    int64_t mu = m < u_w ? m : u_w;
 #ifdef EKUCB_AVX2
     int64_t i = 0;
     for (; i + 4 <= nb; i += 4) {
         int more = i + 8 <= nb;   /* fetch the next tile's rows, else the matrix after B's */
+        if (ua)
+            for (int k = 0; k < 4; ++k)
+                if (i + k < mu) rank1_row(b + (i + k) * ldb, ua[i + k], ub, mu);
         tile4(b + i * ldb, ldb, xt, lower && i + 4 < m ? i + 4 : m, out + i * CW,
               more ? b + (i + 4) * ldb : after, more ? ldb : after_ld);
     }
-    for (; i < nb; ++i) tile1(b + i * ldb, xt, lower && i + 1 < m ? i + 1 : m, out + i * CW);
+    for (; i < nb; ++i) {
+        if (ua && i < mu) rank1_row(b + i * ldb, ua[i], ub, mu);
+        tile1(b + i * ldb, xt, lower && i + 1 < m ? i + 1 : m, out + i * CW);
+    }
 #else
     (void)after;
     (void)after_ld;
     for (int64_t i = 0; i < nb; ++i) {
         double acc[CW] = {0.0};
+        if (ua && i < mu) rank1_row(b + i * ldb, ua[i], ub, mu);
         int64_t mi = lower && i + 1 < m ? i + 1 : m;
         for (int64_t j = 0; j < mi; ++j) {
             const double w = b[i * ldb + j], *x = xt + j * CW;
@@ -156,18 +175,25 @@ static inline double dot(const double *x, const double *y, int64_t m) {
  * candidates go CW - 1 = 11 at a time (g rides in the last column of the second product of the
  * last group). A >= 1; work: scratch of 3 * W * CW doubles (CW = 12). p_lower != 0: every P_r
  * is lower triangular (L^{-1} as the borders of Algorithm 4 grow it), and its product skips the
- * zeros above the diagonal. */
+ * zeros above the diagonal. pending != NULL: the runs with pending[r] != 0 first take the
+ * Sherman-Morrison step of their last append, Q_r <- Q_r - ua_r ub_r^T (ua, ub [R, u_w], run
+ * stride u_rs, u_w >= m_r for a flagged run; the numbers of ekucb_rank1_sub), fused into the
+ * pass over Q_r (Q is written). */
 void ekucb_score(int64_t R, int64_t A, int64_t W, const int64_t *sizes, const double *kz,
                  const double *P, int64_t p_rs, int64_t p_ld, int64_t p_lower,
-                 const double *Q, int64_t q_rs, int64_t q_ld,
+                 double *Q, int64_t q_rs, int64_t q_ld,
                  const double *g, int64_t g_rs, const double *kdiag, double lam,
-                 double *f, double *qf, double *mean, double *var, double *work) {
+                 double *f, double *qf, double *mean, double *var, double *work,
+                 const int64_t *pending, const double *ua, const double *ub, int64_t u_rs,
+                 int64_t u_w) {
     double *xt = work, *ft = work + W * CW, *qt = work + 2 * W * CW;
     for (int64_t r = 0; r < R; ++r) {
         int64_t m = sizes[r] < W ? sizes[r] : W;
         const double *kzr = kz + r * A * W;
         double *fr = f + r * A * W, *qfr = qf + r * (A + 1) * W, *wr = qfr + A * W;
-        const double *pr = P + r * p_rs, *qr = Q + r * q_rs, *gr = g + r * g_rs;
+        const double *pr = P + r * p_rs, *gr = g + r * g_rs;
+        double *qr = Q + r * q_rs;
+        const double *upa = pending && pending[r] ? ua + r * u_rs : NULL;  /* once per run */
         const double *nextp = r + 1 < R ? pr + p_rs : pr;   /* fetched during Q's last tile */
         for (int64_t a = 0; a <= A; ++a) {          /* the padding: f = qf = 0 beyond m_r */
             for (int64_t i = m; i < W; ++i) {
@@ -190,9 +216,11 @@ void ekucb_score(int64_t R, int64_t A, int64_t W, const int64_t *sizes, const do
                 double *x = xt + j * CW;
                 for (int64_t c = 0; c < CW; ++c) x[c] = c < nc ? kzr[(a0 + c) * W + j] : 0.0;
             }
-            b_times_xt(m, pr, p_ld, xt, m, p_lower, ft, qr, q_ld);   /* ft = P kz^T: e(x) */
+            b_times_xt(m, (double *)pr, p_ld, xt, m, p_lower, ft, qr, q_ld, NULL, NULL, 0);
             for (int64_t i = 0; i < m; ++i) ft[i * CW + nc] = last ? gr[i] : 0.0;
-            b_times_xt(m, qr, q_ld, ft, m, 0, qt, nextp, p_ld);      /* qt = Q [e(x), g] */
+            b_times_xt(m, qr, q_ld, ft, m, 0, qt, nextp, p_ld, upa, upa ? ub + r * u_rs : NULL,
+                       u_w);
+            upa = NULL;                                  /* qt = Q [e(x), g]; Q updated once */
             for (int64_t c = 0; c < nc; ++c) {      /* back to rows [a, i] */
                 double *fa = fr + (a0 + c) * W, *qa = qfr + (a0 + c) * W;
                 for (int64_t i = 0; i < m; ++i) {
@@ -274,20 +302,20 @@ void ekucb_quad(int64_t R, int64_t W, const int64_t *sizes, const double *k, int
 }
 
 /* The Sherman-Morrison step of an append (Zenati et al. 2022, Algorithm 4, the update of
- * A_r^{-1}): Q_r[i, j] -= a_r[i] * b_r[j] for i, j < m_r (at most W), a and b [R, >= W] (run
- * strides a_rs, b_rs), Q_r at Q + r*q_rs (row stride q_ld); fused where the machine fuses, as
- * the vectorised torch `addcmul_` does. */
+ * A_r^{-1}): Q_r[i, j] -= a_r[i] * b_r[j] for i, j < m_r (at most W), a and b [*, >= W] (run
+ * strides a_rs, b_rs), Q_r at Q + r*q_rs (row stride q_ld) (rank1_row), for the runs r < R,
+ * or, runs != NULL, for the R runs runs[0..R-1] (indices into sizes, Q, a and b). */
 void ekucb_rank1_sub(int64_t R, int64_t W, const int64_t *sizes, double *Q, int64_t q_rs,
-                     int64_t q_ld, const double *a, int64_t a_rs, const double *b, int64_t b_rs) {
-    for (int64_t r = 0; r < R; ++r) {
-        int64_t m = sizes[r] < W ? sizes[r] : W;
+                     int64_t q_ld, const double *a, int64_t a_rs, const double *b, int64_t b_rs,
+                     const int64_t *runs) {
+    for (int64_t k = 0; k < R; ++k) {
+        int64_t r = runs ? runs[k] : k, m = sizes[r] < W ? sizes[r] : W;
         const double *ar = a + r * a_rs, *br = b + r * b_rs;
         double *qr = Q + r * q_rs;
         for (int64_t i = 0; i < m; ++i) {
-            const double ai = ar[i];
             double *row = qr + i * q_ld;
-            fetch_row(i + 1 < m ? row + q_ld : Q + (r + 1 < R ? r + 1 : r) * q_rs, m);
-            for (int64_t j = 0; j < m; ++j) row[j] = MADD(-ai, br[j], row[j]);
+            fetch_row(i + 1 < m ? row + q_ld : qr, m);
+            rank1_row(row, ar[i], br, m);
         }
     }
 }
