@@ -4,6 +4,12 @@ are stated there). Buffers, zero beyond each run's size ``m_r``: anchors ``_z`` 
 ``_p = P`` and ``_q = Q`` ``[R, cap_m, cap_m]``, ``_g`` ``[R, cap_m]``, embeddings ``_e``
 ``[R, cap_n, cap_m]``; data ``_x`` ``[R, cap_n, d]``, counts ``_c`` and sums ``_s`` ``[R, cap_n]``;
 sizes ``_m`` ``[R]``, ``log det A`` ``_logdet`` ``[R]``, refusals ``_refused`` ``[R]``.
+
+On the compiled CPU path (:mod:`torchbandits.native.ekucb`) an append's Sherman–Morrison step of
+``Q`` is deferred (``_pending``) and applied by the next compiled score in its own pass over
+``Q``; every other reader of ``Q`` (the torch score, a border, :meth:`~BatchedNystromState.permute`,
+``state_dict``, ``.to``) applies it first (``_flush_q``): the same numbers, one stream of ``Q`` a
+round fewer.
 """
 
 from __future__ import annotations

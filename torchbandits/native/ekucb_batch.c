@@ -216,6 +216,7 @@ void ekucb_score(int64_t R, int64_t A, int64_t W, const int64_t *sizes, const do
                 double *x = xt + j * CW;
                 for (int64_t c = 0; c < CW; ++c) x[c] = c < nc ? kzr[(a0 + c) * W + j] : 0.0;
             }
+            /* ft = P kz^T: the embeddings e(x) (P is only read: no update is passed) */
             b_times_xt(m, (double *)pr, p_ld, xt, m, p_lower, ft, qr, q_ld, NULL, NULL, 0);
             for (int64_t i = 0; i < m; ++i) ft[i * CW + nc] = last ? gr[i] : 0.0;
             b_times_xt(m, qr, q_ld, ft, m, 0, qt, nextp, p_ld, upa, upa ? ub + r * u_rs : NULL,
