@@ -15,6 +15,15 @@ round of the same rounds, unprofiled (one thread; with ``--device cuda`` the cou
 the GPU launches, and the milliseconds the host's CPU time, not the GPU's).
 
     python benchmarks/ekucb_ops.py --sync-free --chunk-runs 64   # the GPU's path, on the CPU
+    python benchmarks/ekucb_ops.py --rates   # + the score's products: compiled vs torch vs GEMM
+
+``--rates`` also times, on the state reached (CPU), the posterior's score of one round alone —
+with the compiled per-run kernel (:mod:`torchbandits.native.ekucb`) and on the torch path
+(chunked batched products) — as dense-equivalent GFLOP/s, ``2·(2A + 1)·Σ_r m_r²`` flops
+(``f = P k_Z`` and ``Q [f, g]`` at each run's size; the compiled kernel skips the zeros of the
+triangular ``P``, about a quarter of them), against this core's float64 GEMM rate (512 × 512,
+one thread). The score also holds the kernel block and the reductions, so this is a lower bound
+of the products' own rate.
 """
 
 from __future__ import annotations
@@ -102,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="runs per chunk (the runs: one padded program, what a GPU runs; "
                          "default: the device's)")
     ap.add_argument("--by-op", action="store_true", help="also list the operators of each part")
+    ap.add_argument("--rates", action="store_true",
+                    help="also time the score's products alone: compiled, torch, GEMM (CPU)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     env = make_env("chessboard", **({} if args.device == "cpu" else {"device": args.device}))
@@ -161,7 +172,42 @@ def main(argv: list[str] | None = None) -> int:
     if args.by_op:
         for (part, name), c in sorted(mode.counts.items()):
             print(f"  {part:8s} {name:28s} {c / args.rounds:7.2f}")
+    if args.rates and args.device == "cpu":
+        _rates(model, benv.candidates())
     return 0
+
+
+def _best_ms(fn: Any, repeats: int = 30) -> float:
+    fn()
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(repeats):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / repeats)
+    return 1e3 * best
+
+
+def _rates(model: Any, cand: torch.Tensor) -> None:
+    """The posterior's score of one round alone on the current state (warm caches, best of 5),
+    compiled and on the torch path (``native.disabled()``), and a 512 × 512 float64 GEMM."""
+    from torchbandits import native
+
+    sizes = model.sizes
+    n_cand = cand.shape[1]
+    flops = 2.0 * (2 * n_cand + 1) * float((sizes.double() ** 2).sum())
+    lines = []
+    if native.library("ekucb_batch") is not None:
+        lines.append(("compiled per-run kernel", _best_ms(lambda: model.score(cand))))
+    with native.disabled():
+        lines.append(("torch chunked bmm", _best_ms(lambda: model.score(cand))))
+    gemm = torch.rand(512, 512, dtype=torch.float64)
+    gemm_rate = 2 * 512**3 / _best_ms(lambda: gemm @ gemm, 5) / 1e6
+    print(f"score (kernel block, products, reductions), A = {n_cand}, sizes "
+          f"{int(sizes.min())}-{int(sizes.max())} ({flops / 1e6:.1f} MFLOP dense-equivalent):")
+    for name, ms in lines:
+        print(f"  {name:24s} {ms:7.3f} ms  {flops / ms / 1e6:6.1f} GFLOP/s")
+    print(f"  float64 GEMM 512x512     {gemm_rate:6.1f} GFLOP/s (one thread)")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from torch import Tensor
 
 from ..buffers import ResizableModule, grow_rows
 from ..deferred_checks import check_runs
+from ..native import ekucb as native_ekucb
 
 __all__ = ["BatchedKORS"]
 
@@ -58,11 +59,13 @@ class BatchedKORS(ResizableModule):
         capacity; padded entries are cancelled) and ``k(s,s) = kss`` ``[R]``. ``chunks``:
         ``(a, b, M_g)`` runs ``a..b−1`` whose dictionaries fit in ``M_g`` (computed on that slice)."""
         mm = kz.shape[1]
-        u = torch.zeros_like(kss)
-        for a, b, mg in chunks if chunks is not None else [(0, kz.shape[0], mm)]:
-            if mg:
-                kc = kz[a:b, :mg]
-                u[a:b] = ((kc[:, None, :] @ self._nz[a:b, :mg, :mg])[:, 0] * kc).sum(-1)
+        u = native_ekucb.kors_quadratic(kz, self._nz, self._m)   # compiled, each run at m_r
+        if u is None:
+            u = torch.zeros_like(kss)
+            for a, b, mg in chunks if chunks is not None else [(0, kz.shape[0], mm)]:
+                if mg:
+                    kc = kz[a:b, :mg]
+                    u[a:b] = ((kc[:, None, :] @ self._nz[a:b, :mg, :mg])[:, 0] * kc).sum(-1)
         rho = (kss - u).clamp_(min=0.0)
         tau = (1.0 + self.eps) * rho / (rho + self.mu)
         if self.score == "reference":

@@ -4,6 +4,12 @@ are stated there). Buffers, zero beyond each run's size ``m_r``: anchors ``_z`` 
 ``_p = P`` and ``_q = Q`` ``[R, cap_m, cap_m]``, ``_g`` ``[R, cap_m]``, embeddings ``_e``
 ``[R, cap_n, cap_m]``; data ``_x`` ``[R, cap_n, d]``, counts ``_c`` and sums ``_s`` ``[R, cap_n]``;
 sizes ``_m`` ``[R]``, ``log det A`` ``_logdet`` ``[R]``, refusals ``_refused`` ``[R]``.
+
+On the compiled CPU path (:mod:`torchbandits.native.ekucb`) an append's Sherman–Morrison step of
+``Q`` is deferred (``_pending``) and applied by the next compiled score in its own pass over
+``Q``; every other reader of ``Q`` (the torch score, a border, :meth:`~BatchedNystromState.permute`,
+``state_dict``, ``.to``) applies it first (``_flush_q``): the same numbers, one stream of ``Q`` a
+round fewer.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from torch import Tensor
 
 from ..buffers import ResizableModule, grow_rows
 from ..kernels import kernel_bound, kernel_diag, kernel_matrix
+from ..native import ekucb as native_ekucb
 
 __all__ = ["BatchedNystromState", "batched_kernel"]
 
@@ -84,6 +91,10 @@ class BatchedNystromState(ResizableModule):
         self._version = 0   # bumped by every change: keys the columns of the last score
         self._chunks = [(a, min(a + self.CHUNK, r), 0) for a in range(0, r, self.CHUNK)]
         self._row_cache: dict[tuple[int, int], Tensor] = {}
+        self._eye: Tensor | None = None
+        self._p_lower = True   # every P_r lower triangular (not after a pivoted rebuild)
+        # a deferred Sherman–Morrison step of Q (a, b [R, w], flags [R] int64; see _flush_q)
+        self._pending: tuple[Tensor, Tensor, Tensor] | None = None
         self._scored: tuple[int, Tensor, list[tuple[Tensor, Tensor, Tensor]]] | None = None
 
     # ------------------------------------------------------------------ sizes / state
@@ -148,6 +159,7 @@ class BatchedNystromState(ResizableModule):
     def permute(self, order: Tensor) -> None:
         """Reorder the runs: new run ``i`` is old run ``order[i]`` (every per-run buffer; the
         widths are refreshed: one host read)."""
+        self._flush_q()
         for name, buf in list(self._buffers.items()):
             if buf is not None:
                 self._buffers[name] = buf.index_select(0, order.to(buf.device))
@@ -181,12 +193,14 @@ class BatchedNystromState(ResizableModule):
         return self._logdet - self._m.to(self.dtype) * math.log(self.lam)
 
     def get_extra_state(self) -> dict[str, Any]:
-        return {"n": self._n, "widths": [w for _, _, w in self._chunks]}
+        return {"n": self._n, "widths": [w for _, _, w in self._chunks], "p_lower": self._p_lower}
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
         """Restores ``n`` and the chunk widths (so a reloaded batch computes at the same widths,
         the same numbers to the bit), or reads the exact widths from the sizes."""
         self._n = int(state["n"])
+        self._pending = None   # the loaded Q is complete
+        self._p_lower = bool(state.get("p_lower", False))
         self._version += 1
         self.refresh_widths()
         widths = state.get("widths")
@@ -196,6 +210,7 @@ class BatchedNystromState(ResizableModule):
             self._mmax = max(int(w) for w in widths)
 
     def _apply(self, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+        self._flush_q()
         out = super()._apply(fn, *args, **kwargs)
         self._k = _Kernel(self.kernel)
         self._version += 1
@@ -208,8 +223,64 @@ class BatchedNystromState(ResizableModule):
         for buf in (self._m, self._p, self._q, self._g, self._e, self._logdet, self._refused):
             buf.zero_()
         self._c.fill_(1.0)
+        self._p_lower = True
+        self._pending = None
         self._chunks = [(a, b, 0) for a, b, _ in self._chunks]
         self._mmax = 0
+
+    def _rows(self, idx: slice | Tensor) -> Tensor:
+        if isinstance(idx, Tensor):
+            return idx
+        key = (idx.start, idx.stop)
+        rows = self._row_cache.get(key)
+        if rows is None or rows.device != self.device:
+            rows = self._row_cache[key] = torch.arange(idx.start, idx.stop, device=self.device)
+        return rows
+
+    def _flags(self, idx: slice | Tensor, bad: Tensor) -> Tensor:
+        """Per-run flags ``[R]`` of the runs ``idx`` (``bad`` ``[k]``), false elsewhere."""
+        if isinstance(idx, slice) and idx.start == 0 and idx.stop == self.n_runs:
+            return bad
+        return torch.zeros(self.n_runs, dtype=torch.bool, device=self.device).index_put_(
+            (self._rows(idx),), bad)
+
+    def _unit(self, pos: Tensor, width: int) -> Tensor:
+        """Unit rows ``e_pos`` ``[k, width]`` (one gather from a cached identity)."""
+        eye = self._eye
+        if eye is None or eye.shape[0] < width or eye.device != self.device \
+                or eye.dtype != self.dtype:
+            eye = self._eye = torch.eye(max(width, 2 * self._p.shape[1]), dtype=self.dtype,
+                                        device=self.device)
+        return eye[:width, :width][pos]
+
+    def _flush_q(self, runs: Tensor | None = None) -> None:
+        """Apply the deferred Sherman–Morrison step ``Q_r −= a_r b_rᵀ`` of the last append (the
+        compiled path defers it, and the next compiled score applies it in its own pass over
+        ``Q``) to every run, or to the distinct ``runs`` (a LongTensor) only. Every other reader
+        of ``Q`` calls this first; a run's size does not change while its step is pending."""
+        pend = self._pending
+        if pend is None:
+            return
+        a, b, flags = pend
+        if runs is not None:
+            runs = runs[flags[runs] != 0]   # (a read: the CPU's compacted growth only)
+        if not native_ekucb.rank_one_sub(self._q, a, b, self._m, runs):
+            w = a.shape[1]
+            a = a * flags.to(a.dtype)[:, None]
+            if runs is None:
+                self._q[:, :w, :w].addcmul_(a[:, :, None], b[:, None, :], value=-1.0)
+            else:
+                self._q[runs, :w, :w] = self._q[runs, :w, :w].addcmul_(
+                    a[runs, :, None], b[runs, None, :], value=-1.0)
+        if runs is None:
+            self._pending = None
+        else:   # done: a zero step (Q − 0·bᵀ = Q) for a later pass over every run
+            flags[runs] = 0
+            pend[0][runs] = 0.0
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):  # type: ignore[no-untyped-def]
+        self._flush_q()
+        super()._save_to_state_dict(destination, prefix, keep_vars)
 
     def _ensure(self, n: int, m: int, d: int) -> None:
         """Capacity for ``n`` points and ``m`` anchors of dimension ``d`` (zero padding)."""

@@ -7,8 +7,10 @@ KORS-grown dictionary, stepped together.
 (sizes ``[R]``; padded rows of the whitening factor and of the inverses are zero, so padded anchors
 are exact no-ops). A round: ``select(candidates [R, A, d])`` scores all runs with one batched kernel
 block and two batched products per chunk of runs — 16 runs sorted by dictionary size on the CPU, the
-whole batch as one padded program on a GPU (:attr:`BatchedNystrom.CHUNK`) — (``LongTensor [R]``,
-first index on ties); ``update(x [R, d], reward [R])`` appends to every run, computes every run's
+whole batch as one padded program on a GPU (:attr:`BatchedNystrom.CHUNK`); on the CPU in float64,
+once a dictionary reaches :attr:`BatchedNystrom.COMPILED_MIN_WIDTH` anchors, one compiled per-run
+kernel instead (:mod:`torchbandits.native.ekucb`) — (``LongTensor [R]``, first index on ties);
+``update(x [R, d], reward [R])`` appends to every run, computes every run's
 KORS probability, hands out the coins of the runs with ``p̃ < 1`` from their own streams
 (:class:`RunCoins`, exactly the sequential draws) and grows the dictionaries of the accepted runs
 that pass the ``min_residual`` guard. Run ``r`` plays what the sequential EK-UCB reset with

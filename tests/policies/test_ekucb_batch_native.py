@@ -1,0 +1,194 @@
+"""The compiled CPU products of the batched EK-UCB round (``torchbandits/native/ekucb_batch.c``:
+the scores of Zenati et al. 2022, Prop. 4.2 and Algorithm 2, the Sherman–Morrison step of
+Algorithm 4 and the KORS quadratic form of eq. 41) against the torch path: the kernels on padded
+runs of different sizes (0, 1, odd, full width) and any number of candidates, and whole batched
+runs with and without them (``native.disabled()``) — the same actions, UCBs, dictionaries and
+state."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from torchbandits import native
+from torchbandits.envs.batched import BatchedEnv
+from torchbandits.experiments.registry import make_env, make_policy
+from torchbandits.models.batched_nystrom import BatchedNystrom
+from torchbandits.native import ekucb as native_ekucb
+
+F64 = torch.float64
+pytestmark = pytest.mark.skipif(native.library("ekucb_batch") is None,
+                                reason="no C compiler: the compiled path is not built")
+
+
+def _padded(sizes: list[int], cap: int, lower: bool, seed: int = 0
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-run ``P`` (lower triangular if ``lower``), ``Q``, ``N`` ``[R, cap, cap]`` and ``g``
+    ``[R, cap]``, zero beyond each run's size."""
+    gen = torch.Generator().manual_seed(seed)
+    r = len(sizes)
+    p, q, n = (torch.randn(r, cap, cap, generator=gen, dtype=F64) for _ in range(3))
+    g = torch.randn(r, cap, generator=gen, dtype=F64)
+    if lower:
+        p = p.tril()
+    for j, m in enumerate(sizes):
+        for t in (p, q, n):
+            t[j, m:] = 0.0
+            t[j, :, m:] = 0.0
+        g[j, m:] = 0.0
+    return p, q, n, g
+
+
+@pytest.mark.parametrize("lower", [True, False])
+@pytest.mark.parametrize("n_cand", [1, 10, 11, 12, 25])
+def test_score_kernel_equals_the_torch_products(lower: bool, n_cand: int) -> None:
+    """``f = P k_Z``, ``[Q f; Q g]``, ``μ̃ = fᵀQg`` and ``((k − ‖f‖²)₊ + λ fᵀQf)₊`` run by run at
+    sizes 0, 1, 5, 13 and the full width 17 (padded capacity 24): equal to the torch products
+    to rounding, exactly zero beyond each size, and the mean 0 / variance ``k`` of an empty
+    dictionary."""
+    sizes, cap, width, lam = [0, 1, 5, 13, 17], 24, 17, 3.0
+    p, q, _, g = _padded(sizes, cap, lower)
+    gen = torch.Generator().manual_seed(1)
+    kz = torch.rand(len(sizes), n_cand, width, generator=gen, dtype=F64)
+    kdiag = 5.0 + torch.rand(len(sizes), n_cand, generator=gen, dtype=F64)
+    out = native_ekucb.score(kz, p, q, g, torch.tensor(sizes), kdiag, lam, p_lower=lower)
+    assert out is not None
+    mean, var, f, qf = out
+    assert f.shape == (5, n_cand, width) and qf.shape == (5, n_cand + 1, width)
+    for r, m in enumerate(sizes):
+        f_ref = kz[r, :, :m] @ p[r, :m, :m].mT
+        qf_ref = torch.cat([f_ref, g[r, None, :m]]) @ q[r, :m, :m].mT
+        mean_ref = f_ref @ qf_ref[-1]
+        var_ref = (kdiag[r] - (f_ref * f_ref).sum(-1)).clamp(min=0.0)
+        var_ref = (var_ref + lam * (f_ref * qf_ref[:-1]).sum(-1)).clamp(min=0.0)
+        torch.testing.assert_close(f[r, :, :m], f_ref, atol=1e-12, rtol=1e-13)
+        torch.testing.assert_close(qf[r, :, :m], qf_ref, atol=1e-11, rtol=1e-13)
+        torch.testing.assert_close(mean[r], mean_ref, atol=1e-10, rtol=1e-13)
+        torch.testing.assert_close(var[r], var_ref, atol=1e-10, rtol=1e-13)
+        assert not f[r, :, m:].any() and not qf[r, :, m:].any()
+    assert not mean[0].any() and torch.equal(var[0], kdiag[0])
+
+
+def test_quadratic_form_and_rank_one_step_equal_torch() -> None:
+    """KORS's ``k_rᵀ N_r k_r`` (``N_r`` symmetric: the kernel reads its lower triangle) and
+    ``Q_r ← Q_r − a_r b_rᵀ`` on each run's ``[:m_r, :m_r]``: the torch values to rounding, the
+    padding untouched (bit for bit)."""
+    sizes, cap = [0, 1, 6, 9], 12
+    _, q, n, _ = _padded(sizes, cap, False, seed=2)
+    n = n + n.mT
+    k = torch.randn(4, 9, dtype=F64)
+    a, b = torch.randn(4, 9, dtype=F64), torch.randn(4, 9, dtype=F64)
+    for j, m in enumerate(sizes):
+        a[j, m:] = 0.0
+        b[j, m:] = 0.0
+    u = native_ekucb.kors_quadratic(k, n, torch.tensor(sizes))
+    assert u is not None
+    for r, m in enumerate(sizes):
+        ref = (k[r, :m] @ n[r, :m, :m]) @ k[r, :m]
+        torch.testing.assert_close(u[r], ref, atol=1e-12, rtol=1e-13)
+    want = q.clone()
+    want[:, :9, :9].addcmul_(a[:, :, None], b[:, None, :], value=-1.0)
+    before = q.clone()
+    assert native_ekucb.rank_one_sub(q[:, :9, :9], a, b, torch.tensor(sizes))
+    torch.testing.assert_close(q, want, atol=1e-14, rtol=0)
+    for r, m in enumerate(sizes):
+        assert torch.equal(q[r, m:], before[r, m:]) and torch.equal(q[r, :, m:], before[r, :, m:])
+
+
+def test_tensors_that_do_not_qualify_take_the_torch_path() -> None:
+    """float32, a last dimension that is not contiguous, sizes not int64, no candidates, or a
+    width beyond the buffers: ``None`` (the caller's torch path)."""
+    p, q, _, g = _padded([3, 2], 4, True)
+    kz, kd, sizes = torch.rand(2, 5, 3, dtype=F64), torch.ones(2, 5, dtype=F64), torch.tensor([3, 2])
+    assert native_ekucb.score(kz, p, q, g, sizes, kd, 1.0) is not None
+    assert native_ekucb.score(kz.float(), p.float(), q.float(), g.float(), sizes, kd.float(),
+                              1.0) is None
+    assert native_ekucb.score(kz, p.mT, q, g, sizes, kd, 1.0) is None
+    assert native_ekucb.score(kz, p, q, g, sizes.int(), kd, 1.0) is None
+    assert native_ekucb.score(kz[:, :0], p, q, g, sizes, kd[:, :0], 1.0) is None
+    assert native_ekucb.score(torch.rand(2, 5, 6, dtype=F64), p, q, g, sizes, kd, 1.0) is None
+    assert native_ekucb.kors_quadratic(kz[:, 0].float(), q.float(), sizes) is None
+    assert not native_ekucb.rank_one_sub(q.mT, kz[:, 0], kz[:, 0], sizes)
+    with native.disabled():
+        assert native_ekucb.score(kz, p, q, g, sizes, kd, 1.0) is None
+
+
+@contextlib.contextmanager
+def _counting(calls: list[int]) -> Iterator[None]:
+    """Count the calls of the compiled score that ran (returned a result)."""
+    real = native_ekucb.score
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        out = real(*args, **kwargs)
+        calls[0] += out is not None
+        return out
+
+    native_ekucb.score = spy   # the model looks the function up at each call
+    try:
+        yield
+    finally:
+        native_ekucb.score = real
+
+
+def _twin_runs(env_name: str, seeds: list[int], horizon: int, atol: float) -> tuple[int, object, object]:
+    """A batch with the compiled products and its twin on the torch path (``native.disabled()``)
+    stepped on the same rounds: the same choice every round, UCBs within ``atol``. Returns the
+    number of compiled scores and both policies."""
+    env = make_env(env_name)
+    compiled, reference = make_policy("ekucb", env), make_policy("ekucb", env)
+    compiled.reset(seed=seeds)
+    with native.disabled():
+        reference.reset(seed=seeds)
+    benv = BatchedEnv(env, seeds)
+    rows = torch.arange(len(seeds))
+    calls = [0]
+    with _counting(calls):
+        for _ in range(horizon):
+            cand = benv.candidates()
+            if compiled.t >= compiled.n_warmup:
+                ucb = compiled(cand)
+                with native.disabled():
+                    torch.testing.assert_close(ucb, reference(cand), atol=atol, rtol=0)
+            idx = compiled.select(cand)
+            with native.disabled():
+                assert torch.equal(idx, reference.select(cand))
+            reward, _ = benv.pull(idx)
+            compiled.update(cand[rows, idx], reward)
+            with native.disabled():
+                reference.update(cand[rows, idx], reward)
+    return calls[0], compiled, reference
+
+
+def test_bump_runs_equal_the_torch_path_from_the_first_round(monkeypatch: pytest.MonkeyPatch
+                                                              ) -> None:
+    """Bump (Zenati et al. 2022, §5), 6 runs, 200 rounds, the compiled score from the first
+    scored round on (one anchor per run, then dictionaries of different sizes): the same actions,
+    UCBs to 1e-10, and at the end the same dictionaries and every state tensor to 1e-10."""
+    monkeypatch.setattr(BatchedNystrom, "COMPILED_MIN_WIDTH", 0)
+    calls, compiled, reference = _twin_runs("bump", [0, 1, 2, 3, 4, 5], 200, 1e-10)
+    assert calls >= 190
+    want = reference.state_dict()
+    got = compiled.state_dict()
+    assert got.keys() == want.keys()
+    for key, value in want.items():
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            torch.testing.assert_close(got[key], value, atol=1e-10, rtol=0, msg=key)
+        elif isinstance(value, torch.Tensor):
+            assert torch.equal(got[key], value), key
+    sizes = compiled.batch_diagnostics()["dict_size"]
+    assert torch.equal(sizes, reference.batch_diagnostics()["dict_size"])
+    assert len(set(sizes.tolist())) > 1
+
+
+def test_chessboard_runs_equal_the_torch_path() -> None:
+    """Chessboard (γ = λ = 10, cond(K_ZZ) up to ~1e12), 4 runs, 200 rounds at the default
+    :attr:`BatchedNystrom.COMPILED_MIN_WIDTH` (compiled once a dictionary reaches it): the same
+    actions and dictionary sizes, UCBs to 1e-6 (rounding amplified by the conditioning, as
+    between the batched and the sequential torch paths)."""
+    calls, compiled, reference = _twin_runs("chessboard", [3, 0, 11, 5], 200, 1e-6)
+    assert calls > 0
+    assert torch.equal(compiled.batch_diagnostics()["dict_size"],
+                       reference.batch_diagnostics()["dict_size"])

@@ -1,0 +1,143 @@
+"""The compiled CPU products of a batched EK-UCB round (``ekucb_batch.c``; Zenati et al. 2022,
+Prop. 4.2 and Algorithms 2, 4 and 5), run by run at each run's own dictionary size.
+
+Each function returns ``None`` (the caller takes its torch path, the reference) when compiled
+kernels are off or unavailable (:func:`torchbandits.native.library`) or when a tensor does not
+qualify: every tensor must be a float64 CPU tensor whose last dimension is contiguous (the per-run
+matrices may be views of padded buffers: their run and row strides are passed), the sizes an int64
+CPU tensor ``[R]``. Every run's matrices are read on ``[:m_r, :m_r]`` (the sizes), where the torch
+path multiplies padded chunks: the padding is zero, so the results agree up to rounding.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+from torch import Tensor
+
+from . import library, pointer
+
+__all__ = ["available", "kors_quadratic", "rank_one_sub", "score"]
+
+_I64, _PTR, _F64 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_double
+#: columns of a tile of ``ekucb_score`` (its scratch is ``3·W·TILE_COLUMNS`` doubles)
+TILE_COLUMNS = 12
+_SIGNATURES = {
+    "ekucb_score": [_I64, _I64, _I64, _PTR, _PTR, _PTR, _I64, _I64, _I64, _PTR, _I64, _I64, _PTR, _I64,
+                    _PTR, _F64, _PTR, _PTR, _PTR, _PTR, _PTR, _PTR, _PTR, _PTR, _I64, _I64],
+    "ekucb_quad": [_I64, _I64, _PTR, _PTR, _I64, _PTR, _I64, _I64, _PTR],
+    "ekucb_rank1_sub": [_I64, _I64, _PTR, _PTR, _I64, _I64, _PTR, _I64, _PTR, _I64, _PTR],
+}
+_READY: set[int] = set()
+
+
+def _lib() -> ctypes.CDLL | None:
+    """The library with its signatures set (once per loaded library), or ``None``."""
+    lib = library("ekucb_batch")
+    if lib is None or id(lib) in _READY:
+        return lib
+    for name, args in _SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.argtypes = args
+        fn.restype = None
+    _READY.add(id(lib))
+    return lib
+
+
+def _ok(*tensors: Tensor) -> bool:
+    return all(t.device.type == "cpu" and t.dtype == torch.float64 and t.stride(-1) == 1
+               for t in tensors)
+
+
+def _sizes_ok(sizes: Tensor, runs: int) -> bool:
+    return (sizes.device.type == "cpu" and sizes.dtype == torch.int64 and sizes.dim() == 1
+            and sizes.shape[0] == runs and sizes.is_contiguous())
+
+
+def available(*tensors: Tensor) -> bool:
+    """Whether the compiled path would run on ``tensors`` (float64 CPU, last dimension
+    contiguous) — no build is attempted when they do not qualify."""
+    return _ok(*tensors) and _lib() is not None
+
+
+def score(kz: Tensor, p: Tensor, q: Tensor, g: Tensor, sizes: Tensor, kdiag: Tensor, lam: float,
+          p_lower: bool = False, pending: tuple[Tensor, Tensor, Tensor] | None = None
+          ) -> tuple[Tensor, Tensor, Tensor, Tensor] | None:
+    """The posterior scores of ``R`` runs of ``A`` candidates (``ekucb_score``): kernel columns
+    ``kz`` ``[R, A, W]`` (made contiguous), ``P`` and ``Q`` ``[R, ≥W, ≥W]``, ``g`` ``[R, ≥W]``,
+    sizes ``m_r ≤ W`` ``[R]``, ``k(x, x)`` ``kdiag`` ``[R, A]``. Returns ``(mean, var, f, qf)``:
+    ``μ̃ = e(x)ᵀQg`` and ``((k − ‖e‖²)₊ + λ e(x)ᵀQe(x))₊`` ``[R, A]`` (not yet clamped at ``k``),
+    ``f = P k_Z(x)`` ``[R, A, W]`` and ``[Q e(x); Qg]`` ``[R, A + 1, W]``, zero beyond ``m_r``;
+    ``None`` where the compiled path does not apply. ``p_lower``: every ``P_r`` is lower triangular
+    (its product skips the zeros above the diagonal: the same numbers, half the reads).
+    ``pending = (a, b, flags)``: the runs with ``flags[r]`` (int64 ``[R]``) first take a deferred
+    Sherman–Morrison step ``Q_r −= a_r b_rᵀ`` (``a``, ``b`` ``[R, ≥m_r]``: the caller keeps a
+    flagged run's size where it was at the append; the numbers of :func:`rank_one_sub`), fused
+    into the pass over ``Q`` (``Q`` is written)."""
+    r, a, w = kz.shape
+    if (a == 0 or not _ok(kz, p, q, g, kdiag) or not _sizes_ok(sizes, r)
+            or min(p.shape[1], p.shape[2], q.shape[1], q.shape[2], g.shape[1]) < w
+            or p.shape[0] != r or q.shape[0] != r or g.shape[0] != r
+            or tuple(kdiag.shape) != (r, a)):
+        return None
+    if pending is not None and (not _ok(pending[0], pending[1]) or not _sizes_ok(pending[2], r)
+                                or pending[0].shape[0] != r or pending[1].shape[0] != r):
+        return None
+    lib = _lib()
+    if lib is None:
+        return None
+    kz = kz.contiguous()
+    kdiag = kdiag.contiguous()
+    f = kz.new_empty(r, a, w)
+    qf = kz.new_empty(r, a + 1, w)
+    mean = kz.new_empty(r, a)
+    var = kz.new_empty(r, a)
+    work = kz.new_empty(3 * w * TILE_COLUMNS)
+    lib.ekucb_score(r, a, w, pointer(sizes), pointer(kz), pointer(p), p.stride(0), p.stride(1),
+                    int(bool(p_lower)), pointer(q), q.stride(0), q.stride(1), pointer(g), g.stride(0),
+                    pointer(kdiag), float(lam), pointer(f), pointer(qf), pointer(mean),
+                    pointer(var), pointer(work),
+                    None if pending is None else pointer(pending[2]),
+                    None if pending is None else pointer(pending[0]),
+                    None if pending is None else pointer(pending[1]),
+                    0 if pending is None else pending[0].stride(0),
+                    0 if pending is None else min(pending[0].shape[1], pending[1].shape[1]))
+    return mean, var, f, qf
+
+
+def kors_quadratic(kz: Tensor, n: Tensor, sizes: Tensor) -> Tensor | None:
+    """``u_r = k_rᵀ N_r k_r`` ``[R]`` over each run's ``m_r`` anchors (``ekucb_quad``): ``kz``
+    ``[R, ≥m]``, ``N`` ``[R, ≥m, ≥m]``; ``None`` where the compiled path does not apply."""
+    r = kz.shape[0]
+    if not _ok(kz, n) or not _sizes_ok(sizes, r):
+        return None
+    lib = _lib()
+    if lib is None:
+        return None
+    u = kz.new_empty(r)
+    width = min(kz.shape[1], n.shape[1], n.shape[2])   # a size beyond the tensors is cut there
+    lib.ekucb_quad(r, width, pointer(sizes), pointer(kz), kz.stride(0), pointer(n), n.stride(0),
+                   n.stride(1), pointer(u))
+    return u
+
+
+def rank_one_sub(q: Tensor, a: Tensor, b: Tensor, sizes: Tensor, runs: Tensor | None = None
+                 ) -> bool:
+    """``Q_r[:m_r, :m_r] −= a_r b_rᵀ`` in place (``ekucb_rank1_sub``): ``Q`` ``[R, ≥m, ≥m]``,
+    ``a``, ``b`` ``[R, ≥m]``, for every run or only the distinct ``runs`` (int64 ``[k]``).
+    Returns whether it ran (else the caller does it in torch)."""
+    r = q.shape[0]
+    if not _ok(q, a, b) or not _sizes_ok(sizes, r):
+        return False
+    if runs is not None and not (runs.device.type == "cpu" and runs.dtype == torch.int64
+                                 and runs.dim() == 1 and runs.is_contiguous()):
+        return False
+    lib = _lib()
+    if lib is None:
+        return False
+    width = min(q.shape[1], q.shape[2], a.shape[1], b.shape[1])
+    lib.ekucb_rank1_sub(r if runs is None else runs.shape[0], width, pointer(sizes), pointer(q),
+                        q.stride(0), q.stride(1), pointer(a), a.stride(0), pointer(b), b.stride(0),
+                        None if runs is None else pointer(runs))
+    return True

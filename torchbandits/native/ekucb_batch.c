@@ -1,0 +1,322 @@
+/* The CPU float64 products of one batched EK-UCB round (Zenati et al., AISTATS 2022, Algorithms 2
+ * and 4, in the whitened form of their Prop. 4.2), run by run at each run's own dictionary size.
+ *
+ * Every run r of a batch keeps, in buffers padded to a common capacity (rows of stride `ld`, runs
+ * of stride `rs`, last dimension contiguous):
+ *   P_r = L_r^{-1}   (L_r the Cholesky factor of K_{Z_r Z_r} + eta I)          [m_r, m_r]
+ *   Q_r = A_r^{-1}   (A_r = E_r^T C E_r + lambda I)                             [m_r, m_r]
+ *   g_r = E_r^T s                                                               [m_r]
+ *   N_r = (K_{Z_r Z_r} + mu diag(p))^{-1}   (KORS, Zenati et al. 2022, §4.2, eq. 41)
+ * with everything beyond the run's size m_r zero. The batched torch path multiplies whole padded
+ * chunks ([10, W] x [W, W] batched GEMMs, which pack the [W, W] operand for only ten rows); here
+ * each run's [m_r, m_r] block is streamed once, without packing, by register tiles (4 rows x 12
+ * candidates, 4-wide vectors on AVX2), and the padding is skipped.
+ *
+ * Rounding: every entry of a product is the plain sum of its terms in order, one fused
+ * multiply-add per term — the order of a GEMM micro-kernel's accumulator, which is how most entries
+ * of the batched torch product come out of the BLAS on this kind of machine (the rest, and the
+ * reductions, agree to rounding). On Chessboard (cond(K_ZZ) ~ 1e12) such rounding differences
+ * are amplified to ~1e-10 in the UCBs and can flip a `min_residual` refusal right at the
+ * threshold, as between the batched and the sequential torch paths (docs/batch.md).
+ *
+ * No global state; no pointer is kept between calls. Sizes are int64 (the tensors' `long`).
+ */
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define EKUCB_AVX2 1
+#endif
+
+/* The products are taken in the layout "candidates along the vector": a run's columns x_a (the
+ * candidates' kernel columns, then their embeddings and g) are held transposed, xt[j][a]
+ * ([m, CW], CW = 12 columns, a multiple of the vector width), and
+ *     out[i][a] = sum_{j<m} B[i][j] * xt[j][a]     (j in order, one FMA per term)
+ * is accumulated for 4 rows i and 12 columns a at once. B's rows are streamed once per 12
+ * columns, never packed or transposed. */
+#define CW 12
+
+#ifdef FP_FAST_FMA   /* the portable loop: fused where the machine fuses (the AVX2 tiles' sums) */
+#define MADD(w, x, acc) fma(w, x, acc)
+#else
+#define MADD(w, x, acc) ((acc) + (w) * (x))
+#endif
+
+#ifdef EKUCB_AVX2
+/* acc += w * x (fused multiply-add), three vectors */
+#define MULADD3(acc0, acc1, acc2, w) \
+    acc0 = _mm256_fmadd_pd(w, x0, acc0); \
+    acc1 = _mm256_fmadd_pd(w, x1, acc1); \
+    acc2 = _mm256_fmadd_pd(w, x2, acc2)
+
+/* rows 0..3 of out = B xt (12 columns: 3 vectors; 12 accumulators in registers), the sums over
+ * j < m. The four rows at `next` (row stride nld: the next tile, or the next matrix's first
+ * rows) are fetched into the cache meanwhile, one line per row every 8 terms: the matrices of a
+ * batch (tens of MB) do not stay in the cache from one round to the next. */
+static void tile4(const double *b, int64_t ldb, const double *xt, int64_t m, double *out,
+                  const double *next, int64_t nld) {
+    __m256d a00 = _mm256_setzero_pd(), a01 = a00, a02 = a00, a10 = a00, a11 = a00, a12 = a00;
+    __m256d a20 = a00, a21 = a00, a22 = a00, a30 = a00, a31 = a00, a32 = a00;
+    const double *b0 = b, *b1 = b + ldb, *b2 = b + 2 * ldb, *b3 = b + 3 * ldb;
+    for (int64_t j = 0; j < m; ++j) {
+        const double *x = xt + j * CW;
+        __m256d x0 = _mm256_loadu_pd(x), x1 = _mm256_loadu_pd(x + 4);
+        __m256d x2 = _mm256_loadu_pd(x + 8), w;
+        if ((j & 7) == 0) {
+            _mm_prefetch((const char *)(next + j), _MM_HINT_T0);
+            _mm_prefetch((const char *)(next + nld + j), _MM_HINT_T0);
+            _mm_prefetch((const char *)(next + 2 * nld + j), _MM_HINT_T0);
+            _mm_prefetch((const char *)(next + 3 * nld + j), _MM_HINT_T0);
+        }
+        w = _mm256_broadcast_sd(b0 + j);
+        MULADD3(a00, a01, a02, w);
+        w = _mm256_broadcast_sd(b1 + j);
+        MULADD3(a10, a11, a12, w);
+        w = _mm256_broadcast_sd(b2 + j);
+        MULADD3(a20, a21, a22, w);
+        w = _mm256_broadcast_sd(b3 + j);
+        MULADD3(a30, a31, a32, w);
+    }
+    _mm256_storeu_pd(out, a00);
+    _mm256_storeu_pd(out + 4, a01);
+    _mm256_storeu_pd(out + 8, a02);
+    _mm256_storeu_pd(out + CW, a10);
+    _mm256_storeu_pd(out + CW + 4, a11);
+    _mm256_storeu_pd(out + CW + 8, a12);
+    _mm256_storeu_pd(out + 2 * CW, a20);
+    _mm256_storeu_pd(out + 2 * CW + 4, a21);
+    _mm256_storeu_pd(out + 2 * CW + 8, a22);
+    _mm256_storeu_pd(out + 3 * CW, a30);
+    _mm256_storeu_pd(out + 3 * CW + 4, a31);
+    _mm256_storeu_pd(out + 3 * CW + 8, a32);
+}
+
+/* one row of out = B xt */
+static void tile1(const double *b, const double *xt, int64_t m, double *out) {
+    __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0;
+    for (int64_t j = 0; j < m; ++j) {
+        const double *x = xt + j * CW;
+        __m256d x0 = _mm256_loadu_pd(x), x1 = _mm256_loadu_pd(x + 4);
+        __m256d x2 = _mm256_loadu_pd(x + 8), w = _mm256_broadcast_sd(b + j);
+        MULADD3(a0, a1, a2, w);
+    }
+    _mm256_storeu_pd(out, a0);
+    _mm256_storeu_pd(out + 4, a1);
+    _mm256_storeu_pd(out + 8, a2);
+}
+#endif
+
+/* The Sherman-Morrison step of an append (Zenati et al. 2022, Algorithm 4, the update of
+ * A^{-1}) on one row: row[j] -= a_i * b[j] for j < m (fused where the machine fuses, as the
+ * vectorised torch `addcmul_` does). */
+static inline void rank1_row(double *row, double ai, const double *b, int64_t m) {
+    for (int64_t j = 0; j < m; ++j) row[j] = MADD(-ai, b[j], row[j]);
+}
+
+/* out[i][a] = sum_{j<m} B[i][j] xt[j][a] for i < nb, a < CW (row i of B at b + i*ldb; xt and
+ * out [*, CW]). lower != 0: B is lower triangular (B[i][j] = 0 for j > i), so row i's sum stops
+ * at j = i (rows 4k..4k+3 at j = 4k+3): the terms left out are exact zeros, which leave an
+ * ordered sum unchanged — the same numbers, half the reads. */
+static void b_times_xt(int64_t nb, double *b, int64_t ldb, const double *xt, int64_t m,
+                       int lower, double *out, const double *after, int64_t after_ld,
+                       const double *ua, const double *ub, int64_t u_w) {
+    /* ua != NULL: first B <- B - ua ub^T (a deferred Sherman-Morrison step) on rows and columns
+     * below min(m, u_w) (ua, ub hold u_w entries), row by row just before the row is read, so
+     * that B is streamed from memory once for both */
+    int64_t mu = m < u_w ? m : u_w;
+#ifdef EKUCB_AVX2
+    int64_t i = 0;
+    for (; i + 4 <= nb; i += 4) {
+        int more = i + 8 <= nb;   /* fetch the next tile's rows, else the matrix after B's */
+        if (ua)
+            for (int k = 0; k < 4; ++k)
+                if (i + k < mu) rank1_row(b + (i + k) * ldb, ua[i + k], ub, mu);
+        tile4(b + i * ldb, ldb, xt, lower && i + 4 < m ? i + 4 : m, out + i * CW,
+              more ? b + (i + 4) * ldb : after, more ? ldb : after_ld);
+    }
+    for (; i < nb; ++i) {
+        if (ua && i < mu) rank1_row(b + i * ldb, ua[i], ub, mu);
+        tile1(b + i * ldb, xt, lower && i + 1 < m ? i + 1 : m, out + i * CW);
+    }
+#else
+    (void)after;
+    (void)after_ld;
+    for (int64_t i = 0; i < nb; ++i) {
+        double acc[CW] = {0.0};
+        if (ua && i < mu) rank1_row(b + i * ldb, ua[i], ub, mu);
+        int64_t mi = lower && i + 1 < m ? i + 1 : m;
+        for (int64_t j = 0; j < mi; ++j) {
+            const double w = b[i * ldb + j], *x = xt + j * CW;
+            for (int a = 0; a < CW; ++a) acc[a] = MADD(w, x[a], acc[a]);
+        }
+        for (int a = 0; a < CW; ++a) out[i * CW + a] = acc[a];
+    }
+#endif
+}
+
+/* sum_{j<m} x[j] y[j], in order */
+static inline double dot(const double *x, const double *y, int64_t m) {
+    double s = 0.0;
+    for (int64_t j = 0; j < m; ++j) s += x[j] * y[j];
+    return s;
+}
+
+/* The scores of a batched EK-UCB round (Zenati et al. 2022, Prop. 4.2; the UCB of Algorithm 2),
+ * for R runs of A candidates with kernel columns kz [R, A, W] (contiguous; W >= every m_r):
+ *   f  = e(x) = P_r k_Z(x)       f[r, a, i]  = sum_{j<m_r} P_r[i, j] kz[r, a, j]
+ *   qf = Q_r e(x)                qf[r, a, i] = sum_{j<m_r} Q_r[i, j] f[r, a, j]     (a < A)
+ *   w  = Q_r g_r                 qf[r, A, i] = sum_{j<m_r} Q_r[i, j] g_r[j]        (row A)
+ *   mean[r, a] = e(x)^T Q_r g_r  = sum_{i<m_r} f[r, a, i] w[i]
+ *   var[r, a]  = ((k(x,x) - |e(x)|^2)_+ + lambda e(x)^T Q_r e(x))_+
+ * (the GP-scale variance lambda sigma~^2 before the clamp at k(x, x), which the caller applies).
+ * f [R, A, W] and qf [R, A + 1, W] are contiguous and written whole: zero for i >= m_r. The
+ * candidates go CW - 1 = 11 at a time (g rides in the last column of the second product of the
+ * last group). A >= 1; work: scratch of 3 * W * CW doubles (CW = 12). p_lower != 0: every P_r
+ * is lower triangular (L^{-1} as the borders of Algorithm 4 grow it), and its product skips the
+ * zeros above the diagonal. pending != NULL: the runs with pending[r] != 0 first take the
+ * Sherman-Morrison step of their last append, Q_r <- Q_r - ua_r ub_r^T (ua, ub [R, u_w], run
+ * stride u_rs, u_w >= m_r for a flagged run; the numbers of ekucb_rank1_sub), fused into the
+ * pass over Q_r (Q is written). */
+void ekucb_score(int64_t R, int64_t A, int64_t W, const int64_t *sizes, const double *kz,
+                 const double *P, int64_t p_rs, int64_t p_ld, int64_t p_lower,
+                 double *Q, int64_t q_rs, int64_t q_ld,
+                 const double *g, int64_t g_rs, const double *kdiag, double lam,
+                 double *f, double *qf, double *mean, double *var, double *work,
+                 const int64_t *pending, const double *ua, const double *ub, int64_t u_rs,
+                 int64_t u_w) {
+    double *xt = work, *ft = work + W * CW, *qt = work + 2 * W * CW;
+    for (int64_t r = 0; r < R; ++r) {
+        int64_t m = sizes[r] < W ? sizes[r] : W;
+        const double *kzr = kz + r * A * W;
+        double *fr = f + r * A * W, *qfr = qf + r * (A + 1) * W, *wr = qfr + A * W;
+        const double *pr = P + r * p_rs, *gr = g + r * g_rs;
+        double *qr = Q + r * q_rs;
+        const double *upa = pending && pending[r] ? ua + r * u_rs : NULL;  /* once per run */
+        const double *nextp = r + 1 < R ? pr + p_rs : pr;   /* fetched during Q's last tile */
+        for (int64_t a = 0; a <= A; ++a) {          /* the padding: f = qf = 0 beyond m_r */
+            for (int64_t i = m; i < W; ++i) {
+                if (a < A) fr[a * W + i] = 0.0;
+                qfr[a * W + i] = 0.0;
+            }
+        }
+        if (m <= 0) {
+            for (int64_t a = 0; a < A; ++a) {
+                mean[r * A + a] = 0.0;
+                var[r * A + a] = kdiag[r * A + a];
+            }
+            continue;
+        }
+        /* groups of up to CW - 1 candidates; the last group also carries g (column nc) */
+        for (int64_t a0 = 0; a0 < A; ) {
+            int64_t nc = A - a0 < CW - 1 ? A - a0 : CW - 1;
+            int last = a0 + nc == A;
+            for (int64_t j = 0; j < m; ++j) {       /* xt = kz^T of the group, zero-padded */
+                double *x = xt + j * CW;
+                for (int64_t c = 0; c < CW; ++c) x[c] = c < nc ? kzr[(a0 + c) * W + j] : 0.0;
+            }
+            /* ft = P kz^T: the embeddings e(x) (P is only read: no update is passed) */
+            b_times_xt(m, (double *)pr, p_ld, xt, m, p_lower, ft, qr, q_ld, NULL, NULL, 0);
+            for (int64_t i = 0; i < m; ++i) ft[i * CW + nc] = last ? gr[i] : 0.0;
+            b_times_xt(m, qr, q_ld, ft, m, 0, qt, nextp, p_ld, upa, upa ? ub + r * u_rs : NULL,
+                       u_w);
+            upa = NULL;                                  /* qt = Q [e(x), g]; Q updated once */
+            for (int64_t c = 0; c < nc; ++c) {      /* back to rows [a, i] */
+                double *fa = fr + (a0 + c) * W, *qa = qfr + (a0 + c) * W;
+                for (int64_t i = 0; i < m; ++i) {
+                    fa[i] = ft[i * CW + c];
+                    qa[i] = qt[i * CW + c];
+                }
+            }
+            if (last)
+                for (int64_t i = 0; i < m; ++i) wr[i] = qt[i * CW + nc];
+            a0 += nc;
+        }
+        for (int64_t a = 0; a < A; ++a) {
+            const double *fa = fr + a * W, *qa = qfr + a * W;
+            double v = kdiag[r * A + a] - dot(fa, fa, m);
+            v = v > 0.0 ? v : 0.0;
+            v += lam * dot(fa, qa, m);
+            var[r * A + a] = v > 0.0 ? v : 0.0;
+            mean[r * A + a] = dot(fa, wr, m);
+        }
+    }
+}
+
+/* fetch the n doubles at p into the cache (one prefetch per 64-byte line; a no-op without
+ * AVX2): the next row of a matrix while the current one is read */
+static inline void fetch_row(const double *p, int64_t n) {
+#ifdef EKUCB_AVX2
+    for (int64_t j = 0; j < n; j += 8) _mm_prefetch((const char *)(p + j), _MM_HINT_T0);
+#else
+    (void)p;
+    (void)n;
+#endif
+}
+
+/* sum_{j<n} x[j] y[j] in four interleaved partial sums (lane l takes j = l mod 4), added
+ * pairwise, then the last n mod 4 terms in order */
+static inline double dot4(const double *x, const double *y, int64_t n) {
+    int64_t n4 = n - (n & 3), j = 0;
+    double s;
+#ifdef EKUCB_AVX2
+    __m256d acc = _mm256_setzero_pd();
+    for (; j < n4; j += 4)
+        acc = _mm256_fmadd_pd(_mm256_loadu_pd(x + j), _mm256_loadu_pd(y + j), acc);
+    __m128d lo = _mm256_castpd256_pd128(acc), hi = _mm256_extractf128_pd(acc, 1);
+    lo = _mm_add_pd(lo, hi);                                   /* (l0 + l2, l1 + l3) */
+    s = _mm_cvtsd_f64(_mm_add_sd(lo, _mm_unpackhi_pd(lo, lo)));
+#else
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    for (; j < n4; j += 4) {
+        s0 = MADD(x[j], y[j], s0);
+        s1 = MADD(x[j + 1], y[j + 1], s1);
+        s2 = MADD(x[j + 2], y[j + 2], s2);
+        s3 = MADD(x[j + 3], y[j + 3], s3);
+    }
+    s = (s0 + s2) + (s1 + s3);
+#endif
+    for (; j < n; ++j) s += x[j] * y[j];
+    return s;
+}
+
+/* The KORS quadratic forms (Zenati et al. 2022, eq. 41 in closed form): u_r = k_r^T N_r k_r over
+ * the run's m_r anchors (at most W), k [R, >= W] (run stride k_rs), N_r at N + r*n_rs (row
+ * stride n_ld). N_r = (K_ZZ + mu diag(p))^{-1} is symmetric, so only its lower triangle is read
+ * (half the memory traffic of a round's largest read after the score's):
+ *   u = sum_i k_i (N_ii k_i + 2 sum_{j<i} N_ij k_j)
+ * (the torch path reads the whole matrix; N's two triangles agree to rounding). */
+void ekucb_quad(int64_t R, int64_t W, const int64_t *sizes, const double *k, int64_t k_rs,
+                const double *N, int64_t n_rs, int64_t n_ld, double *u) {
+    for (int64_t r = 0; r < R; ++r) {
+        int64_t m = sizes[r] < W ? sizes[r] : W;
+        const double *kr = k + r * k_rs, *nr = N + r * n_rs;
+        double s = 0.0;
+        for (int64_t i = 0; i < m; ++i) {
+            const double *row = nr + i * n_ld;
+            fetch_row(i + 1 < m ? row + n_ld : N + (r + 1 < R ? r + 1 : r) * n_rs, i + 2);
+            s += kr[i] * (row[i] * kr[i] + 2.0 * dot4(row, kr, i));
+        }
+        u[r] = s;
+    }
+}
+
+/* The Sherman-Morrison step of an append (Zenati et al. 2022, Algorithm 4, the update of
+ * A_r^{-1}): Q_r[i, j] -= a_r[i] * b_r[j] for i, j < m_r (at most W), a and b [*, >= W] (run
+ * strides a_rs, b_rs), Q_r at Q + r*q_rs (row stride q_ld) (rank1_row), for the runs r < R,
+ * or, runs != NULL, for the R runs runs[0..R-1] (indices into sizes, Q, a and b). */
+void ekucb_rank1_sub(int64_t R, int64_t W, const int64_t *sizes, double *Q, int64_t q_rs,
+                     int64_t q_ld, const double *a, int64_t a_rs, const double *b, int64_t b_rs,
+                     const int64_t *runs) {
+    for (int64_t k = 0; k < R; ++k) {
+        int64_t r = runs ? runs[k] : k, m = sizes[r] < W ? sizes[r] : W;
+        const double *ar = a + r * a_rs, *br = b + r * b_rs;
+        double *qr = Q + r * q_rs;
+        for (int64_t i = 0; i < m; ++i) {
+            double *row = qr + i * q_ld;
+            fetch_row(i + 1 < m ? row + q_ld : qr, m);
+            rank1_row(row, ar[i], br, m);
+        }
+    }
+}
