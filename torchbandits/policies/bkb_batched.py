@@ -146,9 +146,12 @@ class BKBBatchMixin(BatchModeMixin, BKBBatchPosterior):
         """UCB ``[R, A]`` of checked candidates: ``μ̃ + β̃_t σ̃`` (ridge sd ``σ̃ = sqrt(var_GP/λ)``)."""
         post = self._posterior(cand)
         lam = self._lam()
-        var = post["var"] / lam[:, None]
-        pvar = post["pvar"] / lam[:, None]
-        sum_var = (self.batched.counts[:, :pvar.shape[1]] * pvar).sum(-1)
+        if "sum_var" in post:   # the compiled rounds: ridge variances and S_t (torch.dot's)
+            var, pvar, sum_var = post["var"], post["pvar"], post["sum_var"]
+        else:
+            var = post["var"] / lam[:, None]
+            pvar = post["pvar"] / lam[:, None]
+            sum_var = (self.batched.counts[:, :pvar.shape[1]] * pvar).sum(-1)
         kc = self._nys.kernel_constant  # type: ignore[attr-defined]
         kappa2 = kc if kc is not None else self._bk.diag(cand).amax(-1)
         beta = batched_bkb_radius(self.rule, sum_var, self.t, kappa2, lam,  # type: ignore[attr-defined]

@@ -25,6 +25,8 @@ from torch import Tensor
 
 from ..models.batched_dtc import compact_positions, dtc_system
 from ..models.batched_solve import storage_key
+from ..models.nystrom_updates import PIVOT_TOL
+from ..native import bkb as native_bkb
 
 __all__ = ["CHUNK", "BKBBatchPosterior"]
 
@@ -99,13 +101,25 @@ class BKBBatchPosterior:
     def _posterior(self, cand: Tensor, cached: bool = True) -> dict[str, Tensor]:
         """GP-scale means and variances of ``cand`` ``[R, A, d]`` and variances of the pulled
         points under every run's current dictionary, group by group (:meth:`_chunks`);
-        remembers the rebuilt systems (and the dictionaries) for :meth:`_played_variance`."""
+        remembers the rebuilt systems (and the dictionaries) for :meth:`_played_variance`.
+
+        On a fixed arm set in float64 on the CPU with the compiled library, every run's round is
+        instead the sequential compiled round (:func:`torchbandits.native.bkb.dtc_rounds`, one
+        call for the batch): then ``var``/``pvar`` are **ridge** variances and ``sum_var``
+        ``[R]`` (``S_t``) is included."""
         st, lam = self.batched, self._lam()
         st.ensure_dim(cand.shape[2])
         n = st.width
         cache = self._rows(cand, n) if cached else None
         kc = self._nys.kernel_constant  # type: ignore[attr-defined]
         jit = self._nys.jitter  # type: ignore[attr-defined]
+        if cache is not None and kc is not None and cand.dtype == torch.float64 and cand.is_cpu:
+            nat = native_bkb.dtc_rounds(cache["rows"], cache["idx"], st.in_dict, st.counts,
+                                        st.sums, st.n_distinct, self._lam64, n, kc, float(jit),
+                                        PIVOT_TOL)
+            if nat is not None:   # every run's round in C: ridge variances and S_t
+                self._bmodel = None
+                return dict(zip(("mean", "var", "pvar", "sum_var"), nat, strict=True))
         r, a, d = cand.shape
         parts: list[tuple[Tensor, Tensor, Tensor]] = []
         models = []
@@ -165,6 +179,8 @@ class BKBBatchPosterior:
     def _played_variance(self, x: Tensor) -> Tensor:
         """GP variance ``[R]`` of the played points ``x`` ``[R, d]`` under the systems of the
         last :meth:`_posterior` (current: :meth:`update` calls it before any change)."""
+        if self._bmodel is None:     # the round was scored in C: the systems rebuilt here
+            self._posterior(x[:, None, :], cached=False)
         assert self._bmodel is not None
         kc = self._nys.kernel_constant  # type: ignore[attr-defined]
         out = x.new_empty(x.shape[0])
