@@ -120,13 +120,14 @@ def dtc_round(rows: Tensor, idx: Tensor, sel: Tensor, counts: Tensor, sums: Tens
 
 def dtc_rounds(rows: Tensor, idx: Tensor, in_dict: Tensor, counts: Tensor, sums: Tensor,
                n_distinct: Tensor, lam: Tensor, width: int, kconst: float, jitter: float,
-               pivot_tol: float) -> tuple[Tensor, Tensor, Tensor, Tensor] | None:
+               pivot_tol: float) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None] | None:
     """The round of every run of a batch, each run's posterior the single-run :func:`dtc_round`
     on its slices of the padded buffers (the same BLAS/LAPACK calls on the same shapes; an empty
     dictionary gives the prior ``μ̃ = 0``, ``σ̃² = k/λ``): ``(μ̃ [R, A], σ̃² [R, A], σ̃² at the
-    pulled points [R, width] (0 past ``n_r``), S_t [R])``, or ``None`` (no library, inputs that do
-    not qualify, or a run the torch path handles: a pivoted ``K_ZZ`` or a failed Cholesky of
-    ``G``).
+    pulled points [R, width] (0 past ``n_r``), S_t [R], failed)``, ``failed`` ``None`` when every
+    run's round ran, else the ``[k]`` int64 runs the torch path handles (a pivoted ``K_ZZ``, a
+    failed Cholesky of ``G``: their rows are not set); ``None`` when there is no library or the
+    inputs do not qualify.
 
     Args:
         rows: ``[R, ≥ width, A]`` float64 kernel rows of every run's distinct pulled points.
@@ -157,7 +158,7 @@ def dtc_rounds(rows: Tensor, idx: Tensor, in_dict: Tensor, counts: Tensor, sums:
                                 pointer(n_distinct), pointer(lam), kconst, jitter, pivot_tol,
                                 pointer(mean), pointer(var), pointer(pvar), pointer(st),
                                 pointer(codes))
-    return None if failed else (mean, var, pvar, st)
+    return mean, var, pvar, st, (codes != 0).nonzero()[:, 0] if failed else None
 
 
 def ucb_argmax(mean: Tensor, sd: Tensor, beta: float) -> tuple[Tensor, int] | None:

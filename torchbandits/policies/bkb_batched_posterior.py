@@ -25,6 +25,7 @@ from torch import Tensor
 
 from ..models.batched_dtc import compact_positions, dtc_system
 from ..models.batched_solve import storage_key
+from ..models.nystrom_arms import dtc_round
 from ..models.nystrom_updates import PIVOT_TOL
 from ..native import bkb as native_bkb
 
@@ -114,12 +115,9 @@ class BKBBatchPosterior:
         kc = self._nys.kernel_constant  # type: ignore[attr-defined]
         jit = self._nys.jitter  # type: ignore[attr-defined]
         if cache is not None and kc is not None and cand.dtype == torch.float64 and cand.is_cpu:
-            nat = native_bkb.dtc_rounds(cache["rows"], cache["idx"], st.in_dict, st.counts,
-                                        st.sums, st.n_distinct, self._lam64, n, kc, float(jit),
-                                        PIVOT_TOL)
-            if nat is not None:   # every run's round in C: ridge variances and S_t
-                self._bmodel = None
-                return dict(zip(("mean", "var", "pvar", "sum_var"), nat, strict=True))
+            nat = self._native_posterior(cache, n, kc, float(jit))
+            if nat is not None:
+                return nat
         r, a, d = cand.shape
         parts: list[tuple[Tensor, Tensor, Tensor]] = []
         models = []
@@ -174,6 +172,34 @@ class BKBBatchPosterior:
             mean, var, pvar = (torch.cat(t)[back] for t in zip(*parts, strict=True))
         out = {"mean": mean, "var": var, "pvar": pvar}
         self._bmodel = (st.version, models)
+        return out
+
+    def _native_posterior(self, cache: dict[str, Any], n: int, kc: float, jit: float
+                          ) -> dict[str, Tensor] | None:
+        """Every run's round as the sequential BKB's on a fixed float64 CPU arm set: one call of
+        the compiled :func:`~torchbandits.native.bkb.dtc_rounds` (the single-run compiled round
+        per run), the runs it leaves (a pivoted ``K_ZZ``, a failed Cholesky of ``G``) by the
+        sequential torch round :func:`~torchbandits.models.nystrom_arms.dtc_round` on the same
+        gathered rows. Returns ``mean``, ``var`` ``[R, A]`` and ``pvar`` ``[R, n]`` (**ridge**
+        variances) and ``sum_var`` ``[R]`` (``S_t``, ``torch.dot``'s), or ``None`` (no library:
+        the torch batched path)."""
+        st = self.batched
+        nat = native_bkb.dtc_rounds(cache["rows"], cache["idx"], st.in_dict, st.counts, st.sums,
+                                    st.n_distinct, self._lam64, n, kc, jit, PIVOT_TOL)
+        if nat is None:
+            return None
+        self._bmodel = None       # the systems are rebuilt on demand (:meth:`_played_variance`)
+        out = dict(zip(("mean", "var", "pvar", "sum_var"), nat[:4], strict=True))
+        for r in [] if nat[4] is None else nat[4].tolist():
+            nr = int(st.n_distinct[r])
+            idx, counts = cache["idx"][r, :nr], st.counts[r, :nr].clone()
+            sel = st.in_dict[r, :nr].nonzero()[:, 0]
+            kza = cache["rows"][r].index_select(0, sel)
+            mean, var = dtc_round(kza, kza.index_select(1, idx), sel, counts,
+                                  st.sums[r, :nr].clone(), float(self._lam64[r]), kc, jit)
+            pvar = var.index_select(0, idx)
+            out["mean"][r], out["var"][r], out["pvar"][r, :nr] = mean, var, pvar
+            out["sum_var"][r] = torch.dot(counts, pvar)
         return out
 
     def _played_variance(self, x: Tensor) -> Tensor:
