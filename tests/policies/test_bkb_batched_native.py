@@ -100,35 +100,71 @@ def _play(env: Any, seeds: list[int], horizon: int, options: dict, off: bool,
 @pytest.mark.parametrize(("n_arms", "qbar"), [(1000, 1.0), (1000, 5.0), (60, 1.0), (60, 5.0)])
 def test_compiled_batch_equals_torch_batch(n_arms: int, qbar: float,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """R = 8, 200 rounds: identical choices, UCBs within 1e-10, the same state (``state_dict``
-    leaves, the generators' states included) with and without the compiled rounds, which ran on
-    every scored round."""
+    """R = 8, 200 rounds: identical choices and the same state (``state_dict`` leaves, the
+    generators' states included; the last β̃_t and ``S_t`` to rounding) with and without the
+    compiled rounds, which ran on every
+    scored round. The UCBs agree to 1e-7 only: the torch batched path's padded products round
+    differently from the sequential ones (up to 8e-8 on UCBs of ~300 at q̄ = 1, A = 1000, where
+    a square root of a variance near 0 amplifies it), while the compiled batch has the
+    sequential runs' bits (next test)."""
     env, seeds = _env(n_arms), list(range(8))
     spy = _Spy(monkeypatch)
     acts, ucbs, pol = _play(env, seeds, 200, {"qbar": qbar}, off=False)
     compiled = spy.rounds
     acts_t, ucbs_t, pol_t = _play(env, seeds, 200, {"qbar": qbar}, off=True)
     assert spy.rounds == compiled                       # nothing compiled inside disabled()
-    assert compiled >= 2 * (200 - pol.n_warmup) - 6     # forward + select per scored round
+    assert compiled == 2 * (200 - pol.n_warmup)         # forward + select per scored round
     assert all(torch.equal(a, b) for a, b in zip(acts, acts_t, strict=True))
-    assert max(float((u - v).abs().max()) for u, v in zip(ucbs, ucbs_t, strict=True)) <= 1e-10
+    assert max(float((u - v).abs().max()) for u, v in zip(ucbs, ucbs_t, strict=True)) <= 1e-7
     sa, sb = pol.state_dict(), pol_t.state_dict()
     assert sa.keys() == sb.keys()
+    # the last round's β̃_t and S_t: the compiled batch has the sequential runs' bits, the torch
+    # batch its own sums (within rounding)
+    last, last_t = sa["_extra_state"]["batch"].pop("last"), sb["_extra_state"]["batch"].pop("last")
     for key, va in sa.items():
         assert _equal(va, sb[key]), key
+    for key in ("beta", "sum_var"):
+        torch.testing.assert_close(last[key], last_t[key], rtol=1e-9, atol=0)
     assert torch.equal(pol.diagnostics()["dictionary_size"], pol_t.diagnostics()["dictionary_size"])
 
 
-@pytest.mark.parametrize(("n_arms", "qbar"), [(1000, 1.0), (1000, 5.0), (60, 5.0)])
-def test_compiled_batch_run_is_the_sequential_compiled_run_bit_for_bit(
-        n_arms: int, qbar: float) -> None:
-    """Batched run ``r`` against the sequential compiled run with seed ``r`` (lockstep, 200
-    rounds, :func:`tests.batch_checks.lockstep`): the same choices and dictionaries and the
-    same UCB bits (``atol = 0``: the same BLAS/LAPACK calls on the same shapes)."""
+class _TorchPath:
+    """A sequential policy whose calls run inside ``native.disabled()`` (its torch path)."""
+
+    def __init__(self, policy: Any) -> None:
+        self.policy = policy
+
+    def __call__(self, cand: torch.Tensor) -> torch.Tensor:
+        with native.disabled():
+            return self.policy(cand)
+
+    def select(self, cand: torch.Tensor) -> int:
+        with native.disabled():
+            return self.policy.select(cand)
+
+    def update(self, x: torch.Tensor, reward: float) -> None:
+        with native.disabled():
+            self.policy.update(x, reward)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.policy, name)
+
+
+@pytest.mark.parametrize("torch_path", [False, True])
+@pytest.mark.parametrize(("n_arms", "qbar"), [(1000, 1.0), (1000, 5.0), (60, 1.0), (60, 5.0)])
+def test_compiled_batch_run_is_the_sequential_run_bit_for_bit(n_arms: int, qbar: float,
+                                                              torch_path: bool) -> None:
+    """Batched run ``r`` against the sequential run with seed ``r``, compiled or on its torch
+    path (lockstep, 200 rounds, :func:`tests.batch_checks.lockstep`): the same choices and
+    dictionaries and the same UCB bits (``atol = 0``: the same BLAS/LAPACK calls on the same
+    shapes; β̃_t in the sequential rule's float arithmetic; the rounds with a pivoted ``K_ZZ``
+    by the sequential torch round), the same β̃_t and ``S_t``."""
     env, seeds = _env(n_arms), list(range(8))
     batch = make_policy("bkb", env, qbar=qbar)
     batch.reset(seed=seeds)
     seqs = [seeded(make_policy("bkb", env, qbar=qbar), s) for s in seeds]
+    if torch_path:
+        seqs = [_TorchPath(pol) for pol in seqs]
 
     def same_dictionary(r: int, pol: Any) -> None:
         assert torch.equal(batch.run_dictionary(r), pol.dictionary)
@@ -146,7 +182,7 @@ def test_torch_rounds_in_between_and_other_played_points(monkeypatch: pytest.Mon
     env, seeds = _env(100), list(range(6))
     spy = _Spy(monkeypatch, refuse=lambda call: call % 3 == 0)
     acts, ucbs, pol = _play(env, seeds, 120, {"qbar": 5.0}, off=False, other=True)
-    assert spy.rounds > 100
+    assert 70 < spy.rounds < 160
     acts_t, ucbs_t, pol_t = _play(env, seeds, 120, {"qbar": 5.0}, off=True, other=True)
     assert all(torch.equal(a, b) for a, b in zip(acts, acts_t, strict=True))
     assert max(float((u - v).abs().max()) for u, v in zip(ucbs, ucbs_t, strict=True)) <= 1e-10
@@ -179,16 +215,18 @@ def _batch(ell: float, sizes: list[int], masks: list[list[int]]) -> dict[str, An
 
 
 def test_dtc_rounds_are_the_single_run_rounds_bit_for_bit() -> None:
-    """The batch kernel against :func:`native_bkb.dtc_round` run by run (odd capacities' strides,
-    per-run λ, an empty dictionary: the prior ``μ̃ = 0``, ``σ̃² = k/λ``, ``S_t`` by ``dot``); a
-    run with a singular ``K_ZZ`` returns ``None`` for the batch."""
+    """The batch kernel against :func:`native_bkb.dtc_round` run by run (padded strides, per-run
+    λ, an empty dictionary: the prior ``μ̃ = 0``, ``σ̃² = k/λ``, ``S_t`` by ``dot``); a run with a
+    singular ``K_ZZ`` is returned as failed (left to torch), the others are set; no library or
+    float32 rows: ``None``."""
     sizes = [30, 5, 50, 12]
     masks = [list(range(0, 30, 3)), [], list(range(1, 50, 2)), [0, 11]]
     b = _batch(0.3, sizes, masks)
     out = native_bkb.dtc_rounds(b["rows"], b["idx"], b["in_dict"], b["counts"], b["sums"],
                                 b["n_distinct"], b["lam"], 50, 1.0, 0.0, PIVOT_TOL)
     assert out is not None
-    mean, var, pvar, st = out
+    mean, var, pvar, st, failed = out
+    assert failed is None
     for r, n in enumerate(sizes):
         idx, counts, lam = b["idx"][r, :n], b["counts"][r, :n], float(b["lam"][r])
         sel = b["in_dict"][r, :n].nonzero()[:, 0]
@@ -205,9 +243,14 @@ def test_dtc_rounds_are_the_single_run_rounds_bit_for_bit() -> None:
         assert torch.equal(pvar[r, :n], var[r].index_select(0, idx))
         assert not pvar[r, n:].any()
     sing = _batch(1.5, [40, 40], [list(range(40)), [0]])
-    assert native_bkb.dtc_rounds(sing["rows"], sing["idx"], sing["in_dict"], sing["counts"],
-                                 sing["sums"], sing["n_distinct"], sing["lam"], 40, 1.0, 0.0,
-                                 PIVOT_TOL) is None
+    out = native_bkb.dtc_rounds(sing["rows"], sing["idx"], sing["in_dict"], sing["counts"],
+                                sing["sums"], sing["n_distinct"], sing["lam"], 40, 1.0, 0.0,
+                                PIVOT_TOL)
+    assert out is not None and out[4] is not None and out[4].tolist() == [0]
+    one = native_bkb.dtc_round(sing["rows"][1], sing["idx"][1, :40], torch.tensor([0]),
+                               sing["counts"][1, :40], sing["sums"][1, :40],
+                               float(sing["lam"][1]), 1.0, 0.0, PIVOT_TOL)
+    assert one is not None and torch.equal(out[1][1], one[1])   # the other run is set
     with native.disabled():
         assert native_bkb.dtc_rounds(b["rows"], b["idx"], b["in_dict"], b["counts"], b["sums"],
                                      b["n_distinct"], b["lam"], 50, 1.0, 0.0, PIVOT_TOL) is None
