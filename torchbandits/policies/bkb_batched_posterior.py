@@ -96,6 +96,11 @@ class BKBBatchPosterior:
             c["ok"] = c["ok"] and bool((eq.any(-1) | ~new).all())
             index = eq.to(torch.int8).argmax(-1)
         c["idx"][ar, slot] = torch.where(new, index, c["idx"][ar, slot])
+        if x.is_cpu:   # the new points' rows only (a host read; the bits are the same per run)
+            runs = new.nonzero()[:, 0]
+            if runs.numel():
+                c["rows"][runs, slot[runs]] = self._bk.block(x[runs, None], arms[runs])[:, 0]
+            return
         row = self._bk.block(x[:, None], arms)[:, 0]
         c["rows"][ar, slot] = torch.where(new[:, None], row, c["rows"][ar, slot])
 
