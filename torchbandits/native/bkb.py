@@ -12,6 +12,10 @@ Three calls per round, each replacing a chain of small torch operations:
 * :func:`linearized_draw` — the authors' code's dictionary draw ``u_j < n_j q̄ σ̃²_j`` from
   uniforms drawn by the caller with torch's generator (the same draws in the same order).
 
+Batched BKB calls :func:`dtc_rounds`: :func:`dtc_round` for every run of a batch in one call, on
+each run's slices of the padded per-run buffers (the same calls on the same shapes: run ``r``'s
+numbers are the sequential run's).
+
 Each returns ``None`` when the compiled library is unavailable or off
 (:func:`torchbandits.native.library`) or the inputs do not qualify (not contiguous CPU float64 /
 int64); the caller then takes its torch path, which stays the reference.

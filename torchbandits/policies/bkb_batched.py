@@ -10,7 +10,9 @@ reward sums, dictionary masks, padded to a common capacity). A round:
   batched program (:func:`~torchbandits.models.batched_dtc.dtc_system`), runs grouped by
   dictionary size beyond 16 (:mod:`~torchbandits.policies.bkb_batched_posterior`); on a fixed arm
   set (the same candidate tensor as the round before) every kernel value is gathered from the
-  runs' cached kernel rows of their pulled arms ``[R, n, A]``, as the sequential fused round does;
+  runs' cached kernel rows of their pulled arms ``[R, n, A]``, as the sequential fused round does
+  (in float64 on the CPU, every run's round by the sequential compiled round, one C call per
+  batch, and β̃_t run by run in the sequential rule's float arithmetic: the sequential bits);
   ``ũ = μ̃ + β̃_t σ̃`` with the ridge sd and the width ``β̃_t`` ``[R]`` of every run
   (:func:`~torchbandits.confidence.bkb_batched.batched_bkb_radius`); ``LongTensor [R]``, first
   index on ties (``torch.addcmul(μ̃, σ̃, β̃)``: the bits of the sequential ``torch.add(μ̃, σ̃,

@@ -14,6 +14,14 @@ group works at its own width ``M_g``: the padded work is ``Σ_g k_g (M_g + 1) M_
   as the sequential :func:`~torchbandits.models.nystrom_arms.dtc_round`);
 * **direct**: the kernel blocks are evaluated (contextual candidates, fresh arm sets) and scored
   by the full product ``[P; (λA⁻¹ − I)P; wᵀP]``, as the sequential model.
+
+On the cached route in float64 on the CPU with the compiled library, every run's round is
+instead the sequential compiled round (:func:`torchbandits.native.bkb.dtc_rounds`: one C call
+for the batch, each run's slices of the padded buffers read in place, the same BLAS/LAPACK calls
+on the same shapes as a sequential run's), a run the C code leaves (a pivoted ``K_ZZ``) by the
+sequential torch round :func:`~torchbandits.models.nystrom_arms.dtc_round`: run ``r`` has the bits
+of the sequential run with seed ``r`` (tested). The batched torch program stays the path on other
+devices and dtypes and when the library is off (``TORCHBANDITS_NATIVE=0``).
 """
 
 from __future__ import annotations
