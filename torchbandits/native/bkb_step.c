@@ -22,6 +22,9 @@
  * dispatches. Cases the torch path handles differently (a numerically singular K_ZZ, which it
  * factors with pivoting; a G whose Cholesky factorisation fails) return a non-zero code.
  *
+ * bkb_dtc_rounds does the round of every run of a batch (batched BKB's padded per-run buffers)
+ * in one call, each run by the same code on its own slices: the sequential run's numbers.
+ *
  * Plain C99, no global state, no pointer kept between calls; memory is allocated and freed inside
  * each call. */
 #define _POSIX_C_SOURCE 200112L
