@@ -13,6 +13,10 @@ The registry's ``bkb`` (Theorem 1's β̃_t, λ = ξ², q̄ = 5) on ``rkhs`` with
 ``--max-sequential k < R`` only the first ``k`` runs are compared and the sequential time is
 scaled by ``R/k``).
 
+On a float64 CPU both sides use the compiled BKB round (:mod:`torchbandits.native.bkb`; the
+batch one call per round for all runs) when the library is available; ``TORCHBANDITS_NATIVE=0``
+times both torch paths (the ``compiled`` field of each row says which ran).
+
 Each row also gives the batched round's arithmetic: the scoring product
 ``W K_ZA`` (half-width ``W = [HᵀP; wᵀP]``: ``(M+1)·M·A`` multiply-adds per run, ``M`` the
 largest dictionary of the batch, sampled at the end) and the sequential one (``(m_r+1)·m_r·A``) —
@@ -51,6 +55,7 @@ import torch  # noqa: E402
 
 from torchbandits.experiments import simulate, simulate_batch  # noqa: E402
 from torchbandits.experiments.registry import make_env, make_policy  # noqa: E402
+from torchbandits.native import bkb as native_bkb  # noqa: E402
 
 
 def _cpu(fn):  # type: ignore[no-untyped-def]
@@ -120,6 +125,9 @@ def bench_bkb(runs: int, horizon: int, n_arms: int, dim: int, repeats: int,
             "scoring_mflop_batched": 2e-6 * runs * (mx + 1) * mx * n_arms,
             "scoring_mflop_sequential": 2e-6 * sum((m + 1) * m * n_arms for m in sizes),
             "sequential_runs_timed": k, "device": str(dev),
+            "batched_ms_per_round": 1e3 * b_s / horizon,
+            "sequential_ms_per_run_round": 1e3 * s_s / (runs * horizon),
+            "compiled": native_bkb.available(),
             "memory_bytes_per_run": batch[0].memory_bytes}
 
 
@@ -192,7 +200,9 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         print(f"R={r:3d} T={horizon} batched ({args.device}) {row['batched_s']:.3f}s sequential "
               f"{row['sequential_s']:.3f}s speedup {row['speedup']:.2f}x (M = {row['m_max']}, "
-              f"GEMM {row['gemm_gflops']:.1f} GFLOP/s)", flush=True)
+              f"GEMM {row['gemm_gflops']:.1f} GFLOP/s; {row['batched_ms_per_round']:.2f} ms/round "
+              f"batched, {row['sequential_ms_per_run_round']:.3f} ms/run-round sequential; "
+              f"compiled BKB round: {'on' if row['compiled'] else 'off'})", flush=True)
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench.json").write_text(json.dumps({"rows": rows}, indent=2))
     batch_clock = "batched CPU s" if not on_gpu else f"batched s ({args.device}, wall)"

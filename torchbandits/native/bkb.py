@@ -12,6 +12,10 @@ Three calls per round, each replacing a chain of small torch operations:
 * :func:`linearized_draw` — the authors' code's dictionary draw ``u_j < n_j q̄ σ̃²_j`` from
   uniforms drawn by the caller with torch's generator (the same draws in the same order).
 
+Batched BKB calls :func:`dtc_rounds`: :func:`dtc_round` for every run of a batch in one call, on
+each run's slices of the padded per-run buffers (the same calls on the same shapes: run ``r``'s
+numbers are the sequential run's).
+
 Each returns ``None`` when the compiled library is unavailable or off
 (:func:`torchbandits.native.library`) or the inputs do not qualify (not contiguous CPU float64 /
 int64); the caller then takes its torch path, which stays the reference.
@@ -28,7 +32,8 @@ from torch import Tensor
 
 from . import library, pointer
 
-__all__ = ["available", "blas_pointers", "dtc_round", "linearized_draw", "qualifies", "ucb_argmax"]
+__all__ = ["available", "blas_pointers", "dtc_round", "dtc_rounds", "linearized_draw", "qualifies",
+           "ucb_argmax"]
 
 _P = ctypes.c_void_p
 _L = ctypes.c_long
@@ -64,6 +69,9 @@ def _lib() -> ctypes.CDLL | None:
         return lib
     lib.bkb_dtc_round.argtypes = [_P, _L, _L, _L, _P, _P, _P, _P, _P, _D, _D, _D, _D, _P, _P, _P]
     lib.bkb_dtc_round.restype = ctypes.c_int
+    lib.bkb_dtc_rounds.argtypes = [_P, _L, _L, _L, _P, _L, _P, _L, _P, _L, _P, _P, _L, _P, _P,
+                                   _D, _D, _D, _P, _P, _P, _P, _P]
+    lib.bkb_dtc_rounds.restype = _L
     lib.bkb_ucb_argmax.argtypes = [_L, _P, _P, _D, _P]
     lib.bkb_ucb_argmax.restype = _L
     lib.bkb_draw.argtypes = [_L, _P, _P, _P, _P, _D, _P, _P]
@@ -112,6 +120,49 @@ def dtc_round(rows: Tensor, idx: Tensor, sel: Tensor, counts: Tensor, sums: Tens
                              pointer(counts), pointer(sums), lam, kconst, jitter, pivot_tol,
                              pointer(mean), pointer(var), ctypes.byref(st))
     return None if code else (mean, var, st.value)
+
+
+def dtc_rounds(rows: Tensor, idx: Tensor, in_dict: Tensor, counts: Tensor, sums: Tensor,
+               n_distinct: Tensor, lam: Tensor, width: int, kconst: float, jitter: float,
+               pivot_tol: float) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None] | None:
+    """The round of every run of a batch, each run's posterior the single-run :func:`dtc_round`
+    on its slices of the padded buffers (the same BLAS/LAPACK calls on the same shapes; an empty
+    dictionary gives the prior ``μ̃ = 0``, ``σ̃² = k/λ``): ``(μ̃ [R, A], σ̃² [R, A], σ̃² at the
+    pulled points [R, width] (0 past ``n_r``), S_t [R], failed)``, ``failed`` ``None`` when every
+    run's round ran, else the ``[k]`` int64 runs the torch path handles (a pivoted ``K_ZZ``, a
+    failed Cholesky of ``G``: their rows are not set); ``None`` when there is no library or the
+    inputs do not qualify.
+
+    Args:
+        rows: ``[R, ≥ width, A]`` float64 kernel rows of every run's distinct pulled points.
+        idx: ``[R, ≥ width]`` int64 arm rows of the pulled points.
+        in_dict: ``[R, ≥ width]`` bool dictionary masks.
+        counts, sums: ``[R, ≥ width]`` float64 pull counts and reward sums.
+        n_distinct: ``[R]`` int64 numbers ``n_r ≤ width`` of distinct pulled points.
+        lam: ``[R]`` float64 regularisers λ_r.
+        width, kconst, jitter, pivot_tol: as :func:`dtc_round` (``width = max_r n_r``).
+    """
+    lib, fns = _lib(), blas_pointers()
+    r, a = rows.shape[0], rows.shape[2]
+    f64, i64 = torch.float64, torch.int64
+    if (lib is None or fns is None or rows.dtype != f64 or counts.dtype != f64 or sums.dtype != f64
+            or lam.dtype != f64 or idx.dtype != i64 or n_distinct.dtype != i64
+            or in_dict.dtype != torch.bool or sums.stride(0) != counts.stride(0)
+            or min(rows.shape[1], idx.shape[1], in_dict.shape[1], counts.shape[1]) < width
+            or not qualifies(rows, idx, in_dict, counts, sums, n_distinct, lam)):
+        return None
+    mean = torch.empty(r, a, dtype=f64)
+    var = torch.empty(r, a, dtype=f64)
+    pvar = torch.empty(r, width, dtype=f64)
+    st = torch.empty(r, dtype=f64)
+    codes = torch.empty(r, dtype=torch.int32)
+    failed = lib.bkb_dtc_rounds(fns, r, a, width, pointer(rows), rows.stride(0), pointer(idx),
+                                idx.stride(0), pointer(in_dict), in_dict.stride(0),
+                                pointer(counts), pointer(sums), counts.stride(0),
+                                pointer(n_distinct), pointer(lam), kconst, jitter, pivot_tol,
+                                pointer(mean), pointer(var), pointer(pvar), pointer(st),
+                                pointer(codes))
+    return mean, var, pvar, st, (codes != 0).nonzero()[:, 0] if failed else None
 
 
 def ucb_argmax(mean: Tensor, sd: Tensor, beta: float) -> tuple[Tensor, int] | None:

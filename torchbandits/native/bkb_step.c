@@ -22,6 +22,9 @@
  * dispatches. Cases the torch path handles differently (a numerically singular K_ZZ, which it
  * factors with pivoting; a G whose Cholesky factorisation fails) return a non-zero code.
  *
+ * bkb_dtc_rounds does the round of every run of a batch (batched BKB's padded per-run buffers)
+ * in one call, each run by the same code on its own slices: the sequential run's numbers.
+ *
  * Plain C99, no global state, no pointer kept between calls; memory is allocated and freed inside
  * each call. */
 #define _POSIX_C_SOURCE 200112L
@@ -95,17 +98,10 @@ static size_t up64(size_t count) { return (count + 7) / 8 * 8; } /* doubles to 6
  * Returns 0; 1 when K_ZZ needs the pivoted factor (Cholesky fails or a pivot² is
  * ≤ pivot_tol·(kconst + jitter)); 2 when G's Cholesky fails; 3 when memory runs out; 4 when
  * m < 1. */
-int bkb_dtc_round(const void *const *fns, long m_, long n_, long na_, const double *rows,
-                  const int64_t *idx, const int64_t *sel, const double *counts,
-                  const double *sums, double lam, double kconst, double jitter, double pivot_tol,
-                  double *mean, double *var, double *sum_var) {
-    blas_t bl;
-    memcpy(&bl.potrf, &fns[0], sizeof(void *));
-    memcpy(&bl.trsm, &fns[1], sizeof(void *));
-    memcpy(&bl.gemm, &fns[2], sizeof(void *));
-    memcpy(&bl.gemv, &fns[3], sizeof(void *));
-    memcpy(&bl.dot, &fns[4], sizeof(void *));
-    const blas_t *b = &bl;
+static int dtc_core(const blas_t *b, long m_, long n_, long na_, const double *rows,
+                    const int64_t *idx, const int64_t *sel, const double *counts,
+                    const double *sums, double lam, double kconst, double jitter,
+                    double pivot_tol, double *mean, double *var, double *sum_var) {
     if (m_ < 1) return 4;
     int m = (int)m_, n = (int)n_, na = (int)na_, m1 = m + 1;
     size_t mm_ = up64((size_t)m * m), mn = up64((size_t)m * n), ma = up64((size_t)m * na);
@@ -177,6 +173,84 @@ int bkb_dtc_round(const void *const *fns, long m_, long n_, long na_, const doub
 done:
     free(mem);
     return code;
+}
+
+/* The BLAS/LAPACK function pointers fns (potrf, trsm, gemm, gemv, dot) as a table. */
+static blas_t blas_table(const void *const *fns) {
+    blas_t bl;
+    memcpy(&bl.potrf, &fns[0], sizeof(void *));
+    memcpy(&bl.trsm, &fns[1], sizeof(void *));
+    memcpy(&bl.gemm, &fns[2], sizeof(void *));
+    memcpy(&bl.gemv, &fns[3], sizeof(void *));
+    memcpy(&bl.dot, &fns[4], sizeof(void *));
+    return bl;
+}
+
+int bkb_dtc_round(const void *const *fns, long m_, long n_, long na_, const double *rows,
+                  const int64_t *idx, const int64_t *sel, const double *counts,
+                  const double *sums, double lam, double kconst, double jitter, double pivot_tol,
+                  double *mean, double *var, double *sum_var) {
+    blas_t bl = blas_table(fns);
+    return dtc_core(&bl, m_, n_, na_, rows, idx, sel, counts, sums, lam, kconst, jitter,
+                    pivot_tol, mean, var, sum_var);
+}
+
+/* The round of every run of a batch (the padded per-run buffers of batched BKB): run r has n_r =
+ * n_distinct[r] distinct pulled points, kernel rows rows + r·rows_run ([≥ n_r, na] row-major),
+ * arm rows idx + r·idx_run, dictionary mask in_dict + r·dict_run (its positions sel are the
+ * set entries among the first n_r, in order), counts and sums + r·stat_run, regulariser lam[r].
+ * Each run's posterior is the single-run round above (bkb_dtc_round: the same calls on the same
+ * shapes, so run r's numbers are those of the sequential run); an empty dictionary gives the
+ * prior, μ̃ = 0 and σ̃² = k/λ (eq. 4 with no inducing point). Writes mean, var [nr, na] (ridge
+ * variances), pvar [nr, width] (σ̃² at the pulled points, var[idx_j], 0 past n_r), sum_var [nr]
+ * (S_t = Σ_j c_j σ̃²(x_j), torch.dot's call) and codes [nr] (those of bkb_dtc_round, 0 for an
+ * empty dictionary); returns the number of runs with a non-zero code (their outputs are not
+ * set: the caller takes the torch path for the round). */
+long bkb_dtc_rounds(const void *const *fns, long nr, long na, long width, const double *rows,
+                    long rows_run, const int64_t *idx, long idx_run, const uint8_t *in_dict,
+                    long dict_run, const double *counts, const double *sums, long stat_run,
+                    const int64_t *n_distinct, const double *lam, double kconst, double jitter,
+                    double pivot_tol, double *mean, double *var, double *pvar, double *sum_var,
+                    int32_t *codes) {
+    blas_t bl = blas_table(fns);
+    long failed = 0;
+    /* per-run scratch: sel, and the counts and sums copied to 64-byte aligned memory like the
+     * single run's (BLAS reads them in place: dot, gemv) */
+    size_t w8 = up64((size_t)(width > 0 ? width : 1));
+    void *mem = NULL;
+    if (posix_memalign(&mem, 64, 3 * w8 * sizeof(double))) return nr;
+    int64_t *sel = mem;
+    double *cr = (double *)mem + w8, *sr = cr + w8;
+    for (long r = 0; r < nr; ++r) {
+        long n = (long)n_distinct[r], m = 0;
+        const int64_t *ir = idx + r * idx_run;
+        const uint8_t *dr = in_dict + r * dict_run;
+        memcpy(cr, counts + r * stat_run, (size_t)n * sizeof(double));
+        memcpy(sr, sums + r * stat_run, (size_t)n * sizeof(double));
+        double *mr = mean + r * na, *vr = var + r * na, *pr = pvar + r * width;
+        for (long j = 0; j < n; ++j)
+            if (dr[j]) sel[m++] = j;
+        int code = 0;
+        if (m) {
+            code = dtc_core(&bl, m, n, na, rows + r * rows_run, ir, sel, cr, sr, lam[r], kconst,
+                            jitter, pivot_tol, mr, vr, sum_var + r);
+        } else { /* the prior (no inducing point), S_t by dot as the single-run torch route */
+            for (long a = 0; a < na; ++a) {
+                mr[a] = 0.0;
+                vr[a] = kconst / lam[r];
+            }
+        }
+        codes[r] = code;
+        if (code) { ++failed; continue; }
+        for (long j = 0; j < n; ++j) pr[j] = vr[ir[j]];
+        for (long j = n; j < width; ++j) pr[j] = 0.0;
+        if (!m) {
+            const int one = 1, ni = (int)n;
+            sum_var[r] = n ? bl.dot(&ni, cr, &one, pr, &one) : 0.0;
+        }
+    }
+    free(mem);
+    return failed;
 }
 
 /* ucb[a] = mean[a] + beta · sd[a] (eq. 4, the ridge sd = torch.sqrt of the variance, which the

@@ -10,7 +10,9 @@ reward sums, dictionary masks, padded to a common capacity). A round:
   batched program (:func:`~torchbandits.models.batched_dtc.dtc_system`), runs grouped by
   dictionary size beyond 16 (:mod:`~torchbandits.policies.bkb_batched_posterior`); on a fixed arm
   set (the same candidate tensor as the round before) every kernel value is gathered from the
-  runs' cached kernel rows of their pulled arms ``[R, n, A]``, as the sequential fused round does;
+  runs' cached kernel rows of their pulled arms ``[R, n, A]``, as the sequential fused round does
+  (in float64 on the CPU, every run's round by the sequential compiled round, one C call per
+  batch, and β̃_t run by run in the sequential rule's float arithmetic: the sequential bits);
   ``ũ = μ̃ + β̃_t σ̃`` with the ridge sd and the width ``β̃_t`` ``[R]`` of every run
   (:func:`~torchbandits.confidence.bkb_batched.batched_bkb_radius`); ``LongTensor [R]``, first
   index on ties (``torch.addcmul(μ̃, σ̃, β̃)``: the bits of the sequential ``torch.add(μ̃, σ̃,
@@ -146,13 +148,22 @@ class BKBBatchMixin(BatchModeMixin, BKBBatchPosterior):
         """UCB ``[R, A]`` of checked candidates: ``μ̃ + β̃_t σ̃`` (ridge sd ``σ̃ = sqrt(var_GP/λ)``)."""
         post = self._posterior(cand)
         lam = self._lam()
-        var = post["var"] / lam[:, None]
-        pvar = post["pvar"] / lam[:, None]
-        sum_var = (self.batched.counts[:, :pvar.shape[1]] * pvar).sum(-1)
         kc = self._nys.kernel_constant  # type: ignore[attr-defined]
         kappa2 = kc if kc is not None else self._bk.diag(cand).amax(-1)
-        beta = batched_bkb_radius(self.rule, sum_var, self.t, kappa2, lam,  # type: ignore[attr-defined]
-                                  self._beta64)
+        rule = self.rule  # type: ignore[attr-defined]
+        native = "sum_var" in post
+        if native:   # the compiled rounds (CPU): ridge variances and S_t (torch.dot's)
+            var, pvar, sum_var = post["var"], post["pvar"], post["sum_var"]
+        else:
+            var = post["var"] / lam[:, None]
+            pvar = post["pvar"] / lam[:, None]
+            sum_var = (self.batched.counts[:, :pvar.shape[1]] * pvar).sum(-1)
+        if native and rule.rule != "constant":  # β̃_t in the sequential rule's float arithmetic
+            beta = torch.tensor([rule.radius(s, self.t, kappa2, v) for s, v in  # type: ignore[attr-defined]
+                                 zip(sum_var.tolist(), self._lam64.tolist(), strict=True)],
+                                dtype=var.dtype)
+        else:
+            beta = batched_bkb_radius(rule, sum_var, self.t, kappa2, lam, self._beta64)  # type: ignore[attr-defined]
         self._bscored = [self.batched.version, pvar, var, cand, None]
         self._last_b = {"beta": beta, "sum_var": sum_var,
                         "kappa2": torch.as_tensor(kappa2, dtype=self.dtype).expand_as(beta)}  # type: ignore[attr-defined]

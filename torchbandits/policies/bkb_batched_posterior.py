@@ -14,6 +14,14 @@ group works at its own width ``M_g``: the padded work is ``Σ_g k_g (M_g + 1) M_
   as the sequential :func:`~torchbandits.models.nystrom_arms.dtc_round`);
 * **direct**: the kernel blocks are evaluated (contextual candidates, fresh arm sets) and scored
   by the full product ``[P; (λA⁻¹ − I)P; wᵀP]``, as the sequential model.
+
+On the cached route in float64 on the CPU with the compiled library, every run's round is
+instead the sequential compiled round (:func:`torchbandits.native.bkb.dtc_rounds`: one C call
+for the batch, each run's slices of the padded buffers read in place, the same BLAS/LAPACK calls
+on the same shapes as a sequential run's), a run the C code leaves (a pivoted ``K_ZZ``) by the
+sequential torch round :func:`~torchbandits.models.nystrom_arms.dtc_round`: run ``r`` has the bits
+of the sequential run with seed ``r`` (tested). The batched torch program stays the path on other
+devices and dtypes and when the library is off (``TORCHBANDITS_NATIVE=0``).
 """
 
 from __future__ import annotations
@@ -25,6 +33,9 @@ from torch import Tensor
 
 from ..models.batched_dtc import compact_positions, dtc_system
 from ..models.batched_solve import storage_key
+from ..models.nystrom_arms import dtc_round
+from ..models.nystrom_updates import PIVOT_TOL
+from ..native import bkb as native_bkb
 
 __all__ = ["CHUNK", "BKBBatchPosterior"]
 
@@ -93,19 +104,33 @@ class BKBBatchPosterior:
             c["ok"] = c["ok"] and bool((eq.any(-1) | ~new).all())
             index = eq.to(torch.int8).argmax(-1)
         c["idx"][ar, slot] = torch.where(new, index, c["idx"][ar, slot])
+        if x.is_cpu:   # the new points' rows only (a host read; the bits are the same per run)
+            runs = new.nonzero()[:, 0]
+            if runs.numel():
+                c["rows"][runs, slot[runs]] = self._bk.block(x[runs, None], arms[runs])[:, 0]
+            return
         row = self._bk.block(x[:, None], arms)[:, 0]
         c["rows"][ar, slot] = torch.where(new[:, None], row, c["rows"][ar, slot])
 
     def _posterior(self, cand: Tensor, cached: bool = True) -> dict[str, Tensor]:
         """GP-scale means and variances of ``cand`` ``[R, A, d]`` and variances of the pulled
         points under every run's current dictionary, group by group (:meth:`_chunks`);
-        remembers the rebuilt systems (and the dictionaries) for :meth:`_played_variance`."""
+        remembers the rebuilt systems (and the dictionaries) for :meth:`_played_variance`.
+
+        On a fixed arm set in float64 on the CPU with the compiled library, every run's round is
+        instead the sequential compiled round (:func:`torchbandits.native.bkb.dtc_rounds`, one
+        call for the batch): then ``var``/``pvar`` are **ridge** variances and ``sum_var``
+        ``[R]`` (``S_t``) is included."""
         st, lam = self.batched, self._lam()
         st.ensure_dim(cand.shape[2])
         n = st.width
         cache = self._rows(cand, n) if cached else None
         kc = self._nys.kernel_constant  # type: ignore[attr-defined]
         jit = self._nys.jitter  # type: ignore[attr-defined]
+        if cache is not None and kc is not None and cand.dtype == torch.float64 and cand.is_cpu:
+            nat = self._native_posterior(cache, n, kc, float(jit))
+            if nat is not None:
+                return nat
         r, a, d = cand.shape
         parts: list[tuple[Tensor, Tensor, Tensor]] = []
         models = []
@@ -162,9 +187,39 @@ class BKBBatchPosterior:
         self._bmodel = (st.version, models)
         return out
 
+    def _native_posterior(self, cache: dict[str, Any], n: int, kc: float, jit: float
+                          ) -> dict[str, Tensor] | None:
+        """Every run's round as the sequential BKB's on a fixed float64 CPU arm set: one call of
+        the compiled :func:`~torchbandits.native.bkb.dtc_rounds` (the single-run compiled round
+        per run), the runs it leaves (a pivoted ``K_ZZ``, a failed Cholesky of ``G``) by the
+        sequential torch round :func:`~torchbandits.models.nystrom_arms.dtc_round` on the same
+        gathered rows. Returns ``mean``, ``var`` ``[R, A]`` and ``pvar`` ``[R, n]`` (**ridge**
+        variances) and ``sum_var`` ``[R]`` (``S_t``, ``torch.dot``'s), or ``None`` (no library:
+        the torch batched path)."""
+        st = self.batched
+        nat = native_bkb.dtc_rounds(cache["rows"], cache["idx"], st.in_dict, st.counts, st.sums,
+                                    st.n_distinct, self._lam64, n, kc, jit, PIVOT_TOL)
+        if nat is None:
+            return None
+        self._bmodel = None       # the systems are rebuilt on demand (:meth:`_played_variance`)
+        out = dict(zip(("mean", "var", "pvar", "sum_var"), nat[:4], strict=True))
+        for r in [] if nat[4] is None else nat[4].tolist():
+            nr = int(st.n_distinct[r])
+            idx, counts = cache["idx"][r, :nr], st.counts[r, :nr].clone()
+            sel = st.in_dict[r, :nr].nonzero()[:, 0]
+            kza = cache["rows"][r].index_select(0, sel)
+            mean, var = dtc_round(kza, kza.index_select(1, idx), sel, counts,
+                                  st.sums[r, :nr].clone(), float(self._lam64[r]), kc, jit)
+            pvar = var.index_select(0, idx)
+            out["mean"][r], out["var"][r], out["pvar"][r, :nr] = mean, var, pvar
+            out["sum_var"][r] = torch.dot(counts, pvar)
+        return out
+
     def _played_variance(self, x: Tensor) -> Tensor:
         """GP variance ``[R]`` of the played points ``x`` ``[R, d]`` under the systems of the
         last :meth:`_posterior` (current: :meth:`update` calls it before any change)."""
+        if self._bmodel is None:     # the round was scored in C: the systems rebuilt here
+            self._posterior(x[:, None, :], cached=False)
         assert self._bmodel is not None
         kc = self._nys.kernel_constant  # type: ignore[attr-defined]
         out = x.new_empty(x.shape[0])
