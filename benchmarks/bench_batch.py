@@ -80,18 +80,19 @@ def _env(name: str, horizon: int):  # type: ignore[no-untyped-def]
     return make_env(registry, **kwargs)
 
 
-def _cpu(fn) -> tuple[float, object]:  # type: ignore[no-untyped-def]
+def cpu_time(fn) -> tuple[float, object]:  # type: ignore[no-untyped-def]
+    """``(process CPU seconds of fn(), its result)``."""
     c0 = time.process_time()
     out = fn()
     return time.process_time() - c0, out
 
 
-def _timed(fn, device: torch.device) -> tuple[float, object]:  # type: ignore[no-untyped-def]
+def device_time(fn, device: torch.device) -> tuple[float, object]:  # type: ignore[no-untyped-def]
     """``fn()``'s time: process CPU time on the CPU; on CUDA the wall-clock time between two
     ``torch.cuda.synchronize`` calls (the GPU's queued work included), cross-checked with CUDA
     events recorded around the call (the larger of the two is returned)."""
     if device.type != "cuda":
-        return _cpu(fn)
+        return cpu_time(fn)
     torch.cuda.synchronize(device)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     t0 = time.perf_counter()
@@ -144,7 +145,7 @@ def bench_env(name: str, runs: list[int], horizon: int, repeats: int,
     sequential runs are independent, so their time is additive; the row says so). ``device``:
     where the batch runs (its policy and, where it takes one, its environment); the sequential
     runs stay on the CPU. On CUDA the batch is timed by wall clock between synchronisations
-    (:func:`_timed`), the CPU side by process CPU time."""
+    (:func:`device_time`), the CPU side by process CPU time."""
     dev = torch.device(device)
     env = _env(name, horizon)
     benv = env if dev.type == "cpu" else _device_env(name, horizon, dev)
@@ -167,8 +168,8 @@ def bench_env(name: str, runs: list[int], horizon: int, repeats: int,
             simulate_batch(make_policy(policy, benv, **TV_LEARNING.get(policy, {}), **pkw),
                            benv, min(horizon, 20), seeds[:2], diagnostics_every=0)
         for _ in range(repeats):  # alternate A/B
-            cb, res_b = _timed(batched, dev)
-            cs, res_s = _cpu(sequential)
+            cb, res_b = device_time(batched, dev)
+            cs, res_s = cpu_time(sequential)
             tb.append(cb)
             ts.append(cs * n / n_seq)
         same = all(a.actions == b.actions for a, b in zip(res_b, res_s, strict=False))
@@ -275,9 +276,9 @@ def bench_whole_run(policy: str, name: str, n_runs: int, horizon: int,
     seeds = list(range(n_runs))
     tb, ts = [], []
     for _ in range(repeats):
-        cb, res_b = _cpu(lambda: simulate_batch(make_policy(policy, env), env, horizon, seeds,
+        cb, res_b = cpu_time(lambda: simulate_batch(make_policy(policy, env), env, horizon, seeds,
                                                 diagnostics_every=0))
-        cs, res_s = _cpu(lambda: [simulate(make_policy(policy, env), env, horizon, s,
+        cs, res_s = cpu_time(lambda: [simulate(make_policy(policy, env), env, horizon, s,
                                            diagnostics_every=0) for s in seeds])
         tb.append(cb)
         ts.append(cs)

@@ -46,6 +46,7 @@ for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402
+import importlib.util  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
@@ -58,10 +59,21 @@ from torchbandits.experiments.registry import make_env, make_policy  # noqa: E40
 from torchbandits.native import bkb as native_bkb  # noqa: E402
 
 
-def _cpu(fn):  # type: ignore[no-untyped-def]
-    t0 = time.process_time()
-    out = fn()
-    return time.process_time() - t0, out
+def _sibling(name: str):  # type: ignore[no-untyped-def]
+    """The benchmark script ``benchmarks/<name>.py`` as a module (loaded by path, as the tests
+    load these scripts)."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+_BENCH_BATCH = _sibling("bench_batch")
+cpu_time = _BENCH_BATCH.cpu_time
+"""``(process CPU seconds of fn(), its result)`` (``bench_batch.cpu_time``)."""
+device_time = _BENCH_BATCH.device_time
+"""``fn()``'s time on a device: CPU time, or CUDA's synchronised wall clock (``bench_batch.device_time``)."""
 
 
 def gemm_rate(m: int, a: int, runs: int = 8) -> float:
@@ -74,21 +86,6 @@ def gemm_rate(m: int, a: int, runs: int = 8) -> float:
         w @ k
         times.append(time.perf_counter() - t0)
     return 2.0 * runs * (m + 1) * m * a / statistics.median(times) / 1e9
-
-
-def _timed(fn, device: torch.device):  # type: ignore[no-untyped-def]
-    """``fn()``'s time: process CPU time on the CPU; on CUDA the wall clock between two
-    synchronisations, cross-checked with CUDA events (the larger of the two)."""
-    if device.type != "cuda":
-        return _cpu(fn)
-    torch.cuda.synchronize(device)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    t0 = time.perf_counter()
-    start.record()
-    out = fn()
-    end.record()
-    torch.cuda.synchronize(device)
-    return max(time.perf_counter() - t0, start.elapsed_time(end) / 1e3), out
 
 
 def bench_bkb(runs: int, horizon: int, n_arms: int, dim: int, repeats: int,
@@ -105,10 +102,10 @@ def bench_bkb(runs: int, horizon: int, n_arms: int, dim: int, repeats: int,
     if dev.type == "cuda":   # warm-up: CUDA context, library handles, kernel loads
         simulate_batch(make_policy("bkb", benv, **pkw), benv, min(horizon, 20), seeds[:2])
     for _ in range(repeats):
-        t, batch = _timed(lambda: simulate_batch(make_policy("bkb", benv, **pkw), benv, horizon,
+        t, batch = device_time(lambda: simulate_batch(make_policy("bkb", benv, **pkw), benv, horizon,
                                                  seeds), dev)
         bt.append(t)
-        t, seq = _cpu(lambda: [simulate(make_policy("bkb", env), env, horizon, s)
+        t, seq = cpu_time(lambda: [simulate(make_policy("bkb", env), env, horizon, s)
                                for s in seeds[:k]])
         st.append(t * runs / k)
     assert batch is not None and seq is not None

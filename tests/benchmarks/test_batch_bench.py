@@ -42,7 +42,7 @@ def test_bench_batch_device_option(tmp_path: Path) -> None:
     assert {(r["policy"], r["device"], r["R"]) for r in data["rows"]} == {
         ("random", "cpu", 2), ("kucb", "cpu", 2)}
     assert all(r["same_actions"] for r in data["rows"])
-    seconds, out = bench._timed(lambda: 7, torch.device("cpu"))
+    seconds, out = bench.device_time(lambda: 7, torch.device("cpu"))
     assert out == 7 and seconds >= 0
     if not torch.cuda.is_available():
         with pytest.raises(SystemExit, match="CUDA"):
