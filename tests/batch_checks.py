@@ -21,6 +21,19 @@ from torchbandits.envs.batched import BatchedEnv
 Scores = Callable[[Any, torch.Tensor], Any]
 
 
+def equal_leaves(a: object, b: object) -> bool:
+    """Exact equality of state leaves (tensors of equal shape and values, dicts, sequences,
+    numbers), recursively."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(equal_leaves(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return (isinstance(b, (list, tuple)) and len(a) == len(b)
+                and all(equal_leaves(x, y) for x, y in zip(a, b, strict=True)))
+    return a == b
+
+
 def forward(policy: Any, cand: torch.Tensor) -> torch.Tensor:
     """The policy's UCB values: ``[R, A]`` for a batch, ``[A]`` for one run."""
     return policy(cand)

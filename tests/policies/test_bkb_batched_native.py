@@ -21,7 +21,7 @@ from torchbandits.models.nystrom import NystromKernelRidge
 from torchbandits.models.nystrom_updates import PIVOT_TOL
 from torchbandits.native import bkb as native_bkb
 
-from ..batch_checks import lockstep, seeded
+from ..batch_checks import equal_leaves, lockstep, seeded
 
 pytestmark = pytest.mark.skipif(not native_bkb.available(),
                                 reason="no C compiler or BLAS symbols: only the torch path runs")
@@ -44,18 +44,6 @@ class _Spy:
             return out
 
         monkeypatch.setattr(native_bkb, "dtc_rounds", counted)
-
-
-def _equal(a: object, b: object) -> bool:
-    """Exact equality of state leaves (tensors, dicts, sequences, numbers)."""
-    if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)
-    if isinstance(a, dict):
-        return isinstance(b, dict) and a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return (isinstance(b, (list, tuple)) and len(a) == len(b)
-                and all(_equal(x, y) for x, y in zip(a, b, strict=True)))
-    return a == b
 
 
 def _env(n_arms: int) -> Any:
@@ -122,7 +110,7 @@ def test_compiled_batch_equals_torch_batch(n_arms: int, qbar: float,
     # batch its own sums (within rounding)
     last, last_t = sa["_extra_state"]["batch"].pop("last"), sb["_extra_state"]["batch"].pop("last")
     for key, va in sa.items():
-        assert _equal(va, sb[key]), key
+        assert equal_leaves(va, sb[key]), key
     for key in ("beta", "sum_var"):
         torch.testing.assert_close(last[key], last_t[key], rtol=1e-9, atol=0)
     assert torch.equal(pol.diagnostics()["dictionary_size"], pol_t.diagnostics()["dictionary_size"])

@@ -20,6 +20,8 @@ from torchbandits.models.rls import RLSResampler
 from torchbandits.native import bkb as native_bkb
 from torchbandits.policies import BKB
 
+from ..batch_checks import equal_leaves
+
 pytestmark = pytest.mark.skipif(not native_bkb.available(),
                                 reason="no C compiler or BLAS symbols: only the torch path runs")
 LAM = 0.01
@@ -60,23 +62,11 @@ def _run(n_arms: int, horizon: int, qbar: float, sampler: str, ell: float = 0.5,
     return actions, scores, policy
 
 
-def _equal(a: object, b: object) -> bool:
-    """Exact equality of state leaves (tensors, dicts, sequences, numbers)."""
-    if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)
-    if isinstance(a, dict):
-        return isinstance(b, dict) and a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return (isinstance(b, (list, tuple)) and len(a) == len(b)
-                and all(_equal(x, y) for x, y in zip(a, b, strict=True)))
-    return a == b
-
-
 def _same_state(a: BKB, b: BKB) -> None:
     sa, sb = a.state_dict(), b.state_dict()
     assert sa.keys() == sb.keys()
     for key, va in sa.items():
-        assert _equal(va, sb[key]), key
+        assert equal_leaves(va, sb[key]), key
 
 
 @pytest.mark.parametrize(("n_arms", "qbar", "sampler", "ell"), [
