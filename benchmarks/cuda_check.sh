@@ -26,7 +26,8 @@ $PY -m pytest -q -p no:cacheprovider -rs -k "cuda or to_device" \
   tests/experiments/test_batch_contract_matrix.py tests/policies/test_bkb.py \
   tests/policies/test_policies.py tests/policies/test_time_varying.py \
   tests/benchmarks/test_batch_bench.py tests/envs/test_batch_reset.py \
-  tests/policies/test_batched_ekucb.py 2>&1 | tee "$OUT/cuda_tests.log"
+  tests/policies/test_batched_ekucb.py tests/models/test_native_exact.py \
+  tests/policies/test_bkb_batched.py tests/policies/test_ekucb_batch_native.py 2>&1 | tee "$OUT/cuda_tests.log"
 [ "$1" = quick ] && exit 0
 B="$PY benchmarks/bench_batch.py --device cuda"
 $B --policies amm-ucb,dmm-ucb,igp-ucb,kucb,gpucb --envs rkhs --learning-horizon 200 --repeats 2 \
