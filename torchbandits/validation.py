@@ -215,7 +215,7 @@ def is_chosen_row(x: Any, chosen: tuple[Tensor, int, int]) -> bool:
     cand, index, version = chosen
     return (isinstance(x, Tensor) and cand._version == version and x._version == version
             and x.ndim == 1
-            and x.dtype == cand.dtype and x.device == cand.device
+            and x.dtype is cand.dtype and ((x.is_cpu and cand.is_cpu) or x.device == cand.device)
             and x.shape[0] == cand.shape[1] and x.stride(0) == cand.stride(1)
             and x.data_ptr() == cand.data_ptr() + index * cand.stride(0) * cand.element_size())
 

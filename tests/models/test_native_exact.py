@@ -245,3 +245,55 @@ def test_cuda_takes_the_torch_path(monkeypatch):
     model = model.to("cuda")
     _no_native_call(monkeypatch)
     assert model.mean_var(torch.rand(4, 3, dtype=torch.float64, device="cuda"))[0].is_cuda
+
+
+def test_played_row_is_recognised_only_as_the_view_itself():
+    """The lean update's O(n) append takes the chosen row only as that very view of the scored
+    candidates, unmodified: a copy, another dtype or a row written in place since the choice is
+    compared by value instead (the general update), with the same model state either way."""
+    from torchbandits.validation import chosen_row, is_chosen_row
+
+    cand = torch.rand(10, 3, dtype=torch.float64)
+    rec = chosen_row(cand, 4)
+    assert is_chosen_row(cand[4], rec)
+    assert not is_chosen_row(cand[3], rec)
+    assert not is_chosen_row(cand[4].clone(), rec)
+    assert not is_chosen_row(cand[4].float(), rec)
+    assert not is_chosen_row(cand[4].tolist(), rec)
+    other = cand.clone()
+    other[0, 0] = 0.5  # (a write into another tensor moves nothing of cand's)
+    assert is_chosen_row(cand[4], rec)
+    cand[0, 0] = 0.5   # a write into the scored tensor: the view is no longer trusted
+    assert not is_chosen_row(cand[4], rec)
+
+
+@pytest.mark.parametrize("played", ["view", "copy", "tensor_reward"])
+def test_lean_update_paths_give_the_same_model(played, monkeypatch):
+    """A run whose played point is the chosen view (native O(n) append), a copy of it (the
+    general update, compared by value) or whose reward is a one-element tensor leaves the same
+    model as the torch path (actions identical, state to 1e-10)."""
+    gen = torch.Generator().manual_seed(5)
+    policies = [_policy("AMM", "matern52") for _ in range(2)]
+    for p in policies:
+        p.reset(seed=0)
+    for _ in range(40):
+        cand = torch.rand(30, 3, generator=gen, dtype=torch.float64)
+        reward = float(torch.randn(1, generator=gen))
+        picks = []
+        for k, p in enumerate(policies):
+            if k == 1:
+                with native.disabled():
+                    i = p.select(cand)
+            else:
+                i = p.select(cand)
+            picks.append(i)
+            x = cand[i] if played == "view" else cand[i].clone()
+            r = torch.tensor([reward], dtype=torch.float64) if played == "tensor_reward" else reward
+            if k == 1:
+                with native.disabled():
+                    p.update(x, r)
+            else:
+                p.update(x, r)
+        assert picks[0] == picks[1]
+    _same_state(policies[0].model, policies[1].model)
+    assert policies[0].t == policies[1].t == 40

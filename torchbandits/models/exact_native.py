@@ -73,7 +73,7 @@ def native_score(model: ExactKernelRidge, cand: Tensor, idxs: list[int], many: b
     if kind is None or not _ok(weight) or not _ok(zs):
         return None
     zbase, zstride = zs.data_ptr(), zs.stride(0) * 8
-    factors, fs = [], list(model.factors)
+    factors, fs = [], list(model._modules["factors"])  # (not through nn.Module.__getattr__)
     for idx in idxs:
         head, tail = fs[idx].layout()
         if not (_ok(head) and _ok(tail)):
@@ -190,7 +190,7 @@ def native_append(model: ExactKernelRidge, x: Tensor, y: float, rec: ScoredSet, 
     lib = nx.available()
     if lib is None:
         return False
-    fs = list(model.factors)
+    fs = list(model._modules["factors"])  # (not through nn.Module.__getattr__)
     count = len(fs)
     src = _sources(rec, count)
     plan = model._plan

@@ -43,21 +43,20 @@ KINDS = {("rbf", float("inf")): 0, ("matern", 0.5): 1, ("matern", 1.5): 2, ("mat
 _L = ctypes.c_long
 _P = ctypes.c_void_p
 _D = ctypes.c_double
-_CONFIGURED: set[int] = set()
+_CONFIGURED: list[ctypes.CDLL] = []  # the libraries whose argument types are set
 
 
 def available() -> ctypes.CDLL | None:
     """The library with its argument types set, or ``None`` (off or not buildable)."""
     lib = library("exact_step")
-    if lib is None:
-        return None
-    if id(lib) not in _CONFIGURED:
-        lib.tb_exact_score.argtypes = [_L, _L, _L, _L, _P, _P, _P, _L, ctypes.c_int, _D,
-                                       ctypes.c_int, _D, _P, _P, _P, _P, _P, _P, _P, _P, _P]
-        lib.tb_exact_score.restype = _L
-        lib.tb_exact_append.argtypes = [_L, _L, _L, _L, _L, _P, _D, _P, _D, _P, _P, _P, _L, _P]
-        lib.tb_exact_append.restype = ctypes.c_int
-        _CONFIGURED.add(id(lib))
+    if lib is None or lib in _CONFIGURED:
+        return lib
+    lib.tb_exact_score.argtypes = [_L, _L, _L, _L, _P, _P, _P, _L, ctypes.c_int, _D,
+                                   ctypes.c_int, _D, _P, _P, _P, _P, _P, _P, _P, _P, _P]
+    lib.tb_exact_score.restype = _L
+    lib.tb_exact_append.argtypes = [_L, _L, _L, _L, _L, _P, _D, _P, _D, _P, _P, _P, _L, _P]
+    lib.tb_exact_append.restype = ctypes.c_int
+    _CONFIGURED.append(lib)
     return lib
 
 
@@ -82,9 +81,8 @@ def score(lib: ctypes.CDLL, n: int, xs: Tensor, cand: Tensor, weight: Tensor, ki
     """
     d = xs.shape[1]
     a, count = cand.shape[0], len(factors)
-    table = (ctypes.c_longlong * (5 * count))()
-    for r, entry in enumerate(factors):
-        table[5 * r: 5 * r + 5] = entry
+    table = (ctypes.c_longlong * (5 * count))(*factors[0]) if count == 1 else \
+        (ctypes.c_longlong * (5 * count))(*[e for entry in factors for e in entry])
     v, mean, sumsq = out
     cs, kq, var = keep
     dbl = None if bound is None else (_D * (2 * count))(*bound[0], *bound[1])

@@ -113,7 +113,9 @@ class LeanStep:
                 self._choice = (cand, index, cand[index])
             return False
         r = as_scalar_reward("reward", reward)
-        r = as_scalar_reward("reward", r - self.refit_offset)  # type: ignore[attr-defined]
+        offset = self.refit_offset  # type: ignore[attr-defined]
+        if offset:  # (r − 0 is r: checked once)
+            r = as_scalar_reward("reward", r - offset)
         with torch.no_grad(), trusted(x):
             self.model.append(x, r, column=(chosen[0], chosen[1]))  # type: ignore[attr-defined]
         if self.dim is None:  # type: ignore[attr-defined]
