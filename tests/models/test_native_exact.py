@@ -297,3 +297,45 @@ def test_lean_update_paths_give_the_same_model(played, monkeypatch):
         assert picks[0] == picks[1]
     _same_state(policies[0].model, policies[1].model)
     assert policies[0].t == policies[1].t == 40
+
+
+def _run_with_a_kernel_change(method: str, rounds: int = 120):
+    """A run whose kernel lengthscale is changed in place (``.data``: no version bump), the model
+    refactorised (``refresh``), at round 60 and back at round 90; at those rounds the UCBs before
+    the change and after it (the policy's own, its kernel plan to re-read, equal to a copy's,
+    whose plan is read afresh)."""
+    gen = torch.Generator().manual_seed(5)
+    policy = _policy(method, "matern52")
+    policy.reset(seed=0)
+    raw = policy.model.kernel.raw_lengthscale
+    first = raw.detach().clone()
+    actions, ucbs = [], []
+    for t in range(rounds):
+        cand = torch.rand(100, 3, generator=gen, dtype=torch.float64)
+        if t in (60, 90):
+            before = copy.deepcopy(policy)(cand)
+            raw.data.add_(0.4) if t == 60 else raw.data.copy_(first)
+            policy.model.refresh()
+            fresh = copy.deepcopy(policy)(cand)
+            own = policy(cand)
+            torch.testing.assert_close(own, fresh, rtol=0.0, atol=1e-10)
+            ucbs.append((before, own))
+        i = policy.select(cand)
+        actions.append(i)
+        policy.update(cand[i], math.sin(3.0 * float(cand[i].sum())))
+    return actions, ucbs, policy.model
+
+
+@pytest.mark.parametrize("method", ["AMM", "DMM"])
+def test_a_kernel_changed_in_place_between_steps_is_seen(method, monkeypatch):
+    calls = _Calls(monkeypatch)
+    a1, u1, m1 = _run_with_a_kernel_change(method)
+    assert calls.n >= 110
+    with native.disabled():
+        a2, u2, m2 = _run_with_a_kernel_change(method)
+    assert a1 == a2
+    for (b1, c1), (b2, c2) in zip(u1, u2):
+        torch.testing.assert_close(b1, b2, rtol=0.0, atol=1e-10)
+        torch.testing.assert_close(c1, c2, rtol=0.0, atol=1e-10)
+        assert (b1 - c1).abs().max() > 1e-6  # the change reached the bound
+    _same_state(m1, m2)
