@@ -154,6 +154,19 @@ class ExactKernelRidge(ExactQueries, StoredData):
         dim = xs.shape[1] if xs.shape[0] > 0 else None  # type: ignore[union-attr]
         return as_point(name, x, dtype=ys.dtype, device=ys.device, dim=dim)  # type: ignore[union-attr]
 
+    def room_for(self, n: int) -> tuple[Tensor, Tensor, Tensor]:
+        """The stored points ``[cap, d]``, rewards ``[cap]`` and ``z`` ``[factors, cap]`` buffers
+        with a row for point ``n`` (each regrown, and reassigned, only when full)."""
+        bufs = self._buffers  # (read past nn.Module.__getattr__: this is on every append)
+        xs, ys, zs = bufs["_x"], bufs["_y"], bufs["_z"]
+        if xs.shape[0] <= n:
+            self._x = xs = grow_rows(xs, n + 1)
+        if ys.shape[0] <= n:
+            self._y = ys = grow_rows(ys, n + 1)
+        if zs.shape[1] <= n:
+            self._z = zs = grow_rows(zs, n + 1, dims=(1,))
+        return xs, ys, zs
+
     def append(self, x: Tensor, y: float | Tensor, *,
                column: tuple[Tensor, int] | None = None) -> None:
         """Add one observation ``(x, y)`` in O(n²) per regulariser.
@@ -192,15 +205,9 @@ class ExactKernelRidge(ExactQueries, StoredData):
             if not d2 > 0:
                 raise ValueError(f"append: pivot {d2:.3e} not positive at λ={reg}")
             rows.append((row, math.sqrt(d2), mz))
-        xs, ys, zs = self._x, self._y, self._z
-        if xs.shape[0] == 0:
-            self._x = xs = x.new_zeros(16, x.shape[0])
-        if xs.shape[0] <= n:  # buffers are reassigned only when they grow
-            self._x = xs = grow_rows(xs, n + 1)
-        if ys.shape[0] <= n:
-            self._y = ys = grow_rows(ys, n + 1)
-        if zs.shape[1] <= n:
-            self._z = zs = grow_rows(zs, n + 1, dims=(1,))
+        if self._buffers["_x"].shape[0] == 0:
+            self._x = x.new_zeros(16, x.shape[0])
+        xs, ys, zs = self.room_for(n)
         xs[n] = x
         ys[n : n + 1].fill_(yv)
         z_new = [(yv - mz) / d for _, d, mz in rows]

@@ -200,12 +200,7 @@ def native_append(model: ExactKernelRidge, x: Tensor, y: float, rec: ScoredSet, 
     xs_buf, ys, zs = bufs["_x"], bufs["_y"], bufs["_z"]
     if not (_ok(xs_buf) and _ok(ys) and _ok(zs)):
         return False
-    if xs_buf.shape[0] <= n:  # buffers are reassigned only when they grow
-        model._x = xs_buf = grow_rows(xs_buf, n + 1)
-    if ys.shape[0] <= n:
-        model._y = ys = grow_rows(ys, n + 1)
-    if zs.shape[1] <= n:
-        model._z = zs = grow_rows(zs, n + 1, dims=(1,))
+    xs_buf, ys, zs = model.room_for(n)
     d = x.shape[0]
     scaled, form = model._lean, plan.stationary
     scaled_dst = 0  # the scaled row x·w, where the scaled points are current (exact_scoring)
