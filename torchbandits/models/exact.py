@@ -46,7 +46,7 @@ from ..buffers import StoredData, grow_rows
 from ..kernels import kernel_diag, kernel_matrix
 from ..linalg import GrowingCholesky, safe_cholesky
 from ..validation import as_matrix, as_point, as_scalar_reward, check_positive
-from .exact_native import native_append, set_plain
+from .exact_native import set_plain
 from .exact_rebuild import rescore_candidate_caches
 from .exact_scoring import ExactQueries, ScoredSet
 from .posterior import CandidateCache, whitened_solve
@@ -180,7 +180,7 @@ class ExactKernelRidge(ExactQueries, StoredData):
         yv = as_scalar_reward("y", y)
         n = self._n
         reuse = self.reused_column(column)
-        if reuse is not None and n and native_append(self, x, yv, *reuse):
+        if reuse is not None and n and self._native_append(x, yv, *reuse):
             return self._appended(n)
         pieces = reuse[0].pieces(reuse[1]) if reuse is not None and n else {}
         kcol: Tensor | None = None

@@ -1,10 +1,10 @@
 """The compiled single-run step of :class:`~torchbandits.models.ExactKernelRidge` on the CPU.
 
-:func:`native_score` scores a candidate set at maintained regularisers with one call of
+:meth:`ExactNative._native_score` scores a candidate set at maintained regularisers with one call of
 :func:`torchbandits.native.exact.score` (the scaling of the candidates, ``K_SC`` by the closed
 form, ``V_r = L_r⁻¹K_SC``, ``μ_r = z_rᵀV_r``, ``colsum(V_r²)`` and ``ρ²_r`` for every factor) and
 records the scored set exactly as the torch path of :mod:`~torchbandits.models.exact_scoring`
-does (the same ``ScoredSet`` fields and candidate caches). :func:`native_append` appends the
+does (the same ``ScoredSet`` fields and candidate caches). :meth:`ExactNative._native_append` appends the
 scored candidate ``j`` with one call of :func:`torchbandits.native.exact.append` (the O(n) append:
 the new factor rows are the columns ``V_r[:, j]``).
 
@@ -31,10 +31,9 @@ from .posterior import CandidateCache
 
 if TYPE_CHECKING:
     from ..confidence.radii import UCBForm
-    from .exact import ExactKernelRidge
     from .exact_scoring import ScoredSet
 
-__all__ = ["native_append", "native_score", "native_ucb_argmax"]
+__all__ = ["ExactNative", "set_plain"]
 
 _F64 = torch.float64
 
@@ -47,118 +46,6 @@ set_plain = object.__setattr__
 def _ok(t: Tensor) -> bool:
     """A contiguous float64 CPU tensor (what the C code reads)."""
     return t.dtype is _F64 and t.is_cpu and t.is_contiguous()
-
-
-def native_score(model: ExactKernelRidge, cand: Tensor, idxs: list[int], many: bool = False,
-                 bound: UCBForm | None = None) -> tuple[Tensor, Tensor] | tuple[int, Tensor | None] | None:
-    """``(μ, ρ²)`` of ``cand`` ``[A, d]`` at the maintained factors ``idxs``: ``[A]`` each for one
-    factor, ``[R, A]`` for several or with ``many``; the scored set recorded as the torch path
-    records it (``V``, ``μ``, ``colsum V²`` and the candidate caches; ``K_SC`` kept only with
-    several factors, the scaled candidates not kept: an append computes its row). With ``bound``
-    (an upper confidence bound ``min_r (sqrt(ρ²_r / div_r) β_r + μ_r)`` over the factors
-    ``idxs``, :func:`torchbandits.confidence.radii.ucb_form`) returns ``(index of the largest
-    bound, minimising r [A] int64 or None)`` instead, ``ρ²`` and the bounds not kept.
-    ``None`` if the step does not qualify (see the module docstring)."""
-    n = model._n
-    if n == 0 or n > nx.MAX_N or not _ok(cand):
-        return None
-    lib = nx.available()
-    if lib is None:
-        return None
-    form = model.kernel_plan().stationary
-    if form is None:
-        return None
-    kind = nx.KINDS.get((form.kind, form.nu))
-    weight, zs = form.weight, model._buffers["_z"]  # (the buffer table: see GrowingCholesky.layout)
-    if kind is None or not _ok(weight) or not _ok(zs):
-        return None
-    zbase, zstride = zs.data_ptr(), zs.stride(0) * 8
-    factors, fs = [], list(model._modules["factors"])  # (not through nn.Module.__getattr__)
-    for idx in idxs:
-        head, tail = fs[idx].layout()
-        if not (_ok(head) and _ok(tail)):
-            return None
-        factors.append((head.data_ptr(), head.shape[0], tail.data_ptr(), tail.shape[1],
-                        zbase + idx * zstride))
-    if model.cache_candidates and _served(model, cand, idxs):
-        return None
-    xs = model._scaled_rows(form, whole=True)  # [cap, d], rows :n valid
-    if not _ok(xs):
-        return None
-    a, r = cand.shape[0], len(idxs)
-    flat = r == 1 and not many
-    shape = (a,) if flat else (r, a)
-    v = cand.new_empty((n, a) if flat else (r, n, a))
-    mean, sumsq = cand.new_empty(shape), cand.new_empty(shape)
-    kq = cand.new_empty(n, a) if r > 1 else None
-    kdiag = form.diag_value
-    if bound is None:
-        var = cand.new_empty(shape)
-        nx.score(lib, n, xs, cand, weight, kind, form.outputscale, kdiag, factors,
-                 (v, mean, sumsq), (None, kq, var))
-        result: tuple = (mean, var)
-    else:
-        arg = torch.empty(a, dtype=torch.int64) if r > 1 else None
-        best = nx.score(lib, n, xs, cand, weight, kind, form.outputscale, kdiag, factors,
-                        (v, mean, sumsq), (None, kq, None), (bound.betas, bound.divisors), arg)
-        result = (best, arg)
-    rec = model._record(cand, kdiag)
-    rec.kq = kq
-    if flat:
-        rec.columns[idxs[0]] = (v, mean, sumsq)
-        rec.stack = None
-    else:
-        rec.stack = (v, mean, sumsq, list(idxs))
-    if model.cache_candidates:
-        version = model._version
-        vs, ss = ((v,), (sumsq,)) if flat else (v.unbind(0), sumsq.unbind(0))
-        for p, idx in enumerate(idxs):
-            vp, sp = vs[p], ss[p]
-            model._caches[idx] = CandidateCache(cand, kdiag, vp, sp, n, version)
-            model._cache_seen[idx] = cand._version
-    return result
-
-
-def native_ucb_argmax(model: ExactKernelRidge, candidates: Tensor,
-                      make_form: Callable[[], UCBForm | None]) -> int | None:
-    """:meth:`ExactKernelRidge.ucb_argmax`: the index of the largest upper confidence bound
-    ``min_i (sqrt(ρ²_{reg_i} / div_i) β_i + μ_{reg_i})`` over ``candidates`` ``[A, d]``, where
-    ``make_form()`` gives ``(regs, β, div, done)`` (:func:`~torchbandits.confidence.radii.ucb_form`;
-    ``done(None, minimising i [A] or None)`` is called after the scoring), with one compiled
-    call and the scored set recorded as :meth:`mean_var` records it. ``None`` (nothing recorded)
-    when the form or the step does not qualify."""
-    if not 0 < model._n <= nx.MAX_N:
-        return None
-    cand = model._checked(candidates)
-    form = make_form()
-    if form is None:
-        return None
-    idxs = []
-    for reg in form.regs:
-        idx = model._factor_for(reg)[0]
-        if idx is None:
-            return None
-        idxs.append(idx)
-    got = native_score(model, cand, idxs, len(idxs) > 1, form)
-    if got is None:
-        return None
-    if form.done is not None:
-        form.done(None, got[1])
-    return got[0]  # type: ignore[return-value]
-
-
-def _served(model: ExactKernelRidge, cand: Tensor, idxs: list[int]) -> bool:
-    """Whether a candidate cache of one of ``idxs`` serves ``cand`` (then the torch path extends
-    it); caches built together share one tensor: compared once."""
-    seen: set[int] = set()
-    for idx in idxs:
-        cache = model._caches.get(idx)
-        if cache is None or id(cache.candidates) in seen:
-            continue
-        if model._serves(idx, cache, cand):
-            return True
-        seen.add(id(cache.candidates))
-    return False
 
 
 def _sources(rec: ScoredSet, count: int) -> list[tuple[int, int, int]] | None:
@@ -180,46 +67,168 @@ def _sources(rec: ScoredSet, count: int) -> list[tuple[int, int, int]] | None:
     return [(v.data_ptr(), mean.data_ptr(), sumsq.data_ptr())]
 
 
-def native_append(model: ExactKernelRidge, x: Tensor, y: float, rec: ScoredSet, j: int) -> bool:
-    """Append ``(x, y)``, ``x`` the candidate ``j`` of the scored set ``rec`` of the current data,
-    with one C call, and do the model's bookkeeping; ``False`` (nothing changed) if it does not
-    qualify. Raises ``ValueError`` (the data unchanged) if a pivot is not positive."""
-    n = model._n
-    if n == 0 or not _ok(x) or rec.candidates.shape[0] <= j:
+class ExactNative:
+    """The compiled single-run step, mixed into :class:`~torchbandits.models.ExactKernelRidge`
+    (through :class:`~torchbandits.models.exact_scoring.ExactQueries`), whose state it reads: see
+    the module docstring."""
+
+    _n: int
+    _version: int
+    _caches: dict
+    _cache_seen: dict
+    cache_candidates: bool
+    regularisers: tuple[float, ...]
+
+    def _native_score(self, cand: Tensor, idxs: list[int], many: bool = False,
+                      bound: UCBForm | None = None
+                      ) -> tuple[Tensor, Tensor] | tuple[int, Tensor | None] | None:
+        """``(μ, ρ²)`` of ``cand`` ``[A, d]`` at the maintained factors ``idxs``: ``[A]`` each for one
+        factor, ``[R, A]`` for several or with ``many``; the scored set recorded as the torch path
+        records it (``V``, ``μ``, ``colsum V²`` and the candidate caches; ``K_SC`` kept only with
+        several factors, the scaled candidates not kept: an append computes its row). With ``bound``
+        (an upper confidence bound ``min_r (sqrt(ρ²_r / div_r) β_r + μ_r)`` over the factors
+        ``idxs``, :func:`torchbandits.confidence.radii.ucb_form`) returns ``(index of the largest
+        bound, minimising r [A] int64 or None)`` instead, ``ρ²`` and the bounds not kept.
+        ``None`` if the step does not qualify (see the module docstring)."""
+        n = self._n
+        if n == 0 or n > nx.MAX_N or not _ok(cand):
+            return None
+        lib = nx.available()
+        if lib is None:
+            return None
+        form = self.kernel_plan().stationary
+        if form is None:
+            return None
+        kind = nx.KINDS.get((form.kind, form.nu))
+        weight, zs = form.weight, self._buffers["_z"]  # (the buffer table: see GrowingCholesky.layout)
+        if kind is None or not _ok(weight) or not _ok(zs):
+            return None
+        zbase, zstride = zs.data_ptr(), zs.stride(0) * 8
+        factors, fs = [], list(self._modules["factors"])  # (not through nn.Module.__getattr__)
+        for idx in idxs:
+            head, tail = fs[idx].layout()
+            if not (_ok(head) and _ok(tail)):
+                return None
+            factors.append((head.data_ptr(), head.shape[0], tail.data_ptr(), tail.shape[1],
+                            zbase + idx * zstride))
+        if self.cache_candidates and self._native_served(cand, idxs):
+            return None
+        xs = self._scaled_rows(form, whole=True)  # [cap, d], rows :n valid
+        if not _ok(xs):
+            return None
+        a, r = cand.shape[0], len(idxs)
+        flat = r == 1 and not many
+        shape = (a,) if flat else (r, a)
+        v = cand.new_empty((n, a) if flat else (r, n, a))
+        mean, sumsq = cand.new_empty(shape), cand.new_empty(shape)
+        kq = cand.new_empty(n, a) if r > 1 else None
+        kdiag = form.diag_value
+        if bound is None:
+            var = cand.new_empty(shape)
+            nx.score(lib, n, xs, cand, weight, kind, form.outputscale, kdiag, factors,
+                     (v, mean, sumsq), (None, kq, var))
+            result: tuple = (mean, var)
+        else:
+            arg = torch.empty(a, dtype=torch.int64) if r > 1 else None
+            best = nx.score(lib, n, xs, cand, weight, kind, form.outputscale, kdiag, factors,
+                            (v, mean, sumsq), (None, kq, None), (bound.betas, bound.divisors), arg)
+            result = (best, arg)
+        rec = self._record(cand, kdiag)
+        rec.kq = kq
+        if flat:
+            rec.columns[idxs[0]] = (v, mean, sumsq)
+            rec.stack = None
+        else:
+            rec.stack = (v, mean, sumsq, list(idxs))
+        if self.cache_candidates:
+            version = self._version
+            vs, ss = ((v,), (sumsq,)) if flat else (v.unbind(0), sumsq.unbind(0))
+            for p, idx in enumerate(idxs):
+                vp, sp = vs[p], ss[p]
+                self._caches[idx] = CandidateCache(cand, kdiag, vp, sp, n, version)
+                self._cache_seen[idx] = cand._version
+        return result
+
+    def _native_ucb_argmax(self, candidates: Tensor,
+                           make_form: Callable[[], UCBForm | None]) -> int | None:
+        """:meth:`ExactKernelRidge.ucb_argmax`: the index of the largest upper confidence bound
+        ``min_i (sqrt(ρ²_{reg_i} / div_i) β_i + μ_{reg_i})`` over ``candidates`` ``[A, d]``, where
+        ``make_form()`` gives ``(regs, β, div, done)`` (:func:`~torchbandits.confidence.radii.ucb_form`;
+        ``done(None, minimising i [A] or None)`` is called after the scoring), with one compiled
+        call and the scored set recorded as :meth:`mean_var` records it. ``None`` (nothing recorded)
+        when the form or the step does not qualify."""
+        if not 0 < self._n <= nx.MAX_N:
+            return None
+        cand = self._checked(candidates)
+        form = make_form()
+        if form is None:
+            return None
+        idxs = []
+        for reg in form.regs:
+            idx = self._factor_for(reg)[0]
+            if idx is None:
+                return None
+            idxs.append(idx)
+        got = self._native_score(cand, idxs, len(idxs) > 1, form)
+        if got is None:
+            return None
+        if form.done is not None:
+            form.done(None, got[1])
+        return got[0]  # type: ignore[return-value]
+
+    def _native_served(self, cand: Tensor, idxs: list[int]) -> bool:
+        """Whether a candidate cache of one of ``idxs`` serves ``cand`` (then the torch path extends
+        it); caches built together share one tensor: compared once."""
+        seen: set[int] = set()
+        for idx in idxs:
+            cache = self._caches.get(idx)
+            if cache is None or id(cache.candidates) in seen:
+                continue
+            if self._serves(idx, cache, cand):
+                return True
+            seen.add(id(cache.candidates))
         return False
-    lib = nx.available()
-    if lib is None:
-        return False
-    fs = list(model._modules["factors"])  # (not through nn.Module.__getattr__)
-    count = len(fs)
-    src = _sources(rec, count)
-    plan = model._plan
-    if src is None or plan is None:
-        return False
-    bufs = model._buffers  # (the buffer table: see GrowingCholesky.layout)
-    xs_buf, ys, zs = bufs["_x"], bufs["_y"], bufs["_z"]
-    if not (_ok(xs_buf) and _ok(ys) and _ok(zs)):
-        return False
-    xs_buf, ys, zs = model.room_for(n)
-    d = x.shape[0]
-    scaled, form = model._lean, plan.stationary
-    scaled_dst = 0  # the scaled row x·w, where the scaled points are current (exact_scoring)
-    if scaled is not None and scaled[1] == n and scaled[3] == model._version and form is not None \
-            and scaled[2] is form and _ok(form.weight):
-        if scaled[0].shape[0] <= n:
-            scaled[0] = grow_rows(scaled[0], n + 1)
-        scaled_dst = scaled[0].data_ptr() + n * d * 8
-    zb, zstride = zs.data_ptr(), zs.stride(0) * 8
-    dst = [(f.open_row(), zb + r * zstride + n * 8) for r, f in enumerate(fs)]
-    kxx = rec.kdiag if isinstance(rec.kdiag, float) else float(rec.kdiag[j])
-    out = nx.append(lib, n, rec.candidates.shape[0], d, j, src, kxx, model.regularisers, y, dst,
-                    (x.data_ptr(), xs_buf.data_ptr() + n * d * 8, ys.data_ptr() + n * 8,
-                     scaled_dst), form.weight if scaled_dst else x)
-    if isinstance(out, int):
-        raise ValueError(f"append: pivot not positive at λ={model.regularisers[out]}")
-    for r, f in enumerate(fs):
-        f.close_row()
-        model._advance(r, n, out[2 * r], out[2 * r + 1])
-    if scaled_dst:
-        scaled[1] = n + 1
-    return True
+
+    def _native_append(self, x: Tensor, y: float, rec: ScoredSet, j: int) -> bool:
+        """Append ``(x, y)``, ``x`` the candidate ``j`` of the scored set ``rec`` of the current data,
+        with one C call, and do the model's bookkeeping; ``False`` (nothing changed) if it does not
+        qualify. Raises ``ValueError`` (the data unchanged) if a pivot is not positive."""
+        n = self._n
+        if n == 0 or not _ok(x) or rec.candidates.shape[0] <= j:
+            return False
+        lib = nx.available()
+        if lib is None:
+            return False
+        fs = list(self._modules["factors"])  # (not through nn.Module.__getattr__)
+        count = len(fs)
+        src = _sources(rec, count)
+        plan = self._plan
+        if src is None or plan is None:
+            return False
+        bufs = self._buffers  # (the buffer table: see GrowingCholesky.layout)
+        xs_buf, ys, zs = bufs["_x"], bufs["_y"], bufs["_z"]
+        if not (_ok(xs_buf) and _ok(ys) and _ok(zs)):
+            return False
+        xs_buf, ys, zs = self.room_for(n)
+        d = x.shape[0]
+        scaled, form = self._lean, plan.stationary
+        scaled_dst = 0  # the scaled row x·w, where the scaled points are current (exact_scoring)
+        if scaled is not None and scaled[1] == n and scaled[3] == self._version and form is not None \
+                and scaled[2] is form and _ok(form.weight):
+            if scaled[0].shape[0] <= n:
+                scaled[0] = grow_rows(scaled[0], n + 1)
+            scaled_dst = scaled[0].data_ptr() + n * d * 8
+        zb, zstride = zs.data_ptr(), zs.stride(0) * 8
+        dst = [(f.open_row(), zb + r * zstride + n * 8) for r, f in enumerate(fs)]
+        kxx = rec.kdiag if isinstance(rec.kdiag, float) else float(rec.kdiag[j])
+        out = nx.append(lib, n, rec.candidates.shape[0], d, j, src, kxx, self.regularisers, y, dst,
+                        (x.data_ptr(), xs_buf.data_ptr() + n * d * 8, ys.data_ptr() + n * 8,
+                         scaled_dst), form.weight if scaled_dst else x)
+        if isinstance(out, int):
+            raise ValueError(f"append: pivot not positive at λ={self.regularisers[out]}")
+        for r, f in enumerate(fs):
+            f.close_row()
+            self._advance(r, n, out[2 * r], out[2 * r + 1])
+        if scaled_dst:
+            scaled[1] = n + 1
+        return True

@@ -37,7 +37,7 @@ from ..kernel_fast import ScaledStationary
 from ..kernels import KernelPlan
 from ..linalg import GrowingCholesky, logdet_from_cholesky
 from ..validation import as_matrix, check_positive
-from .exact_native import native_score, native_ucb_argmax, set_plain
+from .exact_native import ExactNative, set_plain
 from .posterior import CandidateCache, colsum_sq, score_whitened, whitened_solve
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ class ScoredSet:
                 for r, (idx, col) in enumerate(zip(idxs, cols))}
 
 
-class ExactQueries:
+class ExactQueries(ExactNative):
     """Scoring and scalar queries of the exact model (mixed into
     :class:`~torchbandits.models.ExactKernelRidge`, whose state it reads)."""
 
@@ -285,7 +285,7 @@ class ExactQueries:
         if self._n == 0:
             return cand.new_zeros(cand.shape[0]), self.kernel_plan().diag(cand)
         if slot[0] is not None:
-            done = native_score(self, cand, [slot[0]])  # type: ignore[arg-type]
+            done = self._native_score(cand, [slot[0]])
             if done is not None:
                 return done
         means, variances = self._score(cand, [slot])
@@ -305,7 +305,7 @@ class ExactQueries:
             return cand.new_zeros(len(slots), cand.shape[0]), kd.expand(len(slots), -1).clone()
         idxs = [idx for idx, _ in slots if idx is not None]
         if len(idxs) == len(slots):
-            done = native_score(self, cand, idxs, many=True)  # type: ignore[arg-type]
+            done = self._native_score(cand, idxs, many=True)
             if done is not None:
                 return done
         if len(idxs) == len(slots) > 1:
@@ -318,8 +318,8 @@ class ExactQueries:
     def ucb_argmax(self, candidates: Tensor, make_form: Callable[[], UCBForm | None]
                    ) -> int | None:
         """The argmax of a rule's bound (``make_form()``: :func:`~torchbandits.confidence.radii.ucb_form`)
-        in one compiled call, or ``None``: :func:`~.exact_native.native_ucb_argmax`."""
-        return native_ucb_argmax(self, candidates, make_form)  # type: ignore[arg-type]
+        in one compiled call, or ``None``: :meth:`~.exact_native.ExactNative._native_ucb_argmax`."""
+        return self._native_ucb_argmax(candidates, make_form)
 
     # ------------------------------------------------------------------ scalars
     def _running(self, idx: int) -> list:
