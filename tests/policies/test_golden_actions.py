@@ -4,8 +4,10 @@ The golden file ``tests/data/golden_actions.json`` was recorded before the packa
 reorganised (one home for each thing) and guards that reorganisations change no decision: every
 policy of the registry plays 100 rounds on a fixed-arm environment (a rotating RKHS function,
 24 arms, d = 2) and, where it accepts fresh candidates, 100 rounds of the Chessboard contextual
-problem. Re-record (only for an intended change of behaviour, stated in the commit) with
-``python tests/policies/test_golden_actions.py --record``.
+problem. Each case runs twice: as installed (the compiled steps of :mod:`torchbandits.native` where
+a C compiler is present) and with the compiled steps off (the torch paths, which are what runs on
+other devices and without a compiler). Re-record (only for an intended change of behaviour,
+stated in the commit) with ``python tests/policies/test_golden_actions.py --record``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from torchbandits import native
 from torchbandits.experiments.registry import POLICIES, make_env, make_policy
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden_actions.json"
@@ -70,13 +73,18 @@ def _golden() -> dict:
 CASES = [(p, e) for p in sorted(POLICIES) for e in ENVS]
 
 
+@pytest.mark.parametrize("compiled", [True, False], ids=["as-installed", "torch-path"])
 @pytest.mark.parametrize(("policy_name", "env_key"), CASES)
-def test_actions_equal_the_golden_run(policy_name, env_key):
+def test_actions_equal_the_golden_run(policy_name, env_key, compiled):
     golden = _golden()
     key = f"{policy_name}/{env_key}"
     if key not in golden:
         pytest.skip(f"{key}: registered after the golden run was recorded")
-    assert play(policy_name, env_key) == golden[key]
+    if compiled:
+        assert play(policy_name, env_key) == golden[key]
+    else:
+        with native.disabled():
+            assert play(policy_name, env_key) == golden[key]
 
 
 def test_golden_file_covers_the_registry_at_recording():
