@@ -102,7 +102,8 @@ class ExactQueries(ExactNative):
         """The kernel's hyper-parameters read once (re-read if the kernel or its values change)."""
         plan = self._plan
         if plan is None or not plan.current(self.kernel):  # type: ignore[attr-defined]
-            plan = self._plan = KernelPlan(self.kernel, track=True)  # type: ignore[attr-defined]
+            with torch.no_grad():  # (values only: the compiled step may run with autograd on)
+                plan = self._plan = KernelPlan(self.kernel, track=True)  # type: ignore[attr-defined]
         return plan
 
     def _factor_for(self, reg: float | None) -> tuple[int | None, float]:
