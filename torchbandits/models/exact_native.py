@@ -3,10 +3,15 @@
 :meth:`ExactNative._native_score` scores a candidate set at maintained regularisers with one call of
 :func:`torchbandits.native.exact.score` (the scaling of the candidates, ``K_SC`` by the closed
 form, ``V_r = L_r⁻¹K_SC``, ``μ_r = z_rᵀV_r``, ``colsum(V_r²)`` and ``ρ²_r`` for every factor) and
-records the scored set exactly as the torch path of :mod:`~torchbandits.models.exact_scoring`
-does (the same ``ScoredSet`` fields and candidate caches). :meth:`ExactNative._native_append` appends the
+records the scored set (:class:`ScoredSet`) exactly as the torch path of
+:mod:`~torchbandits.models.exact_scoring` does (the same fields and candidate caches), plus the
+addresses of what it wrote (``ScoredSet.native``). :meth:`ExactNative._native_append` appends the
 scored candidate ``j`` with one call of :func:`torchbandits.native.exact.append` (the O(n) append:
-the new factor rows are the columns ``V_r[:, j]``).
+the new factor rows are the columns ``V_r[:, j]``), reading those addresses (a record the torch
+path wrote into is read and checked instead).
+
+Neither needs autograd switched off (no tensor operation of theirs records a graph), so a policy
+calls them without ``torch.no_grad()``; the model switches it off for its torch path itself.
 
 Both return ``None`` / ``False`` when the step does not qualify, and the caller takes its torch
 path, which stays the reference (the tests hold the two to rounding): no compiled library
