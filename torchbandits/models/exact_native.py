@@ -63,9 +63,10 @@ class ScoredSet:
     scaled: Tensor | None = None  # the candidates times the kernel weights [A, d] (fast path)
     columns: dict[int, tuple[Tensor, Tensor, Tensor]] = field(default_factory=dict)
     stack: tuple[Tensor, Tensor, Tensor, list[int]] | None = None  # (V, μ, colsum V², factor idxs)
-    #: per factor ``0..R−1`` the addresses of its ``(V, μ, colsum V²)`` where the compiled scoring
-    #: wrote them for every factor (what the compiled append reads), else ``None``
-    native: list[tuple[int, int, int]] | None = None
+    #: ``(V, its address, per factor 0..R−1 the addresses of its (V, μ, colsum V²))`` where the
+    #: compiled scoring wrote them for every factor (what the compiled append reads; valid while
+    #: ``V`` is at that address: a copy of the record, e.g. by ``copy.deepcopy``, is not), else None
+    native: tuple[Tensor, int, list[tuple[int, int, int]]] | None = None
 
     def pieces(self, j: int) -> dict[int, tuple[Tensor, float, float]]:
         """Per factor index scored here: ``(L⁻¹k_S(x_j), ‖L⁻¹k_S(x_j)‖², zᵀL⁻¹k_S(x_j))`` of
@@ -179,15 +180,15 @@ class ExactNative:
             rec.columns[idxs[0]] = (v, mean, sumsq)
             rec.stack = None
             # (the addresses the compiled append reads: written here, no check needed there)
-            rec.native = [(v.data_ptr(), mean.data_ptr(), sumsq.data_ptr())] \
+            rec.native = (v, v.data_ptr(), [(v.data_ptr(), mean.data_ptr(), sumsq.data_ptr())]) \
                 if count == 1 and idxs[0] == 0 else None
         else:
             rec.stack = (v, mean, sumsq, list(idxs))
             if sorted(idxs) == list(range(count)):
                 pos, bv, bm, bs = {i: p for p, i in enumerate(idxs)}, v.data_ptr(), \
                     mean.data_ptr(), sumsq.data_ptr()
-                rec.native = [(bv + pos[f] * n * a * 8, bm + pos[f] * a * 8, bs + pos[f] * a * 8)
-                              for f in range(count)]
+                rec.native = (v, bv, [(bv + pos[f] * n * a * 8, bm + pos[f] * a * 8,
+                                       bs + pos[f] * a * 8) for f in range(count)])
             else:
                 rec.native = None
         if self.cache_candidates:
@@ -250,8 +251,10 @@ class ExactNative:
         if plan is None:
             return False
         fs = list(self._modules["factors"])  # (not through nn.Module.__getattr__)
-        src = rec.native  # (written by the compiled scoring of every factor: checked there)
-        if src is None:
+        native = rec.native  # (what the compiled scoring of every factor wrote: checked there)
+        if native is not None and native[0].data_ptr() == native[1]:
+            src = native[2]
+        else:
             src = _sources(rec, len(fs))
             if src is None:
                 return False
