@@ -68,10 +68,10 @@ class ExactQueries(ExactNative):
     # ------------------------------------------------------------------ kernel, factors
     def kernel_plan(self) -> KernelPlan:
         """The kernel's hyper-parameters read once (re-read if the kernel or its values change)."""
-        plan = self._plan
-        if plan is None or not plan.current(self.kernel):  # type: ignore[attr-defined]
+        plan, kernel = self._plan, self._modules["kernel"]  # type: ignore[attr-defined]
+        if plan is None or not plan.current(kernel):
             with torch.no_grad():  # (values only: the compiled step may run with autograd on)
-                plan = self._plan = KernelPlan(self.kernel, track=True)  # type: ignore[attr-defined]
+                plan = self._plan = KernelPlan(kernel, track=True)
         return plan
 
     def _factor_for(self, reg: float | None) -> tuple[int | None, float]:
