@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -53,8 +54,9 @@ class trusted:
 
 def _trusted(value: Any, dtype: torch.dtype, device: torch.device, ndim: int,
              dim: int | None) -> bool:
-    return (value is _TRUSTED[0] and value.ndim == ndim and value.dtype == dtype
-            and value.device == device and (dim is None or value.shape[-1] == dim))
+    return (value is _TRUSTED[0] and value.ndim == ndim and value.dtype is dtype
+            and (value.is_cpu if device.type == "cpu" else value.device == device)
+            and (dim is None or value.shape[-1] == dim))
 
 
 def check_positive(name: str, value: Any) -> float:
@@ -76,10 +78,19 @@ def check_probability(name: str, value: Any, *, open_right: bool = True) -> floa
     return v
 
 
+_HOST_FLOATS = (torch.float64, torch.float32)
+
+
 def require_finite(name: str, x: Tensor) -> None:
-    """Raise unless every entry is finite. One reduction: a NaN or ±inf makes the sum non-finite;
-    only when the sum is non-finite (or overflows) are the entries checked one by one."""
-    if not math.isfinite(float(x.sum())) and not bool(torch.isfinite(x).all()):
+    """Raise unless every entry is finite. One reduction: a NaN or ±inf makes ``Σ x²`` (a CPU
+    float tensor without autograd: NumPy's ``vdot`` on its memory, no tensor operation) or ``Σ x``
+    non-finite; only when it is non-finite (or overflows) are the entries checked one by one."""
+    if x.is_cpu and x.dtype in _HOST_FLOATS and not x.requires_grad:
+        a = x.numpy()
+        total = float(np.vdot(a, a))
+    else:
+        total = float(x.sum())
+    if not math.isfinite(total) and not bool(torch.isfinite(x).all()):
         raise ValueError(f"{name} must be finite (found NaN or inf)")
 
 
@@ -87,6 +98,8 @@ def _as_real_tensor(name: str, value: Any, dtype: torch.dtype, device: torch.dev
     """``value`` converted to ``dtype``/``device``; complex input is refused (a cast would drop the
     imaginary part silently), as is input that is not numeric."""
     if isinstance(value, Tensor):
+        if value.dtype is dtype and (value.is_cpu if device.type == "cpu" else value.device == device):
+            return value  # (``to`` would return it too, at a dispatch's cost)
         src = value
     else:
         try:
@@ -151,7 +164,7 @@ def as_scalar_reward(name: str, value: Any) -> float:
     if isinstance(value, Tensor):
         if value.numel() != 1:
             raise ValueError(f"{name} must be a scalar, got shape {tuple(value.shape)}")
-        if value.is_complex():
+        if value.dtype.is_complex:
             raise ValueError(f"{name} must be real, got a complex tensor")
         value = value.item()
     if isinstance(value, complex):

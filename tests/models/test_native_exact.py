@@ -339,3 +339,62 @@ def test_a_kernel_changed_in_place_between_steps_is_seen(method, monkeypatch):
         torch.testing.assert_close(c1, c2, rtol=0.0, atol=1e-10)
         assert (b1 - c1).abs().max() > 1e-6  # the change reached the bound
     _same_state(m1, m2)
+
+
+@pytest.mark.parametrize("regs", [(0.02,), (0.02, 0.2, 2.0)], ids=["one", "three"])
+def test_a_copy_between_scoring_and_append_reads_its_own_scoring(regs, monkeypatch):
+    """The compiled scoring records the addresses its append reads; a deep copy of the model
+    (with its candidates) taken between the scoring and the append, the original then dropped,
+    must not read the original's memory: its compiled append reads its own copy of the scoring
+    and writes what the torch path writes."""
+    model, gen = _model(make_kernel("matern52", 0.5), 3, regs=regs)
+    twin = copy.deepcopy(model)
+    appends = []
+    orig = nx.append
+
+    def counted(*args, **kwargs):
+        appends.append(1)
+        return orig(*args, **kwargs)
+
+    monkeypatch.setattr(nx, "append", counted)
+    for _ in range(30):
+        cand = torch.rand(20, 3, generator=gen, dtype=torch.float64)
+        j = int(torch.randint(20, (1,), generator=gen))
+        y = float(torch.randn(1, generator=gen))
+        model.mean_var_many(cand, regs)
+        old, (model, cand) = model, copy.deepcopy((model, cand))
+        rec = old._scored  # the original's scoring overwritten, then dropped
+        for t in ([*rec.stack[:3]] if rec.stack is not None else
+                  [t for col in rec.columns.values() for t in col]):
+            t.fill_(math.nan)
+        del old, rec
+        model.append(cand[j], y, column=(cand, j))
+        with native.disabled():
+            twin.mean_var_many(cand, regs)
+            twin.append(cand[j], y, column=(cand, j))
+    assert len(appends) == 30  # the compiled append ran, from the copy's own scoring
+    _same_state(model, twin)
+
+
+def test_the_compiled_step_runs_with_autograd_on_and_records_no_graph(monkeypatch):
+    """The single-run step calls the compiled scoring and append without ``torch.no_grad()``:
+    the same actions and state as under ``no_grad`` and no tensor of the model needs grad."""
+    calls = _Calls(monkeypatch)
+    gen = torch.Generator().manual_seed(6)
+    a, b = _policy("AMM", "matern52"), _policy("AMM", "matern52")
+    for p in (a, b):
+        p.reset(seed=0)
+    assert torch.is_grad_enabled()
+    for _ in range(30):
+        cand = torch.rand(40, 3, generator=gen, dtype=torch.float64)
+        reward = float(torch.randn(1, generator=gen))
+        i = a.select(cand)
+        a.update(cand[i], reward)
+        with torch.no_grad():
+            assert b.select(cand) == i
+            b.update(cand[i], reward)
+    assert calls.n >= 25
+    _same_state(a.model, b.model)
+    assert not any(t.requires_grad for t in a.model.buffers())
+    plan = a.model.kernel_plan()
+    assert plan.stationary is not None and not plan.stationary.weight.requires_grad

@@ -107,9 +107,25 @@ def radius_sq(model: PosteriorModel, noise_std: float, c: float, delta: float) -
 
 def rtilde_sq_value(model: PosteriorModel, alpha: float, r2: float, norm_bound: float) -> float:
     """:func:`rtilde_sq` as a float."""
-    quad = quad_y_value(model, alpha) if model.n else 0.0
-    value = r2 + alpha * norm_bound**2 - alpha * quad
-    return value if not value < 0.0 else 0.0
+    return rtilde_sq_values(model, (alpha,), r2, norm_bound)[0]
+
+
+def rtilde_sq_values(model: PosteriorModel, alphas: Sequence[float], r2: float,
+                     norm_bound: float) -> list[float]:
+    """:func:`rtilde_sq_value` at each of ``alphas`` (the model's ``yᵀ(K+αI)⁻¹y`` read once per
+    α: its running value where it keeps one, see :func:`~.base.quad_y_value`)."""
+    if model.n:
+        read = getattr(model, "quad_y_value", None)
+        quads = [read(a) for a in alphas] if read is not None else \
+            [quad_y_value(model, a) for a in alphas]
+    else:
+        quads = [0.0] * len(alphas)
+    b2 = norm_bound**2
+    out = []
+    for alpha, quad in zip(alphas, quads):
+        value = r2 + alpha * b2 - alpha * quad
+        out.append(value if not value < 0.0 else 0.0)
+    return out
 
 
 def rtilde_sq(model: PosteriorModel, alpha: float, r2: Tensor | float, norm_bound: float) -> Tensor:
@@ -256,7 +272,8 @@ class DMMBound(MixtureBound):
     @property
     def alphas(self) -> tuple[float, ...]:
         """The regularisers α = grid·α₀ over which DMM takes its minimum."""
-        return tuple(g * self.alpha0 for g in self.grid)
+        a0 = self.alpha0
+        return tuple([g * a0 for g in self.grid])
 
     def required_regularisers(self, lam: float) -> tuple[float, ...]:
         regs = dict.fromkeys((self.alpha0, *self.alphas))
@@ -265,11 +282,13 @@ class DMMBound(MixtureBound):
     def _grid(self, model: PosteriorModel, candidates: Tensor) -> tuple[Tensor, Tensor]:
         """``(μ_α, sqrt(R̃²_α/α) ρ_α)`` ``[G, A]`` each over the grid."""
         r2 = radius_sq_value(model, self.noise_std, self.c, self.delta)
-        mult = [_sqrt(rtilde_sq_value(model, a, r2, self.norm_bound) / a) for a in self.alphas]
+        alphas = self.alphas
+        mult = [_sqrt(rt / a) for rt, a in zip(rtilde_sq_values(model, alphas, r2, self.norm_bound),
+                                                alphas)]
         if hasattr(model, "mean_var_many"):  # one kernel evaluation for the whole grid
-            mean, var = model.mean_var_many(candidates, self.alphas)
+            mean, var = model.mean_var_many(candidates, alphas)
         else:
-            pairs = [model.mean_var(candidates, reg=a) for a in self.alphas]
+            pairs = [model.mean_var(candidates, reg=a) for a in alphas]
             mean, var = torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
         scale = torch.tensor(mult, dtype=torch.float64, device=mean.device)
         self._last = (r2, None)
@@ -280,7 +299,8 @@ class DMMBound(MixtureBound):
         :class:`~.radii.UCBForm`; its ``done`` keeps the minimising grid points (diagnostics)."""
         r2 = radius_sq_value(model, self.noise_std, self.c, self.delta)
         alphas = self.alphas
-        mult = tuple(_sqrt(rtilde_sq_value(model, a, r2, self.norm_bound) / a) for a in alphas)
+        mult = tuple(_sqrt(rt / a) for rt, a in
+                     zip(rtilde_sq_values(model, alphas, r2, self.norm_bound), alphas))
 
         def done(ucb: Tensor, arg: Tensor | None) -> None:
             self._last = (r2, arg)

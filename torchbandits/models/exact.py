@@ -182,6 +182,14 @@ class ExactKernelRidge(ExactQueries, StoredData):
         reuse = self.reused_column(column)
         if reuse is not None and n and self._native_append(x, yv, *reuse):
             return self._appended(n)
+        if torch.is_grad_enabled():  # (the compiled append above needs no switch)
+            with torch.no_grad():
+                return self._append_torch(x, yv, n, reuse)
+        return self._append_torch(x, yv, n, reuse)
+
+    def _append_torch(self, x: Tensor, yv: float, n: int,
+                      reuse: tuple[ScoredSet, int] | None) -> None:
+        """:meth:`append`'s torch path (validated arguments, no autograd)."""
         pieces = reuse[0].pieces(reuse[1]) if reuse is not None and n else {}
         kcol: Tensor | None = None
         kxx: float | None = None

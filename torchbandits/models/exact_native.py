@@ -3,10 +3,15 @@
 :meth:`ExactNative._native_score` scores a candidate set at maintained regularisers with one call of
 :func:`torchbandits.native.exact.score` (the scaling of the candidates, ``K_SC`` by the closed
 form, ``V_r = L_r⁻¹K_SC``, ``μ_r = z_rᵀV_r``, ``colsum(V_r²)`` and ``ρ²_r`` for every factor) and
-records the scored set exactly as the torch path of :mod:`~torchbandits.models.exact_scoring`
-does (the same ``ScoredSet`` fields and candidate caches). :meth:`ExactNative._native_append` appends the
+records the scored set (:class:`ScoredSet`) exactly as the torch path of
+:mod:`~torchbandits.models.exact_scoring` does (the same fields and candidate caches), plus the
+addresses of what it wrote (``ScoredSet.native``). :meth:`ExactNative._native_append` appends the
 scored candidate ``j`` with one call of :func:`torchbandits.native.exact.append` (the O(n) append:
-the new factor rows are the columns ``V_r[:, j]``).
+the new factor rows are the columns ``V_r[:, j]``), reading those addresses (a record the torch
+path wrote into is read and checked instead).
+
+Neither needs autograd switched off (no tensor operation of theirs records a graph), so a policy
+calls them without ``torch.no_grad()``; the model switches it off for its torch path itself.
 
 Both return ``None`` / ``False`` when the step does not qualify, and the caller takes its torch
 path, which stays the reference (the tests hold the two to rounding): no compiled library
@@ -20,6 +25,7 @@ faster), or a candidate set a cache serves (the O(n·A) extension of the torch p
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
@@ -31,9 +37,8 @@ from .posterior import CandidateCache
 
 if TYPE_CHECKING:
     from ..confidence.radii import UCBForm
-    from .exact_scoring import ScoredSet
 
-__all__ = ["ExactNative", "set_plain"]
+__all__ = ["ExactNative", "ScoredSet", "set_plain"]
 
 _F64 = torch.float64
 
@@ -41,6 +46,41 @@ _F64 = torch.float64
 #: buffer or submodule) of a module without ``nn.Module.__setattr__``'s checks (about 3 µs each,
 #: a noticeable share of a step at the papers' sizes).
 set_plain = object.__setattr__
+
+
+@dataclass(eq=False, slots=True)
+class ScoredSet:
+    """The last scored candidate set of a model: ``candidates`` ``[A, d]`` (the tensor scored),
+    the data it was scored with (``n``, ``version``), ``kq = K_SC`` ``[n, A]`` (``None`` if served
+    from a candidate cache), ``kdiag`` (``[A]`` or a constant) and per factor index
+    ``(V [n, A], μ [A], colsum V² [A])``."""
+
+    candidates: Tensor
+    n: int
+    version: int
+    kdiag: Tensor | float
+    kq: Tensor | None = None
+    scaled: Tensor | None = None  # the candidates times the kernel weights [A, d] (fast path)
+    columns: dict[int, tuple[Tensor, Tensor, Tensor]] = field(default_factory=dict)
+    stack: tuple[Tensor, Tensor, Tensor, list[int]] | None = None  # (V, μ, colsum V², factor idxs)
+    #: ``(V, its address, per factor 0..R−1 the addresses of its (V, μ, colsum V²))`` where the
+    #: compiled scoring wrote them for every factor (what the compiled append reads; valid while
+    #: ``V`` is at that address: a copy of the record, e.g. by ``copy.deepcopy``, is not), else None
+    native: tuple[Tensor, int, list[tuple[int, int, int]]] | None = None
+
+    def pieces(self, j: int) -> dict[int, tuple[Tensor, float, float]]:
+        """Per factor index scored here: ``(L⁻¹k_S(x_j), ‖L⁻¹k_S(x_j)‖², zᵀL⁻¹k_S(x_j))`` of
+        candidate ``j`` (the column ``V[:, j]``, ``colsum(V²)_j``, ``μ_j``), read with one
+        host transfer."""
+        if self.stack is not None:
+            v, mean, sumsq, idxs = self.stack
+            sq, mz = torch.stack((sumsq[:, j], mean[:, j])).tolist()
+            return {idx: (v[r, :, j], sq[r], mz[r]) for r, idx in enumerate(idxs)}
+        idxs = list(self.columns)
+        cols = [self.columns[i] for i in idxs]
+        flat = torch.stack([t for _, mean, sumsq in cols for t in (sumsq, mean)], 1)[j].tolist()
+        return {idx: (col[0][:, j], flat[2 * r], flat[2 * r + 1])
+                for r, (idx, col) in enumerate(zip(idxs, cols))}
 
 
 def _ok(t: Tensor) -> bool:
@@ -133,13 +173,24 @@ class ExactNative:
             best = nx.score(lib, n, xs, cand, weight, kind, form.outputscale, kdiag, factors,
                             (v, mean, sumsq), (None, kq, None), (bound.betas, bound.divisors), arg)
             result = (best, arg)
-        rec = self._record(cand, kdiag)
+        rec = self._record(cand, kdiag)  # type: ignore[attr-defined]
         rec.kq = kq
+        count = len(fs)
         if flat:
             rec.columns[idxs[0]] = (v, mean, sumsq)
             rec.stack = None
+            # (the addresses the compiled append reads: written here, no check needed there)
+            rec.native = (v, v.data_ptr(), [(v.data_ptr(), mean.data_ptr(), sumsq.data_ptr())]) \
+                if count == 1 and idxs[0] == 0 else None
         else:
             rec.stack = (v, mean, sumsq, list(idxs))
+            if sorted(idxs) == list(range(count)):
+                pos, bv, bm, bs = {i: p for p, i in enumerate(idxs)}, v.data_ptr(), \
+                    mean.data_ptr(), sumsq.data_ptr()
+                rec.native = (v, bv, [(bv + pos[f] * n * a * 8, bm + pos[f] * a * 8,
+                                       bs + pos[f] * a * 8) for f in range(count)])
+            else:
+                rec.native = None
         if self.cache_candidates:
             version = self._version
             vs, ss = ((v,), (sumsq,)) if flat else (v.unbind(0), sumsq.unbind(0))
@@ -196,20 +247,24 @@ class ExactNative:
         n = self._n
         if n == 0 or not _ok(x) or rec.candidates.shape[0] <= j:
             return False
+        plan = self._plan
+        if plan is None:
+            return False
+        fs = list(self._modules["factors"])  # (not through nn.Module.__getattr__)
+        native = rec.native  # (what the compiled scoring of every factor wrote: checked there)
+        if native is not None and native[0].data_ptr() == native[1]:
+            src = native[2]
+        else:
+            src = _sources(rec, len(fs))
+            if src is None:
+                return False
         lib = nx.available()
         if lib is None:
             return False
-        fs = list(self._modules["factors"])  # (not through nn.Module.__getattr__)
-        count = len(fs)
-        src = _sources(rec, count)
-        plan = self._plan
-        if src is None or plan is None:
-            return False
         bufs = self._buffers  # (the buffer table: see GrowingCholesky.layout)
-        xs_buf, ys, zs = bufs["_x"], bufs["_y"], bufs["_z"]
-        if not (_ok(xs_buf) and _ok(ys) and _ok(zs)):
+        if not (_ok(bufs["_x"]) and _ok(bufs["_y"]) and _ok(bufs["_z"])):
             return False
-        xs_buf, ys, zs = self.room_for(n)
+        xs_buf, ys, zs = self.room_for(n)  # type: ignore[attr-defined]
         d = x.shape[0]
         scaled, form = self._lean, plan.stationary
         scaled_dst = 0  # the scaled row x·w, where the scaled points are current (exact_scoring)
@@ -223,12 +278,12 @@ class ExactNative:
         kxx = rec.kdiag if isinstance(rec.kdiag, float) else float(rec.kdiag[j])
         out = nx.append(lib, n, rec.candidates.shape[0], d, j, src, kxx, self.regularisers, y, dst,
                         (x.data_ptr(), xs_buf.data_ptr() + n * d * 8, ys.data_ptr() + n * 8,
-                         scaled_dst), form.weight if scaled_dst else x)
+                         scaled_dst), form.weight if scaled_dst else x)  # type: ignore[union-attr]
         if isinstance(out, int):
             raise ValueError(f"append: pivot not positive at λ={self.regularisers[out]}")
         for r, f in enumerate(fs):
             f.close_row()
-            self._advance(r, n, out[2 * r], out[2 * r + 1])
+            self._advance(r, n, out[2 * r], out[2 * r + 1])  # type: ignore[attr-defined]
         if scaled_dst:
-            scaled[1] = n + 1
+            scaled[1] = n + 1  # type: ignore[index]
         return True

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
@@ -37,44 +36,13 @@ from ..kernel_fast import ScaledStationary
 from ..kernels import KernelPlan
 from ..linalg import GrowingCholesky, logdet_from_cholesky
 from ..validation import as_matrix, check_positive
-from .exact_native import ExactNative, set_plain
+from .exact_native import ExactNative, ScoredSet, set_plain
 from .posterior import CandidateCache, colsum_sq, score_whitened, whitened_solve
 
 if TYPE_CHECKING:
     from ..confidence.radii import UCBForm
 
 __all__ = ["ExactQueries", "ScoredSet"]
-
-
-@dataclass
-class ScoredSet:
-    """The last scored candidate set of a model: ``candidates`` ``[A, d]`` (the tensor scored),
-    the data it was scored with (``n``, ``version``), ``kq = K_SC`` ``[n, A]`` (``None`` if served
-    from a candidate cache), ``kdiag`` (``[A]`` or a constant) and per factor index
-    ``(V [n, A], μ [A], colsum V² [A])``."""
-
-    candidates: Tensor
-    n: int
-    version: int
-    kdiag: Tensor | float
-    kq: Tensor | None = None
-    scaled: Tensor | None = None  # the candidates times the kernel weights [A, d] (fast path)
-    columns: dict[int, tuple[Tensor, Tensor, Tensor]] = field(default_factory=dict)
-    stack: tuple[Tensor, Tensor, Tensor, list[int]] | None = None  # (V, μ, colsum V², factor idxs)
-
-    def pieces(self, j: int) -> dict[int, tuple[Tensor, float, float]]:
-        """Per factor index scored here: ``(L⁻¹k_S(x_j), ‖L⁻¹k_S(x_j)‖², zᵀL⁻¹k_S(x_j))`` of
-        candidate ``j`` (the column ``V[:, j]``, ``colsum(V²)_j``, ``μ_j``), read with one
-        host transfer."""
-        if self.stack is not None:
-            v, mean, sumsq, idxs = self.stack
-            sq, mz = torch.stack((sumsq[:, j], mean[:, j])).tolist()
-            return {idx: (v[r, :, j], sq[r], mz[r]) for r, idx in enumerate(idxs)}
-        idxs = list(self.columns)
-        cols = [self.columns[i] for i in idxs]
-        flat = torch.stack([t for _, mean, sumsq in cols for t in (sumsq, mean)], 1)[j].tolist()
-        return {idx: (col[0][:, j], flat[2 * r], flat[2 * r + 1])
-                for r, (idx, col) in enumerate(zip(idxs, cols))}
 
 
 class ExactQueries(ExactNative):
@@ -100,9 +68,10 @@ class ExactQueries(ExactNative):
     # ------------------------------------------------------------------ kernel, factors
     def kernel_plan(self) -> KernelPlan:
         """The kernel's hyper-parameters read once (re-read if the kernel or its values change)."""
-        plan = self._plan
-        if plan is None or not plan.current(self.kernel):  # type: ignore[attr-defined]
-            plan = self._plan = KernelPlan(self.kernel, track=True)  # type: ignore[attr-defined]
+        plan, kernel = self._plan, self._modules["kernel"]  # type: ignore[attr-defined]
+        if plan is None or not plan.current(kernel):
+            with torch.no_grad():  # (values only: the compiled step may run with autograd on)
+                plan = self._plan = KernelPlan(kernel, track=True)
         return plan
 
     def _factor_for(self, reg: float | None) -> tuple[int | None, float]:
@@ -226,7 +195,7 @@ class ExactQueries(ExactNative):
             if idx is not None:
                 rec = self._record(cand, kdiag)
                 rec.columns[idx] = (v, mean, sumsq)
-                rec.stack = None
+                rec.stack = rec.native = None
         rec = self._scored
         if rec is not None and rec.kq is None:
             rec.kq = shared.get("kq")
@@ -256,6 +225,7 @@ class ExactQueries(ExactNative):
         variances = torch.rsub(sumsq, kdiag).clamp_min_(0.0)
         rec = self._record(cand, kdiag)
         rec.kq, rec.scaled, rec.stack = kq, shared.get("cs"), (v, means, sumsq, idxs)
+        rec.native = None
         if self.cache_candidates:
             for r, idx in enumerate(idxs):
                 self._caches[idx] = CandidateCache(cand, kdiag, v[r], sumsq[r], n, self._version)

@@ -81,22 +81,25 @@ class LeanStep:
         cand = self.check_candidates(candidates)  # type: ignore[attr-defined]
         if self.t < self.n_warmup:  # type: ignore[attr-defined]
             return self.warmup_choice(cand)  # type: ignore[attr-defined]
-        rule, t, model = self.rule, self.t + 1, self.model  # type: ignore[attr-defined]
-        with torch.no_grad(), trusted(cand):
-            fused = getattr(model, "ucb_argmax", None)
-            if fused is not None and not self.refit_offset:  # type: ignore[attr-defined]
+        model = self._modules["model"]  # type: ignore[attr-defined]  # (no nn.Module.__getattr__)
+        rule, t = self.rule, self.t + 1  # type: ignore[attr-defined]
+        fused = getattr(model, "ucb_argmax", None)
+        if fused is not None and not self.refit_offset:  # type: ignore[attr-defined]
+            # (outside ``no_grad``: the compiled step does no autograd operation, the model
+            # switches it off itself before any torch work)
+            with trusted(cand):
                 index = fused(cand, lambda: ucb_form(rule, model, cand.shape[0], t))
-                if index is not None:
-                    set_plain(self, "_lean_choice", chosen_row(cand, index))
-                    return index
+            if index is not None:
+                set_plain(self, "_lean_choice", chosen_row(cand, index))
+                return index
+        with torch.no_grad(), trusted(cand):
             ucb = getattr(rule, "ucb", None)
-            scores = ucb(self.model, cand, t) if ucb is not None else \
-                rule.bounds(self.model, cand, t)[0]  # type: ignore[attr-defined]
+            scores = ucb(model, cand, t) if ucb is not None else rule.bounds(model, cand, t)[0]
         offset = self.refit_offset  # type: ignore[attr-defined]
         if offset:
             scores = scores + offset
         index = int(torch.argmax(scores))
-        if getattr(self.model, "reused_column", None) is not None:  # type: ignore[attr-defined]
+        if getattr(model, "reused_column", None) is not None:
             set_plain(self, "_lean_choice", chosen_row(cand, index))
         return index
 
@@ -116,8 +119,8 @@ class LeanStep:
         offset = self.refit_offset  # type: ignore[attr-defined]
         if offset:  # (r − 0 is r: checked once)
             r = as_scalar_reward("reward", r - offset)
-        with torch.no_grad(), trusted(x):
-            self.model.append(x, r, column=(chosen[0], chosen[1]))  # type: ignore[attr-defined]
+        with trusted(x):  # (the model's append switches autograd off for its torch work)
+            self._modules["model"].append(x, r, column=(chosen[0], chosen[1]))  # type: ignore[attr-defined]
         if self.dim is None:  # type: ignore[attr-defined]
             self.dim = x.shape[0]
         set_plain(self, "t", self.t + 1)  # type: ignore[attr-defined]
