@@ -320,3 +320,35 @@ void ekucb_rank1_sub(int64_t R, int64_t W, const int64_t *sizes, double *Q, int6
         }
     }
 }
+
+/* The exponent of the RBF kernel block, k(x, z) = exp(c |x - z|^2) with c = -1/(2 l^2)
+ * (Zenati et al. 2022, §5: the Gaussian kernel of the agents), for R runs:
+ *     out[r, i, j] = c * (sqrt(sum_{k<d} (a[r, i, k] - b[r, j, k])^2))^2
+ * with the rounding of torch's `cdist(a, b, compute_mode="donot_use_mm_for_euclid_dist")`
+ * followed by `square_()` and `mul_(c)` (the torch path of the batched model): the squares summed
+ * in order over the coordinates, unfused (ISO C: no contraction into an FMA), the square root
+ * rounded, then squared — bit for bit the same numbers (tested; the caller passes d <= 2 only,
+ * where this is the order of torch's distance loop). The exponential is left to torch's `exp_`,
+ * so that the block is torch's to the bit. a [R, na, d] at a + r*a_rs + i*a_ld, b [R, nb, d] at
+ * b + r*b_rs + j*b_ld (coordinates contiguous), out [R, na, nb] contiguous. */
+void ekucb_rbf_exponent(int64_t R, int64_t na, int64_t nb, int64_t d, const double *a,
+                        int64_t a_rs, int64_t a_ld, const double *b, int64_t b_rs, int64_t b_ld,
+                        double c, double *out) {
+    for (int64_t r = 0; r < R; ++r) {
+        const double *ar = a + r * a_rs, *br = b + r * b_rs;
+        double *o = out + r * na * nb;
+        for (int64_t i = 0; i < na; ++i) {
+            const double *x = ar + i * a_ld;
+            for (int64_t j = 0; j < nb; ++j) {
+                const double *z = br + j * b_ld;
+                double s = 0.0;
+                for (int64_t k = 0; k < d; ++k) {
+                    double t = x[k] - z[k];
+                    s += t * t;
+                }
+                double dist = sqrt(s);
+                o[i * nb + j] = (dist * dist) * c;
+            }
+        }
+    }
+}

@@ -144,6 +144,14 @@ class EKUCBBatchMixin(BatchModeMixin):
             self._perm, self._inv = fn(self._perm), fn(self._inv)
         return out
 
+    def named_buffers(self, *args: Any, **kwargs: Any):  # type: ignore[no-untyped-def]
+        """``nn.Module.named_buffers`` (and ``buffers``) with the batch posterior's deferred step
+        of ``Q`` applied first (this traversal reads the submodules' buffers directly)."""
+        model = self.batch_model
+        if model is not None:
+            model.apply_deferred()
+        return super().named_buffers(*args, **kwargs)  # type: ignore[misc]
+
     # ---------------------------------------------------------------- run order
     def _set_order(self, perm: Tensor | None) -> None:
         """Storage order of the runs: slot ``i`` holds run ``perm[i]`` (``None``: identity).
