@@ -45,8 +45,8 @@ round is bound by arithmetic; on a GPU, where it is bound by launches (each chun
 operator of a round), the whole batch is one chunk — one padded program
 (:attr:`BatchedNystrom.CHUNK`; :meth:`BatchedNystrom.set_chunk_runs` overrides). The storage is in
 :mod:`~torchbandits.models.batched_nystrom_state`; :class:`~torchbandits.models.batched_kors.BatchedKORS`
-holds the KORS sampler of EK-UCB the same way.
-The numbers equal the sequential model's up to rounding (batched products may sum in another order).
+holds the KORS sampler of EK-UCB the same way. The numbers equal the sequential model's up to
+rounding (batched products may sum in another order).
 """
 
 from __future__ import annotations
@@ -141,14 +141,15 @@ class BatchedNystrom(BatchedNystromState):
         return mean, (var.clamp_(max=self._k.const) if self._k.const is not None
                       else torch.minimum(var, kdiag))
 
+    def compiled_scores(self) -> bool:  # whether score runs the compiled per-run products
+        return self._mmax >= self.COMPILED_MIN_WIDTH and native_ekucb.available(self._p)
+
     def _score_compiled(self, cand: Tensor, kdiag: Tensor) -> tuple[Tensor, Tensor] | None:
         """:meth:`score` by the compiled per-run products (:func:`torchbandits.native.ekucb.score`:
         float64 CPU tensors, each run at its own size ``m_r``, no chunks), or ``None`` (the torch
-        path: other devices and dtypes, no compiler, widths below :attr:`COMPILED_MIN_WIDTH`).
-        Faster than the chunked products for any number of candidates measured (10 to 110 at
-        R = 64, M ≈ 44–106: 1.9 vs 4.6 ms to 10.5 vs 15.7 ms).
-        The kernel block is the torch one, ``[R, A, M]`` for every run at once."""
-        if self._mmax < self.COMPILED_MIN_WIDTH or not native_ekucb.available(cand, self._p):
+        path: other devices and dtypes, no compiler, widths below :attr:`COMPILED_MIN_WIDTH`;
+        faster for 10 to 110 candidates at R = 64). The kernel block ``[R, A, M]`` is shared."""
+        if not (self.compiled_scores() and native_ekucb.available(cand)):
             return None
         kz = self._k.block(cand, self._z[:, : self._mmax])
         if self._q_kept is not None:   # debug_stale_q: the stored Q is NaN until flushed
@@ -165,10 +166,9 @@ class BatchedNystrom(BatchedNystromState):
     def _score_chunk(self, cand: Tensor, kdiag: Tensor, a: int, b: int, mg: int
                      ) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor, Tensor]]:
         """:meth:`score` of the runs ``a..b−1`` on their ``[:M_g]`` slices."""
-        if mg == 0:
+        if mg == 0:   # (row layout below: [k, A, M_g] times Pᵀ and Qᵀ ran faster than P·K here)
             empty = cand.new_zeros(cand.shape[0], cand.shape[1], 0)
             return cand.new_zeros(cand.shape[:2]), kdiag.clone(), (empty, empty, empty)
-        # row layout ([k, A, M_g]: the candidates' rows times Pᵀ and Qᵀ ran faster than P·K here)
         kz = self._k.block(cand, self._z[a:b, :mg])                         # k_Z(x)ᵀ [k, A, M_g]
         f = kz @ self._p[a:b, :mg, :mg].mT                                  # e(x)ᵀ [k, A, M_g]
         na = f.shape[1]
