@@ -151,7 +151,7 @@ class BatchedNystrom(BatchedNystromState):
         faster for 10 to 110 candidates at R = 64). The kernel block ``[R, A, M]`` is shared."""
         if not (self.compiled_scores() and native_ekucb.available(cand)):
             return None
-        kz = self._k.block(cand, self._z[:, : self._mmax])
+        kz = self._k.compiled_block(cand, self._z[:, : self._mmax])
         if self._q_kept is not None:   # debug_stale_q: the stored Q is NaN until flushed
             self._flush_q()
         out = native_ekucb.score(kz, self._p, self._q_stored(), self._g, self._m, kdiag, self.lam,

@@ -60,6 +60,13 @@ class _Kernel:
             return e.exp_()
         return kernel_matrix(self.kernel, a, b)
 
+    def compiled_block(self, a: Tensor, b: Tensor) -> Tensor:
+        """:meth:`block` for the compiled score: an RBF's whole block in C where it qualifies
+        (:func:`torchbandits.native.ekucb.rbf_block`: its exponential within about an ulp of
+        torch's, not bit for bit — like the compiled products it feeds), else :meth:`block`."""
+        out = None if self.rbf_c is None else native_ekucb.rbf_block(a, b, self.rbf_c)
+        return self.block(a, b) if out is None else out
+
     def diag(self, a: Tensor) -> Tensor:
         """``k(a_i, a_i)`` of ``a`` ``[..., n, d]`` → ``[..., n]``."""
         if self.const is not None:
