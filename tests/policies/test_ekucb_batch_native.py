@@ -310,3 +310,27 @@ def test_rbf_exponent_is_cdist_to_the_bit(dim: int) -> None:
     assert native_ekucb.rbf_exponent(a, a, -1.0) is None
     assert native_ekucb.rbf_exponent(a[..., :2].float(), a[..., :2].float(), -1.0) is None
     assert native_ekucb.rbf_exponent(a[:1, :, :2], a[..., :2], -1.0) is None
+
+
+@pytest.mark.parametrize("dim", [1, 2, 3, 6])
+def test_rbf_block_is_torch_to_an_ulp(dim: int) -> None:
+    """The compiled score's RBF block ``exp(c·‖a − b‖²)`` (a vectorised exp) against torch's
+    ``cdist``/``exp_``: within 2.5e-16 relative where the exponents agree (d ≤ 2), padded
+    tails (``nb`` not a multiple of 4), strided views, exponents below −708 (libm's exp, down to
+    0) included."""
+    gen = torch.Generator().manual_seed(10 + dim)
+    for a, b, c in [(torch.rand(6, 12, dim, generator=gen, dtype=F64)[:, 1:11],
+                     torch.rand(6, 90, dim, generator=gen, dtype=F64)[:, :67], -50.0),
+                    (torch.rand(3, 5, dim, generator=gen, dtype=F64) * 30,
+                     torch.rand(3, 7, dim, generator=gen, dtype=F64), -3.0),
+                    (torch.rand(2, 4, dim, generator=gen, dtype=F64),
+                     torch.rand(2, 1, dim, generator=gen, dtype=F64), -0.5)]:
+        expo = torch.cdist(a, b, compute_mode="donot_use_mm_for_euclid_dist").square_().mul_(c)
+        want = expo.exp()
+        got = native_ekucb.rbf_block(a, b, c)
+        assert got is not None and got.shape == want.shape
+        # d <= 2: the same exponent (an ulp of exp); d > 2: cdist sums in another order, and
+        # ulps of the exponent e are |e| times as many ulps of exp(e)
+        slack = 2.5e-16 + (0.0 if dim <= 2 else 1e-15) * expo.abs().clamp(min=1.0)
+        assert ((got - want).abs() <= slack * want + 1e-300).all()
+    assert native_ekucb.rbf_block(a.float(), b.float(), -1.0) is None
