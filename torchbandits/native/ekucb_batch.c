@@ -382,6 +382,37 @@ static inline __m256d exp4(__m256d x) {
 }
 #endif
 
+#ifdef EKUCB_AVX2
+/* exp4 of four lanes, those below EXP_MIN (rare) by libm's exp */
+static inline __m256d exp4_all(__m256d e) {
+    const __m256d lo = _mm256_set1_pd(EXP_MIN);
+    __m256d r = exp4(_mm256_max_pd(e, lo));
+    if (_mm256_movemask_pd(_mm256_cmp_pd(e, lo, _CMP_LT_OQ))) {
+        double ev[4], rv[4];
+        _mm256_storeu_pd(ev, e);
+        _mm256_storeu_pd(rv, r);
+        for (int l = 0; l < 4; ++l)
+            if (ev[l] < EXP_MIN) rv[l] = exp(ev[l]);
+        r = _mm256_loadu_pd(rv);
+    }
+    return r;
+}
+
+/* v[j] <- exp(v[j]) for j < n in place: four at a time in a loop of independent iterations (the
+ * polynomial's chain of FMAs overlaps across them), the last n mod 4 in a zero-padded vector
+ * (the same function for every entry) */
+static void exp_row(double *v, int64_t n) {
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) _mm256_storeu_pd(v + j, exp4_all(_mm256_loadu_pd(v + j)));
+    if (j < n) {
+        double t[4] = {0.0, 0.0, 0.0, 0.0};
+        for (int64_t l = j; l < n; ++l) t[l - j] = v[l];
+        _mm256_storeu_pd(t, exp4_all(_mm256_loadu_pd(t)));
+        for (int64_t l = j; l < n; ++l) v[l] = t[l - j];
+    }
+}
+#endif
+
 /* The exponent of the RBF kernel block, k(x, z) = exp(c |x - z|^2) with c = -1/(2 l^2)
  * (Zenati et al. 2022, §5: the Gaussian kernel of the agents), for R runs:
  *     out[r, i, j] = c * (sqrt(sum_{k<d} (a[r, i, k] - b[r, j, k])^2))^2
@@ -405,29 +436,21 @@ static void rbf(int64_t R, int64_t na, int64_t nb, int64_t d, const double *a, i
             double *oi = o + i * nb;
             int64_t j = 0;
 #ifdef EKUCB_AVX2
-            const __m256d cv = _mm256_set1_pd(c), lo = _mm256_set1_pd(EXP_MIN);
-            for (; j < nb; j += 4) {
+            const __m256d cv = _mm256_set1_pd(c);
+            for (; j < nb; j += 4) {                 /* the exponents of the row, 4 at a time */
                 int lanes = nb - j < 4 ? (int)(nb - j) : 4;
                 __m256d dist = _mm256_sqrt_pd(sq_dist4(x, br + j * b_ld, b_ld, d, lanes));
                 __m256d e = _mm256_mul_pd(_mm256_mul_pd(dist, dist), cv);
-                double v[4];
-                if (exp_block) {
-                    _mm256_storeu_pd(v, exp4(_mm256_max_pd(e, lo)));
-                    if (_mm256_movemask_pd(_mm256_cmp_pd(e, lo, _CMP_LT_OQ))) {
-                        double ev[4];
-                        _mm256_storeu_pd(ev, e);
-                        for (int l = 0; l < 4; ++l)
-                            if (ev[l] < EXP_MIN) v[l] = exp(ev[l]);
-                    }
-                } else {
-                    _mm256_storeu_pd(v, e);
-                }
                 if (lanes == 4) {
-                    _mm256_storeu_pd(oi + j, _mm256_loadu_pd(v));
+                    _mm256_storeu_pd(oi + j, e);
                 } else {
+                    double v[4];
+                    _mm256_storeu_pd(v, e);
                     for (int l = 0; l < lanes; ++l) oi[j + l] = v[l];
                 }
             }
+            if (exp_block) exp_row(oi, nb);         /* then their exponentials, a second pass */
+            continue;
 #endif
             for (; j < nb; ++j) {
                 double dist = sqrt(sq_dist(x, br + j * b_ld, d));
