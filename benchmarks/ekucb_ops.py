@@ -15,7 +15,8 @@ round of the same rounds, unprofiled (one thread; with ``--device cuda`` the cou
 the GPU launches, and the milliseconds the host's CPU time, not the GPU's).
 
     python benchmarks/ekucb_ops.py --sync-free --chunk-runs 64   # the GPU's path, on the CPU
-    python benchmarks/ekucb_ops.py --rates   # + the score's products: compiled vs torch vs GEMM
+    python benchmarks/ekucb_ops.py --rates   # + the score's products: compiled vs torch vs GEMM,
+                                             # and its RBF block: torch vs compiled
 
 ``--rates`` also times, on the state reached (CPU), the posterior's score of one round alone —
 with the compiled per-run kernel (:mod:`torchbandits.native.ekucb`) and on the torch path
@@ -201,6 +202,7 @@ def _rates(model: Any, cand: torch.Tensor) -> None:
         lines.append(("compiled per-run kernel", _best_ms(lambda: model.score(cand))))
     with native.disabled():
         lines.append(("torch chunked bmm", _best_ms(lambda: model.score(cand))))
+    _block_rates(cand, int(sizes.max()))
     gemm = torch.rand(512, 512, dtype=torch.float64)
     gemm_rate = 2 * 512**3 / _best_ms(lambda: gemm @ gemm, 5) / 1e6
     print(f"score (kernel block, products, reductions), A = {n_cand}, sizes "
@@ -208,6 +210,25 @@ def _rates(model: Any, cand: torch.Tensor) -> None:
     for name, ms in lines:
         print(f"  {name:24s} {ms:7.3f} ms  {flops / ms / 1e6:6.1f} GFLOP/s")
     print(f"  float64 GEMM 512x512     {gemm_rate:6.1f} GFLOP/s (one thread)")
+
+
+def _block_rates(cand: torch.Tensor, width: int) -> None:
+    """The score's RBF block ``[R, A, M]`` (Chessboard's ``ℓ = 0.1``: ``c = −50``) at the
+    state's width: torch (``cdist``, ``square_``, ``mul_``, ``exp_``), the compiled exponent (bit
+    for bit ``cdist``'s) with torch's ``exp_``, and the compiled block (a vectorised exp)."""
+    from torchbandits.native import ekucb as native_ekucb
+
+    z = torch.rand(cand.shape[0], width, cand.shape[2], dtype=cand.dtype)
+    lines = [("torch cdist + exp_", lambda: torch.cdist(
+        cand, z, compute_mode="donot_use_mm_for_euclid_dist").square_().mul_(-50.0).exp_())]
+    if native_ekucb.rbf_exponent(cand, z, -50.0) is not None:
+        lines.append(("compiled exponent + exp_",
+                      lambda: native_ekucb.rbf_exponent(cand, z, -50.0).exp_()))
+    if native_ekucb.rbf_block(cand, z, -50.0) is not None:
+        lines.append(("compiled block", lambda: native_ekucb.rbf_block(cand, z, -50.0)))
+    print(f"RBF block [{cand.shape[0]}, {cand.shape[1]}, {width}]:")
+    for name, fn in lines:
+        print(f"  {name:26s} {1e3 * _best_ms(fn):8.1f} µs")
 
 
 if __name__ == "__main__":

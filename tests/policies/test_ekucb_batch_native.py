@@ -192,3 +192,145 @@ def test_chessboard_runs_equal_the_torch_path() -> None:
     assert calls > 0
     assert torch.equal(compiled.batch_diagnostics()["dict_size"],
                        reference.batch_diagnostics()["dict_size"])
+
+
+def _poisoned_twin(monkeypatch: pytest.MonkeyPatch, compact: bool) -> tuple[list, list]:
+    """Bump, 6 runs × 150 rounds, compiled from the first scored round, the runs re-sorted by
+    size (chunks of 2), the growing runs compacted every round (``compact``) or every run
+    bordered with masked writes, with a ``state_dict`` round trip into a fresh policy at round 70 and a
+    ``.to(float64)`` at round 100: the actions and the final state of a batch with
+    ``debug_stale_q`` (the stored ``Q`` NaN while a step is pending) and without."""
+    monkeypatch.setattr(BatchedNystrom, "COMPILED_MIN_WIDTH", 0)
+    out = []
+    for poison in (False, True):
+        monkeypatch.setattr(BatchedNystrom, "debug_stale_q", poison)
+        env = make_env("bump")
+        seeds = [0, 1, 2, 3, 4, 5]
+        policy = make_policy("ekucb", env)
+        policy.reset(seed=seeds)
+        policy.cpu_compact_above = 0 if compact else None
+        policy.batch_model.set_chunk_runs(2)
+        benv = BatchedEnv(env, seeds)
+        rows, actions, pending_seen = torch.arange(len(seeds)), [], 0
+        for t in range(150):
+            cand = benv.candidates()
+            idx = policy.select(cand)
+            actions.append(idx)
+            reward, _ = benv.pull(idx)
+            policy.update(cand[rows, idx], reward)
+            model = policy.batch_model
+            if model._pending is not None:
+                pending_seen += 1
+                assert torch.isnan(model._q_stored()).any() == poison   # what a stale read sees
+            if t == 70:
+                state = policy.state_dict()
+                policy = make_policy("ekucb", env)
+                policy.load_state_dict(state)
+                policy.batch_model.set_chunk_runs(2)
+                policy.cpu_compact_above = 0 if compact else None
+            if t == 100:
+                policy = policy.to(torch.float64)
+            if t % 25 == 0:   # the module's generic readers: flushed
+                for _, buf in policy.named_buffers():
+                    assert not (buf.is_floating_point() and torch.isnan(buf).any())
+        assert pending_seen > (100 if compact else -1)   # the masked border flushes every round
+        out.append((actions, policy.state_dict()))
+    return out[0], out[1]
+
+
+@pytest.mark.parametrize("compact", [True, False])
+def test_no_reader_sees_a_stale_q(monkeypatch: pytest.MonkeyPatch, compact: bool) -> None:
+    """The deferred Sherman–Morrison step of ``Q`` (applied by the next compiled score) is never
+    bypassed: with ``debug_stale_q`` every read of the stored ``Q`` behind a pending step reads
+    NaN, and the batch still plays the same actions and ends in the same state, bit for bit, as
+    without it — through the compiled score, the appends, the compacted (``compact``) or masked
+    borders, the re-sorts (``permute``), ``state_dict``/``load_state_dict``, ``.to`` and
+    ``named_buffers``."""
+    (plain_actions, plain_state), (poison_actions, poison_state) = _poisoned_twin(monkeypatch,
+                                                                                  compact)
+    assert all(torch.equal(a, b) for a, b in zip(plain_actions, poison_actions, strict=True))
+    assert plain_state.keys() == poison_state.keys()
+    for key, value in plain_state.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(poison_state[key], value), key
+
+
+def test_reading_q_applies_the_pending_step() -> None:
+    """After an append on the compiled path the step of ``Q`` is pending; ``model._q`` returns
+    the stored ``Q`` with it applied — the torch path's ``Q`` after the same append (to
+    rounding) — and leaves nothing pending."""
+    env = make_env("bump")
+    policies = [make_policy("ekucb", env) for _ in range(2)]
+    seeds = [0, 1, 2]
+    benv = BatchedEnv(env, seeds)
+    for j, policy in enumerate(policies):
+        with native.disabled() if j else contextlib.nullcontext():
+            policy.reset(seed=seeds)
+    rows = torch.arange(3)
+    for _ in range(12):
+        cand = benv.candidates()
+        idx = policies[0].select(cand)
+        reward, _ = benv.pull(idx)
+        for j, policy in enumerate(policies):
+            with native.disabled() if j else contextlib.nullcontext():
+                policy.update(cand[rows, idx], reward)
+    model, ref = policies[0].batch_model, policies[1].batch_model
+    x = torch.stack([model.dictionary(r)[0] for r in range(3)])   # an anchor: a large step
+    y = torch.tensor([0.5, -0.2, 1.0], dtype=F64)
+    model.append(x, y)
+    with native.disabled():
+        ref.append(x, y)
+    assert model._pending is not None and ref._pending is None
+    stale = model._q_stored().clone()
+    q = model._q
+    assert model._pending is None and not torch.equal(q, stale)
+    torch.testing.assert_close(q, ref._q, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("dim", [1, 2])
+def test_rbf_exponent_is_cdist_to_the_bit(dim: int) -> None:
+    """``c·‖a − b‖²`` compiled equals ``cdist(…, "donot_use_mm_for_euclid_dist").square_()
+    .mul_(c)`` bit for bit (views with run and row strides, one point against many, Chessboard's
+    joint points), so the RBF block of the batched model keeps torch's numbers; dimensions past
+    :data:`~torchbandits.native.ekucb.RBF_MAX_DIM`, float32 and mismatched runs are refused."""
+    gen = torch.Generator().manual_seed(dim)
+    env = make_env("chessboard")
+    cases = [(torch.rand(8, 40, dim, generator=gen, dtype=F64)[:, 3:14],
+              torch.rand(8, 130, dim, generator=gen, dtype=F64)[:, :97]),
+             (torch.rand(5, 300, dim, generator=gen, dtype=F64),
+              torch.rand(5, 1, dim, generator=gen, dtype=F64))]
+    if dim == 2:
+        cand = BatchedEnv(env, list(range(6))).candidates()
+        cases.append((cand, cand[:, :7]))
+    for a, b in cases:
+        want = torch.cdist(a, b, compute_mode="donot_use_mm_for_euclid_dist").square_().mul_(-50.0)
+        got = native_ekucb.rbf_exponent(a, b, -50.0)
+        assert got is not None and torch.equal(got, want)
+    a = torch.rand(2, 4, 3, dtype=F64)
+    assert native_ekucb.rbf_exponent(a, a, -1.0) is None
+    assert native_ekucb.rbf_exponent(a[..., :2].float(), a[..., :2].float(), -1.0) is None
+    assert native_ekucb.rbf_exponent(a[:1, :, :2], a[..., :2], -1.0) is None
+
+
+@pytest.mark.parametrize("dim", [1, 2, 3, 6])
+def test_rbf_block_is_torch_to_an_ulp(dim: int) -> None:
+    """The compiled score's RBF block ``exp(c·‖a − b‖²)`` (a vectorised exp) against torch's
+    ``cdist``/``exp_``: within 2.5e-16 relative where the exponents agree (d ≤ 2), padded
+    tails (``nb`` not a multiple of 4), strided views, exponents below −708 (libm's exp, down to
+    0) included."""
+    gen = torch.Generator().manual_seed(10 + dim)
+    for a, b, c in [(torch.rand(6, 12, dim, generator=gen, dtype=F64)[:, 1:11],
+                     torch.rand(6, 90, dim, generator=gen, dtype=F64)[:, :67], -50.0),
+                    (torch.rand(3, 5, dim, generator=gen, dtype=F64) * 30,
+                     torch.rand(3, 7, dim, generator=gen, dtype=F64), -3.0),
+                    (torch.rand(2, 4, dim, generator=gen, dtype=F64),
+                     torch.rand(2, 1, dim, generator=gen, dtype=F64), -0.5)]:
+        expo = torch.cdist(a, b, compute_mode="donot_use_mm_for_euclid_dist").square_().mul_(c)
+        want = expo.exp()
+        got = native_ekucb.rbf_block(a, b, c)
+        assert got is not None and got.shape == want.shape
+        # d <= 2: the same exponent (an ulp of exp); d > 2: cdist sums in another order, and
+        # ulps of the exponent e are |e| times as many ulps of exp(e)
+        slack = 2.5e-16 + (0.0 if dim <= 2 else 1e-15) * expo.abs().clamp(min=1.0)
+        assert ((got - want).abs() <= slack * want + 1e-300).all()
+    assert native_ekucb.rbf_block(a.float(), b.float(), -1.0) is None

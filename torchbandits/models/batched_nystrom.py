@@ -45,8 +45,8 @@ round is bound by arithmetic; on a GPU, where it is bound by launches (each chun
 operator of a round), the whole batch is one chunk — one padded program
 (:attr:`BatchedNystrom.CHUNK`; :meth:`BatchedNystrom.set_chunk_runs` overrides). The storage is in
 :mod:`~torchbandits.models.batched_nystrom_state`; :class:`~torchbandits.models.batched_kors.BatchedKORS`
-holds the KORS sampler of EK-UCB the same way.
-The numbers equal the sequential model's up to rounding (batched products may sum in another order).
+holds the KORS sampler of EK-UCB the same way. The numbers equal the sequential model's up to
+rounding (batched products may sum in another order).
 """
 
 from __future__ import annotations
@@ -128,8 +128,7 @@ class BatchedNystrom(BatchedNystromState):
         compiled = self._score_compiled(cand, kdiag)
         if compiled is not None:
             mean, var = compiled
-        else:
-            self._flush_q()
+        else:   # (reading self._q applies a deferred step first)
             means, variances, cols = [], [], []
             for a, b, mg in self.chunks():
                 mean, var, col = self._score_chunk(cand[a:b], kdiag[a:b], a, b, mg)
@@ -142,21 +141,24 @@ class BatchedNystrom(BatchedNystromState):
         return mean, (var.clamp_(max=self._k.const) if self._k.const is not None
                       else torch.minimum(var, kdiag))
 
+    def compiled_scores(self) -> bool:  # whether score runs the compiled per-run products
+        return self._mmax >= self.COMPILED_MIN_WIDTH and native_ekucb.available(self._p)
+
     def _score_compiled(self, cand: Tensor, kdiag: Tensor) -> tuple[Tensor, Tensor] | None:
         """:meth:`score` by the compiled per-run products (:func:`torchbandits.native.ekucb.score`:
         float64 CPU tensors, each run at its own size ``m_r``, no chunks), or ``None`` (the torch
-        path: other devices and dtypes, no compiler, widths below :attr:`COMPILED_MIN_WIDTH`).
-        Faster than the chunked products for any number of candidates measured (10 to 110 at
-        R = 64, M ≈ 44–106: 1.9 vs 4.6 ms to 10.5 vs 15.7 ms).
-        The kernel block is the torch one, ``[R, A, M]`` for every run at once."""
-        if self._mmax < self.COMPILED_MIN_WIDTH or not native_ekucb.available(cand, self._p):
+        path: other devices and dtypes, no compiler, widths below :attr:`COMPILED_MIN_WIDTH`;
+        faster for 10 to 110 candidates at R = 64). The kernel block ``[R, A, M]`` is shared."""
+        if not (self.compiled_scores() and native_ekucb.available(cand)):
             return None
-        kz = self._k.block(cand, self._z[:, : self._mmax])
-        out = native_ekucb.score(kz, self._p, self._q, self._g, self._m, kdiag, self.lam,
+        kz = self._k.compiled_block(cand, self._z[:, : self._mmax])
+        if self._q_kept is not None:   # debug_stale_q: the stored Q is NaN until flushed
+            self._flush_q()
+        out = native_ekucb.score(kz, self._p, self._q_stored(), self._g, self._m, kdiag, self.lam,
                                  p_lower=self._p_lower, pending=self._pending)
         if out is None:
             return None
-        self._pending = None   # the deferred step of Q is applied
+        self._drop_pending()   # the deferred step of Q is applied
         mean, var, f, qf = out
         self._scored = (self._version, cand, [(kz, f, qf[:, :-1])])   # one full-width "chunk"
         return mean, var
@@ -164,10 +166,9 @@ class BatchedNystrom(BatchedNystromState):
     def _score_chunk(self, cand: Tensor, kdiag: Tensor, a: int, b: int, mg: int
                      ) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor, Tensor]]:
         """:meth:`score` of the runs ``a..b−1`` on their ``[:M_g]`` slices."""
-        if mg == 0:
+        if mg == 0:   # (row layout below: [k, A, M_g] times Pᵀ and Qᵀ ran faster than P·K here)
             empty = cand.new_zeros(cand.shape[0], cand.shape[1], 0)
             return cand.new_zeros(cand.shape[:2]), kdiag.clone(), (empty, empty, empty)
-        # row layout ([k, A, M_g]: the candidates' rows times Pᵀ and Qᵀ ran faster than P·K here)
         kz = self._k.block(cand, self._z[a:b, :mg])                         # k_Z(x)ᵀ [k, A, M_g]
         f = kz @ self._p[a:b, :mg, :mg].mT                                  # e(x)ᵀ [k, A, M_g]
         na = f.shape[1]
@@ -222,8 +223,7 @@ class BatchedNystrom(BatchedNystromState):
         self._ensure(n + 1, max(mm, 1), x.shape[1])
         self._version += 1
         if mm:
-            self._flush_q()   # the step of a previous append not scored since
-            q = self._q[:, :mm, :mm]
+            q = self._q[:, :mm, :mm]   # (with the step of a previous append not scored since)
             if columns is None:
                 f = (self._p[:, :mm, :mm] @ self.kernel_columns(x)[..., None])[..., 0]
                 gq = (q @ f[..., None])[..., 0]
@@ -235,7 +235,7 @@ class BatchedNystrom(BatchedNystromState):
             # Q ← Q − (Qf)(Qf)ᵀ/(1 + fᵀQf): compiled, deferred to the next score's pass over Q
             # (_flush_q), else on each chunk's slice
             if native_ekucb.available(q, gq, gs):
-                self._pending = (gq.contiguous(), gs.contiguous(), self._m.new_ones(len(gq)))
+                self._defer_q_step(gq, gs)
             else:
                 for a, b, mg in self.chunks():
                     if mg:
@@ -301,7 +301,7 @@ class BatchedNystrom(BatchedNystromState):
         writes ``Q + Qb bᵀQ/s``, the border ``−Qb/s`` and the corner ``1/s`` at once (the same
         numbers as the three writes; ``1/s = 0`` where refused: nothing changes)."""
         n, lam = self._n, self.lam
-        self._flush_q(idx if isinstance(idx, Tensor) else None)
+        self._flush_q(idx if isinstance(idx, Tensor) else None)   # then Q's rows idx are current
         rows = self._rows(idx)
         k = rows.shape[0]
         z = self._x[idx, n - 1]                                              # [k, d]
@@ -310,7 +310,7 @@ class BatchedNystrom(BatchedNystromState):
         pos = self._m[idx]
         ar = self._rows(slice(0, k))
         p = self._p[idx, : w + 1, : w + 1]
-        q = self._q[idx, : w + 1, : w + 1]
+        q = self._q_stored()[idx, : w + 1, : w + 1]
         row = -(p[:, :w, :w].mT @ f[..., None])[..., 0] / d[:, None]        # −Pᵀf/d
         e_old = self._e[idx, :n, :w]
         gs = self._k.block(self._x[idx, :n], z[:, None])[..., 0]             # k_S(z) [k, n]
@@ -329,7 +329,7 @@ class BatchedNystrom(BatchedNystromState):
         p[ar, pos, pos] = okf / d
         if isinstance(idx, Tensor):
             self._p[idx, : w + 1, : w + 1] = p
-            self._q[idx, : w + 1, : w + 1] = q
+            self._q_stored()[idx, : w + 1, : w + 1] = q
         self._g[rows, pos] = (e_new * self._s[idx, :n]).sum(-1)
         self._e[rows, :n, pos] = e_new
         self._z[rows, pos] = torch.where(ok[:, None], z, 0.0)
@@ -351,7 +351,7 @@ class BatchedNystrom(BatchedNystromState):
         r, mm = dictionary.shape[0], dictionary.shape[1]
         n, d = x.shape[1], x.shape[2]
         self._version += 1
-        self._pending = None   # Q is recomputed
+        self._drop_pending()   # Q is recomputed
         self._ensure(max(n, 1), max(mm, 1), d)
         self._x[:, :n] = x
         self._c[:, :n] = counts

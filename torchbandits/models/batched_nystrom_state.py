@@ -7,9 +7,16 @@ sizes ``_m`` ``[R]``, ``log det A`` ``_logdet`` ``[R]``, refusals ``_refused`` `
 
 On the compiled CPU path (:mod:`torchbandits.native.ekucb`) an append's Sherman–Morrison step of
 ``Q`` is deferred (``_pending``) and applied by the next compiled score in its own pass over
-``Q``; every other reader of ``Q`` (the torch score, a border, :meth:`~BatchedNystromState.permute`,
-``state_dict``, ``.to``) applies it first (``_flush_q``): the same numbers, one stream of ``Q`` a
-round fewer.
+``Q`` (one stream of ``Q`` a round fewer). No reader can see the stored ``Q`` without that step:
+``_q`` is a property that applies it first (``_flush_q``); the paths of ``nn.Module`` that read
+the buffers directly (``state_dict``, ``.to``/``_apply``, ``named_buffers``/``buffers``) and
+:meth:`~BatchedNystromState.permute` flush first too (a parent's ``named_buffers`` reads this
+module's buffers directly: EK-UCB's calls :meth:`~BatchedNystromState.apply_deferred` first);
+only the flush itself, the compiled score and a compacted border (after flushing its runs) take
+the stored tensor (``_q_stored``). With :attr:`~BatchedNystromState.debug_stale_q` the stored
+``Q`` is NaN while a step is pending (its values kept aside and put back by the flush): a reader
+that bypassed the flush reads NaN (the tests run whole batches so and compare them with the
+normal runs).
 """
 
 from __future__ import annotations
@@ -41,10 +48,24 @@ class _Kernel:
             self.rbf_c = -0.5 / float(kernel.lengthscale) ** 2
 
     def block(self, a: Tensor, b: Tensor) -> Tensor:
+        """``k(a_i, b_j)`` ``[R, na, nb]`` of ``a`` ``[R, na, d]`` and ``b`` ``[R, nb, d]``. The
+        RBF's exponent ``c·‖a − b‖²`` is compiled where that keeps ``cdist``'s numbers to the bit
+        (:func:`torchbandits.native.ekucb.rbf_exponent`: float64 CPU, ``d ≤ 2``; one pass instead
+        of ``cdist``, ``square_`` and ``mul_``), the ``exp_`` is torch's either way."""
         if self.rbf_c is not None:
-            d = torch.cdist(a, b, compute_mode="donot_use_mm_for_euclid_dist")
-            return d.square_().mul_(self.rbf_c).exp_()
+            e = native_ekucb.rbf_exponent(a, b, self.rbf_c)
+            if e is None:
+                e = torch.cdist(a, b, compute_mode="donot_use_mm_for_euclid_dist")
+                e = e.square_().mul_(self.rbf_c)
+            return e.exp_()
         return kernel_matrix(self.kernel, a, b)
+
+    def compiled_block(self, a: Tensor, b: Tensor) -> Tensor:
+        """:meth:`block` for the compiled score: an RBF's whole block in C where it qualifies
+        (:func:`torchbandits.native.ekucb.rbf_block`: its exponential within about an ulp of
+        torch's, not bit for bit — like the compiled products it feeds), else :meth:`block`."""
+        out = None if self.rbf_c is None else native_ekucb.rbf_block(a, b, self.rbf_c)
+        return self.block(a, b) if out is None else out
 
     def diag(self, a: Tensor) -> Tensor:
         """``k(a_i, a_i)`` of ``a`` ``[..., n, d]`` → ``[..., n]``."""
@@ -74,6 +95,11 @@ class BatchedNystromState(ResizableModule):
         self.lam, self.jitter, self.min_residual = float(lam), float(jitter), float(min_residual)
         self.kernel = kernel.to(dtype=dtype, device=device)
         self._k = _Kernel(self.kernel)
+        # a deferred Sherman–Morrison step of Q (a, b [R, w], flags [R] int64; see _flush_q),
+        # and Q's values while it is pending under debug_stale_q (set before "_q" is registered:
+        # registering reads the property)
+        self._pending: tuple[Tensor, Tensor, Tensor] | None = None
+        self._q_kept: Tensor | None = None
         z = dict(dtype=dtype, device=device)
         self.register_buffer("_m", torch.zeros(r, dtype=torch.long, device=device))
         self.register_buffer("_z", torch.zeros(r, 16, 0, **z))
@@ -93,8 +119,6 @@ class BatchedNystromState(ResizableModule):
         self._row_cache: dict[tuple[int, int], Tensor] = {}
         self._eye: Tensor | None = None
         self._p_lower = True   # every P_r lower triangular (not after a pivoted rebuild)
-        # a deferred Sherman–Morrison step of Q (a, b [R, w], flags [R] int64; see _flush_q)
-        self._pending: tuple[Tensor, Tensor, Tensor] | None = None
         self._scored: tuple[int, Tensor, list[tuple[Tensor, Tensor, Tensor]]] | None = None
 
     # ------------------------------------------------------------------ sizes / state
@@ -199,7 +223,7 @@ class BatchedNystromState(ResizableModule):
         """Restores ``n`` and the chunk widths (so a reloaded batch computes at the same widths,
         the same numbers to the bit), or reads the exact widths from the sizes."""
         self._n = int(state["n"])
-        self._pending = None   # the loaded Q is complete
+        self._drop_pending()   # the loaded Q is complete
         self._p_lower = bool(state.get("p_lower", False))
         self._version += 1
         self.refresh_widths()
@@ -220,11 +244,11 @@ class BatchedNystromState(ResizableModule):
         """Forget the data and the dictionaries of every run."""
         self._n = 0
         self._version += 1
+        self._drop_pending()
         for buf in (self._m, self._p, self._q, self._g, self._e, self._logdet, self._refused):
             buf.zero_()
         self._c.fill_(1.0)
         self._p_lower = True
-        self._pending = None
         self._chunks = [(a, b, 0) for a, b, _ in self._chunks]
         self._mmax = 0
 
@@ -253,30 +277,80 @@ class BatchedNystromState(ResizableModule):
                                         device=self.device)
         return eye[:width, :width][pos]
 
+    # ------------------------------------------------------------------ Q and its deferred step
+    #: debugging: while a step of ``Q`` is pending, the stored ``Q`` is NaN (its values kept
+    #: aside until the flush), so that a reader that bypasses the flush reads NaN (module
+    #: docstring; costs a copy of ``Q`` per append: for tests)
+    debug_stale_q = False
+
+    @property
+    def _q(self) -> Tensor:
+        """``Q`` ``[R, cap_m, cap_m]`` with the deferred step applied (reading it flushes)."""
+        self._flush_q()
+        return self._q_stored()
+
+    def _q_stored(self) -> Tensor:
+        """The stored ``Q``, behind the deferred step while one is pending: only for the flush,
+        the compiled score (which applies the step in its pass) and a compacted border (after
+        flushing its runs); every other reader takes :attr:`_q`."""
+        try:
+            return self._buffers["_q"]
+        except KeyError:
+            raise AttributeError("_q") from None
+
+    def _defer_q_step(self, a: Tensor, b: Tensor) -> None:
+        """Defer ``Q_r −= a_r b_rᵀ`` (``a``, ``b`` ``[R, w]``, every run) to the next flush or
+        compiled score (:meth:`_flush_q`); any earlier step must have been applied."""
+        assert self._pending is None, "a deferred step of Q is still pending"
+        self._pending = (a.contiguous(), b.contiguous(), self._m.new_ones(a.shape[0]))
+        if self.debug_stale_q:
+            q = self._q_stored()
+            self._q_kept = q.clone()
+            q.fill_(math.nan)
+
+    def _drop_pending(self) -> None:
+        """Forget a deferred step (``Q`` is about to be replaced as a whole)."""
+        self._pending = None
+        self._q_kept = None
+
     def _flush_q(self, runs: Tensor | None = None) -> None:
         """Apply the deferred Sherman–Morrison step ``Q_r −= a_r b_rᵀ`` of the last append (the
         compiled path defers it, and the next compiled score applies it in its own pass over
-        ``Q``) to every run, or to the distinct ``runs`` (a LongTensor) only. Every other reader
-        of ``Q`` calls this first; a run's size does not change while its step is pending."""
+        ``Q``) to every run, or to the distinct ``runs`` (a LongTensor) only. Reading
+        :attr:`_q` calls this; a run's size does not change while its step is pending."""
         pend = self._pending
         if pend is None:
             return
         a, b, flags = pend
+        q = self._q_stored()
         if runs is not None:
             runs = runs[flags[runs] != 0]   # (a read: the CPU's compacted growth only)
-        if not native_ekucb.rank_one_sub(self._q, a, b, self._m, runs):
+        if self._q_kept is not None:        # debug_stale_q: Q's values back first
+            live = flags != 0 if runs is None else runs
+            q[live] = self._q_kept[live]
+        if not native_ekucb.rank_one_sub(q, a, b, self._m, runs):
             w = a.shape[1]
             a = a * flags.to(a.dtype)[:, None]
             if runs is None:
-                self._q[:, :w, :w].addcmul_(a[:, :, None], b[:, None, :], value=-1.0)
+                q[:, :w, :w].addcmul_(a[:, :, None], b[:, None, :], value=-1.0)
             else:
-                self._q[runs, :w, :w] = self._q[runs, :w, :w].addcmul_(
+                q[runs, :w, :w] = q[runs, :w, :w].addcmul_(
                     a[runs, :, None], b[runs, None, :], value=-1.0)
         if runs is None:
-            self._pending = None
+            self._drop_pending()
         else:   # done: a zero step (Q − 0·bᵀ = Q) for a later pass over every run
             flags[runs] = 0
             pend[0][runs] = 0.0
+
+    def apply_deferred(self) -> None:
+        """Apply a deferred step of ``Q`` now: for a parent module's generic readers, which read
+        this module's buffers directly (a parent's ``named_buffers``/``buffers``)."""
+        self._flush_q()
+
+    def named_buffers(self, *args: Any, **kwargs: Any):  # type: ignore[no-untyped-def,override]
+        """``nn.Module.named_buffers`` (and ``buffers``) with ``Q`` flushed first."""
+        self._flush_q()
+        return super().named_buffers(*args, **kwargs)
 
     def _save_to_state_dict(self, destination, prefix, keep_vars):  # type: ignore[no-untyped-def]
         self._flush_q()

@@ -18,7 +18,8 @@ from torch import Tensor
 
 from . import library, pointer
 
-__all__ = ["available", "kors_quadratic", "rank_one_sub", "score"]
+__all__ = ["RBF_MAX_DIM", "available", "kors_quadratic", "rank_one_sub", "rbf_block", "rbf_exponent",
+           "score"]
 
 _I64, _PTR, _F64 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_double
 #: columns of a tile of ``ekucb_score`` (its scratch is ``3·W·TILE_COLUMNS`` doubles)
@@ -28,7 +29,12 @@ _SIGNATURES = {
                     _PTR, _F64, _PTR, _PTR, _PTR, _PTR, _PTR, _PTR, _PTR, _PTR, _I64, _I64],
     "ekucb_quad": [_I64, _I64, _PTR, _PTR, _I64, _PTR, _I64, _I64, _PTR],
     "ekucb_rank1_sub": [_I64, _I64, _PTR, _PTR, _I64, _I64, _PTR, _I64, _PTR, _I64, _PTR],
+    "ekucb_rbf_exponent": [_I64, _I64, _I64, _I64, _PTR, _I64, _I64, _PTR, _I64, _I64, _F64, _PTR],
+    "ekucb_rbf_block": [_I64, _I64, _I64, _I64, _PTR, _I64, _I64, _PTR, _I64, _I64, _F64, _PTR],
 }
+#: the input dimensions where :func:`rbf_exponent` is torch's ``cdist`` to the bit (its loop sums
+#: the coordinates' squares in order there; for some larger dimensions it does not, measured)
+RBF_MAX_DIM = 2
 _READY: set[int] = set()
 
 
@@ -141,3 +147,37 @@ def rank_one_sub(q: Tensor, a: Tensor, b: Tensor, sizes: Tensor, runs: Tensor | 
                         q.stride(0), q.stride(1), pointer(a), a.stride(0), pointer(b), b.stride(0),
                         None if runs is None else pointer(runs))
     return True
+
+
+def rbf_exponent(a: Tensor, b: Tensor, c: float) -> Tensor | None:
+    """``c·‖a_i − b_j‖²`` ``[R, na, nb]`` of ``a`` ``[R, na, d]`` and ``b`` ``[R, nb, d]``
+    (``ekucb_rbf_exponent``), bit for bit ``torch.cdist(a, b, compute_mode=
+    "donot_use_mm_for_euclid_dist").square_().mul_(c)``: the exponent of the RBF block, whose
+    ``exp_`` the caller takes in torch (so the block keeps torch's rounding). ``None`` (the caller
+    takes the torch path) unless both are float64 CPU tensors with contiguous coordinates, the
+    same ``R`` and ``d ≤`` :data:`RBF_MAX_DIM`."""
+    return _rbf("ekucb_rbf_exponent", a, b, c, RBF_MAX_DIM)
+
+
+def rbf_block(a: Tensor, b: Tensor, c: float) -> Tensor | None:
+    """The RBF block ``exp(c·‖a_i − b_j‖²)`` ``[R, na, nb]`` itself (``ekucb_rbf_block``), for
+    the compiled score: the exponent as :func:`rbf_exponent`'s, the exponential vectorised in C
+    (within about an ulp of torch's ``exp_``, **not** bit for bit). Any ``d``; ``None`` where the
+    tensors do not qualify (as :func:`rbf_exponent`)."""
+    return _rbf("ekucb_rbf_block", a, b, c, None)
+
+
+def _rbf(name: str, a: Tensor, b: Tensor, c: float, max_dim: int | None) -> Tensor | None:
+    if (a.dim() != 3 or b.dim() != 3 or a.shape[0] != b.shape[0] or a.shape[2] != b.shape[2]
+            or (max_dim is not None and a.shape[2] > max_dim) or not _ok(a, b)):
+        return None
+    lib = _lib()
+    if lib is None:
+        return None
+    r, na, d = a.shape
+    nb = b.shape[1]
+    out = a.new_empty(r, na, nb)
+    if out.numel():
+        getattr(lib, name)(r, na, nb, d, pointer(a), a.stride(0), a.stride(1), pointer(b),
+                           b.stride(0), b.stride(1), float(c), pointer(out))
+    return out

@@ -320,3 +320,156 @@ void ekucb_rank1_sub(int64_t R, int64_t W, const int64_t *sizes, double *Q, int6
         }
     }
 }
+
+/* sum_{k<d} (x[k] - z[k])^2 in order, unfused (0 + t0^2 = t0^2 exactly); d = 2 unrolled (a loop
+ * of a run-time length two costs more than its two terms) */
+static inline double sq_dist(const double *x, const double *z, int64_t d) {
+    if (d == 2) {
+        double t0 = x[0] - z[0], t1 = x[1] - z[1];
+        return t0 * t0 + t1 * t1;
+    }
+    double s = 0.0;
+    for (int64_t k = 0; k < d; ++k) {
+        double t = x[k] - z[k];
+        s += t * t;
+    }
+    return s;
+}
+
+#ifdef EKUCB_AVX2
+/* sq_dist of x and four points z_j..z_{j+3} (row stride ld; zero beyond `lanes`), the same
+ * operations lane by lane (unfused: ISO C does not contract these intrinsics into FMAs) */
+static inline __m256d sq_dist4(const double *x, const double *z, int64_t ld, int64_t d,
+                               int lanes) {
+    if (d == 2 && ld == 2 && lanes == 4) {         /* four points [x y] in two loads */
+        __m256d p01 = _mm256_loadu_pd(z), p23 = _mm256_loadu_pd(z + 4);
+        __m256d zx = _mm256_unpacklo_pd(p01, p23), zy = _mm256_unpackhi_pd(p01, p23);
+        __m256d t0 = _mm256_sub_pd(_mm256_set1_pd(x[0]), zx);      /* lanes (0, 2, 1, 3) */
+        __m256d t1 = _mm256_sub_pd(_mm256_set1_pd(x[1]), zy);
+        __m256d s = _mm256_add_pd(_mm256_mul_pd(t0, t0), _mm256_mul_pd(t1, t1));
+        return _mm256_permute4x64_pd(s, 0xD8);                         /* back in order */
+    }
+    __m256d s = _mm256_setzero_pd();
+    for (int64_t k = 0; k < d; ++k) {
+        double zk[4] = {0.0, 0.0, 0.0, 0.0};
+        for (int l = 0; l < lanes; ++l) zk[l] = z[l * ld + k];
+        __m256d t = _mm256_sub_pd(_mm256_set1_pd(x[k]), _mm256_loadu_pd(zk));
+        s = _mm256_add_pd(s, _mm256_mul_pd(t, t));
+    }
+    return s;
+}
+
+/* exp(x) of four lanes with x >= EXP_MIN (the caller takes libm's exp below): x = n ln2 + t,
+ * n = round(x / ln2), t = (x - n ln2_hi) - n ln2_lo (ln2_hi has 21 trailing zero bits: n ln2_hi is
+ * exact), |t| <= ln2/2; e^t by its Taylor polynomial to t^13 (remainder < 5e-18, Horner with
+ * FMA), times 2^n built in the exponent bits. Within about one
+ * ulp of exp — not bit for bit torch's exp, nor libm's. */
+#define EXP_MIN (-708.0)
+static inline __m256d exp4(__m256d x) {
+    const __m256d log2e = _mm256_set1_pd(1.4426950408889634074);
+    __m256d n = _mm256_round_pd(_mm256_mul_pd(x, log2e),
+                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256d t = _mm256_fnmadd_pd(n, _mm256_set1_pd(6.93147180369123816490e-01), x);
+    t = _mm256_fnmadd_pd(n, _mm256_set1_pd(1.90821492927058770002e-10), t);
+    static const double inv_fact[14] = {
+        1.0, 1.0, 1.0 / 2, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720, 1.0 / 5040, 1.0 / 40320,
+        1.0 / 362880, 1.0 / 3628800, 1.0 / 39916800, 1.0 / 479001600, 1.0 / 6227020800.0};
+    __m256d p = _mm256_set1_pd(inv_fact[13]);   /* Horner (Estrin's shorter chain lost an ulp) */
+    for (int k = 12; k >= 0; --k) p = _mm256_fmadd_pd(p, t, _mm256_set1_pd(inv_fact[k]));
+    __m256i e = _mm256_cvtepi32_epi64(_mm256_cvtpd_epi32(n));          /* n as int64 */
+    e = _mm256_slli_epi64(_mm256_add_epi64(e, _mm256_set1_epi64x(1023)), 52);
+    return _mm256_mul_pd(p, _mm256_castsi256_pd(e));                   /* e^t 2^n */
+}
+#endif
+
+#ifdef EKUCB_AVX2
+/* exp4 of four lanes, those below EXP_MIN (rare) by libm's exp */
+static inline __m256d exp4_all(__m256d e) {
+    const __m256d lo = _mm256_set1_pd(EXP_MIN);
+    __m256d r = exp4(_mm256_max_pd(e, lo));
+    if (_mm256_movemask_pd(_mm256_cmp_pd(e, lo, _CMP_LT_OQ))) {
+        double ev[4], rv[4];
+        _mm256_storeu_pd(ev, e);
+        _mm256_storeu_pd(rv, r);
+        for (int l = 0; l < 4; ++l)
+            if (ev[l] < EXP_MIN) rv[l] = exp(ev[l]);
+        r = _mm256_loadu_pd(rv);
+    }
+    return r;
+}
+
+/* v[j] <- exp(v[j]) for j < n in place: four at a time in a loop of independent iterations (the
+ * polynomial's chain of FMAs overlaps across them), the last n mod 4 in a zero-padded vector
+ * (the same function for every entry) */
+static void exp_row(double *v, int64_t n) {
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) _mm256_storeu_pd(v + j, exp4_all(_mm256_loadu_pd(v + j)));
+    if (j < n) {
+        double t[4] = {0.0, 0.0, 0.0, 0.0};
+        for (int64_t l = j; l < n; ++l) t[l - j] = v[l];
+        _mm256_storeu_pd(t, exp4_all(_mm256_loadu_pd(t)));
+        for (int64_t l = j; l < n; ++l) v[l] = t[l - j];
+    }
+}
+#endif
+
+/* The exponent of the RBF kernel block, k(x, z) = exp(c |x - z|^2) with c = -1/(2 l^2)
+ * (Zenati et al. 2022, §5: the Gaussian kernel of the agents), for R runs:
+ *     out[r, i, j] = c * (sqrt(sum_{k<d} (a[r, i, k] - b[r, j, k])^2))^2
+ * with the rounding of torch's `cdist(a, b, compute_mode="donot_use_mm_for_euclid_dist")`
+ * followed by `square_()` and `mul_(c)` (the torch path of the batched model): the squares summed
+ * in order over the coordinates, unfused (ISO C: no contraction into an FMA), the square root
+ * correctly rounded (four at a time with AVX2), then squared — bit for bit the same numbers
+ * (tested; the caller passes d <= 2 only, where this is the order of torch's distance loop).
+ * exp_block != 0: the block itself, exp of that (exp4: within about an ulp of torch's `exp_`,
+ * not bit for bit; lanes below EXP_MIN and the scalar tail by libm's exp). a [R, na, d] at
+ * a + r*a_rs + i*a_ld, b [R, nb, d] at b + r*b_rs + j*b_ld (coordinates contiguous), out
+ * [R, na, nb] contiguous. */
+static void rbf(int64_t R, int64_t na, int64_t nb, int64_t d, const double *a, int64_t a_rs,
+                int64_t a_ld, const double *b, int64_t b_rs, int64_t b_ld, double c, double *out,
+                int exp_block) {
+    for (int64_t r = 0; r < R; ++r) {
+        const double *ar = a + r * a_rs, *br = b + r * b_rs;
+        double *o = out + r * na * nb;
+        for (int64_t i = 0; i < na; ++i) {
+            const double *x = ar + i * a_ld;
+            double *oi = o + i * nb;
+            int64_t j = 0;
+#ifdef EKUCB_AVX2
+            const __m256d cv = _mm256_set1_pd(c);
+            for (; j < nb; j += 4) {                 /* the exponents of the row, 4 at a time */
+                int lanes = nb - j < 4 ? (int)(nb - j) : 4;
+                __m256d dist = _mm256_sqrt_pd(sq_dist4(x, br + j * b_ld, b_ld, d, lanes));
+                __m256d e = _mm256_mul_pd(_mm256_mul_pd(dist, dist), cv);
+                if (lanes == 4) {
+                    _mm256_storeu_pd(oi + j, e);
+                } else {
+                    double v[4];
+                    _mm256_storeu_pd(v, e);
+                    for (int l = 0; l < lanes; ++l) oi[j + l] = v[l];
+                }
+            }
+            if (exp_block) exp_row(oi, nb);         /* then their exponentials, a second pass */
+            continue;
+#endif
+            for (; j < nb; ++j) {
+                double dist = sqrt(sq_dist(x, br + j * b_ld, d));
+                oi[j] = exp_block ? exp((dist * dist) * c) : (dist * dist) * c;
+            }
+        }
+    }
+}
+
+/* the exponent c |a_i - b_j|^2 of the RBF block (rbf) */
+void ekucb_rbf_exponent(int64_t R, int64_t na, int64_t nb, int64_t d, const double *a,
+                        int64_t a_rs, int64_t a_ld, const double *b, int64_t b_rs, int64_t b_ld,
+                        double c, double *out) {
+    rbf(R, na, nb, d, a, a_rs, a_ld, b, b_rs, b_ld, c, out, 0);
+}
+
+/* the RBF block exp(c |a_i - b_j|^2) (rbf), for the compiled score */
+void ekucb_rbf_block(int64_t R, int64_t na, int64_t nb, int64_t d, const double *a, int64_t a_rs,
+                     int64_t a_ld, const double *b, int64_t b_rs, int64_t b_ld, double c,
+                     double *out) {
+    rbf(R, na, nb, d, a, a_rs, a_ld, b, b_rs, b_ld, c, out, 1);
+}

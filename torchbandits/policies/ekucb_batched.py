@@ -144,6 +144,14 @@ class EKUCBBatchMixin(BatchModeMixin):
             self._perm, self._inv = fn(self._perm), fn(self._inv)
         return out
 
+    def named_buffers(self, *args: Any, **kwargs: Any):  # type: ignore[no-untyped-def]
+        """``nn.Module.named_buffers`` (and ``buffers``) with the batch posterior's deferred step
+        of ``Q`` applied first (this traversal reads the submodules' buffers directly)."""
+        model = self.batch_model
+        if model is not None:
+            model.apply_deferred()
+        return super().named_buffers(*args, **kwargs)  # type: ignore[misc]
+
     # ---------------------------------------------------------------- run order
     def _set_order(self, perm: Tensor | None) -> None:
         """Storage order of the runs: slot ``i`` holds run ``perm[i]`` (``None``: identity).
@@ -173,21 +181,34 @@ class EKUCBBatchMixin(BatchModeMixin):
     def _check_sizes(self) -> None:
         """Every :data:`CHECK_EVERY` rounds (the only host read of a sync-free batch): exact
         widths, and the runs re-sorted by dictionary size when that cuts the chunked work by
-        15 %."""
+        15 % — or, once the posterior scores by its compiled per-run products (which no order
+        speeds up), put back in run order, so that no round gathers its inputs and outputs."""
         model, kors = self.batch_model, self.batch_kors
         assert model is not None and kors is not None
         if self.t % CHECK_EVERY != CHECK_EVERY - 1:  # type: ignore[attr-defined]
             return
         model.refresh_widths()
+        if model.compiled_scores():   # per-run products: no order pays, so none (no gathers)
+            if self._inv is not None:
+                self._reorder(self._inv)
+            return
         if model.n_runs <= model.CHUNK:
             return
         order = torch.argsort(model.sizes, descending=True, stable=True)
         if model.chunked_cost(order) >= 0.85 * model.chunked_cost():
             return
+        self._reorder(order)
+
+    def _reorder(self, order: Tensor) -> None:
+        """Storage slot ``i`` takes the run of slot ``order[i]`` (posterior, KORS, statistics)."""
+        model, kors = self.batch_model, self.batch_kors
+        assert model is not None and kors is not None
         model.permute(order)
         kors.permute(order)
         self._batch_stats = {k: v[order] for k, v in self._batch_stats.items()}
-        self._set_order(order if self._perm is None else self._perm[order])
+        perm = order if self._perm is None else self._perm[order]
+        identity = torch.arange(len(perm), device=perm.device)
+        self._set_order(None if bool((perm == identity).all()) else perm)   # (a host read)
 
     def run_dictionary(self, run: int) -> Tensor:
         """Anchors of run ``run`` of the batch ``[m_r, d]``."""
