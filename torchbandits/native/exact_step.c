@@ -140,96 +140,166 @@ static inline const double *factor_row(const double *head, long n0, const double
     return i < n0 ? head + i * n0 : tail + (i - n0) * width;
 }
 
-#ifndef RB
-#define RB 6 /* rows per block of the forward substitution */
-#endif
-#ifndef NV
-#define NV 2 /* vectors of 4 doubles per row of a full block (NV = 2: 6 x 8 blocks) */
-#endif
-#define CB 8 /* columns per block of the generic (edge) blocks */
+/* ---- The forward substitution V = L^{-1} K_SC, V_i = (K_i - sum_{k<i} L_ik V_k) / L_ii ----
+ *
+ * Packed and blocked as a matrix product (the bulk of the n^2 A / 2 multiply-adds is the update
+ * K_I - L_{I,<i0} V_{<i0} of a block I of MR rows by the rows already solved):
+ *   - the columns are cut into panels of NR = 12 columns (the last one 4, 8 or 12 wide, the
+ *     candidates padded with zero columns up to a multiple of 4), the rows padded to npad, a
+ *     multiple of MR = 4, with zero rows of L (and 1 / L_ii = 0: zero rows of V);
+ *   - K_SC is packed panel by panel, each panel [npad, w] contiguous (kp; shared by the factors);
+ *   - L is packed block by block: block t (rows i0 = MR t .. i0 + MR - 1) holds L_{i0+b, k} at
+ *     lp[k MR + b] for k < i0 + MR (the entries right of the diagonal are zeros, never read);
+ *   - a panel is solved block after block into vp [npad, w] (contiguous, so the rows V_k that a
+ *     block reads are one stream from the L1/L2 cache, and the block of L another): the tile
+ *     MR x w keeps its MR * w / 4 accumulators in registers (4 x 12: twelve AVX registers), each
+ *     k costs w / 4 loads of V_k, MR broadcasts of L_{., k} and MR w / 4 fused multiply-adds;
+ *     then the MR x MR triangle inside the block, in registers, row after row:
+ *     acc_b -= sum_{p<b} L_{i0+b, i0+p} V_{i0+p} and V_{i0+b} = acc_b * (1 / L_{i0+b, i0+b});
+ *   - a solved panel is written into V [n, A] (row-major) with mu = z^T V and colsum(V (.) V)
+ *     of its columns, accumulated in the order of the rows.
+ * Without AVX and FMA the same loops run on plain doubles (fma() for every multiply-add). */
+#define MR 4
+#define NR 12
 
-/* Forward substitution V = L^{-1} K, V_i = (K_i - sum_{k<i} L_ik V_k) / L_ii, by blocks of RB rows
- * and CB columns: first sum_{k<i0} over the rows already solved (each row V_k read serves RB
- * rows), then the small triangle inside the block, rows i0 + b in order:
- * acc_b -= sum_{p<b} L_{i0+b, i0+p} V_{i0+p} and V_{i0+b} = acc_b * (1 / L_{i0+b, i0+b}).
- * The generic block (ib <= RB rows, jb <= CB columns) is plain C; with AVX and FMA the full
- * blocks keep their accumulators in registers (twelve independent ones for 6 x 8). */
-static void solve_block_part(const double *const *lrow, const double *inv, long i0, int ib,
-                             long j0, int jb, const double *kq, double *v, long A) {
-    double acc[RB][CB];
-    for (int b = 0; b < ib; ++b)
-        for (int c = 0; c < jb; ++c) acc[b][c] = kq[(i0 + b) * A + j0 + c];
-    for (long k = 0; k < i0; ++k) {
-        const double *vk = v + k * A + j0;
-        for (int b = 0; b < ib; ++b) {
-            double l = lrow[b][k];
-            for (int c = 0; c < jb; ++c) acc[b][c] = fma(-l, vk[c], acc[b][c]);
+/* The width of the panel that starts at column j0 (NR, or the rest rounded up to 4). */
+static inline long panel_width(long A, long j0) {
+    long rest = A - j0;
+    return rest >= NR ? NR : (rest + 3) / 4 * 4;
+}
+
+/* Pack K [n, A] (row-major) into the panels of kp (zero padding). */
+static void pack_k(long n, long npad, long A, const double *kq, double *kp) {
+    for (long j0 = 0; j0 < A; j0 += NR) {
+        long w = panel_width(A, j0), c = A - j0 < w ? A - j0 : w;
+        double *panel = kp + npad * j0;
+        for (long i = 0; i < npad; ++i) {
+            long c0 = i < n ? c : 0;
+            for (long q = 0; q < c0; ++q) panel[i * w + q] = kq[i * A + j0 + q];
+            for (long q = c0; q < w; ++q) panel[i * w + q] = 0.0;
         }
     }
-    for (int b = 0; b < ib; ++b) {
-        for (int p = 0; p < b; ++p) {
-            double l = lrow[b][i0 + p];
-            for (int c = 0; c < jb; ++c) acc[b][c] = fma(-l, acc[p][c], acc[b][c]);
-        }
-        for (int c = 0; c < jb; ++c) {
-            acc[b][c] *= inv[b];
-            v[(i0 + b) * A + j0 + c] = acc[b][c];
+}
+
+/* Pack the factor's rows into the blocks of lp (MR^2 t (t + 1) / 2 entries before block t) and
+ * 1 / L_ii into inv [npad] (0 for the padding rows). */
+static void pack_l(long n, long npad, const double *head, long n0, const double *tail,
+                   long width, double *lp, double *inv) {
+    for (long i0 = 0; i0 < npad; i0 += MR) {
+        double *blk = lp + i0 * (i0 + MR) / 2; /* = MR^2 t (t + 1) / 2 with t = i0 / MR */
+        for (int b = 0; b < MR; ++b) {
+            long i = i0 + b;
+            if (i < n) {
+                const double *row = factor_row(head, n0, tail, width, i);
+                for (long k = 0; k <= i; ++k) blk[k * MR + b] = row[k];
+                for (long k = i + 1; k < i0 + MR; ++k) blk[k * MR + b] = 0.0;
+                inv[i] = 1.0 / row[i];
+            } else {
+                for (long k = 0; k < i0 + MR; ++k) blk[k * MR + b] = 0.0;
+                inv[i] = 0.0;
+            }
         }
     }
 }
 
 #if defined(__AVX__) && defined(__FMA__)
-/* A full block of RB rows and 4 nv columns (nv = 1 or NV, a constant after inlining). */
-static inline void solve_block_vec(const double *const *lrow, const double *inv, long i0,
-                                   long j0, const double *kq, double *v, long A, const int nv) {
-    __m256d acc[RB][NV];
-    for (int b = 0; b < RB; ++b)
-        for (int q = 0; q < nv; ++q) acc[b][q] = _mm256_loadu_pd(kq + (i0 + b) * A + j0 + 4 * q);
-    for (long k = 0; k < i0; ++k) { /* acc_b -= L_{i0+b, k} V_k */
-        const double *vk = v + k * A + j0;
-        __m256d x[NV];
-        for (int q = 0; q < nv; ++q) x[q] = _mm256_loadu_pd(vk + 4 * q);
-        for (int b = 0; b < RB; ++b) {
-            __m256d l = _mm256_broadcast_sd(lrow[b] + k);
-            for (int q = 0; q < nv; ++q) acc[b][q] = _mm256_fnmadd_pd(l, x[q], acc[b][q]);
-        }
+/* Solve the block of rows i0 .. i0 + MR - 1 of a panel of w = 4 NV columns: solve_tile_NV for
+ * NV = 1, 2, 3 (one function per width, so that the accumulators acc [MR][NV] stay registers). */
+#define SOLVE_TILE(NV)                                                                          \
+    static void solve_tile_##NV(const double *blk, const double *inv, long i0, const double *kp, \
+                                double *vp) {                                                   \
+        const long w = 4 * NV;                                                                  \
+        __m256d acc[MR][NV];                                                                    \
+        for (int b = 0; b < MR; ++b)                                                            \
+            for (int q = 0; q < NV; ++q) acc[b][q] = _mm256_loadu_pd(kp + (i0 + b) * w + 4 * q); \
+        const double *vk = vp, *lk = blk;                                                       \
+        for (long k = 0; k < i0; ++k, vk += w, lk += MR) { /* acc_b -= L_{i0+b, k} V_k */      \
+            __m256d x[NV];                                                                      \
+            for (int q = 0; q < NV; ++q) x[q] = _mm256_loadu_pd(vk + 4 * q);                    \
+            for (int b = 0; b < MR; ++b) {                                                      \
+                __m256d l = _mm256_broadcast_sd(lk + b);                                        \
+                for (int q = 0; q < NV; ++q) acc[b][q] = _mm256_fnmadd_pd(l, x[q], acc[b][q]);  \
+            }                                                                                   \
+        }                                                                                       \
+        /* the triangle inside the block, row b = 0..3 after rows p < b (MR = 4 written out) */ \
+        const double *lt = blk + i0 * MR;                                                       \
+        TRI_ROW(NV, 0);                                                                         \
+        TRI_UPD(NV, 1, 0);                                                                      \
+        TRI_ROW(NV, 1);                                                                         \
+        TRI_UPD(NV, 2, 0);                                                                      \
+        TRI_UPD(NV, 2, 1);                                                                      \
+        TRI_ROW(NV, 2);                                                                         \
+        TRI_UPD(NV, 3, 0);                                                                      \
+        TRI_UPD(NV, 3, 1);                                                                      \
+        TRI_UPD(NV, 3, 2);                                                                      \
+        TRI_ROW(NV, 3);                                                                         \
     }
-    for (int b = 0; b < RB; ++b) { /* the triangle inside the block */
-        for (int p = 0; p < b; ++p) {
-            __m256d l = _mm256_broadcast_sd(lrow[b] + i0 + p);
-            for (int q = 0; q < nv; ++q) acc[b][q] = _mm256_fnmadd_pd(l, acc[p][q], acc[b][q]);
-        }
-        __m256d s = _mm256_broadcast_sd(inv + b);
-        for (int q = 0; q < nv; ++q) {
-            acc[b][q] = _mm256_mul_pd(acc[b][q], s);
-            _mm256_storeu_pd(v + (i0 + b) * A + j0 + 4 * q, acc[b][q]);
-        }
+/* acc_b -= L_{i0+b, i0+p} V_{i0+p} (V_{i0+p} = acc_p, solved) */
+#define TRI_UPD(NV, b, p)                                                                       \
+    do {                                                                                        \
+        __m256d l = _mm256_broadcast_sd(lt + (p) * MR + (b));                                   \
+        for (int q = 0; q < NV; ++q) acc[b][q] = _mm256_fnmadd_pd(l, acc[p][q], acc[b][q]);     \
+    } while (0)
+/* V_{i0+b} = acc_b * (1 / L_{i0+b, i0+b}) */
+#define TRI_ROW(NV, b)                                                                          \
+    do {                                                                                        \
+        __m256d s = _mm256_broadcast_sd(inv + i0 + (b));                                        \
+        for (int q = 0; q < NV; ++q) {                                                          \
+            acc[b][q] = _mm256_mul_pd(acc[b][q], s);                                            \
+            _mm256_storeu_pd(vp + (i0 + (b)) * w + 4 * q, acc[b][q]);                           \
+        }                                                                                       \
+    } while (0)
+SOLVE_TILE(1)
+SOLVE_TILE(2)
+SOLVE_TILE(3)
+#else
+static void solve_tile(const double *blk, const double *inv, long i0, const double *kp,
+                       double *vp, int nv) {
+    const long w = 4 * nv;
+    double acc[MR][NR];
+    for (int b = 0; b < MR; ++b)
+        for (long c = 0; c < w; ++c) acc[b][c] = kp[(i0 + b) * w + c];
+    for (long k = 0; k < i0; ++k)
+        for (int b = 0; b < MR; ++b)
+            for (long c = 0; c < w; ++c) acc[b][c] = fma(-blk[k * MR + b], vp[k * w + c], acc[b][c]);
+    for (int b = 0; b < MR; ++b) {
+        for (int p = 0; p < b; ++p)
+            for (long c = 0; c < w; ++c)
+                acc[b][c] = fma(-blk[(i0 + p) * MR + b], acc[p][c], acc[b][c]);
+        for (long c = 0; c < w; ++c) vp[(i0 + b) * w + c] = acc[b][c] * inv[i0 + b];
     }
 }
+#define solve_tile_1(blk, inv, i0, kp, vp) solve_tile(blk, inv, i0, kp, vp, 1)
+#define solve_tile_2(blk, inv, i0, kp, vp) solve_tile(blk, inv, i0, kp, vp, 2)
+#define solve_tile_3(blk, inv, i0, kp, vp) solve_tile(blk, inv, i0, kp, vp, 3)
 #endif
 
-static void forward_substitution(long n, long A, const double *head, long n0, const double *tail,
-                                 long width, const double *kq, double *v, const double **lrow,
-                                 double *inv) {
-    /* lrow [n], inv [n]: scratch for the row addresses of L and 1 / L_ii */
-    for (long i = 0; i < n; ++i) {
-        lrow[i] = factor_row(head, n0, tail, width, i);
-        inv[i] = 1.0 / lrow[i][i];
-    }
-    for (long i0 = 0; i0 < n; i0 += RB) {
-        int ib = n - i0 < RB ? (int)(n - i0) : RB;
-        long j0 = 0;
-#if defined(__AVX__) && defined(__FMA__)
-        if (ib == RB) {
-            for (; j0 + 4 * NV <= A; j0 += 4 * NV)
-                solve_block_vec(lrow + i0, inv + i0, i0, j0, kq, v, A, NV);
-            for (; j0 + 4 <= A; j0 += 4) solve_block_vec(lrow + i0, inv + i0, i0, j0, kq, v, A, 1);
+/* One factor: V = L^{-1} K [n, A] from the packed kp, lp, inv (see above; vp [npad, NR] scratch
+ * per panel), mu = z^T V and colsum(V (.) V) [A]. */
+static void solve_factor(long n, long npad, long A, const double *kp, const double *lp,
+                         const double *inv, const double *z, double *vp, double *v, double *mu,
+                         double *sumsq) {
+    for (long j0 = 0; j0 < A; j0 += NR) {
+        long w = panel_width(A, j0), c = A - j0 < w ? A - j0 : w;
+        const double *kpan = kp + npad * j0;
+        for (long i0 = 0; i0 < npad; i0 += MR) {
+            const double *blk = lp + i0 * (i0 + MR) / 2;
+            if (w == 12) solve_tile_3(blk, inv, i0, kpan, vp);
+            else if (w == 8) solve_tile_2(blk, inv, i0, kpan, vp);
+            else solve_tile_1(blk, inv, i0, kpan, vp);
         }
-#endif
-        for (; j0 < A; j0 += CB) {
-            int jb = A - j0 < CB ? (int)(A - j0) : CB;
-            solve_block_part(lrow + i0, inv + i0, i0, ib, j0, jb, kq, v, A);
+        double m[NR], s[NR];
+        for (long q = 0; q < w; ++q) m[q] = s[q] = 0.0;
+        for (long i = 0; i < n; ++i) {
+            const double *vi = vp + i * w;
+            double zi = z[i], *out = v + i * A + j0;
+            for (long q = 0; q < w; ++q) {
+                m[q] += zi * vi[q];
+                s[q] += vi[q] * vi[q];
+            }
+            for (long q = 0; q < c; ++q) out[q] = vi[q];
         }
+        for (long q = 0; q < c; ++q) mu[j0 + q] = m[q], sumsq[j0 + q] = s[q];
     }
 }
 
@@ -271,39 +341,32 @@ long tb_exact_score(long n, long A, long d, long R, const double *xs, const doub
                     double kdiag, const long long *fac, double *v, double *mean, double *sumsq,
                     double *cs, double *kq, double *var, const double *bound, long long *arg) {
     long a1 = A > 0 ? A : 1;
-    /* scratch: kernel rows (4 + d) A, then var R A and the bound A when not kept, then K_SC
-     * [n, A] when not kept and R > 1 (with one factor V is solved in place of K) */
-    size_t size = (size_t)((4 + d) * a1) + (var ? 0 : (size_t)(R * a1)) + (size_t)a1
-                  + (kq || R <= 1 ? 0 : (size_t)(n * a1)) + (size_t)n;
+    long npad = (n + MR - 1) / MR * MR, apad = A > 0 ? A - A % NR + panel_width(A, A - A % NR) : 0;
+    /* scratch: the packed kp [npad, apad], lp (npad (npad + MR) / 2), the panel vp [npad, NR]
+     * (64-byte aligned), inv [npad], the kernel rows (4 + d) A, then var R A and the bound A
+     * when not kept, then K_SC [n, A] when not kept and R > 1 (with one factor V is computed
+     * in place of K: K is packed first) */
+    size_t packed = (size_t)(npad * apad) + (size_t)(npad * (npad + MR) / 2) + (size_t)(npad * NR);
+    size_t size = packed + 8 + (size_t)npad + (size_t)((4 + d) * a1) + (var ? 0 : (size_t)(R * a1))
+                  + (size_t)a1 + (kq || R <= 1 ? 0 : (size_t)(n * a1));
     double *scratch = malloc(size * sizeof(double));
-    const double **lrow = malloc((size_t)(n > 0 ? n : 1) * sizeof(const double *));
-    if (!scratch || !lrow) {
-        free(scratch);
-        free((void *)lrow);
-        return -1;
-    }
-    double *inv = scratch + (4 + d) * a1, *rest = inv + n;
+    if (!scratch) return -1;
+    double *kp = (double *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    double *lp = kp + npad * apad, *vp = lp + npad * (npad + MR) / 2, *inv = vp + npad * NR;
+    double *rows = inv + npad, *rest = rows + (4 + d) * a1;
     if (!var) var = rest, rest += R * a1;
     double *ucb = rest;
     rest += a1;
     if (!kq) kq = R <= 1 ? v : rest;
-    kernel_block(n, A, d, xs, cand, w, dw, kind, outscale, has_scale, cs, kq, scratch);
+    kernel_block(n, A, d, xs, cand, w, dw, kind, outscale, has_scale, cs, kq, rows);
+    if (R > 0) pack_k(n, npad, A, kq, kp);
     for (long r = 0; r < R; ++r) {
         const long long *f = fac + 5 * r;
         const double *head = (const double *)(intptr_t)f[0], *tail = (const double *)(intptr_t)f[2];
         const double *z = (const double *)(intptr_t)f[4];
         double *vr = v + r * n * A, *mr = mean + r * A, *sr = sumsq + r * A, *pr = var + r * A;
-        forward_substitution(n, A, head, (long)f[1], tail, (long)f[3], kq, vr, lrow, inv);
-        /* mu = z^T V and colsum(V ⊙ V), one pass over V by rows */
-        for (long j = 0; j < A; ++j) mr[j] = sr[j] = 0.0;
-        for (long i = 0; i < n; ++i) {
-            const double *vi = vr + i * A;
-            double zi = z[i];
-            for (long j = 0; j < A; ++j) {
-                mr[j] += zi * vi[j];
-                sr[j] += vi[j] * vi[j];
-            }
-        }
+        pack_l(n, npad, head, (long)f[1], tail, (long)f[3], lp, inv);
+        solve_factor(n, npad, A, kp, lp, inv, z, vp, vr, mr, sr);
         for (long j = 0; j < A; ++j) {
             double rho2 = kdiag - sr[j];
             pr[j] = rho2 > 0.0 ? rho2 : 0.0;
@@ -312,7 +375,6 @@ long tb_exact_score(long n, long A, long d, long R, const double *xs, const doub
     long best = 0;
     if (bound && A > 0) best = ucb_argmax(A, R, mean, var, bound, bound + R, ucb, arg);
     free(scratch);
-    free((void *)lrow);
     return best;
 }
 
