@@ -203,55 +203,86 @@ static void pack_l(long n, long npad, const double *head, long n0, const double 
 }
 
 #if defined(__AVX__) && defined(__FMA__)
-/* Solve the block of rows i0 .. i0 + MR - 1 of a panel of w = 4 NV columns: solve_tile_NV for
- * NV = 1, 2, 3 (one function per width, so that the accumulators acc [MR][NV] stay registers). */
-#define SOLVE_TILE(NV)                                                                          \
-    static void solve_tile_##NV(const double *blk, const double *inv, long i0, const double *kp, \
-                                double *vp) {                                                   \
-        const long w = 4 * NV;                                                                  \
-        __m256d acc[MR][NV];                                                                    \
-        for (int b = 0; b < MR; ++b)                                                            \
-            for (int q = 0; q < NV; ++q) acc[b][q] = _mm256_loadu_pd(kp + (i0 + b) * w + 4 * q); \
-        const double *vk = vp, *lk = blk;                                                       \
-        for (long k = 0; k < i0; ++k, vk += w, lk += MR) { /* acc_b -= L_{i0+b, k} V_k */      \
-            __m256d x[NV];                                                                      \
-            for (int q = 0; q < NV; ++q) x[q] = _mm256_loadu_pd(vk + 4 * q);                    \
-            for (int b = 0; b < MR; ++b) {                                                      \
-                __m256d l = _mm256_broadcast_sd(lk + b);                                        \
-                for (int q = 0; q < NV; ++q) acc[b][q] = _mm256_fnmadd_pd(l, x[q], acc[b][q]);  \
-            }                                                                                   \
-        }                                                                                       \
-        /* the triangle inside the block, row b = 0..3 after rows p < b (MR = 4 written out) */ \
-        const double *lt = blk + i0 * MR;                                                       \
-        TRI_ROW(NV, 0);                                                                         \
-        TRI_UPD(NV, 1, 0);                                                                      \
-        TRI_ROW(NV, 1);                                                                         \
-        TRI_UPD(NV, 2, 0);                                                                      \
-        TRI_UPD(NV, 2, 1);                                                                      \
-        TRI_ROW(NV, 2);                                                                         \
-        TRI_UPD(NV, 3, 0);                                                                      \
-        TRI_UPD(NV, 3, 1);                                                                      \
-        TRI_UPD(NV, 3, 2);                                                                      \
-        TRI_ROW(NV, 3);                                                                         \
-    }
-/* acc_b -= L_{i0+b, i0+p} V_{i0+p} (V_{i0+p} = acc_p, solved) */
-#define TRI_UPD(NV, b, p)                                                                       \
+/* Solve the block of rows i0 .. i0 + MR - 1 of a panel of w = 4 nv columns (nv = 1, 2, 3: a
+ * constant after inlining into solve_tile_1/2/3). The accumulators are named variables a<b><q>
+ * (row b, vector q), not an array: GCC keeps an array of twelve vectors in memory and stores
+ * it at every k (a third of the rate). The vectors q >= nv are never used (dead code after inlining). */
+#define ROW_K(b) /* acc_b -= L_{i0+b, k} V_k */                                                 \
+    do {                                                                                        \
+        __m256d l = _mm256_broadcast_sd(lk + (b));                                              \
+        a##b##0 = _mm256_fnmadd_pd(l, x0, a##b##0);                                             \
+        if (nv > 1) a##b##1 = _mm256_fnmadd_pd(l, x1, a##b##1);                                 \
+        if (nv > 2) a##b##2 = _mm256_fnmadd_pd(l, x2, a##b##2);                                 \
+    } while (0)
+#define TRI_UPD(b, p) /* acc_b -= L_{i0+b, i0+p} V_{i0+p} (V_{i0+p} = acc_p, solved) */         \
     do {                                                                                        \
         __m256d l = _mm256_broadcast_sd(lt + (p) * MR + (b));                                   \
-        for (int q = 0; q < NV; ++q) acc[b][q] = _mm256_fnmadd_pd(l, acc[p][q], acc[b][q]);     \
+        a##b##0 = _mm256_fnmadd_pd(l, a##p##0, a##b##0);                                        \
+        if (nv > 1) a##b##1 = _mm256_fnmadd_pd(l, a##p##1, a##b##1);                            \
+        if (nv > 2) a##b##2 = _mm256_fnmadd_pd(l, a##p##2, a##b##2);                            \
     } while (0)
-/* V_{i0+b} = acc_b * (1 / L_{i0+b, i0+b}) */
-#define TRI_ROW(NV, b)                                                                          \
+#define TRI_ROW(b) /* V_{i0+b} = acc_b * (1 / L_{i0+b, i0+b}) */                                \
     do {                                                                                        \
         __m256d s = _mm256_broadcast_sd(inv + i0 + (b));                                        \
-        for (int q = 0; q < NV; ++q) {                                                          \
-            acc[b][q] = _mm256_mul_pd(acc[b][q], s);                                            \
-            _mm256_storeu_pd(vp + (i0 + (b)) * w + 4 * q, acc[b][q]);                           \
-        }                                                                                       \
+        double *out = vp + (i0 + (b)) * w;                                                      \
+        a##b##0 = _mm256_mul_pd(a##b##0, s);                                                    \
+        _mm256_storeu_pd(out, a##b##0);                                                         \
+        if (nv > 1) a##b##1 = _mm256_mul_pd(a##b##1, s), _mm256_storeu_pd(out + 4, a##b##1);    \
+        if (nv > 2) a##b##2 = _mm256_mul_pd(a##b##2, s), _mm256_storeu_pd(out + 8, a##b##2);    \
     } while (0)
-SOLVE_TILE(1)
-SOLVE_TILE(2)
-SOLVE_TILE(3)
+#define LOAD(b, q) (nv > (q) ? _mm256_loadu_pd(kp + (i0 + (b)) * w + 4 * (q)) : _mm256_setzero_pd())
+
+static inline __attribute__((always_inline)) void solve_tile(const double *blk, const double *inv,
+                                                             long i0, const double *kp, double *vp,
+                                                             const int nv) {
+    const long w = 4 * nv;
+    __m256d a00 = LOAD(0, 0), a01 = LOAD(0, 1), a02 = LOAD(0, 2);
+    __m256d a10 = LOAD(1, 0), a11 = LOAD(1, 1), a12 = LOAD(1, 2);
+    __m256d a20 = LOAD(2, 0), a21 = LOAD(2, 1), a22 = LOAD(2, 2);
+    __m256d a30 = LOAD(3, 0), a31 = LOAD(3, 1), a32 = LOAD(3, 2);
+    const double *vk = vp, *lk = blk;
+    for (long k = 0; k < i0; ++k, vk += w, lk += MR) { /* the rows already solved */
+        __m256d x0 = _mm256_loadu_pd(vk);
+        __m256d x1 = nv > 1 ? _mm256_loadu_pd(vk + 4) : x0;
+        __m256d x2 = nv > 2 ? _mm256_loadu_pd(vk + 8) : x0;
+        /* V_k in registers: else GCC reloads it as a memory operand of each of the MR FMAs
+         * (16 loads per 12 FMAs: half the rate; with this empty asm the loop runs at the
+         * core's peak, two 4-wide FMAs per cycle, when the panel is in L1) */
+        __asm__("" : "+x"(x0), "+x"(x1), "+x"(x2));
+        ROW_K(0);
+        ROW_K(1);
+        ROW_K(2);
+        ROW_K(3);
+    }
+    const double *lt = blk + i0 * MR; /* the triangle inside the block, row after row */
+    TRI_ROW(0);
+    TRI_UPD(1, 0);
+    TRI_ROW(1);
+    TRI_UPD(2, 0);
+    TRI_UPD(2, 1);
+    TRI_ROW(2);
+    TRI_UPD(3, 0);
+    TRI_UPD(3, 1);
+    TRI_UPD(3, 2);
+    TRI_ROW(3);
+}
+#undef ROW_K
+#undef TRI_UPD
+#undef TRI_ROW
+#undef LOAD
+
+static void solve_tile_1(const double *blk, const double *inv, long i0, const double *kp,
+                         double *vp) {
+    solve_tile(blk, inv, i0, kp, vp, 1);
+}
+static void solve_tile_2(const double *blk, const double *inv, long i0, const double *kp,
+                         double *vp) {
+    solve_tile(blk, inv, i0, kp, vp, 2);
+}
+static void solve_tile_3(const double *blk, const double *inv, long i0, const double *kp,
+                         double *vp) {
+    solve_tile(blk, inv, i0, kp, vp, 3);
+}
 #else
 static void solve_tile(const double *blk, const double *inv, long i0, const double *kp,
                        double *vp, int nv) {
