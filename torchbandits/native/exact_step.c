@@ -31,70 +31,67 @@
 
 enum { RBF = 0, MATERN12 = 1, MATERN32 = 2, MATERN52 = 3 };
 
-/* exp(x) elementwise, in place, in a loop the compiler vectorises (libm's exp is one call per
- * element). Cody-Waite reduction x = k ln2 + r, |r| <= ln2/2; exp(r) by its Taylor polynomial of
- * degree 13 (truncation below 1e-17 relative); times 2^k built in the exponent bits. Within a few
- * units in the last place of libm. Arguments outside [-708, 709] (overflow, subnormal results,
- * NaN) are redone by libm's exp in exp_fixup. */
-static void exp_inplace(double *x, long m) {
+/* exp(x), inlined into loops that the compiler vectorises (libm's exp is one call per element).
+ * Cody-Waite reduction x = k ln2 + r, |r| <= ln2/2; exp(r) by its Taylor polynomial of degree 13
+ * (truncation below 1e-17 relative) in Horner's form with fused multiply-adds; times 2^k built
+ * in the exponent bits. Within a few units in the last place of libm for x in [-708, 709];
+ * outside (overflow, subnormal results, NaN) garbage: the callers redo those with libm's exp. */
+static inline double exp_core(double xv) {
     const double log2e = 1.4426950408889634, shift = 6755399441055744.0; /* 1.5 * 2^52 */
     const double ln2hi = 6.93147180369123816490e-01, ln2lo = 1.90821492927058770002e-10;
-    uint64_t shift_bits;
+    double kd = fma(xv, log2e, shift); /* round(x / ln2) in the low bits of kd */
+    double k = kd - shift;
+    double r = fma(-k, ln2lo, fma(-k, ln2hi, xv));
+    double p = 1.0 / 6227020800.0;
+    p = fma(p, r, 1.0 / 479001600.0);
+    p = fma(p, r, 1.0 / 39916800.0);
+    p = fma(p, r, 1.0 / 3628800.0);
+    p = fma(p, r, 1.0 / 362880.0);
+    p = fma(p, r, 1.0 / 40320.0);
+    p = fma(p, r, 1.0 / 5040.0);
+    p = fma(p, r, 1.0 / 720.0);
+    p = fma(p, r, 1.0 / 120.0);
+    p = fma(p, r, 1.0 / 24.0);
+    p = fma(p, r, 1.0 / 6.0);
+    p = fma(p, r, 0.5);
+    p = fma(p, r, 1.0);
+    p = fma(p, r, 1.0);
+    uint64_t kb, shift_bits;
+    memcpy(&kb, &kd, sizeof kb);
     memcpy(&shift_bits, &shift, sizeof shift_bits);
-    for (long i = 0; i < m; ++i) {
-        double xv = x[i]; /* (garbage outside [-708, 709]: exp_fixup) */
-        double kd = xv * log2e + shift; /* round(x / ln2) in the low bits of kd */
-        double k = kd - shift;
-        double r = (xv - k * ln2hi) - k * ln2lo;
-        double p = 1.0 / 6227020800.0;
-        p = p * r + 1.0 / 479001600.0;
-        p = p * r + 1.0 / 39916800.0;
-        p = p * r + 1.0 / 3628800.0;
-        p = p * r + 1.0 / 362880.0;
-        p = p * r + 1.0 / 40320.0;
-        p = p * r + 1.0 / 5040.0;
-        p = p * r + 1.0 / 720.0;
-        p = p * r + 1.0 / 120.0;
-        p = p * r + 1.0 / 24.0;
-        p = p * r + 1.0 / 6.0;
-        p = p * r + 0.5;
-        p = p * r + 1.0;
-        p = p * r + 1.0;
-        uint64_t kb;
-        memcpy(&kb, &kd, sizeof kb);
-        uint64_t sb = (kb - shift_bits + 1023u) << 52; /* the bits of 2^k */
-        double scale;
-        memcpy(&scale, &sb, sizeof scale);
-        x[i] = p * scale;
-    }
+    uint64_t sb = (kb - shift_bits + 1023u) << 52; /* the bits of 2^k */
+    double scale;
+    memcpy(&scale, &sb, sizeof scale);
+    return p * scale;
 }
 
-static void exp_fixup(const double *arg, double *x, long m) {
+/* Whether some argument of exp_core lies outside [-708, 709] (or is NaN). */
+static int exp_out_of_range(const double *arg, long m) {
     int out = 0;
     for (long i = 0; i < m; ++i) out |= (arg[i] < -708.0) | (arg[i] > 709.0) | (arg[i] != arg[i]);
-    if (out)
-        for (long i = 0; i < m; ++i)
-            if (!(arg[i] >= -708.0 && arg[i] <= 709.0)) x[i] = exp(arg[i]);
+    return out;
 }
 
 /* K_SC [n, A] (and cs [A, d]) of the scaled stored points xs [n, d] and the candidates, a row
  * at a time: D = (|x|^2 + (-2) x.c) + |c|^2 clamped at 0 (the order of the torch path's addmm
- * and add), then the closed form (the operations of kernel_fast.ScaledStationary.of_sqdist_).
- * scratch: (4 + d) A doubles. */
+ * and add), then the closed form (the operations of kernel_fast.ScaledStationary.of_sqdist_),
+ * times s, in one vectorised loop per row; the entries whose exp argument is out of exp_core's
+ * range are redone with libm's exp. scratch: (3 + d) A doubles. */
 static void kernel_block(long n, long A, long d, const double *xs, const double *cand,
                          const double *w, long dw, int kind, double outscale, int has_scale,
                          double *cs, double *kq, double *scratch) { /* cs may be NULL */
-    double *csq = scratch, *dist = scratch + A, *u = scratch + 2 * A, *e = scratch + 3 * A;
-    double *cst = scratch + 4 * A; /* cs transposed [d, A] */
+    double *csq = scratch, *dist = scratch + A, *arg = scratch + 2 * A;
+    double *cst = scratch + 3 * A; /* cs transposed [d, A] */
+    double s = has_scale ? outscale : 1.0; /* (x * 1.0 == x) */
     for (long j = 0; j < A; ++j) {
-        double s = 0.0;
+        double sq = 0.0;
         for (long k = 0; k < d; ++k) {
             double v = cand[j * d + k] * w[dw == 1 ? 0 : k];
             if (cs) cs[j * d + k] = v;
             cst[k * A + j] = v;
-            s += v * v;
+            sq += v * v;
         }
-        csq[j] = s;
+        csq[j] = sq;
     }
     for (long i = 0; i < n; ++i) {
         const double *x = xs + i * d;
@@ -108,29 +105,38 @@ static void kernel_block(long n, long A, long d, const double *xs, const double 
             double dd = (xsq + -2.0 * dist[j]) + csq[j];
             dist[j] = dd > 0.0 ? dd : 0.0;
         }
-        if (kind == RBF) { /* exp(-D) */
-            for (long j = 0; j < A; ++j) u[j] = row[j] = -dist[j];
-            exp_inplace(row, A);
-            exp_fixup(u, row, A);
-        } else {
-            for (long j = 0; j < A; ++j) u[j] = sqrt(dist[j]);
-            if (kind == MATERN12) { /* exp(-u) */
-                for (long j = 0; j < A; ++j) e[j] = row[j] = -u[j];
-                exp_inplace(row, A);
-                exp_fixup(e, row, A);
-            } else { /* (1 + u [+ D/3]) / exp(u) */
-                for (long j = 0; j < A; ++j) e[j] = u[j];
-                exp_inplace(e, A);
-                exp_fixup(u, e, A);
-                if (kind == MATERN52)
-                    for (long j = 0; j < A; ++j)
-                        row[j] = ((u[j] + dist[j] * (1.0 / 3.0)) + 1.0) / e[j];
-                else
-                    for (long j = 0; j < A; ++j) row[j] = (u[j] + 1.0) / e[j];
+        if (kind == RBF) /* exp(-D) */
+            for (long j = 0; j < A; ++j) {
+                double a = -dist[j];
+                arg[j] = a;
+                row[j] = exp_core(a) * s;
             }
-        }
-        if (has_scale)
-            for (long j = 0; j < A; ++j) row[j] *= outscale;
+        else if (kind == MATERN12) /* exp(-u) */
+            for (long j = 0; j < A; ++j) {
+                double a = -sqrt(dist[j]);
+                arg[j] = a;
+                row[j] = exp_core(a) * s;
+            }
+        else if (kind == MATERN32) /* (1 + u) / exp(u) */
+            for (long j = 0; j < A; ++j) {
+                double u = sqrt(dist[j]);
+                arg[j] = u;
+                row[j] = ((u + 1.0) / exp_core(u)) * s;
+            }
+        else /* (u + D/3 + 1) / exp(u) */
+            for (long j = 0; j < A; ++j) {
+                double u = sqrt(dist[j]);
+                arg[j] = u;
+                row[j] = (((u + dist[j] * (1.0 / 3.0)) + 1.0) / exp_core(u)) * s;
+            }
+        if (exp_out_of_range(arg, A))
+            for (long j = 0; j < A; ++j) {
+                double a = arg[j];
+                if (a >= -708.0 && a <= 709.0) continue;
+                if (kind == RBF || kind == MATERN12) row[j] = exp(a) * s;
+                else if (kind == MATERN32) row[j] = ((a + 1.0) / exp(a)) * s;
+                else row[j] = (((a + dist[j] * (1.0 / 3.0)) + 1.0) / exp(a)) * s;
+            }
     }
 }
 
@@ -374,17 +380,17 @@ long tb_exact_score(long n, long A, long d, long R, const double *xs, const doub
     long a1 = A > 0 ? A : 1;
     long npad = (n + MR - 1) / MR * MR, apad = A > 0 ? A - A % NR + panel_width(A, A - A % NR) : 0;
     /* scratch: the packed kp [npad, apad], lp (npad (npad + MR) / 2), the panel vp [npad, NR]
-     * (64-byte aligned), inv [npad], the kernel rows (4 + d) A, then var R A and the bound A
+     * (64-byte aligned), inv [npad], the kernel rows (3 + d) A, then var R A and the bound A
      * when not kept, then K_SC [n, A] when not kept and R > 1 (with one factor V is computed
      * in place of K: K is packed first) */
     size_t packed = (size_t)(npad * apad) + (size_t)(npad * (npad + MR) / 2) + (size_t)(npad * NR);
-    size_t size = packed + 8 + (size_t)npad + (size_t)((4 + d) * a1) + (var ? 0 : (size_t)(R * a1))
+    size_t size = packed + 8 + (size_t)npad + (size_t)((3 + d) * a1) + (var ? 0 : (size_t)(R * a1))
                   + (size_t)a1 + (kq || R <= 1 ? 0 : (size_t)(n * a1));
     double *scratch = malloc(size * sizeof(double));
     if (!scratch) return -1;
     double *kp = (double *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     double *lp = kp + npad * apad, *vp = lp + npad * (npad + MR) / 2, *inv = vp + npad * NR;
-    double *rows = inv + npad, *rest = rows + (4 + d) * a1;
+    double *rows = inv + npad, *rest = rows + (3 + d) * a1;
     if (!var) var = rest, rest += R * a1;
     double *ucb = rest;
     rest += a1;
