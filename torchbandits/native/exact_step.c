@@ -154,12 +154,11 @@ static inline const double *factor_row(const double *head, long n0, const double
  *     candidates padded with zero columns up to a multiple of 4), the rows padded to npad, a
  *     multiple of MR = 4, with zero rows of L (and 1 / L_ii = 0: zero rows of V);
  *   - K_SC is packed panel by panel, each panel [npad, w] contiguous (kp; shared by the factors);
- *   - L is packed block by block: block t (rows i0 = MR t .. i0 + MR - 1) holds L_{i0+b, k} at
- *     lp[k MR + b] for k < i0 + MR (the entries right of the diagonal are zeros, never read);
  *   - a panel is solved block after block into vp [npad, w] (contiguous, so the rows V_k that a
- *     block reads are one stream from the L1/L2 cache, and the block of L another): the tile
- *     MR x w keeps its MR * w / 4 accumulators in registers (4 x 12: twelve AVX registers), each
- *     k costs w / 4 loads of V_k, MR broadcasts of L_{., k} and MR w / 4 fused multiply-adds;
+ *     block reads are one stream from the L1/L2 cache; L is read in place, MR streams along its
+ *     rows i0 .. i0 + MR - 1: packing it cost more than it saved): the tile MR x w keeps its
+ *     MR w / 4 accumulators in registers (4 x 12: twelve AVX registers), each k costs w / 4
+ *     loads of V_k, MR broadcasts of L_{., k} and MR w / 4 fused multiply-adds;
  *     then the MR x MR triangle inside the block, in registers, row after row:
  *     acc_b -= sum_{p<b} L_{i0+b, i0+p} V_{i0+p} and V_{i0+b} = acc_b * (1 / L_{i0+b, i0+b});
  *   - a solved panel is written into V [n, A] (row-major) with mu = z^T V and colsum(V (.) V)
@@ -187,24 +186,13 @@ static void pack_k(long n, long npad, long A, const double *kq, double *kp) {
     }
 }
 
-/* Pack the factor's rows into the blocks of lp (MR^2 t (t + 1) / 2 entries before block t) and
- * 1 / L_ii into inv [npad] (0 for the padding rows). */
-static void pack_l(long n, long npad, const double *head, long n0, const double *tail,
-                   long width, double *lp, double *inv) {
-    for (long i0 = 0; i0 < npad; i0 += MR) {
-        double *blk = lp + i0 * (i0 + MR) / 2; /* = MR^2 t (t + 1) / 2 with t = i0 / MR */
-        for (int b = 0; b < MR; ++b) {
-            long i = i0 + b;
-            if (i < n) {
-                const double *row = factor_row(head, n0, tail, width, i);
-                for (long k = 0; k <= i; ++k) blk[k * MR + b] = row[k];
-                for (long k = i + 1; k < i0 + MR; ++k) blk[k * MR + b] = 0.0;
-                inv[i] = 1.0 / row[i];
-            } else {
-                for (long k = 0; k < i0 + MR; ++k) blk[k * MR + b] = 0.0;
-                inv[i] = 0.0;
-            }
-        }
+/* The addresses of the factor's rows, lrow [npad] (the padding rows: zeros [npad]), and
+ * 1 / L_ii, inv [npad] (0 for the padding rows). */
+static void factor_rows(long n, long npad, const double *head, long n0, const double *tail,
+                        long width, const double *zeros, const double **lrow, double *inv) {
+    for (long i = 0; i < npad; ++i) {
+        lrow[i] = i < n ? factor_row(head, n0, tail, width, i) : zeros;
+        inv[i] = i < n ? 1.0 / lrow[i][i] : 0.0;
     }
 }
 
@@ -215,14 +203,14 @@ static void pack_l(long n, long npad, const double *head, long n0, const double 
  * it at every k (a third of the rate). The vectors q >= nv are never used (dead code after inlining). */
 #define ROW_K(b) /* acc_b -= L_{i0+b, k} V_k */                                                 \
     do {                                                                                        \
-        __m256d l = _mm256_broadcast_sd(lk + (b));                                              \
+        __m256d l = _mm256_broadcast_sd(l##b + k);                                              \
         a##b##0 = _mm256_fnmadd_pd(l, x0, a##b##0);                                             \
         if (nv > 1) a##b##1 = _mm256_fnmadd_pd(l, x1, a##b##1);                                 \
         if (nv > 2) a##b##2 = _mm256_fnmadd_pd(l, x2, a##b##2);                                 \
     } while (0)
 #define TRI_UPD(b, p) /* acc_b -= L_{i0+b, i0+p} V_{i0+p} (V_{i0+p} = acc_p, solved) */         \
     do {                                                                                        \
-        __m256d l = _mm256_broadcast_sd(lt + (p) * MR + (b));                                   \
+        __m256d l = _mm256_broadcast_sd(l##b + i0 + (p));                                       \
         a##b##0 = _mm256_fnmadd_pd(l, a##p##0, a##b##0);                                        \
         if (nv > 1) a##b##1 = _mm256_fnmadd_pd(l, a##p##1, a##b##1);                            \
         if (nv > 2) a##b##2 = _mm256_fnmadd_pd(l, a##p##2, a##b##2);                            \
@@ -238,16 +226,17 @@ static void pack_l(long n, long npad, const double *head, long n0, const double 
     } while (0)
 #define LOAD(b, q) (nv > (q) ? _mm256_loadu_pd(kp + (i0 + (b)) * w + 4 * (q)) : _mm256_setzero_pd())
 
-static inline __attribute__((always_inline)) void solve_tile(const double *blk, const double *inv,
-                                                             long i0, const double *kp, double *vp,
+static inline __attribute__((always_inline)) void solve_tile(const double *const *lrow,
+                                                             const double *inv, long i0,
+                                                             const double *kp, double *vp,
                                                              const int nv) {
     const long w = 4 * nv;
     __m256d a00 = LOAD(0, 0), a01 = LOAD(0, 1), a02 = LOAD(0, 2);
     __m256d a10 = LOAD(1, 0), a11 = LOAD(1, 1), a12 = LOAD(1, 2);
     __m256d a20 = LOAD(2, 0), a21 = LOAD(2, 1), a22 = LOAD(2, 2);
     __m256d a30 = LOAD(3, 0), a31 = LOAD(3, 1), a32 = LOAD(3, 2);
-    const double *vk = vp, *lk = blk;
-    for (long k = 0; k < i0; ++k, vk += w, lk += MR) { /* the rows already solved */
+    const double *l0 = lrow[0], *l1 = lrow[1], *l2 = lrow[2], *l3 = lrow[3], *vk = vp;
+    for (long k = 0; k < i0; ++k, vk += w) { /* the rows already solved */
         __m256d x0 = _mm256_loadu_pd(vk);
         __m256d x1 = nv > 1 ? _mm256_loadu_pd(vk + 4) : x0;
         __m256d x2 = nv > 2 ? _mm256_loadu_pd(vk + 8) : x0;
@@ -260,7 +249,7 @@ static inline __attribute__((always_inline)) void solve_tile(const double *blk, 
         ROW_K(2);
         ROW_K(3);
     }
-    const double *lt = blk + i0 * MR; /* the triangle inside the block, row after row */
+    /* the triangle inside the block, row after row */
     TRI_ROW(0);
     TRI_UPD(1, 0);
     TRI_ROW(1);
@@ -277,20 +266,20 @@ static inline __attribute__((always_inline)) void solve_tile(const double *blk, 
 #undef TRI_ROW
 #undef LOAD
 
-static void solve_tile_1(const double *blk, const double *inv, long i0, const double *kp,
-                         double *vp) {
-    solve_tile(blk, inv, i0, kp, vp, 1);
+static void solve_tile_1(const double *const *lrow, const double *inv, long i0,
+                         const double *kp, double *vp) {
+    solve_tile(lrow, inv, i0, kp, vp, 1);
 }
-static void solve_tile_2(const double *blk, const double *inv, long i0, const double *kp,
-                         double *vp) {
-    solve_tile(blk, inv, i0, kp, vp, 2);
+static void solve_tile_2(const double *const *lrow, const double *inv, long i0,
+                         const double *kp, double *vp) {
+    solve_tile(lrow, inv, i0, kp, vp, 2);
 }
-static void solve_tile_3(const double *blk, const double *inv, long i0, const double *kp,
-                         double *vp) {
-    solve_tile(blk, inv, i0, kp, vp, 3);
+static void solve_tile_3(const double *const *lrow, const double *inv, long i0,
+                         const double *kp, double *vp) {
+    solve_tile(lrow, inv, i0, kp, vp, 3);
 }
 #else
-static void solve_tile(const double *blk, const double *inv, long i0, const double *kp,
+static void solve_tile(const double *const *lrow, const double *inv, long i0, const double *kp,
                        double *vp, int nv) {
     const long w = 4 * nv;
     double acc[MR][NR];
@@ -298,32 +287,31 @@ static void solve_tile(const double *blk, const double *inv, long i0, const doub
         for (long c = 0; c < w; ++c) acc[b][c] = kp[(i0 + b) * w + c];
     for (long k = 0; k < i0; ++k)
         for (int b = 0; b < MR; ++b)
-            for (long c = 0; c < w; ++c) acc[b][c] = fma(-blk[k * MR + b], vp[k * w + c], acc[b][c]);
+            for (long c = 0; c < w; ++c) acc[b][c] = fma(-lrow[b][k], vp[k * w + c], acc[b][c]);
     for (int b = 0; b < MR; ++b) {
         for (int p = 0; p < b; ++p)
             for (long c = 0; c < w; ++c)
-                acc[b][c] = fma(-blk[(i0 + p) * MR + b], acc[p][c], acc[b][c]);
+                acc[b][c] = fma(-lrow[b][i0 + p], acc[p][c], acc[b][c]);
         for (long c = 0; c < w; ++c) vp[(i0 + b) * w + c] = acc[b][c] * inv[i0 + b];
     }
 }
-#define solve_tile_1(blk, inv, i0, kp, vp) solve_tile(blk, inv, i0, kp, vp, 1)
-#define solve_tile_2(blk, inv, i0, kp, vp) solve_tile(blk, inv, i0, kp, vp, 2)
-#define solve_tile_3(blk, inv, i0, kp, vp) solve_tile(blk, inv, i0, kp, vp, 3)
+#define solve_tile_1(lrow, inv, i0, kp, vp) solve_tile(lrow, inv, i0, kp, vp, 1)
+#define solve_tile_2(lrow, inv, i0, kp, vp) solve_tile(lrow, inv, i0, kp, vp, 2)
+#define solve_tile_3(lrow, inv, i0, kp, vp) solve_tile(lrow, inv, i0, kp, vp, 3)
 #endif
 
-/* One factor: V = L^{-1} K [n, A] from the packed kp, lp, inv (see above; vp [npad, NR] scratch
- * per panel), mu = z^T V and colsum(V (.) V) [A]. */
-static void solve_factor(long n, long npad, long A, const double *kp, const double *lp,
+/* One factor: V = L^{-1} K [n, A] from the packed kp, the rows of L and 1 / L_ii (lrow, inv
+ * [npad], see above; vp [npad, NR] scratch per panel), mu = z^T V and colsum(V (.) V) [A]. */
+static void solve_factor(long n, long npad, long A, const double *kp, const double *const *lrow,
                          const double *inv, const double *z, double *vp, double *v, double *mu,
                          double *sumsq) {
     for (long j0 = 0; j0 < A; j0 += NR) {
         long w = panel_width(A, j0), c = A - j0 < w ? A - j0 : w;
         const double *kpan = kp + npad * j0;
         for (long i0 = 0; i0 < npad; i0 += MR) {
-            const double *blk = lp + i0 * (i0 + MR) / 2;
-            if (w == 12) solve_tile_3(blk, inv, i0, kpan, vp);
-            else if (w == 8) solve_tile_2(blk, inv, i0, kpan, vp);
-            else solve_tile_1(blk, inv, i0, kpan, vp);
+            if (w == 12) solve_tile_3(lrow + i0, inv, i0, kpan, vp);
+            else if (w == 8) solve_tile_2(lrow + i0, inv, i0, kpan, vp);
+            else solve_tile_1(lrow + i0, inv, i0, kpan, vp);
         }
         double m[NR], s[NR];
         for (long q = 0; q < w; ++q) m[q] = s[q] = 0.0;
@@ -379,18 +367,24 @@ long tb_exact_score(long n, long A, long d, long R, const double *xs, const doub
                     double *cs, double *kq, double *var, const double *bound, long long *arg) {
     long a1 = A > 0 ? A : 1;
     long npad = (n + MR - 1) / MR * MR, apad = A > 0 ? A - A % NR + panel_width(A, A - A % NR) : 0;
-    /* scratch: the packed kp [npad, apad], lp (npad (npad + MR) / 2), the panel vp [npad, NR]
-     * (64-byte aligned), inv [npad], the kernel rows (3 + d) A, then var R A and the bound A
-     * when not kept, then K_SC [n, A] when not kept and R > 1 (with one factor V is computed
-     * in place of K: K is packed first) */
-    size_t packed = (size_t)(npad * apad) + (size_t)(npad * (npad + MR) / 2) + (size_t)(npad * NR);
-    size_t size = packed + 8 + (size_t)npad + (size_t)((3 + d) * a1) + (var ? 0 : (size_t)(R * a1))
-                  + (size_t)a1 + (kq || R <= 1 ? 0 : (size_t)(n * a1));
+    /* scratch: the packed kp [npad, apad] and the panel vp [npad, NR] (64-byte aligned), inv
+     * [npad], zeros [npad], the kernel rows (3 + d) A, then var R A and the bound A when not
+     * kept, then K_SC [n, A] when not kept and R > 1 (with one factor V is computed in place
+     * of K: K is packed first); lrow [npad] the addresses of the rows of L */
+    size_t size = (size_t)(npad * apad) + (size_t)(npad * NR) + 8 + 2 * (size_t)npad
+                  + (size_t)((3 + d) * a1) + (var ? 0 : (size_t)(R * a1)) + (size_t)a1
+                  + (kq || R <= 1 ? 0 : (size_t)(n * a1));
     double *scratch = malloc(size * sizeof(double));
-    if (!scratch) return -1;
+    const double **lrow = malloc((size_t)(npad > 0 ? npad : 1) * sizeof(const double *));
+    if (!scratch || !lrow) {
+        free(scratch);
+        free((void *)lrow);
+        return -1;
+    }
     double *kp = (double *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
-    double *lp = kp + npad * apad, *vp = lp + npad * (npad + MR) / 2, *inv = vp + npad * NR;
-    double *rows = inv + npad, *rest = rows + (3 + d) * a1;
+    double *vp = kp + npad * apad, *inv = vp + npad * NR, *zeros = inv + npad;
+    double *rows = zeros + npad, *rest = rows + (3 + d) * a1;
+    for (long i = 0; i < npad; ++i) zeros[i] = 0.0;
     if (!var) var = rest, rest += R * a1;
     double *ucb = rest;
     rest += a1;
@@ -402,8 +396,8 @@ long tb_exact_score(long n, long A, long d, long R, const double *xs, const doub
         const double *head = (const double *)(intptr_t)f[0], *tail = (const double *)(intptr_t)f[2];
         const double *z = (const double *)(intptr_t)f[4];
         double *vr = v + r * n * A, *mr = mean + r * A, *sr = sumsq + r * A, *pr = var + r * A;
-        pack_l(n, npad, head, (long)f[1], tail, (long)f[3], lp, inv);
-        solve_factor(n, npad, A, kp, lp, inv, z, vp, vr, mr, sr);
+        factor_rows(n, npad, head, (long)f[1], tail, (long)f[3], zeros, lrow, inv);
+        solve_factor(n, npad, A, kp, lrow, inv, z, vp, vr, mr, sr);
         for (long j = 0; j < A; ++j) {
             double rho2 = kdiag - sr[j];
             pr[j] = rho2 > 0.0 ? rho2 : 0.0;
@@ -412,6 +406,7 @@ long tb_exact_score(long n, long A, long d, long R, const double *xs, const doub
     long best = 0;
     if (bound && A > 0) best = ucb_argmax(A, R, mean, var, bound, bound + R, ucb, arg);
     free(scratch);
+    free((void *)lrow);
     return best;
 }
 
