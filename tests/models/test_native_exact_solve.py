@@ -3,13 +3,22 @@
 tiles over packed panels, padded rows and columns), ``μ_r = z_rᵀ V_r``, ``colsum V_r²`` and
 ``ρ²_r``, at the sizes where the blocking has edges (rows not a multiple of 4, candidates not a
 multiple of 4 or 12), on factors stored as a GrowingCholesky head ``[n0, n0]`` plus tail rows (an
-empty head, an empty tail), ill-conditioned ones included, and with five factors (DMM)."""
+empty head, an empty tail), ill-conditioned ones included, with five factors (DMM), and built
+without AVX (the portable loops)."""
 
 from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 import torch
 
+from torchbandits import native
 from torchbandits.native import exact as nx
 
 pytestmark = pytest.mark.skipif(nx.available() is None, reason="no compiled library (no C compiler)")
@@ -56,8 +65,9 @@ def _factor(xs: torch.Tensor, kind: str, reg: float, n0: int, seed: int = 1):
     return chol, head, tail, z
 
 
-def _score(xs, cand, weight, kind: str, factors, outscale=None, kdiag=1.0):
-    """One call with every output kept: ``(kq, v, mean, sumsq, var)``."""
+def _score(xs, cand, weight, kind: str, factors, outscale=None, kdiag=1.0, lib=None):
+    """One call (of ``lib``, default the library) with every output kept:
+    ``(kq, v, mean, sumsq, var)``."""
     n, a, r = xs.shape[0], cand.shape[0], len(factors)
     table = [(h.data_ptr(), h.shape[0], t.data_ptr(), t.shape[1], z.data_ptr())
              for _, h, t, z in factors]
@@ -65,7 +75,7 @@ def _score(xs, cand, weight, kind: str, factors, outscale=None, kdiag=1.0):
     mean, sumsq, var = (torch.full((r, a), NAN, dtype=_F64) for _ in range(3))
     kq = torch.full((n, a), NAN, dtype=_F64)
     cs = torch.full((a, xs.shape[1]), NAN, dtype=_F64)
-    nx.score(nx.available(), n, xs, cand, weight, CODES[kind], outscale, kdiag, table,
+    nx.score(lib or nx.available(), n, xs, cand, weight, CODES[kind], outscale, kdiag, table,
              (v, mean, sumsq), (cs, kq, var))
     torch.testing.assert_close(cs, cand * weight, rtol=0.0, atol=0.0)
     return kq, v, mean, sumsq, var
@@ -168,3 +178,33 @@ def test_vectorised_exp_to_a_few_ulps(kind):
     assert int(normal.sum()) > 500 and bool((~normal).any())
     torch.testing.assert_close(got[normal], ref[normal], rtol=1e-15, atol=0.0)
     torch.testing.assert_close(got[~normal], ref[~normal], rtol=0.0, atol=tiny * 1e-3)
+
+
+@pytest.fixture(scope="module")
+def plain_library(tmp_path_factory):
+    """exact_step.c built for plain x86-64 (no AVX, no FMA instructions: the portable loops of
+    the forward substitution, fma() from libm), its argument types those of the AVX build."""
+    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+    if cc is None or platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip("needs a C compiler for x86-64")
+    out = tmp_path_factory.mktemp("plain") / "exact_step_plain.so"
+    flags = [f if f != "-march=native" else "-march=x86-64" for f in native.CFLAGS]
+    source = Path(nx.__file__).with_name("exact_step.c")
+    subprocess.run([cc, *flags, "-o", str(out), str(source), "-lm"], check=True, timeout=120)
+    lib = ctypes.CDLL(str(out))
+    for name in ("tb_exact_score", "tb_exact_append"):
+        ref = getattr(nx.available(), name)
+        getattr(lib, name).argtypes, getattr(lib, name).restype = ref.argtypes, ref.restype
+    return lib
+
+
+@pytest.mark.parametrize(("n", "a"), [(1, 1), (7, 5), (13, 29), (64, 100), (257, 13)])
+def test_portable_loops_match(plain_library, n, a):
+    """Without AVX and FMA: the same numbers as torch (and as the vectorised build)."""
+    xs, cand, weight = _data(n, a, seed=6)
+    factors = [_factor(xs, "m52", reg, n // 3, seed=r) for r, reg in enumerate((1e-3, 0.1))]
+    out = _score(xs, cand, weight, "m52", factors, lib=plain_library)
+    _check(*out, factors, 1.0, 1e-13)
+    vec = _score(xs, cand, weight, "m52", factors)
+    for got, want in zip(out, vec):
+        torch.testing.assert_close(got, want, rtol=1e-14, atol=1e-300)

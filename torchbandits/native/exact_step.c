@@ -200,7 +200,8 @@ static void factor_rows(long n, long npad, const double *head, long n0, const do
 /* Solve the block of rows i0 .. i0 + MR - 1 of a panel of w = 4 nv columns (nv = 1, 2, 3: a
  * constant after inlining into solve_tile_1/2/3). The accumulators are named variables a<b><q>
  * (row b, vector q), not an array: GCC keeps an array of twelve vectors in memory and stores
- * it at every k (a third of the rate). The vectors q >= nv are never used (dead code after inlining). */
+ * it at every k (a third of the rate). The vectors q >= nv are never used (dead code after
+ * inlining). */
 #define ROW_K(b) /* acc_b -= L_{i0+b, k} V_k */                                                 \
     do {                                                                                        \
         __m256d l = _mm256_broadcast_sd(l##b + k);                                              \
@@ -292,7 +293,10 @@ static void solve_tile(const double *const *lrow, const double *inv, long i0, co
         for (int p = 0; p < b; ++p)
             for (long c = 0; c < w; ++c)
                 acc[b][c] = fma(-lrow[b][i0 + p], acc[p][c], acc[b][c]);
-        for (long c = 0; c < w; ++c) vp[(i0 + b) * w + c] = acc[b][c] * inv[i0 + b];
+        for (long c = 0; c < w; ++c) {
+            acc[b][c] *= inv[i0 + b];
+            vp[(i0 + b) * w + c] = acc[b][c];
+        }
     }
 }
 #define solve_tile_1(lrow, inv, i0, kp, vp) solve_tile(lrow, inv, i0, kp, vp, 1)
