@@ -30,11 +30,12 @@ from . import library
 
 __all__ = ["KINDS", "MAX_N", "append", "available", "score"]
 
-MAX_N = 500
+MAX_N = 1000
 """Largest number of stored points scored here; above it the torch path (LAPACK's blocked
-triangular solve) takes over (on the 2-core development machine the two steps cost the same at
-n ≈ 600 for AMM and DMM; the compiled one is 1.3–1.6× faster at n = 300–400 and 1.2–1.4×
-slower at n = 1000)."""
+triangular solve) takes over. One thread on the development machine (AMD EPYC, AVX2), the
+compiled step against the torch path: AMM 1.5× / DMM 1.5× faster at n = 1000, but only 1.2× /
+1.15× at n = 1500–2000, where the compiled solve (one thread, its panels out of cache) runs at
+half its rate and a threaded BLAS would overtake it."""
 
 KINDS = {("rbf", float("inf")): 0, ("matern", 0.5): 1, ("matern", 1.5): 2, ("matern", 2.5): 3}
 """The closed forms of ``exact_step.c`` by ``(kind, ν)`` of a
