@@ -31,70 +31,67 @@
 
 enum { RBF = 0, MATERN12 = 1, MATERN32 = 2, MATERN52 = 3 };
 
-/* exp(x) elementwise, in place, in a loop the compiler vectorises (libm's exp is one call per
- * element). Cody-Waite reduction x = k ln2 + r, |r| <= ln2/2; exp(r) by its Taylor polynomial of
- * degree 13 (truncation below 1e-17 relative); times 2^k built in the exponent bits. Within a few
- * units in the last place of libm. Arguments outside [-708, 709] (overflow, subnormal results,
- * NaN) are redone by libm's exp in exp_fixup. */
-static void exp_inplace(double *x, long m) {
+/* exp(x), inlined into loops that the compiler vectorises (libm's exp is one call per element).
+ * Cody-Waite reduction x = k ln2 + r, |r| <= ln2/2; exp(r) by its Taylor polynomial of degree 13
+ * (truncation below 1e-17 relative) in Horner's form with fused multiply-adds; times 2^k built
+ * in the exponent bits. Within a few units in the last place of libm for x in [-708, 709];
+ * outside (overflow, subnormal results, NaN) garbage: the callers redo those with libm's exp. */
+static inline double exp_core(double xv) {
     const double log2e = 1.4426950408889634, shift = 6755399441055744.0; /* 1.5 * 2^52 */
     const double ln2hi = 6.93147180369123816490e-01, ln2lo = 1.90821492927058770002e-10;
-    uint64_t shift_bits;
+    double kd = fma(xv, log2e, shift); /* round(x / ln2) in the low bits of kd */
+    double k = kd - shift;
+    double r = fma(-k, ln2lo, fma(-k, ln2hi, xv));
+    double p = 1.0 / 6227020800.0;
+    p = fma(p, r, 1.0 / 479001600.0);
+    p = fma(p, r, 1.0 / 39916800.0);
+    p = fma(p, r, 1.0 / 3628800.0);
+    p = fma(p, r, 1.0 / 362880.0);
+    p = fma(p, r, 1.0 / 40320.0);
+    p = fma(p, r, 1.0 / 5040.0);
+    p = fma(p, r, 1.0 / 720.0);
+    p = fma(p, r, 1.0 / 120.0);
+    p = fma(p, r, 1.0 / 24.0);
+    p = fma(p, r, 1.0 / 6.0);
+    p = fma(p, r, 0.5);
+    p = fma(p, r, 1.0);
+    p = fma(p, r, 1.0);
+    uint64_t kb, shift_bits;
+    memcpy(&kb, &kd, sizeof kb);
     memcpy(&shift_bits, &shift, sizeof shift_bits);
-    for (long i = 0; i < m; ++i) {
-        double xv = x[i]; /* (garbage outside [-708, 709]: exp_fixup) */
-        double kd = xv * log2e + shift; /* round(x / ln2) in the low bits of kd */
-        double k = kd - shift;
-        double r = (xv - k * ln2hi) - k * ln2lo;
-        double p = 1.0 / 6227020800.0;
-        p = p * r + 1.0 / 479001600.0;
-        p = p * r + 1.0 / 39916800.0;
-        p = p * r + 1.0 / 3628800.0;
-        p = p * r + 1.0 / 362880.0;
-        p = p * r + 1.0 / 40320.0;
-        p = p * r + 1.0 / 5040.0;
-        p = p * r + 1.0 / 720.0;
-        p = p * r + 1.0 / 120.0;
-        p = p * r + 1.0 / 24.0;
-        p = p * r + 1.0 / 6.0;
-        p = p * r + 0.5;
-        p = p * r + 1.0;
-        p = p * r + 1.0;
-        uint64_t kb;
-        memcpy(&kb, &kd, sizeof kb);
-        uint64_t sb = (kb - shift_bits + 1023u) << 52; /* the bits of 2^k */
-        double scale;
-        memcpy(&scale, &sb, sizeof scale);
-        x[i] = p * scale;
-    }
+    uint64_t sb = (kb - shift_bits + 1023u) << 52; /* the bits of 2^k */
+    double scale;
+    memcpy(&scale, &sb, sizeof scale);
+    return p * scale;
 }
 
-static void exp_fixup(const double *arg, double *x, long m) {
+/* Whether some argument of exp_core lies outside [-708, 709] (or is NaN). */
+static int exp_out_of_range(const double *arg, long m) {
     int out = 0;
     for (long i = 0; i < m; ++i) out |= (arg[i] < -708.0) | (arg[i] > 709.0) | (arg[i] != arg[i]);
-    if (out)
-        for (long i = 0; i < m; ++i)
-            if (!(arg[i] >= -708.0 && arg[i] <= 709.0)) x[i] = exp(arg[i]);
+    return out;
 }
 
 /* K_SC [n, A] (and cs [A, d]) of the scaled stored points xs [n, d] and the candidates, a row
  * at a time: D = (|x|^2 + (-2) x.c) + |c|^2 clamped at 0 (the order of the torch path's addmm
- * and add), then the closed form (the operations of kernel_fast.ScaledStationary.of_sqdist_).
- * scratch: (4 + d) A doubles. */
+ * and add), then the closed form (the operations of kernel_fast.ScaledStationary.of_sqdist_),
+ * times s, in one vectorised loop per row; the entries whose exp argument is out of exp_core's
+ * range are redone with libm's exp. scratch: (3 + d) A doubles. */
 static void kernel_block(long n, long A, long d, const double *xs, const double *cand,
                          const double *w, long dw, int kind, double outscale, int has_scale,
                          double *cs, double *kq, double *scratch) { /* cs may be NULL */
-    double *csq = scratch, *dist = scratch + A, *u = scratch + 2 * A, *e = scratch + 3 * A;
-    double *cst = scratch + 4 * A; /* cs transposed [d, A] */
+    double *csq = scratch, *dist = scratch + A, *arg = scratch + 2 * A;
+    double *cst = scratch + 3 * A; /* cs transposed [d, A] */
+    double s = has_scale ? outscale : 1.0; /* (x * 1.0 == x) */
     for (long j = 0; j < A; ++j) {
-        double s = 0.0;
+        double sq = 0.0;
         for (long k = 0; k < d; ++k) {
             double v = cand[j * d + k] * w[dw == 1 ? 0 : k];
             if (cs) cs[j * d + k] = v;
             cst[k * A + j] = v;
-            s += v * v;
+            sq += v * v;
         }
-        csq[j] = s;
+        csq[j] = sq;
     }
     for (long i = 0; i < n; ++i) {
         const double *x = xs + i * d;
@@ -108,29 +105,38 @@ static void kernel_block(long n, long A, long d, const double *xs, const double 
             double dd = (xsq + -2.0 * dist[j]) + csq[j];
             dist[j] = dd > 0.0 ? dd : 0.0;
         }
-        if (kind == RBF) { /* exp(-D) */
-            for (long j = 0; j < A; ++j) u[j] = row[j] = -dist[j];
-            exp_inplace(row, A);
-            exp_fixup(u, row, A);
-        } else {
-            for (long j = 0; j < A; ++j) u[j] = sqrt(dist[j]);
-            if (kind == MATERN12) { /* exp(-u) */
-                for (long j = 0; j < A; ++j) e[j] = row[j] = -u[j];
-                exp_inplace(row, A);
-                exp_fixup(e, row, A);
-            } else { /* (1 + u [+ D/3]) / exp(u) */
-                for (long j = 0; j < A; ++j) e[j] = u[j];
-                exp_inplace(e, A);
-                exp_fixup(u, e, A);
-                if (kind == MATERN52)
-                    for (long j = 0; j < A; ++j)
-                        row[j] = ((u[j] + dist[j] * (1.0 / 3.0)) + 1.0) / e[j];
-                else
-                    for (long j = 0; j < A; ++j) row[j] = (u[j] + 1.0) / e[j];
+        if (kind == RBF) /* exp(-D) */
+            for (long j = 0; j < A; ++j) {
+                double a = -dist[j];
+                arg[j] = a;
+                row[j] = exp_core(a) * s;
             }
-        }
-        if (has_scale)
-            for (long j = 0; j < A; ++j) row[j] *= outscale;
+        else if (kind == MATERN12) /* exp(-u) */
+            for (long j = 0; j < A; ++j) {
+                double a = -sqrt(dist[j]);
+                arg[j] = a;
+                row[j] = exp_core(a) * s;
+            }
+        else if (kind == MATERN32) /* (1 + u) / exp(u) */
+            for (long j = 0; j < A; ++j) {
+                double u = sqrt(dist[j]);
+                arg[j] = u;
+                row[j] = ((u + 1.0) / exp_core(u)) * s;
+            }
+        else /* (u + D/3 + 1) / exp(u) */
+            for (long j = 0; j < A; ++j) {
+                double u = sqrt(dist[j]);
+                arg[j] = u;
+                row[j] = (((u + dist[j] * (1.0 / 3.0)) + 1.0) / exp_core(u)) * s;
+            }
+        if (exp_out_of_range(arg, A))
+            for (long j = 0; j < A; ++j) {
+                double a = arg[j];
+                if (a >= -708.0 && a <= 709.0) continue;
+                if (kind == RBF || kind == MATERN12) row[j] = exp(a) * s;
+                else if (kind == MATERN32) row[j] = ((a + 1.0) / exp(a)) * s;
+                else row[j] = (((a + dist[j] * (1.0 / 3.0)) + 1.0) / exp(a)) * s;
+            }
     }
 }
 
@@ -140,96 +146,189 @@ static inline const double *factor_row(const double *head, long n0, const double
     return i < n0 ? head + i * n0 : tail + (i - n0) * width;
 }
 
-#ifndef RB
-#define RB 6 /* rows per block of the forward substitution */
-#endif
-#ifndef NV
-#define NV 2 /* vectors of 4 doubles per row of a full block (NV = 2: 6 x 8 blocks) */
-#endif
-#define CB 8 /* columns per block of the generic (edge) blocks */
+/* ---- The forward substitution V = L^{-1} K_SC, V_i = (K_i - sum_{k<i} L_ik V_k) / L_ii ----
+ *
+ * Packed and blocked as a matrix product (the bulk of the n^2 A / 2 multiply-adds is the update
+ * K_I - L_{I,<i0} V_{<i0} of a block I of MR rows by the rows already solved):
+ *   - the columns are cut into panels of NR = 12 columns (the last one 4, 8 or 12 wide, the
+ *     candidates padded with zero columns up to a multiple of 4), the rows padded to npad, a
+ *     multiple of MR = 4, with zero rows of L (and 1 / L_ii = 0: zero rows of V);
+ *   - K_SC is packed panel by panel, each panel [npad, w] contiguous (kp; shared by the factors);
+ *   - a panel is solved block after block into vp [npad, w] (contiguous, so the rows V_k that a
+ *     block reads are one stream from the L1/L2 cache; L is read in place, MR streams along its
+ *     rows i0 .. i0 + MR - 1: packing it cost more than it saved): the tile MR x w keeps its
+ *     MR w / 4 accumulators in registers (4 x 12: twelve AVX registers), each k costs w / 4
+ *     loads of V_k, MR broadcasts of L_{., k} and MR w / 4 fused multiply-adds;
+ *     then the MR x MR triangle inside the block, in registers, row after row:
+ *     acc_b -= sum_{p<b} L_{i0+b, i0+p} V_{i0+p} and V_{i0+b} = acc_b * (1 / L_{i0+b, i0+b});
+ *   - a solved panel is written into V [n, A] (row-major) with mu = z^T V and colsum(V (.) V)
+ *     of its columns, accumulated in the order of the rows.
+ * Without AVX and FMA the same loops run on plain doubles (fma() for every multiply-add). */
+#define MR 4
+#define NR 12
 
-/* Forward substitution V = L^{-1} K, V_i = (K_i - sum_{k<i} L_ik V_k) / L_ii, by blocks of RB rows
- * and CB columns: first sum_{k<i0} over the rows already solved (each row V_k read serves RB
- * rows), then the small triangle inside the block, rows i0 + b in order:
- * acc_b -= sum_{p<b} L_{i0+b, i0+p} V_{i0+p} and V_{i0+b} = acc_b * (1 / L_{i0+b, i0+b}).
- * The generic block (ib <= RB rows, jb <= CB columns) is plain C; with AVX and FMA the full
- * blocks keep their accumulators in registers (twelve independent ones for 6 x 8). */
-static void solve_block_part(const double *const *lrow, const double *inv, long i0, int ib,
-                             long j0, int jb, const double *kq, double *v, long A) {
-    double acc[RB][CB];
-    for (int b = 0; b < ib; ++b)
-        for (int c = 0; c < jb; ++c) acc[b][c] = kq[(i0 + b) * A + j0 + c];
-    for (long k = 0; k < i0; ++k) {
-        const double *vk = v + k * A + j0;
-        for (int b = 0; b < ib; ++b) {
-            double l = lrow[b][k];
-            for (int c = 0; c < jb; ++c) acc[b][c] = fma(-l, vk[c], acc[b][c]);
-        }
-    }
-    for (int b = 0; b < ib; ++b) {
-        for (int p = 0; p < b; ++p) {
-            double l = lrow[b][i0 + p];
-            for (int c = 0; c < jb; ++c) acc[b][c] = fma(-l, acc[p][c], acc[b][c]);
-        }
-        for (int c = 0; c < jb; ++c) {
-            acc[b][c] *= inv[b];
-            v[(i0 + b) * A + j0 + c] = acc[b][c];
+/* The width of the panel that starts at column j0 (NR, or the rest rounded up to 4). */
+static inline long panel_width(long A, long j0) {
+    long rest = A - j0;
+    return rest >= NR ? NR : (rest + 3) / 4 * 4;
+}
+
+/* Pack K [n, A] (row-major) into the panels of kp (zero padding). */
+static void pack_k(long n, long npad, long A, const double *kq, double *kp) {
+    for (long j0 = 0; j0 < A; j0 += NR) {
+        long w = panel_width(A, j0), c = A - j0 < w ? A - j0 : w;
+        double *panel = kp + npad * j0;
+        for (long i = 0; i < npad; ++i) {
+            long c0 = i < n ? c : 0;
+            for (long q = 0; q < c0; ++q) panel[i * w + q] = kq[i * A + j0 + q];
+            for (long q = c0; q < w; ++q) panel[i * w + q] = 0.0;
         }
     }
 }
 
-#if defined(__AVX__) && defined(__FMA__)
-/* A full block of RB rows and 4 nv columns (nv = 1 or NV, a constant after inlining). */
-static inline void solve_block_vec(const double *const *lrow, const double *inv, long i0,
-                                   long j0, const double *kq, double *v, long A, const int nv) {
-    __m256d acc[RB][NV];
-    for (int b = 0; b < RB; ++b)
-        for (int q = 0; q < nv; ++q) acc[b][q] = _mm256_loadu_pd(kq + (i0 + b) * A + j0 + 4 * q);
-    for (long k = 0; k < i0; ++k) { /* acc_b -= L_{i0+b, k} V_k */
-        const double *vk = v + k * A + j0;
-        __m256d x[NV];
-        for (int q = 0; q < nv; ++q) x[q] = _mm256_loadu_pd(vk + 4 * q);
-        for (int b = 0; b < RB; ++b) {
-            __m256d l = _mm256_broadcast_sd(lrow[b] + k);
-            for (int q = 0; q < nv; ++q) acc[b][q] = _mm256_fnmadd_pd(l, x[q], acc[b][q]);
-        }
+/* The addresses of the factor's rows, lrow [npad] (the padding rows: zeros [npad]), and
+ * 1 / L_ii, inv [npad] (0 for the padding rows). */
+static void factor_rows(long n, long npad, const double *head, long n0, const double *tail,
+                        long width, const double *zeros, const double **lrow, double *inv) {
+    for (long i = 0; i < npad; ++i) {
+        lrow[i] = i < n ? factor_row(head, n0, tail, width, i) : zeros;
+        inv[i] = i < n ? 1.0 / lrow[i][i] : 0.0;
     }
-    for (int b = 0; b < RB; ++b) { /* the triangle inside the block */
-        for (int p = 0; p < b; ++p) {
-            __m256d l = _mm256_broadcast_sd(lrow[b] + i0 + p);
-            for (int q = 0; q < nv; ++q) acc[b][q] = _mm256_fnmadd_pd(l, acc[p][q], acc[b][q]);
-        }
-        __m256d s = _mm256_broadcast_sd(inv + b);
-        for (int q = 0; q < nv; ++q) {
-            acc[b][q] = _mm256_mul_pd(acc[b][q], s);
-            _mm256_storeu_pd(v + (i0 + b) * A + j0 + 4 * q, acc[b][q]);
+}
+
+#if defined(__AVX__) && defined(__FMA__)
+/* Solve the block of rows i0 .. i0 + MR - 1 of a panel of w = 4 nv columns (nv = 1, 2, 3: a
+ * constant after inlining into solve_tile_1/2/3). The accumulators are named variables a<b><q>
+ * (row b, vector q), not an array: GCC keeps an array of twelve vectors in memory and stores
+ * it at every k (a third of the rate). The vectors q >= nv are never used (dead code after
+ * inlining). */
+#define ROW_K(b) /* acc_b -= L_{i0+b, k} V_k */                                                 \
+    do {                                                                                        \
+        __m256d l = _mm256_broadcast_sd(l##b + k);                                              \
+        a##b##0 = _mm256_fnmadd_pd(l, x0, a##b##0);                                             \
+        if (nv > 1) a##b##1 = _mm256_fnmadd_pd(l, x1, a##b##1);                                 \
+        if (nv > 2) a##b##2 = _mm256_fnmadd_pd(l, x2, a##b##2);                                 \
+    } while (0)
+#define TRI_UPD(b, p) /* acc_b -= L_{i0+b, i0+p} V_{i0+p} (V_{i0+p} = acc_p, solved) */         \
+    do {                                                                                        \
+        __m256d l = _mm256_broadcast_sd(l##b + i0 + (p));                                       \
+        a##b##0 = _mm256_fnmadd_pd(l, a##p##0, a##b##0);                                        \
+        if (nv > 1) a##b##1 = _mm256_fnmadd_pd(l, a##p##1, a##b##1);                            \
+        if (nv > 2) a##b##2 = _mm256_fnmadd_pd(l, a##p##2, a##b##2);                            \
+    } while (0)
+#define TRI_ROW(b) /* V_{i0+b} = acc_b * (1 / L_{i0+b, i0+b}) */                                \
+    do {                                                                                        \
+        __m256d s = _mm256_broadcast_sd(inv + i0 + (b));                                        \
+        double *out = vp + (i0 + (b)) * w;                                                      \
+        a##b##0 = _mm256_mul_pd(a##b##0, s);                                                    \
+        _mm256_storeu_pd(out, a##b##0);                                                         \
+        if (nv > 1) a##b##1 = _mm256_mul_pd(a##b##1, s), _mm256_storeu_pd(out + 4, a##b##1);    \
+        if (nv > 2) a##b##2 = _mm256_mul_pd(a##b##2, s), _mm256_storeu_pd(out + 8, a##b##2);    \
+    } while (0)
+#define LOAD(b, q) (nv > (q) ? _mm256_loadu_pd(kp + (i0 + (b)) * w + 4 * (q)) : _mm256_setzero_pd())
+
+static inline __attribute__((always_inline)) void solve_tile(const double *const *lrow,
+                                                             const double *inv, long i0,
+                                                             const double *kp, double *vp,
+                                                             const int nv) {
+    const long w = 4 * nv;
+    __m256d a00 = LOAD(0, 0), a01 = LOAD(0, 1), a02 = LOAD(0, 2);
+    __m256d a10 = LOAD(1, 0), a11 = LOAD(1, 1), a12 = LOAD(1, 2);
+    __m256d a20 = LOAD(2, 0), a21 = LOAD(2, 1), a22 = LOAD(2, 2);
+    __m256d a30 = LOAD(3, 0), a31 = LOAD(3, 1), a32 = LOAD(3, 2);
+    const double *l0 = lrow[0], *l1 = lrow[1], *l2 = lrow[2], *l3 = lrow[3], *vk = vp;
+    for (long k = 0; k < i0; ++k, vk += w) { /* the rows already solved */
+        __m256d x0 = _mm256_loadu_pd(vk);
+        __m256d x1 = nv > 1 ? _mm256_loadu_pd(vk + 4) : x0;
+        __m256d x2 = nv > 2 ? _mm256_loadu_pd(vk + 8) : x0;
+        /* V_k in registers: else GCC reloads it as a memory operand of each of the MR FMAs
+         * (16 loads per 12 FMAs: half the rate; with this empty asm the loop runs at the
+         * core's peak, two 4-wide FMAs per cycle, when the panel is in L1) */
+        __asm__("" : "+x"(x0), "+x"(x1), "+x"(x2));
+        ROW_K(0);
+        ROW_K(1);
+        ROW_K(2);
+        ROW_K(3);
+    }
+    /* the triangle inside the block, row after row */
+    TRI_ROW(0);
+    TRI_UPD(1, 0);
+    TRI_ROW(1);
+    TRI_UPD(2, 0);
+    TRI_UPD(2, 1);
+    TRI_ROW(2);
+    TRI_UPD(3, 0);
+    TRI_UPD(3, 1);
+    TRI_UPD(3, 2);
+    TRI_ROW(3);
+}
+#undef ROW_K
+#undef TRI_UPD
+#undef TRI_ROW
+#undef LOAD
+
+static void solve_tile_1(const double *const *lrow, const double *inv, long i0,
+                         const double *kp, double *vp) {
+    solve_tile(lrow, inv, i0, kp, vp, 1);
+}
+static void solve_tile_2(const double *const *lrow, const double *inv, long i0,
+                         const double *kp, double *vp) {
+    solve_tile(lrow, inv, i0, kp, vp, 2);
+}
+static void solve_tile_3(const double *const *lrow, const double *inv, long i0,
+                         const double *kp, double *vp) {
+    solve_tile(lrow, inv, i0, kp, vp, 3);
+}
+#else
+static void solve_tile(const double *const *lrow, const double *inv, long i0, const double *kp,
+                       double *vp, int nv) {
+    const long w = 4 * nv;
+    double acc[MR][NR];
+    for (int b = 0; b < MR; ++b)
+        for (long c = 0; c < w; ++c) acc[b][c] = kp[(i0 + b) * w + c];
+    for (long k = 0; k < i0; ++k)
+        for (int b = 0; b < MR; ++b)
+            for (long c = 0; c < w; ++c) acc[b][c] = fma(-lrow[b][k], vp[k * w + c], acc[b][c]);
+    for (int b = 0; b < MR; ++b) {
+        for (int p = 0; p < b; ++p)
+            for (long c = 0; c < w; ++c)
+                acc[b][c] = fma(-lrow[b][i0 + p], acc[p][c], acc[b][c]);
+        for (long c = 0; c < w; ++c) {
+            acc[b][c] *= inv[i0 + b];
+            vp[(i0 + b) * w + c] = acc[b][c];
         }
     }
 }
+#define solve_tile_1(lrow, inv, i0, kp, vp) solve_tile(lrow, inv, i0, kp, vp, 1)
+#define solve_tile_2(lrow, inv, i0, kp, vp) solve_tile(lrow, inv, i0, kp, vp, 2)
+#define solve_tile_3(lrow, inv, i0, kp, vp) solve_tile(lrow, inv, i0, kp, vp, 3)
 #endif
 
-static void forward_substitution(long n, long A, const double *head, long n0, const double *tail,
-                                 long width, const double *kq, double *v, const double **lrow,
-                                 double *inv) {
-    /* lrow [n], inv [n]: scratch for the row addresses of L and 1 / L_ii */
-    for (long i = 0; i < n; ++i) {
-        lrow[i] = factor_row(head, n0, tail, width, i);
-        inv[i] = 1.0 / lrow[i][i];
-    }
-    for (long i0 = 0; i0 < n; i0 += RB) {
-        int ib = n - i0 < RB ? (int)(n - i0) : RB;
-        long j0 = 0;
-#if defined(__AVX__) && defined(__FMA__)
-        if (ib == RB) {
-            for (; j0 + 4 * NV <= A; j0 += 4 * NV)
-                solve_block_vec(lrow + i0, inv + i0, i0, j0, kq, v, A, NV);
-            for (; j0 + 4 <= A; j0 += 4) solve_block_vec(lrow + i0, inv + i0, i0, j0, kq, v, A, 1);
+/* One factor: V = L^{-1} K [n, A] from the packed kp, the rows of L and 1 / L_ii (lrow, inv
+ * [npad], see above; vp [npad, NR] scratch per panel), mu = z^T V and colsum(V (.) V) [A]. */
+static void solve_factor(long n, long npad, long A, const double *kp, const double *const *lrow,
+                         const double *inv, const double *z, double *vp, double *v, double *mu,
+                         double *sumsq) {
+    for (long j0 = 0; j0 < A; j0 += NR) {
+        long w = panel_width(A, j0), c = A - j0 < w ? A - j0 : w;
+        const double *kpan = kp + npad * j0;
+        for (long i0 = 0; i0 < npad; i0 += MR) {
+            if (w == 12) solve_tile_3(lrow + i0, inv, i0, kpan, vp);
+            else if (w == 8) solve_tile_2(lrow + i0, inv, i0, kpan, vp);
+            else solve_tile_1(lrow + i0, inv, i0, kpan, vp);
         }
-#endif
-        for (; j0 < A; j0 += CB) {
-            int jb = A - j0 < CB ? (int)(A - j0) : CB;
-            solve_block_part(lrow + i0, inv + i0, i0, ib, j0, jb, kq, v, A);
+        double m[NR], s[NR];
+        for (long q = 0; q < w; ++q) m[q] = s[q] = 0.0;
+        for (long i = 0; i < n; ++i) {
+            const double *vi = vp + i * w;
+            double zi = z[i], *out = v + i * A + j0;
+            for (long q = 0; q < w; ++q) {
+                m[q] += zi * vi[q];
+                s[q] += vi[q] * vi[q];
+            }
+            for (long q = 0; q < c; ++q) out[q] = vi[q];
         }
+        for (long q = 0; q < c; ++q) mu[j0 + q] = m[q], sumsq[j0 + q] = s[q];
     }
 }
 
@@ -271,39 +370,38 @@ long tb_exact_score(long n, long A, long d, long R, const double *xs, const doub
                     double kdiag, const long long *fac, double *v, double *mean, double *sumsq,
                     double *cs, double *kq, double *var, const double *bound, long long *arg) {
     long a1 = A > 0 ? A : 1;
-    /* scratch: kernel rows (4 + d) A, then var R A and the bound A when not kept, then K_SC
-     * [n, A] when not kept and R > 1 (with one factor V is solved in place of K) */
-    size_t size = (size_t)((4 + d) * a1) + (var ? 0 : (size_t)(R * a1)) + (size_t)a1
-                  + (kq || R <= 1 ? 0 : (size_t)(n * a1)) + (size_t)n;
+    long npad = (n + MR - 1) / MR * MR, apad = A > 0 ? A - A % NR + panel_width(A, A - A % NR) : 0;
+    /* scratch: the packed kp [npad, apad] and the panel vp [npad, NR] (64-byte aligned), inv
+     * [npad], zeros [npad], the kernel rows (3 + d) A, then var R A and the bound A when not
+     * kept, then K_SC [n, A] when not kept and R > 1 (with one factor V is computed in place
+     * of K: K is packed first); lrow [npad] the addresses of the rows of L */
+    size_t size = (size_t)(npad * apad) + (size_t)(npad * NR) + 8 + 2 * (size_t)npad
+                  + (size_t)((3 + d) * a1) + (var ? 0 : (size_t)(R * a1)) + (size_t)a1
+                  + (kq || R <= 1 ? 0 : (size_t)(n * a1));
     double *scratch = malloc(size * sizeof(double));
-    const double **lrow = malloc((size_t)(n > 0 ? n : 1) * sizeof(const double *));
+    const double **lrow = malloc((size_t)(npad > 0 ? npad : 1) * sizeof(const double *));
     if (!scratch || !lrow) {
         free(scratch);
         free((void *)lrow);
         return -1;
     }
-    double *inv = scratch + (4 + d) * a1, *rest = inv + n;
+    double *kp = (double *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    double *vp = kp + npad * apad, *inv = vp + npad * NR, *zeros = inv + npad;
+    double *rows = zeros + npad, *rest = rows + (3 + d) * a1;
+    for (long i = 0; i < npad; ++i) zeros[i] = 0.0;
     if (!var) var = rest, rest += R * a1;
     double *ucb = rest;
     rest += a1;
     if (!kq) kq = R <= 1 ? v : rest;
-    kernel_block(n, A, d, xs, cand, w, dw, kind, outscale, has_scale, cs, kq, scratch);
+    kernel_block(n, A, d, xs, cand, w, dw, kind, outscale, has_scale, cs, kq, rows);
+    if (R > 0) pack_k(n, npad, A, kq, kp);
     for (long r = 0; r < R; ++r) {
         const long long *f = fac + 5 * r;
         const double *head = (const double *)(intptr_t)f[0], *tail = (const double *)(intptr_t)f[2];
         const double *z = (const double *)(intptr_t)f[4];
         double *vr = v + r * n * A, *mr = mean + r * A, *sr = sumsq + r * A, *pr = var + r * A;
-        forward_substitution(n, A, head, (long)f[1], tail, (long)f[3], kq, vr, lrow, inv);
-        /* mu = z^T V and colsum(V ⊙ V), one pass over V by rows */
-        for (long j = 0; j < A; ++j) mr[j] = sr[j] = 0.0;
-        for (long i = 0; i < n; ++i) {
-            const double *vi = vr + i * A;
-            double zi = z[i];
-            for (long j = 0; j < A; ++j) {
-                mr[j] += zi * vi[j];
-                sr[j] += vi[j] * vi[j];
-            }
-        }
+        factor_rows(n, npad, head, (long)f[1], tail, (long)f[3], zeros, lrow, inv);
+        solve_factor(n, npad, A, kp, lrow, inv, z, vp, vr, mr, sr);
         for (long j = 0; j < A; ++j) {
             double rho2 = kdiag - sr[j];
             pr[j] = rho2 > 0.0 ? rho2 : 0.0;
