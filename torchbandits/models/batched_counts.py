@@ -61,14 +61,18 @@ class BatchedCounts(ResizableModule):
         if self.px.shape[2] != d:
             self.px = self.px.new_zeros(self.px.shape[0], self.px.shape[1], d)
 
+    def reserve(self, size: int) -> None:
+        """Room for ``size`` distinct points per run (the buffers grown, their content kept)."""
+        for name in ("px", "counts", "sums", "in_dict"):
+            setattr(self, name, grow_rows(getattr(self, name), size, dims=(1,)))
+
     def record(self, x: Tensor, y: Tensor, n: int) -> tuple[Tensor, Tensor]:
         """Count the pulls ``x`` ``[R, d]`` with rewards ``y`` ``[R]`` (``n`` = :attr:`width`):
         a run's point that equals one of its distinct points adds to that point's count and
         sum, any other becomes its next distinct point. Returns ``(slot [R], new [R] bool)``."""
         r, d = x.shape
         self.ensure_dim(d)
-        for name in ("px", "counts", "sums", "in_dict"):
-            setattr(self, name, grow_rows(getattr(self, name), n + 1, dims=(1,)))
+        self.reserve(n + 1)
         ar = torch.arange(r, device=x.device)
         seen = (self.px[:, :n] == x[:, None, :]).all(-1)
         seen &= torch.arange(n, device=x.device)[None, :] < self.n_distinct[:, None]
