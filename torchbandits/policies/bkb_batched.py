@@ -124,6 +124,7 @@ class BKBBatchMixin(BatchModeMixin, BKBBatchPosterior):
         self._last_key: Any = None
         self._last_cand: Tensor | None = None            # held: its memory is not reused
         self._last_b: dict[str, Tensor] = {}
+        self._bdraw: Any = None                          # (key, probs, count rows, prob rows)
 
     def _leave_batch(self) -> None:
         if "batched" in self._modules:  # type: ignore[attr-defined]
@@ -227,7 +228,9 @@ class BKBBatchMixin(BatchModeMixin, BKBBatchPosterior):
             lam = self._lam()
             scored, arms = self._bscored, None
             fresh = scored is not None and scored[0] == st.version and scored[4] is not None
-            native = self._record_native(xv, y, scored) if fresh and scored[5] else None
+            binomial = self.resampler.sampler == "binomial"  # type: ignore[attr-defined]
+            native = (self._record_native(xv, y, scored, self.resampler.qbar if binomial else None)  # type: ignore[attr-defined]
+                      if fresh and scored[5] else None)
             if native is not None:   # compiled: counts, arm rows and the draw's variances
                 slot, new, var = native
                 n = var.shape[1] - 1
@@ -250,7 +253,12 @@ class BKBBatchMixin(BatchModeMixin, BKBBatchPosterior):
                 ar = torch.arange(r, device=xv.device)
                 var = torch.cat([pvar, pvar.new_zeros(r, 1)], 1)
                 var[ar, slot] = torch.where(new, xvar, var[ar, slot])
-            self._resample(var, st.counts[:, :n + 1])
+            if native is not None and binomial:   # the probabilities written by the C update
+                _, rows, probs = self._draw_rows()
+                self.batched.set_dictionary(torch.stack([
+                    torch.binomial(c, p, generator=g) for c, p, g in zip(rows, probs, self.gens)]))  # type: ignore[arg-type]
+            else:
+                self._resample(var, st.counts[:, :n + 1])
             self._bscored = None
         self.dim = xv.shape[1]
         self.t += 1  # type: ignore[attr-defined]

@@ -126,11 +126,12 @@ class BKBBatchPosterior:
         row = self._bk.block(x[:, None], arms)[:, 0]
         c["rows"][ar, slot] = torch.where(new[:, None], row, c["rows"][ar, slot])
 
-    def _record_native(self, x: Tensor, y: Tensor, scored: list[Any]
+    def _record_native(self, x: Tensor, y: Tensor, scored: list[Any], qbar: float | None
                        ) -> tuple[Tensor, Tensor, Tensor] | None:
         """The count update of a round scored by the compiled rounds on the fixed arm set, in C
         (:func:`torchbandits.native.bkb.record_rounds`: the statistics, the cache's arm rows and
-        the draw's variances ``[R, n + 1]``), then the new points' kernel rows; ``(slot, new,
+        the draw's variances ``[R, n + 1]``; with ``qbar``, the binomial draw's probabilities
+        into :meth:`_draw_rows`' buffer), then the new points' kernel rows; ``(slot, new,
         var)``, or ``None`` with nothing changed (a run played another point than its selected
         arm, inputs that do not qualify: the torch update runs)."""
         st, c = self.batched, self._bcache
@@ -139,13 +140,25 @@ class BKBBatchPosterior:
             return None
         st.reserve(pvar.shape[1] + 1)
         self._cache_room()
+        probs = None if qbar is None else self._draw_rows()[0]
         out = native_bkb.record_rounds(cand, choice, x, y, var, pvar, st.px, st.counts, st.sums,
-                                       st.n_distinct, c["idx"])
+                                       st.n_distinct, c["idx"], qbar or 0.0, probs)
         if out is None:
             return None
         st.version += 1
         self._cache_rows(x, out[0], out[1])
         return out
+
+    def _draw_rows(self) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+        """The binomial draw's probabilities ``[R, cap]`` (zero where not written: a zero count
+        draws nothing) and every run's row of them and of the counts, as views kept until the
+        counts' buffer changes (a view costs ~1 µs, a binomial per run needs two)."""
+        counts = self.batched.counts
+        key = (counts.data_ptr(), tuple(counts.shape))
+        if self._bdraw is None or self._bdraw[0] != key:
+            probs = counts.new_zeros(counts.shape)
+            self._bdraw = (key, probs, list(counts.unbind(0)), list(probs.unbind(0)))
+        return self._bdraw[1], self._bdraw[2], self._bdraw[3]
 
     def _posterior(self, cand: Tensor, cached: bool = True) -> dict[str, Tensor]:
         """GP-scale means and variances of ``cand`` ``[R, A, d]`` and variances of the pulled
