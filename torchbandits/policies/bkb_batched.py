@@ -21,7 +21,12 @@ reward sums, dictionary masks, padded to a common capacity). A round:
   distinct points and at ``x``, the count update, and each run's ridge-leverage resampling from
   **its own generator**: ``torch.binomial`` on the run's padded row (a zero count draws nothing,
   so the draws are exactly the sequential ones), the other samplers through
-  :meth:`~torchbandits.models.rls.RLSResampler.resample` run by run.
+  :meth:`~torchbandits.models.rls.RLSResampler.resample` run by run. After a compiled round in
+  which every run played its selected arm, the count update, the cache's arm rows, the draw's
+  variances and binomial probabilities are one C call
+  (:func:`torchbandits.native.bkb.record_rounds`; the argmax too,
+  :func:`~torchbandits.native.bkb.ucb_argmax_rounds`), and the binomial draws read kept per-run
+  rows of the counts and probabilities: the same numbers as the torch statements (tested).
 
 Run ``r`` plays what the sequential BKB reset with ``seed=s_r`` plays. Host reads per round (CPU
 tensors on a CPU device; on CUDA one copy of the variances, which the CPU generators need, the
