@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from ..buffers import ResizableModule, grow_rows
+from ..native import bkb as native_bkb
 
 __all__ = ["BatchedCounts"]
 
@@ -61,14 +62,21 @@ class BatchedCounts(ResizableModule):
         if self.px.shape[2] != d:
             self.px = self.px.new_zeros(self.px.shape[0], self.px.shape[1], d)
 
+    def reserve(self, size: int) -> None:
+        """Room for ``size`` distinct points per run (the buffers grown, their content kept)."""
+        names = ("px", "counts", "sums", "in_dict")
+        if min(getattr(self, name).shape[1] for name in names) >= size:
+            return   # (no buffer re-set: a module attribute write costs ~10 µs)
+        for name in names:
+            setattr(self, name, grow_rows(getattr(self, name), size, dims=(1,)))
+
     def record(self, x: Tensor, y: Tensor, n: int) -> tuple[Tensor, Tensor]:
         """Count the pulls ``x`` ``[R, d]`` with rewards ``y`` ``[R]`` (``n`` = :attr:`width`):
         a run's point that equals one of its distinct points adds to that point's count and
         sum, any other becomes its next distinct point. Returns ``(slot [R], new [R] bool)``."""
         r, d = x.shape
         self.ensure_dim(d)
-        for name in ("px", "counts", "sums", "in_dict"):
-            setattr(self, name, grow_rows(getattr(self, name), n + 1, dims=(1,)))
+        self.reserve(n + 1)
         ar = torch.arange(r, device=x.device)
         seen = (self.px[:, :n] == x[:, None, :]).all(-1)
         seen &= torch.arange(n, device=x.device)[None, :] < self.n_distinct[:, None]
@@ -87,6 +95,10 @@ class BatchedCounts(ResizableModule):
         """The drawn copies ``[R, w]`` (``w ≤`` capacity; zero beyond each run's points): the
         dictionary is ``{j : copies_j > 0}``, ``m_theory = Σ_j copies_j``."""
         w = copies.shape[1]
+        if self.in_dict.is_cpu and native_bkb.set_dictionary(copies, self.in_dict, self.m_theory,
+                                                             self.empty):
+            self.version += 1     # compiled: the same mask, sum and count in one call
+            return
         mask = copies > 0
         self.in_dict.zero_()
         self.in_dict[:, :w] = mask.to(self.in_dict.device)

@@ -14,7 +14,8 @@ Three calls per round, each replacing a chain of small torch operations:
 
 Batched BKB calls :func:`dtc_rounds`: :func:`dtc_round` for every run of a batch in one call, on
 each run's slices of the padded per-run buffers (the same calls on the same shapes: run ``r``'s
-numbers are the sequential run's).
+numbers are the sequential run's); :func:`ucb_argmax_rounds`: every run's UCB argmax; and
+:func:`record_rounds`: every run's count update after the pull.
 
 Each returns ``None`` when the compiled library is unavailable or off
 (:func:`torchbandits.native.library`) or the inputs do not qualify (not contiguous CPU float64 /
@@ -33,7 +34,7 @@ from torch import Tensor
 from . import library, pointer
 
 __all__ = ["available", "blas_pointers", "dtc_round", "dtc_rounds", "linearized_draw", "qualifies",
-           "ucb_argmax"]
+           "record_rounds", "set_dictionary", "ucb_argmax", "ucb_argmax_rounds"]
 
 _P = ctypes.c_void_p
 _L = ctypes.c_long
@@ -76,6 +77,13 @@ def _lib() -> ctypes.CDLL | None:
     lib.bkb_ucb_argmax.restype = _L
     lib.bkb_draw.argtypes = [_L, _P, _P, _P, _P, _D, _P, _P]
     lib.bkb_draw.restype = _L
+    lib.bkb_ucb_argmax_rounds.argtypes = [_L, _L, _P, _P, _P, _P]
+    lib.bkb_ucb_argmax_rounds.restype = None
+    lib.bkb_record_rounds.argtypes = [_L, _L, _L, _L, _P, _P, _P, _P, _P, _P, _L, _P, _L, _P, _P,
+                                      _L, _P, _P, _L, _P, _P, _P, _D, _P, _L]
+    lib.bkb_record_rounds.restype = _L
+    lib.bkb_set_dictionary.argtypes = [_L, _L, _L, _P, _L, _P, _L, _P, _P]
+    lib.bkb_set_dictionary.restype = None
     _READY.add(id(lib))
     return lib
 
@@ -176,6 +184,95 @@ def ucb_argmax(mean: Tensor, sd: Tensor, beta: float) -> tuple[Tensor, int] | No
     ucb = torch.empty_like(mean)
     i = lib.bkb_ucb_argmax(mean.shape[0], pointer(mean), pointer(sd), beta, pointer(ucb))
     return ucb, int(i)
+
+
+def ucb_argmax_rounds(mean: Tensor, sd: Tensor, beta: Tensor) -> Tensor | None:
+    """Every run's first UCB argmax ``[R]`` (int64): ``argmax_a μ̃[r, a] + β̃_r σ̃[r, a]`` (eq. 4)
+    rounded once per entry (a fused multiply-add), a NaN the largest — the choice of
+    ``torch.argmax(torch.addcmul(mean, sd, beta[:, None]), 1)`` and of :func:`ucb_argmax` per run,
+    without forming the UCB; ``mean``, ``sd`` ``[R, A]``, ``beta`` ``[R]`` contiguous CPU
+    float64. ``None`` when they do not qualify or there is no library."""
+    lib = _lib()
+    f64 = torch.float64
+    if (lib is None or mean.dim() != 2 or mean.shape != sd.shape or mean.shape[1] < 1
+            or beta.shape != mean.shape[:1] or any(t.dtype != f64 for t in (mean, sd, beta))
+            or not qualifies(mean, sd, beta)):
+        return None
+    choice = torch.empty(mean.shape[0], dtype=torch.int64)
+    lib.bkb_ucb_argmax_rounds(mean.shape[0], mean.shape[1], pointer(mean), pointer(sd),
+                              pointer(beta), pointer(choice))
+    return choice
+
+
+def record_rounds(cand: Tensor, choice: Tensor, x: Tensor, y: Tensor, var: Tensor, pvar: Tensor,
+                  px: Tensor, counts: Tensor, sums: Tensor, n_distinct: Tensor, idx: Tensor,
+                  qbar: float = 0.0, probs: Tensor | None = None
+                  ) -> tuple[Tensor, Tensor, Tensor] | None:
+    """Every run's count update after its pull (§3.2), in place, when every run played its
+    selected arm (``x[r] == cand[r, choice[r]]``): the point joins its first equal distinct point
+    or becomes the next one (as :meth:`BatchedCounts.record
+    <torchbandits.models.batched_counts.BatchedCounts.record>`: ``counts += 1``, ``sums += y``;
+    ``px``, ``n_distinct`` and the fixed arm set's arm rows ``idx`` at a new point). Returns
+    ``(slot [R] int64, new [R] bool, var [R, n + 1])`` — ``var`` the dictionary draw's variances:
+    ``pvar`` ``[R, n]``, 0 at ``n``, ``var[r, choice[r]]`` at a new point — or ``None`` with
+    nothing changed (a run played another point, no library, inputs that do not qualify).
+
+    Args:
+        cand: ``[R, A, d]`` the round's arms; ``choice``: ``[R]`` int64 selected arms.
+        x, y: ``[R, d]`` played points and ``[R]`` rewards.
+        var: ``[R, A]`` the arms' variances under the model that chose; ``pvar``: ``[R, n]``
+            those of the pulled points (``n = max_r n_r``).
+        px, counts, sums, n_distinct: the runs' statistics ``[R, ≥ n + 1, d]``, ``[R, ≥ n + 1]``,
+            ``[R]`` (int64); idx: ``[R, ≥ n + 1]`` int64 arm rows of the pulled points.
+        qbar, probs: with ``probs`` ``[R, ≥ n + 1]`` (float64, rows contiguous), the binomial
+            draw's probabilities ``min(q̄ σ̃², 1)`` (0 where ``σ̃² ≤ 0`` or NaN, which draw
+            nothing, as with ``torch.clamp(q̄ · var.clamp_min(0), max=1).nan_to_num(0)``) are
+            written into ``probs[:, :n + 1]``.
+    """
+    lib = _lib()
+    f64, i64 = torch.float64, torch.int64
+    r, a, d = cand.shape
+    n = pvar.shape[1]
+    if (lib is None or any(t.dtype != f64 for t in (cand, x, y, var, pvar, px, counts, sums))
+            or any(t.dtype != i64 for t in (choice, n_distinct, idx)) or x.shape != (r, d)
+            or y.shape != (r,) or var.shape != (r, a) or pvar.shape[0] != r or choice.shape != (r,)
+            or px.shape[0] != r or px.shape[2] != d or min(px.shape[1], counts.shape[1],
+                                                             idx.shape[1]) < n + 1
+            or sums.stride(0) != counts.stride(0) or sums.shape != counts.shape
+            or not qualifies(cand, choice, x, y, var, pvar, px, counts, sums, n_distinct, idx)
+            or (probs is not None and (probs.dtype != f64 or probs.shape[0] != r or probs.is_cuda
+                                       or probs.shape[1] < n + 1 or probs.stride(1) != 1))):
+        return None
+    slot = torch.empty(r, dtype=i64)
+    new = torch.empty(r, dtype=torch.bool)
+    out = torch.empty(r, n + 1, dtype=f64)
+    missed = lib.bkb_record_rounds(r, a, d, n + 1, pointer(cand), pointer(choice), pointer(x),
+                                   pointer(y), pointer(var), pointer(pvar), n, pointer(px),
+                                   px.stride(0), pointer(counts), pointer(sums), counts.stride(0),
+                                   pointer(n_distinct), pointer(idx), idx.stride(0), pointer(slot),
+                                   pointer(new), pointer(out), qbar,
+                                   None if probs is None else pointer(probs),
+                                   0 if probs is None else probs.stride(0))
+    return None if missed else (slot, new, out)
+
+
+def set_dictionary(copies: Tensor, in_dict: Tensor, m_theory: Tensor, empty: Tensor) -> bool:
+    """The drawn dictionaries (§3.1) in place: ``in_dict[:, :w] = copies > 0`` (``False``
+    beyond), ``m_theory = Σ_j copies_j`` and ``empty += 1`` where nothing is kept, for the copies
+    ``[R, w]`` (whole float64 numbers, rows contiguous), ``in_dict`` ``[R, ≥ w]`` bool and
+    ``m_theory``, ``empty`` ``[R]`` int64 (contiguous, CPU); ``False`` (nothing changed) when
+    they do not qualify or there is no library."""
+    lib = _lib()
+    r, w = copies.shape
+    if (lib is None or copies.dtype != torch.float64 or in_dict.dtype != torch.bool
+            or m_theory.dtype != torch.int64 or empty.dtype != torch.int64
+            or in_dict.shape[0] != r or in_dict.shape[1] < w or m_theory.shape != (r,)
+            or empty.shape != (r,) or copies.stride(1) != 1 or not copies.is_cpu
+            or not qualifies(in_dict, m_theory, empty)):
+        return False
+    lib.bkb_set_dictionary(r, w, in_dict.shape[1], pointer(copies), copies.stride(0),
+                           pointer(in_dict), in_dict.stride(0), pointer(m_theory), pointer(empty))
+    return True
 
 
 def linearized_draw(generator: torch.Generator, counts: Tensor, var: Tensor, idx: Tensor,

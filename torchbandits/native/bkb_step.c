@@ -253,6 +253,111 @@ long bkb_dtc_rounds(const void *const *fns, long nr, long na, long width, const 
     return failed;
 }
 
+/* Every run's UCB argmax of a batch (eq. 4): for run r, the first index of the largest
+ * fma(sd[r, a], beta[r], mean[r, a]) (a NaN counts as the largest), the same entries and the same
+ * scan as bkb_ucb_argmax (and as torch.argmax of torch.addcmul(mean, sd, beta[:, None])), without
+ * writing the UCB. mean, sd [nr, na] row-major; writes choice [nr]. */
+void bkb_ucb_argmax_rounds(long nr, long na, const double *mean, const double *sd,
+                           const double *beta, int64_t *choice) {
+    for (long r = 0; r < nr; ++r) {
+        const double *mr = mean + r * na, *sr = sd + r * na;
+        const double b = beta[r];
+        long best = 0;
+        double top = fma(sr[0], b, mr[0]);
+        for (long a = 1; a < na && !isnan(top); ++a) {
+            double u = fma(sr[a], b, mr[a]);
+            if (isnan(u) || u > top) {
+                best = a;
+                top = u;
+            }
+        }
+        choice[r] = best;
+    }
+}
+
+/* The count update of every run of a batch (§3.2: the posterior needs the distinct pulled points,
+ * their pull counts n_j and reward sums), as BatchedCounts.record: run r played arm choice[r]
+ * (its point x[r] [d] must equal cand[r, choice[r]], else nothing is changed and the number of
+ * runs where it does not is returned); the point joins its first equal distinct point j < n_r
+ * (every coordinate ==) or becomes distinct point n_r: counts[j] += 1, sums[j] += y[r],
+ * px[slot] = x[r] and n_r += 1 when new, the cache's arm row idx[slot] = choice[r] when new.
+ * Also writes slot [nr], isnew [nr] (0/1), and the variances of the dictionary draw var_out
+ * [nr, w] (w = n + 1 ≥ n_r + 1): pvar[r, j] for j < n, 0 at n, and var[r, choice[r]] (the played
+ * arm's σ̃² under the model that chose it) at a new slot. Buffers: px [nr, ·, d] (stride
+ * px_run), counts / sums (stride stat_run), idx (stride idx_run), cand [nr, na, d], var [nr, na],
+ * pvar (stride pvar_run), all with room for slot n_r. With p_out (not NULL), also the binomial
+ * draw's probabilities p = min(q̄ σ̃², 1) (0 where σ̃² ≤ 0 or NaN: those draw nothing, as
+ * torch.clamp(q̄ · σ̃².clamp_min(0), max=1).nan_to_num(0) gives them) at p_out + r·p_run, [w].
+ * Returns 0 when every run was updated. */
+long bkb_record_rounds(long nr, long na, long d, long w, const double *cand, const int64_t *choice,
+                       const double *x, const double *y, const double *var, const double *pvar,
+                       long pvar_run, double *px, long px_run, double *counts, double *sums,
+                       long stat_run, int64_t *n_distinct, int64_t *idx, long idx_run,
+                       int64_t *slot, uint8_t *isnew, double *var_out, double qbar,
+                       double *p_out, long p_run) {
+    long missed = 0;
+    for (long r = 0; r < nr; ++r) {
+        const double *c = cand + (r * na + choice[r]) * d, *xr = x + r * d;
+        for (long k = 0; k < d; ++k)
+            if (!(c[k] == xr[k])) {
+                ++missed;
+                break;
+            }
+    }
+    if (missed) return missed;
+    for (long r = 0; r < nr; ++r) {
+        const double *xr = x + r * d;
+        double *pr = px + r * px_run, *cr = counts + r * stat_run, *sr = sums + r * stat_run;
+        long n = (long)n_distinct[r], j = 0;
+        for (; j < n; ++j) {
+            long k = 0;
+            while (k < d && pr[j * d + k] == xr[k]) ++k;
+            if (k == d) break;
+        }
+        const int fresh = j == n;
+        if (fresh) {
+            memcpy(pr + j * d, xr, (size_t)d * sizeof(double));
+            idx[r * idx_run + j] = choice[r];
+            n_distinct[r] = n + 1;
+        }
+        cr[j] += 1.0;
+        sr[j] += y[r];
+        slot[r] = j;
+        isnew[r] = (uint8_t)fresh;
+        double *vo = var_out + r * w;
+        memcpy(vo, pvar + r * pvar_run, (size_t)(w - 1) * sizeof(double));
+        vo[w - 1] = 0.0;
+        if (fresh) vo[j] = var[r * na + choice[r]];
+        if (p_out) {
+            double *po = p_out + r * p_run;
+            for (long q = 0; q < w; ++q) po[q] = vo[q] > 0.0 ? fmin(qbar * vo[q], 1.0) : 0.0;
+        }
+    }
+    return 0;
+}
+
+/* The drawn dictionaries of every run (§3.1): copies [nr, w] (stride copies_run, whole numbers
+ * ≥ 0) give in_dict[r, j] = copies_j > 0 for j < w and 0 for w ≤ j < cap (stride dict_run),
+ * m_theory[r] = Σ_j copies_j (the multiset size; an exact sum of whole numbers) and
+ * empty[r] += 1 when no point is kept. */
+void bkb_set_dictionary(long nr, long w, long cap, const double *copies, long copies_run,
+                        uint8_t *in_dict, long dict_run, int64_t *m_theory, int64_t *empty) {
+    for (long r = 0; r < nr; ++r) {
+        const double *cr = copies + r * copies_run;
+        uint8_t *dr = in_dict + r * dict_run;
+        double total = 0.0;
+        int any = 0;
+        for (long j = 0; j < w; ++j) {
+            dr[j] = (uint8_t)(cr[j] > 0.0);
+            any |= dr[j];
+            total += cr[j];
+        }
+        if (cap > w) memset(dr + w, 0, (size_t)(cap - w));
+        m_theory[r] = (int64_t)total;
+        empty[r] += !any;
+    }
+}
+
 /* ucb[a] = mean[a] + beta · sd[a] (eq. 4, the ridge sd = torch.sqrt of the variance, which the
  * caller takes: torch's vectorised sqrt is not always the correctly rounded one) in one rounding,
  * as torch.add(mean, sd, alpha=beta) (a fused multiply-add), and the first index of the largest

@@ -21,7 +21,12 @@ reward sums, dictionary masks, padded to a common capacity). A round:
   distinct points and at ``x``, the count update, and each run's ridge-leverage resampling from
   **its own generator**: ``torch.binomial`` on the run's padded row (a zero count draws nothing,
   so the draws are exactly the sequential ones), the other samplers through
-  :meth:`~torchbandits.models.rls.RLSResampler.resample` run by run.
+  :meth:`~torchbandits.models.rls.RLSResampler.resample` run by run. After a compiled round in
+  which every run played its selected arm, the count update, the cache's arm rows, the draw's
+  variances and binomial probabilities are one C call
+  (:func:`torchbandits.native.bkb.record_rounds`; the argmax too,
+  :func:`~torchbandits.native.bkb.ucb_argmax_rounds`), and the binomial draws read kept per-run
+  rows of the counts and probabilities: the same numbers as the torch statements (tested).
 
 Run ``r`` plays what the sequential BKB reset with ``seed=s_r`` plays. Host reads per round (CPU
 tensors on a CPU device; on CUDA one copy of the variances, which the CPU generators need, the
@@ -40,6 +45,7 @@ from ..batching import check_batch_points, check_batch_rewards, check_batched_ca
 from ..confidence.bkb_batched import batched_bkb_radius
 from ..models.batched_counts import BatchedCounts
 from ..models.batched_nystrom_state import batched_kernel
+from ..native import bkb as native_bkb
 from .batch_mode import BatchModeMixin, check_run_lengths
 from .bkb_batched_posterior import BKBBatchPosterior
 
@@ -123,6 +129,7 @@ class BKBBatchMixin(BatchModeMixin, BKBBatchPosterior):
         self._last_key: Any = None
         self._last_cand: Tensor | None = None            # held: its memory is not reused
         self._last_b: dict[str, Tensor] = {}
+        self._bdraw: Any = None                          # (key, probs, count rows, prob rows)
 
     def _leave_batch(self) -> None:
         if "batched" in self._modules:  # type: ignore[attr-defined]
@@ -146,6 +153,15 @@ class BKBBatchMixin(BatchModeMixin, BKBBatchPosterior):
 
     def _batch_ucb(self, cand: Tensor) -> Tensor:
         """UCB ``[R, A]`` of checked candidates: ``μ̃ + β̃_t σ̃`` (ridge sd ``σ̃ = sqrt(var_GP/λ)``)."""
+        mean, sd, beta = self._batch_scores(cand)
+        # ``addcmul`` rounds μ̃ + σ̃·β̃ once per entry, as the sequential ``torch.add(μ̃, σ̃,
+        # alpha=β̃)`` does (a fused multiply-add; ``μ̃ + β̃σ̃`` would round twice): the same bits
+        # (tested), so near-ties at the prior break identically, with no host read of β̃
+        return torch.addcmul(mean, sd, beta[:, None])
+
+    def _batch_scores(self, cand: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``(μ̃ [R, A], σ̃ [R, A], β̃_t [R])`` of checked candidates (ridge sd); remembers the
+        round's variances for :meth:`update`."""
         post = self._posterior(cand)
         lam = self._lam()
         kc = self._nys.kernel_constant  # type: ignore[attr-defined]
@@ -164,13 +180,10 @@ class BKBBatchMixin(BatchModeMixin, BKBBatchPosterior):
                                 dtype=var.dtype)
         else:
             beta = batched_bkb_radius(rule, sum_var, self.t, kappa2, lam, self._beta64)  # type: ignore[attr-defined]
-        self._bscored = [self.batched.version, pvar, var, cand, None]
+        self._bscored = [self.batched.version, pvar, var, cand, None, native]
         self._last_b = {"beta": beta, "sum_var": sum_var,
                         "kappa2": torch.as_tensor(kappa2, dtype=self.dtype).expand_as(beta)}  # type: ignore[attr-defined]
-        # ``addcmul`` rounds μ̃ + σ̃·β̃ once per entry, as the sequential ``torch.add(μ̃, σ̃,
-        # alpha=β̃)`` does (a fused multiply-add; ``μ̃ + β̃σ̃`` would round twice): the same bits
-        # (tested), so near-ties at the prior break identically, with no host read of β̃
-        return torch.addcmul(post["mean"], torch.sqrt(var), beta[:, None])
+        return post["mean"], torch.sqrt(var), beta
 
     def forward(self, candidates: Tensor) -> Tensor:
         """UCB ``[A]`` of candidates ``[A, d]``; in batched mode ``[R, A]`` of ``[R, A, d]``."""
@@ -197,7 +210,11 @@ class BKBBatchMixin(BatchModeMixin, BKBBatchPosterior):
                                  f"candidates")
             return torch.full((cand.shape[0],), index, dtype=torch.long, device=dev)
         with torch.no_grad():
-            index = torch.argmax(self._batch_ucb(cand), dim=1)
+            mean, sd, beta = self._batch_scores(cand)
+            # compiled rounds: the argmax of the same fused UCB in C, the UCB not formed
+            index = native_bkb.ucb_argmax_rounds(mean, sd, beta) if self._bscored[5] else None
+            if index is None:
+                index = torch.argmax(torch.addcmul(mean, sd, beta[:, None]), dim=1)
         self._bscored[4] = index
         return index
 
@@ -215,7 +232,14 @@ class BKBBatchMixin(BatchModeMixin, BKBBatchPosterior):
         with torch.no_grad():
             lam = self._lam()
             scored, arms = self._bscored, None
-            if scored is None or scored[0] != st.version or scored[4] is None:  # no select
+            fresh = scored is not None and scored[0] == st.version and scored[4] is not None
+            binomial = self.resampler.sampler == "binomial"  # type: ignore[attr-defined]
+            native = (self._record_native(xv, y, scored, self.resampler.qbar if binomial else None)  # type: ignore[attr-defined]
+                      if fresh and scored[5] else None)
+            if native is not None:   # compiled: counts, arm rows and the draw's variances
+                slot, new, var = native
+                n = var.shape[1] - 1
+            elif not fresh:                                    # no select
                 pvar = self._posterior(xv[:, None, :], cached=False)["pvar"] / lam[:, None]
                 xvar = self._played_variance(xv) / lam
             else:
@@ -227,13 +251,19 @@ class BKBBatchMixin(BatchModeMixin, BKBBatchPosterior):
                     arms = scored[4] if scored[3] is self._last_cand else None
                 else:
                     xvar = torch.where(hit, xvar, self._played_variance(xv) / lam)
-            n = pvar.shape[1]
-            slot, new = st.record(xv, y, n)
-            self._cache_played(xv, slot, new, arms)
-            ar = torch.arange(r, device=xv.device)
-            var = torch.cat([pvar, pvar.new_zeros(r, 1)], 1)
-            var[ar, slot] = torch.where(new, xvar, var[ar, slot])
-            self._resample(var, st.counts[:, :n + 1])
+            if native is None:
+                n = pvar.shape[1]
+                slot, new = st.record(xv, y, n)
+                self._cache_played(xv, slot, new, arms)
+                ar = torch.arange(r, device=xv.device)
+                var = torch.cat([pvar, pvar.new_zeros(r, 1)], 1)
+                var[ar, slot] = torch.where(new, xvar, var[ar, slot])
+            if native is not None and binomial:   # the probabilities written by the C update
+                _, rows, probs = self._draw_rows()
+                self.batched.set_dictionary(torch.stack([
+                    torch.binomial(c, p, generator=g) for c, p, g in zip(rows, probs, self.gens)]))  # type: ignore[arg-type]
+            else:
+                self._resample(var, st.counts[:, :n + 1])
             self._bscored = None
         self.dim = xv.shape[1]
         self.t += 1  # type: ignore[attr-defined]

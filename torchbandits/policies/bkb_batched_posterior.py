@@ -93,24 +93,72 @@ class BKBBatchPosterior:
         c, arms = self._bcache, self._last_cand
         if c is None or arms is None or not c["ok"]:
             return
-        need = self.batched.counts.shape[1]
-        if c["idx"].shape[1] < need:
-            extra = need - c["idx"].shape[1]
-            c["idx"] = torch.nn.functional.pad(c["idx"], (0, extra))
-            c["rows"] = torch.nn.functional.pad(c["rows"], (0, 0, 0, extra))
+        self._cache_room()
         ar = torch.arange(x.shape[0], device=x.device)
         if index is None:
             eq = (arms == x[:, None, :]).all(-1)                              # [R, A]
             c["ok"] = c["ok"] and bool((eq.any(-1) | ~new).all())
             index = eq.to(torch.int8).argmax(-1)
         c["idx"][ar, slot] = torch.where(new, index, c["idx"][ar, slot])
+        self._cache_rows(x, slot, new)
+
+    def _cache_room(self) -> None:
+        """The cache's buffers grown to the statistics' capacity (the content kept)."""
+        c = self._bcache
+        assert c is not None
+        need = self.batched.counts.shape[1]
+        if c["idx"].shape[1] < need:
+            extra = need - c["idx"].shape[1]
+            c["idx"] = torch.nn.functional.pad(c["idx"], (0, extra))
+            c["rows"] = torch.nn.functional.pad(c["rows"], (0, 0, 0, extra))
+
+    def _cache_rows(self, x: Tensor, slot: Tensor, new: Tensor) -> None:
+        """The kernel rows ``k(x_r, X_A)`` of the new distinct points ``x`` ``[R, d]`` (at
+        ``slot`` where ``new``) written into the cache."""
+        c, arms = self._bcache, self._last_cand
+        assert c is not None and arms is not None
         if x.is_cpu:   # the new points' rows only (a host read; the bits are the same per run)
             runs = new.nonzero()[:, 0]
             if runs.numel():
                 c["rows"][runs, slot[runs]] = self._bk.block(x[runs, None], arms[runs])[:, 0]
             return
+        ar = torch.arange(x.shape[0], device=x.device)
         row = self._bk.block(x[:, None], arms)[:, 0]
         c["rows"][ar, slot] = torch.where(new[:, None], row, c["rows"][ar, slot])
+
+    def _record_native(self, x: Tensor, y: Tensor, scored: list[Any], qbar: float | None
+                       ) -> tuple[Tensor, Tensor, Tensor] | None:
+        """The count update of a round scored by the compiled rounds on the fixed arm set, in C
+        (:func:`torchbandits.native.bkb.record_rounds`: the statistics, the cache's arm rows and
+        the draw's variances ``[R, n + 1]``; with ``qbar``, the binomial draw's probabilities
+        into :meth:`_draw_rows`' buffer), then the new points' kernel rows; ``(slot, new,
+        var)``, or ``None`` with nothing changed (a run played another point than its selected
+        arm, inputs that do not qualify: the torch update runs)."""
+        st, c = self.batched, self._bcache
+        pvar, var, cand, choice = scored[1:5]
+        if c is None or not c["ok"] or cand is not self._last_cand:
+            return None
+        st.reserve(pvar.shape[1] + 1)
+        self._cache_room()
+        probs = None if qbar is None else self._draw_rows()[0]
+        out = native_bkb.record_rounds(cand, choice, x, y, var, pvar, st.px, st.counts, st.sums,
+                                       st.n_distinct, c["idx"], qbar or 0.0, probs)
+        if out is None:
+            return None
+        st.version += 1
+        self._cache_rows(x, out[0], out[1])
+        return out
+
+    def _draw_rows(self) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+        """The binomial draw's probabilities ``[R, cap]`` (zero where not written: a zero count
+        draws nothing) and every run's row of them and of the counts, as views kept until the
+        counts' buffer changes (a view costs ~1 µs, a binomial per run needs two)."""
+        counts = self.batched.counts
+        key = (counts.data_ptr(), tuple(counts.shape))
+        if self._bdraw is None or self._bdraw[0] != key:
+            probs = counts.new_zeros(counts.shape)
+            self._bdraw = (key, probs, list(counts.unbind(0)), list(probs.unbind(0)))
+        return self._bdraw[1], self._bdraw[2], self._bdraw[3]
 
     def _posterior(self, cand: Tensor, cached: bool = True) -> dict[str, Tensor]:
         """GP-scale means and variances of ``cand`` ``[R, A, d]`` and variances of the pulled
