@@ -42,11 +42,10 @@ import torch
 from gpytorch.kernels import Kernel
 from torch import Tensor
 
-from ..buffers import StoredData, grow_rows
+from ..buffers import StoredData, grow_rows, set_plain
 from ..kernels import kernel_diag, kernel_matrix
 from ..linalg import GrowingCholesky, safe_cholesky
 from ..validation import as_matrix, as_point, as_scalar_reward, check_positive
-from .exact_native import set_plain
 from .exact_rebuild import rescore_candidate_caches
 from .exact_scoring import ExactQueries, ScoredSet
 from .posterior import CandidateCache, whitened_solve

@@ -38,14 +38,9 @@ from .posterior import CandidateCache
 if TYPE_CHECKING:
     from ..confidence.radii import UCBForm
 
-__all__ = ["ExactNative", "ScoredSet", "set_plain"]
+__all__ = ["ExactNative", "ScoredSet"]
 
 _F64 = torch.float64
-
-#: ``set_plain(obj, name, value)``: set a plain attribute (an int, a record; never a parameter,
-#: buffer or submodule) of a module without ``nn.Module.__setattr__``'s checks (about 3 µs each,
-#: a noticeable share of a step at the papers' sizes).
-set_plain = object.__setattr__
 
 
 @dataclass(eq=False, slots=True)

@@ -31,12 +31,12 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from ..buffers import grow_rows
+from ..buffers import grow_rows, set_plain
 from ..kernel_fast import ScaledStationary
 from ..kernels import KernelPlan
 from ..linalg import GrowingCholesky, logdet_from_cholesky
 from ..validation import as_matrix, check_positive
-from .exact_native import ExactNative, ScoredSet, set_plain
+from .exact_native import ExactNative, ScoredSet
 from .posterior import CandidateCache, colsum_sq, score_whitened, whitened_solve
 
 if TYPE_CHECKING:

@@ -35,7 +35,7 @@ import torch
 from gpytorch.kernels import Kernel
 from torch import Tensor
 
-from ..buffers import grow_rows
+from ..buffers import grow_rows, set_plain
 from ..confidence.bkb import BetaRule, BKBBeta
 from ..kernels import check_kernel, kernel_diag
 from ..models.arm_rows import ArmRowCache, is_row_view
@@ -46,7 +46,7 @@ from ..models.rls import RLSResampler, Sampler, theory_qbar
 from ..native import bkb as native_bkb
 from ..validation import as_scalar_reward, check_positive
 from .bkb_batched import with_batch_mode
-from .bkb_posterior import BKBPosterior, set_plain
+from .bkb_posterior import BKBPosterior
 
 __all__ = ["BKB"]
 

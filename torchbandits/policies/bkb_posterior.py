@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..buffers import set_plain
 from ..kernels import kernel_diag
 from ..models.nystrom import NystromKernelRidge
 from ..models.nystrom_arms import dtc_round
@@ -39,11 +40,7 @@ from ..models.nystrom_updates import PIVOT_TOL
 from ..native import bkb as native_bkb
 from .base import IndexPolicy
 
-__all__ = ["BKBPosterior", "set_plain"]
-
-#: ``set_plain(module, name, value)``: set a plain attribute (never a parameter, buffer or
-#: submodule) without ``nn.Module.__setattr__``'s checks, for the per-round writes
-set_plain = object.__setattr__
+__all__ = ["BKBPosterior"]
 
 
 class BKBPosterior(IndexPolicy):

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..buffers import set_plain
 from ..confidence.radii import ucb_form
 from ..validation import as_scalar_reward, chosen_row, chosen_row_unmodified, is_chosen_row, trusted
 
@@ -39,10 +40,6 @@ LEAN_FORWARDS: set = set()
 """``forward`` functions whose single-run UCB is ``rule.ucb(model, candidates, t + 1)`` plus the
 refit offset (KernelUCB's and the mixture policies'); a subclass with another forward steps
 through the general path."""
-
-#: set a plain attribute (an int, a choice record) of this module without ``nn.Module.__setattr__``'s
-#: checks (about 3 µs each, a noticeable share of a step at the papers' sizes)
-set_plain = object.__setattr__
 
 _STEP_PIECES = frozenset({"select", "update", "_update", "_chose", "played", "check_candidates",
                           "warmup_choice", "__call__", "_call_impl", "_lean_select", "_lean_update"})
