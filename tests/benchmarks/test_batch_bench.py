@@ -3,22 +3,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _load(name: str):  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from tests.benchmarks import load_benchmark
 
 
 def test_bench_batch_quick(tmp_path: Path) -> None:
-    assert _load("bench_batch").main(["--quick", "--out", str(tmp_path)]) == 0
+    assert load_benchmark("bench_batch").main(["--quick", "--out", str(tmp_path)]) == 0
     rows = json.loads((tmp_path / "bench.json").read_text())["rows"]
     assert {(r["env"], r["R"]) for r in rows} == {(e, n) for e in ("rkhs", "chessboard",
                                                                     "tv-rotation") for n in (1, 4)}
@@ -33,7 +25,7 @@ def test_bench_batch_device_option(tmp_path: Path) -> None:
     import pytest
     import torch
 
-    bench = _load("bench_batch")
+    bench = load_benchmark("bench_batch")
     assert bench.main(["--quick", "--device", "cpu", "--envs", "rkhs", "--runs", "2",
                        "--policies", "random,kucb", "--learning-horizon", "12",
                        "--out", str(tmp_path)]) == 0

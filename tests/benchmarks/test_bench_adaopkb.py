@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("bench_adaopkb", ROOT / "benchmarks" / "bench_adaopkb.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from tests.benchmarks import load_benchmark
 
 
 def test_summary_classifies_restarts():
-    mod = _load()
+    mod = load_benchmark("bench_adaopkb")
     runs = [{"seed": 0, "regret": 10.0, "restarts": [100, 3200, 4001, 9000], "cpu_s": 1.0},
             {"seed": 1, "regret": 20.0, "restarts": [3000, 4000], "cpu_s": 3.0}]
     s = mod.summarise(runs, (3000,), 1000)
@@ -36,7 +27,7 @@ def test_summary_classifies_restarts():
 
 
 def test_bench_adaopkb_quick(tmp_path):
-    mod = _load()
+    mod = load_benchmark("bench_adaopkb")
     assert mod.main(["--quick", "--out", str(tmp_path)]) == 0
     data = json.loads((tmp_path / "bench.json").read_text())
     assert set(data["summary"]) == {"Env 1", "Env 2"} and data["horizon"] == 600

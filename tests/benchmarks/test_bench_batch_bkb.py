@@ -3,18 +3,14 @@ ones (no timing asserted)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.benchmarks import load_benchmark
 
 
 def test_bench_batch_bkb_quick(tmp_path: Path) -> None:
-    spec = importlib.util.spec_from_file_location("bench_batch_bkb",
-                                                  ROOT / "benchmarks" / "bench_batch_bkb.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_benchmark("bench_batch_bkb")
     assert mod.main(["--quick", "--out", str(tmp_path)]) == 0
     rows = json.loads((tmp_path / "bench.json").read_text())["rows"]
     assert [r["R"] for r in rows] == [1, 4]

@@ -3,22 +3,18 @@ same UCBs (the measured ratios are only reported, not asserted)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.benchmarks import load_benchmark
 
 
 @pytest.mark.skipif(not any(shutil.which(c) for c in ("g++", "c++", "clang++")),
                     reason="torch.compile's CPU backend needs a C++ compiler")
 def test_bench_compile_quick(tmp_path):
-    spec = importlib.util.spec_from_file_location("bench_compile", ROOT / "benchmarks" / "bench_compile.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_benchmark("bench_compile")
     assert mod.main(["--quick", "--out", str(tmp_path)]) == 0
     rows = json.loads((tmp_path / "bench.json").read_text())["rows"]
     assert [r["n"] for r in rows] == [30]

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.benchmarks import load_benchmark
 
 
 def test_bench_exact_quick(tmp_path):
-    spec = importlib.util.spec_from_file_location("bench_exact", ROOT / "benchmarks" / "bench_exact.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_benchmark("bench_exact")
     assert mod.main(["--quick", "--out", str(tmp_path)]) == 0
     data = json.loads((tmp_path / "bench_exact.json").read_text())
     assert [r["t"] for r in data["rows"]] == [50, 100, 200]

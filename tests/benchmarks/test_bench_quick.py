@@ -3,22 +3,13 @@ their numbers are consistent (no timing asserted)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from tests.benchmarks import load_benchmark
 
 
 def test_bench_confidence_quick(tmp_path):
-    assert _load("bench_confidence").main(["--quick", "--out", str(tmp_path)]) == 0
+    assert load_benchmark("bench_confidence").main(["--quick", "--out", str(tmp_path)]) == 0
     data = json.loads((tmp_path / "bench.json").read_text())
     means = data["mean_ms_per_step"]
     assert set(means) == {"AMM", "AY", "IGP", "DMM", "CMM", "CMM-SOCP"}
@@ -29,7 +20,7 @@ def test_bench_confidence_quick(tmp_path):
 
 
 def test_bench_opkb_quick(tmp_path):
-    assert _load("bench_opkb").main(["--quick", "--out", str(tmp_path)]) == 0
+    assert load_benchmark("bench_opkb").main(["--quick", "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "bench.json").read_text())
     assert [row["N"] for row in report["op"]] == [20, 40]
     for row in report["op"]:
@@ -43,7 +34,7 @@ def test_bench_opkb_quick(tmp_path):
 
 def test_bench_vs_reference_quick(tmp_path):
     """The numpy re-statement of the authors' loops computes the UCBs ours computes (1e-9)."""
-    assert _load("bench_vs_reference").main(["--quick", "--out", str(tmp_path)]) == 0
+    assert load_benchmark("bench_vs_reference").main(["--quick", "--out", str(tmp_path)]) == 0
     rows = json.loads((tmp_path / "bench.json").read_text())["rows"]
     bounds = [r for r in rows if r["family"] == "bound"]
     assert {(r["method"], r["t"]) for r in bounds} == {(m, t) for m in ("AMM", "AY", "IGP", "DMM")

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
+
+from tests.benchmarks import load_benchmark
 
 from ..figure_checks import figure_problems
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def test_bench_tvbo_quick(tmp_path):
-    spec = importlib.util.spec_from_file_location("bench_tvbo", ROOT / "benchmarks" / "bench_tvbo.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_benchmark("bench_tvbo")
     assert mod.main(["--quick", "--horizon", "80", "--windows", "20", "--out", str(tmp_path)]) == 0
     data = json.loads((tmp_path / "bench.json").read_text())
     (row,) = data
