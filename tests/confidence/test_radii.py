@@ -77,3 +77,33 @@ def test_constant_beta_conventions():
         ConstantBeta(1.0, "std")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="delta"):
         SrinivasBeta(delta=1.5)
+
+
+@pytest.mark.parametrize("variance", ["gp", "ridge"])
+def test_ucb_form_is_the_rules_ucb(variance):
+    """A radius rule's closed form ``μ_reg + β·sqrt(ρ²_reg / div)`` evaluated by hand from the
+    model's posterior equals the rule's own ``ucb``; a subclass with its own ``ucb`` and a rule
+    without a closed form give none."""
+    from torchbandits.confidence.base import ConfidenceRule
+    from torchbandits.confidence.radii import ucb_form
+
+    def make(cls):
+        return cls(10.0, delta=0.01, noise_scale=0.1) if variance == "ridge" else \
+            cls(10.0, 0.1, delta=0.01, eta=0.002)
+
+    rule = make(KernelUCBTheoryBeta if variance == "ridge" else IGPBeta)
+    model = _model(0.3)
+    form = ucb_form(rule, model, Q.shape[0], 6)
+    assert form is not None and form.regs == ((0.3,) if rule.reg is None else (rule.reg,))
+    assert form.divisors == ((0.3,) if variance == "ridge" else (1.0,))
+    mean, var = model.mean_var(Q, reg=form.regs[0])
+    by_hand = mean + form.betas[0] * torch.sqrt(var / form.divisors[0])
+    assert torch.allclose(by_hand, rule.ucb(model, Q, t=6), atol=1e-12, rtol=0)
+
+    class Shifted(type(rule)):
+        def ucb(self, model, candidates, t):
+            return super().ucb(model, candidates, t) + 1.0
+
+    shifted = make(Shifted)
+    assert ucb_form(shifted, model, Q.shape[0], 6) is None
+    assert ucb_form(ConfidenceRule(), model, Q.shape[0], 6) is None

@@ -113,13 +113,8 @@ def rtilde_sq_value(model: PosteriorModel, alpha: float, r2: float, norm_bound: 
 def rtilde_sq_values(model: PosteriorModel, alphas: Sequence[float], r2: float,
                      norm_bound: float) -> list[float]:
     """:func:`rtilde_sq_value` at each of ``alphas`` (the model's ``yᵀ(K+αI)⁻¹y`` read once per
-    α: its running value where it keeps one, see :func:`~.base.quad_y_value`)."""
-    if model.n:
-        read = getattr(model, "quad_y_value", None)
-        quads = [read(a) for a in alphas] if read is not None else \
-            [quad_y_value(model, a) for a in alphas]
-    else:
-        quads = [0.0] * len(alphas)
+    α by :func:`~.base.quad_y_value`: its running value where it keeps one)."""
+    quads = [quad_y_value(model, a) for a in alphas] if model.n else [0.0] * len(alphas)
     b2 = norm_bound**2
     out = []
     for alpha, quad in zip(alphas, quads):
@@ -279,12 +274,16 @@ class DMMBound(MixtureBound):
         regs = dict.fromkeys((self.alpha0, *self.alphas))
         return tuple(r for r in regs if r != lam)
 
-    def _grid(self, model: PosteriorModel, candidates: Tensor) -> tuple[Tensor, Tensor]:
-        """``(μ_α, sqrt(R̃²_α/α) ρ_α)`` ``[G, A]`` each over the grid."""
+    def _multipliers(self, model: PosteriorModel) -> tuple[float, tuple[float, ...], list[float]]:
+        """``(R_t², the grid α, sqrt(R̃²_α/α) per α)`` (Eq. (8) and Cor. 4.3)."""
         r2 = radius_sq_value(model, self.noise_std, self.c, self.delta)
         alphas = self.alphas
-        mult = [_sqrt(rt / a) for rt, a in zip(rtilde_sq_values(model, alphas, r2, self.norm_bound),
-                                                alphas)]
+        rts = rtilde_sq_values(model, alphas, r2, self.norm_bound)
+        return r2, alphas, [_sqrt(rt / a) for rt, a in zip(rts, alphas)]
+
+    def _grid(self, model: PosteriorModel, candidates: Tensor) -> tuple[Tensor, Tensor]:
+        """``(μ_α, sqrt(R̃²_α/α) ρ_α)`` ``[G, A]`` each over the grid."""
+        r2, alphas, mult = self._multipliers(model)
         if hasattr(model, "mean_var_many"):  # one kernel evaluation for the whole grid
             mean, var = model.mean_var_many(candidates, alphas)
         else:
@@ -297,15 +296,12 @@ class DMMBound(MixtureBound):
     def ucb_form(self, model: PosteriorModel, n_candidates: int, t: int) -> UCBForm:
         """``UCB = min_α (sqrt(ρ²_α) sqrt(R̃²_α/α) + μ_α)`` over the grid as a
         :class:`~.radii.UCBForm`; its ``done`` keeps the minimising grid points (diagnostics)."""
-        r2 = radius_sq_value(model, self.noise_std, self.c, self.delta)
-        alphas = self.alphas
-        mult = tuple(_sqrt(rt / a) for rt, a in
-                     zip(rtilde_sq_values(model, alphas, r2, self.norm_bound), alphas))
+        r2, alphas, mult = self._multipliers(model)
 
         def done(ucb: Tensor, arg: Tensor | None) -> None:
             self._last = (r2, arg)
 
-        return UCBForm(alphas, mult, (1.0,) * len(mult), done)
+        return UCBForm(alphas, tuple(mult), (1.0,) * len(mult), done)
 
     def bounds(self, model: PosteriorModel, candidates: Tensor, t: int) -> tuple[Tensor, Tensor]:
         mean, width = self._grid(model, candidates)

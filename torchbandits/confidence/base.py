@@ -14,15 +14,30 @@ The same β therefore means ``√λ`` times more exploration under ``"ridge"`` t
 from __future__ import annotations
 
 import math
-from typing import Literal, Protocol
+from collections.abc import Callable
+from typing import Any, Literal, NamedTuple, Protocol
 
 import torch
 from torch import Tensor
 
-__all__ = ["ConfidenceRule", "ConstantBeta", "PosteriorModel", "RadiusRule", "Variance", "as_rule",
-           "log_det_value", "quad_y_value"]
+__all__ = ["ConfidenceRule", "ConstantBeta", "PosteriorModel", "RadiusRule", "UCBForm", "Variance",
+           "as_rule", "log_det_value", "quad_y_value"]
 
 Variance = Literal["gp", "ridge"]
+
+
+class UCBForm(NamedTuple):
+    """A rule's upper bound at one round in closed form, for a model that scores it in one call
+    (:meth:`~torchbandits.models.ExactKernelRidge.ucb_argmax`):
+    ``UCB(x) = min_i (sqrt(ρ²_{regs_i}(x) / divisors_i) · betas_i + μ_{regs_i}(x))`` with the GP
+    posterior mean ``μ`` and variance ``ρ²`` (clamped at 0) at each regulariser; the divisor is
+    the regulariser for a width on the ridge sd, else 1. ``done(bounds [A] or None, argmin i
+    [A] int64 or None)``, if given, is called after the scoring (a rule's diagnostics)."""
+
+    regs: tuple[float, ...]
+    betas: tuple[float, ...]
+    divisors: tuple[float, ...]
+    done: Callable[[Any, Any], None] | None = None
 
 
 class PosteriorModel(Protocol):
@@ -167,6 +182,17 @@ class RadiusRule(ConfidenceRule):
         ``bounds(...)[0]``)."""
         mean, width = self._mean_sd(model, candidates)
         return width.mul_(self._beta(model, candidates.shape[0], t)).add_(mean)
+
+    def ucb_form(self, model: PosteriorModel, n_candidates: int, t: int) -> UCBForm | None:
+        """:meth:`ucb` as a :class:`UCBForm` — ``μ_reg + β_t·sd_reg``, β computed now (the same
+        diagnostics) — or ``None`` where a subclass computes its bound otherwise (it overrides
+        :meth:`ucb` or the posterior it reads)."""
+        cls = type(self)
+        if cls.ucb is not RadiusRule.ucb or cls._mean_sd is not RadiusRule._mean_sd:
+            return None
+        reg = model.lam if self.reg is None else self.reg
+        beta = self._beta(model, n_candidates, t)
+        return UCBForm((reg,), (beta,), (reg if self.variance == "ridge" else 1.0,))
 
     def diagnostics(self) -> dict[str, float]:
         """``{"beta": β}`` of the last :meth:`bounds` call (``nan`` before the first)."""

@@ -7,45 +7,20 @@ Each radius is evaluated with the data of rounds ``1..t−1`` (``model.n`` point
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import Any, NamedTuple
 
 from ..validation import check_positive, check_probability
-from .base import ConfidenceRule, PosteriorModel, RadiusRule, log_det_value
+from .base import ConfidenceRule, PosteriorModel, RadiusRule, UCBForm, log_det_value
 
 __all__ = ["AYBeta", "IGPBeta", "KernelUCBTheoryBeta", "SrinivasBeta", "UCBForm", "ucb_form"]
 
 
-class UCBForm(NamedTuple):
-    """A rule's upper bound at one round in closed form, for a model that scores it in one call
-    (:meth:`~torchbandits.models.ExactKernelRidge.ucb_argmax`):
-    ``UCB(x) = min_i (sqrt(ρ²_{regs_i}(x) / divisors_i) · betas_i + μ_{regs_i}(x))`` with the GP
-    posterior mean ``μ`` and variance ``ρ²`` (clamped at 0) at each regulariser; the divisor is
-    the regulariser for a width on the ridge sd, else 1. ``done(bounds [A] or None, argmin i
-    [A] int64 or None)``, if given, is called after the scoring (a rule's diagnostics)."""
-
-    regs: tuple[float, ...]
-    betas: tuple[float, ...]
-    divisors: tuple[float, ...]
-    done: Callable[[Any, Any], None] | None = None
-
-
 def ucb_form(rule: ConfidenceRule, model: PosteriorModel, n_candidates: int, t: int
              ) -> UCBForm | None:
-    """The :class:`UCBForm` of ``rule`` at round ``t`` (its β computed now, as its ``ucb`` would:
-    the same diagnostics), or ``None`` if the rule has none: a rule's own ``ucb_form`` method
-    (Flynn & Reeb 2024's AMM and DMM), else ``μ_reg + β_t·sd_reg`` of a :class:`RadiusRule` whose
-    ``ucb`` is the base one."""
+    """The :class:`UCBForm` of ``rule`` at round ``t`` (the rule's own ``ucb_form``: a
+    :class:`~.base.RadiusRule`'s ``μ_reg + β_t·sd_reg``, Flynn & Reeb 2024's AMM and DMM), or
+    ``None`` if the rule has none."""
     own = getattr(rule, "ucb_form", None)
-    if own is not None:
-        return own(model, n_candidates, t)
-    cls = type(rule)
-    if not isinstance(rule, RadiusRule) or cls.ucb is not RadiusRule.ucb \
-            or cls._mean_sd is not RadiusRule._mean_sd:
-        return None
-    reg = model.lam if rule.reg is None else rule.reg
-    beta = rule._beta(model, n_candidates, t)
-    return UCBForm((reg,), (beta,), (reg if rule.variance == "ridge" else 1.0,))
+    return None if own is None else own(model, n_candidates, t)
 
 
 def _sqrt(x: float) -> float:

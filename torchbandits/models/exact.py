@@ -24,7 +24,8 @@ an append reuses from the last scoring are :mod:`torchbandits.models.exact_scori
   row per appended point, so scoring costs O(n·A) instead of O(n²·A);
 * ``log det(I + K/λ) = 2 Σ log L_ii − n log λ`` and ``yᵀ(K+λI)⁻¹y = ‖z‖²`` kept as running
   floats, O(1) per append;
-* on the CPU in float64, for the RBF and Matérn kernels and up to 500 points, a round's scoring
+* on the CPU in float64, for the RBF and Matérn kernels and up to
+  :data:`~torchbandits.native.exact.MAX_N` (1500) points, a round's scoring
   (kernel rows, the solves, means, variances — with a policy's rule also the bound and its argmax)
   and the append of the played candidate are one compiled call each
   (:mod:`torchbandits.models.exact_native`); the torch path stays the reference and runs otherwise;

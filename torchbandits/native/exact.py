@@ -83,8 +83,7 @@ def score(lib: ctypes.CDLL, n: int, xs: Tensor, cand: Tensor, weight: Tensor, ki
     """
     d = xs.shape[1]
     a, count = cand.shape[0], len(factors)
-    table = (ctypes.c_longlong * (5 * count))(*factors[0]) if count == 1 else \
-        (ctypes.c_longlong * (5 * count))(*[e for entry in factors for e in entry])
+    table = (ctypes.c_longlong * (5 * count))(*[e for entry in factors for e in entry])
     v, mean, sumsq = out
     cs, kq, var = keep
     dbl = None if bound is None else (_D * (2 * count))(*bound[0], *bound[1])
