@@ -66,3 +66,17 @@ def test_failed_build_warns_and_falls_back(tmp_path, monkeypatch):
 def test_unknown_source_is_none():
     native.forget("no_such_kernel")
     assert native.library("no_such_kernel") is None
+
+
+def test_cache_key_text_follows_quoted_includes(tmp_path):
+    """A build's key covers the files a source includes by ``#include "..."`` (recursively, once
+    each), so editing a shared header rebuilds every library that includes it."""
+    from torchbandits.native import _source_text
+
+    (tmp_path / "a.c").write_text('#include "b.h"\n#include <math.h>\nint a;\n')
+    (tmp_path / "b.h").write_text('#include "c.h"\n#include "a.c"\nint b;\n')  # a cycle back to a.c
+    (tmp_path / "c.h").write_text("int c;\n")
+    text = _source_text(tmp_path / "a.c")
+    assert text.count(b"int a;") == 1 and b"int b;" in text and b"int c;" in text
+    (tmp_path / "c.h").write_text("int c2;\n")
+    assert _source_text(tmp_path / "a.c") != text

@@ -228,13 +228,13 @@ class BumpEnv(ContextualGridEnv):
         if not 1 <= int(d_x) <= 5:
             raise ValueError(f"d_x must lie in [1, 5], got {d_x}")
         self.context_dim = int(d_x)
-        dtype = kwargs.get("dtype", torch.float64)
-        self.x_star = torch.tensor(BUMP_X_STAR[: self.context_dim], dtype=dtype)
-        self.w_star = torch.tensor(BUMP_W_STAR[: self.context_dim], dtype=dtype)
+        # on the env's device before the base class draws the first context (reset(0) reads them)
+        where = {"dtype": kwargs.get("dtype", torch.float64),
+                 "device": torch.device(kwargs.get("device", "cpu"))}
+        self.x_star = torch.tensor(BUMP_X_STAR[: self.context_dim], **where)
+        self.w_star = torch.tensor(BUMP_W_STAR[: self.context_dim], **where)
         self.a_star = BUMP_A_STAR
         super().__init__(noise_std, lengthscale, **kwargs)
-        self.x_star = self.x_star.to(self.device)
-        self.w_star = self.w_star.to(self.device)
 
     def _shift(self, contexts: Tensor) -> Tensor:
         return (contexts - self.x_star) @ self.w_star

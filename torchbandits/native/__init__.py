@@ -25,6 +25,7 @@ import ctypes
 import hashlib
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
@@ -79,12 +80,27 @@ def _compiler() -> str | None:
     return None
 
 
+_INCLUDE = re.compile(rb'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+
+
+def _source_text(source: Path, seen: frozenset[Path] = frozenset()) -> bytes:
+    """The bytes of ``source`` followed by those of every file it includes by ``#include "..."``
+    (recursively, relative to its folder), so a build's cache key changes with any of them."""
+    text = source.read_bytes()
+    parts = [text]
+    for match in _INCLUDE.finditer(text):
+        inc = (source.parent / match.group(1).decode()).resolve()
+        if inc not in seen and inc.is_file():
+            parts.append(_source_text(inc, seen | {source.resolve(), inc}))
+    return b"\n".join(parts)
+
+
 def _build(name: str) -> ctypes.CDLL | None:
     source = _SOURCES / f"{name}.c"
     cc = _compiler()
     if cc is None or not source.is_file():
         return None
-    text = source.read_bytes()
+    text = _source_text(source)
     key = hashlib.sha256(text + " ".join((cc, *CFLAGS, platform.machine(), platform.node()))
                          .encode()).hexdigest()[:16]
     suffix = ".dll" if os.name == "nt" else ".so"
