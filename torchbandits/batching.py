@@ -100,7 +100,7 @@ class RunStreams:
         generators: the runs' generators (``R`` of them), used from their current state.
         chunk: rounds drawn per refill (64).
         device: where the draws are handed out (CPU by default); each refill is moved there with
-            one non-blocking copy (the generators stay on the CPU).
+            one non-blocking copy from page-locked memory (the generators stay on the CPU).
         draw_threads: threads drawing a refill, a slice of the runs each (the same numbers for
             any value); ``None``: :func:`~torchbandits.run_draw_threads.default_draw_threads`.
 
@@ -180,7 +180,7 @@ class RunStreams:
             per_call = self.chunk if kind != "normal" else max(_NORMAL_SERIAL // numel, 1)
             calls = 1 if kind != "normal" else max(self.chunk // per_call, 1)
             rounds, width = per_call * calls, per_call * numel
-            host = torch.empty(self.n_runs, rounds * numel,
+            host = torch.empty(self.n_runs, rounds * numel, pin_memory=self.device.type == "cuda",
                                dtype=torch.int64 if kind == "randint" else dtype)
             self._states = [None] * self.n_runs
 
