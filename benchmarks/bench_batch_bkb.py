@@ -36,6 +36,18 @@ arms as its sequential CPU run. The GEMM rate is not measured on a GPU.
 profiles instead the last 50 rounds of one batched run (the first ``--runs``) with
 ``torch.profiler`` (``record_shapes``): self CPU time by operator, and by operator and input
 shapes, printed and written to ``profile.txt`` in ``--out``.
+
+    python benchmarks/bench_batch_bkb.py --runs 64 --horizon 2000 --breakdown 8
+
+splits instead the process CPU time of one batched run of ``--runs`` seeds and of 8 sequential
+runs (the first 8 seeds) into parts (:func:`breakdown`): the compiled rounds (C), the binomial
+draws, the width β̃_t, the rest of ``select``/``update``, ``diagnostics`` and the runner with the
+environment, in µs per run-round, and the **ceiling** of the speedup while every batched round
+is the sequential compiled round bit for bit: the sequential run-round over the batch's compiled
+round, the speedup if nothing but the compiled rounds cost the batch anything. (The same C calls
+on the same shapes take less time per run in the batch, back to back with warm caches, than
+between the sequential run's Python steps: the sequential ``C round`` is given beside it.)
+Prints it and writes ``breakdown.json`` to ``--out``.
 """
 
 from __future__ import annotations
@@ -159,6 +171,90 @@ def profile_rounds(runs: int, horizon: int, n_arms: int, dim: int, window: int) 
                 sort_by="self_cpu_time_total", row_limit=30))
 
 
+class _Timed:
+    """Process CPU seconds spent in named callables, patched in by :meth:`patch` and restored by
+    :meth:`restore` (the breakdown's instrumentation)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._saved: list[tuple[object, str, object | None]] = []
+
+    def patch(self, owner: object, name: str, key: str) -> None:
+        fn = getattr(owner, name)
+
+        def timed(*args, **kwargs):  # type: ignore[no-untyped-def]
+            c0 = time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds[key] = self.seconds.get(key, 0.0) + time.process_time() - c0
+
+        own = vars(owner).get(name)   # None: found on the class (an instance's method)
+        self._saved.append((owner, name, own))
+        setattr(owner, name, timed)
+
+    def restore(self) -> None:
+        for owner, name, own in reversed(self._saved):
+            if own is None:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, own)
+        self._saved.clear()
+
+
+def breakdown(runs: int, horizon: int, n_arms: int, dim: int, sequential: int) -> dict:
+    """Where a batched BKB run's process CPU time goes, in µs per run-round, beside the
+    sequential run's (module docstring): ``batch`` (``C round``: the compiled rounds of
+    :func:`torchbandits.native.bkb.dtc_rounds`, a run the C code leaves included; ``C argmax``,
+    ``C record``, ``C dictionary``: the other compiled calls; ``binomial``: the draws;
+    ``beta``: β̃_t run by run; ``select rest``/``update rest``: the Python and torch glue;
+    ``diagnostics``; ``runner + env``: the rest of the loop), ``sequential`` (``total``,
+    ``C round``), and ``ceiling`` = sequential total / batched C round (the batch's best
+    speedup while its rounds are the sequential compiled rounds)."""
+    import torchbandits.native.bkb as nbkb
+
+    env = make_env("rkhs", dim=dim, n_arms=n_arms, fixed_arms=True)
+    pivoted_cholesky(torch.eye(2, dtype=torch.float64))
+    policy = make_policy("bkb", env)
+    clock = _Timed()
+    for name, key in (("dtc_rounds", "C round"), ("ucb_argmax_rounds", "C argmax"),
+                      ("record_rounds", "C record"), ("set_dictionary", "C dictionary")):
+        clock.patch(nbkb, name, key)
+    clock.patch(torch, "binomial", "binomial")
+    clock.patch(type(policy.rule), "radius", "beta")
+    for name in ("select", "update", "diagnostics"):
+        clock.patch(policy, name, name)
+    try:
+        total, _ = cpu_time(lambda: simulate_batch(policy, env, horizon, list(range(runs))))
+    finally:
+        clock.restore()
+    keys = ("C round", "C argmax", "C record", "C dictionary", "binomial", "beta", "select",
+            "update", "diagnostics")
+    sec, per = {k: clock.seconds.get(k, 0.0) for k in keys}, 1e6 / (runs * horizon)
+    c_select = sec["C round"] + sec["C argmax"]
+    c_update = sec["C record"] + sec["C dictionary"] + sec["binomial"]
+    batch = {k: sec[k] * per for k in ("C round", "C argmax", "C record", "C dictionary",
+                                       "binomial", "beta")}
+    batch["select rest"] = (sec["select"] - c_select - sec["beta"]) * per
+    batch["update rest"] = (sec["update"] - c_update) * per
+    batch["diagnostics"] = sec["diagnostics"] * per
+    batch["runner + env"] = (total - sec["select"] - sec["update"] - sec["diagnostics"]) * per
+    batch["total"] = total * per
+    seq_clock = _Timed()
+    seq_clock.patch(nbkb, "dtc_round", "C round")
+    try:
+        seq_total, _ = cpu_time(lambda: [simulate(make_policy("bkb", env), env, horizon, s)
+                                         for s in range(min(sequential, runs))])
+    finally:
+        seq_clock.restore()
+    k = min(sequential, runs) * horizon
+    seq = {"total": seq_total * 1e6 / k, "C round": seq_clock.seconds.get("C round", 0.0) * 1e6 / k}
+    return {"R": runs, "T": horizon, "A": n_arms, "d": dim, "sequential_runs": min(sequential, runs),
+            "batch_us_per_run_round": batch, "sequential_us_per_run_round": seq,
+            "ceiling": seq["total"] / batch["C round"] if batch["C round"] else float("inf"),
+            "speedup_here": seq["total"] / batch["total"]}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="A = 100, T = 40, R = 1, 4")
@@ -171,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="results/bench_batch_bkb")
     ap.add_argument("--profile", type=int, default=None, metavar="W",
                     help="profile the last W rounds of one batched run instead (CPU)")
+    ap.add_argument("--breakdown", type=int, default=None, metavar="K",
+                    help="split one batched run's CPU time into parts beside K sequential runs")
     ap.add_argument("--device", default="cpu",
                     help="where the batch runs (cuda: R = 64 1024 and --max-sequential 8 by "
                          "default; the sequential runs stay on the CPU)")
@@ -191,6 +289,18 @@ def main(argv: list[str] | None = None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         (out / "profile.txt").write_text(text)
         print(text, flush=True)
+        return 0
+    if args.breakdown is not None:
+        info = breakdown(runs[0], horizon, arms, args.dim, args.breakdown)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "breakdown.json").write_text(json.dumps(info, indent=2))
+        print(f"R = {info['R']}, T = {info['T']}, A = {info['A']}: µs per run-round", flush=True)
+        for part, us in info["batch_us_per_run_round"].items():
+            print(f"  batch {part:14s} {us:8.1f}")
+        for part, us in info["sequential_us_per_run_round"].items():
+            print(f"  sequential {part:9s} {us:8.1f}")
+        print(f"  speedup here {info['speedup_here']:.2f}x, ceiling (sequential / batched C round) "
+              f"{info['ceiling']:.2f}x", flush=True)
         return 0
     repeats = args.repeats or 1
     rows = []
