@@ -44,10 +44,11 @@ from ..batching import (
 )
 from ..buffers import ResizableModule, grow_rows
 from ..kernels import kernel_diag, kernel_matrix
+from .batched_exact_native import append_native, mean_var_native
 from .batched_groups import at_regularisers, mean_var_groups, repeat_candidates
 from .batched_inverse import InverseFactor, Workspace
 from .batched_kernel import ScaledPoints, fast_kernel
-from .batched_solve import HEAD_BLOCK, block_solve, storage_key
+from .batched_solve import block_solve, factor_head, storage_key
 
 __all__ = ["BatchedExactKernelRidge", "check_run_values"]
 
@@ -72,21 +73,6 @@ def check_run_values(name: str, value: Any, n_runs: int, *, positive: bool,
         run, bound = int(bad.nonzero()[0, 0]), "> 0" if positive else ">= 0"
         raise ValueError(f"{name} must be finite and {bound}: run {run} has {float(v[run])}")
     return v
-
-
-def _factor_head(model: BatchedExactKernelRidge) -> Tensor:
-    """The contiguous copy ``[R, n0, n0]`` of the leading block of ``model``'s factors,
-    ``n0 = 64·⌊n/64⌋``: kept in the model's cache (dropped, like the candidate cache, by
-    ``reset``, a state load or a move) and re-copied when ``n0`` grows, an O(R·n²) copy every 64
-    appends. Rows below ``n0`` never change under appends, so the copy stays exact."""
-    n0 = (model.n // HEAD_BLOCK) * HEAD_BLOCK
-    if model._cache is None:
-        model._cache = {}
-    head = model._cache.get("head")
-    if head is None or head.shape[1] != n0:
-        head = model._L[:, :n0, :n0].contiguous()
-        model._cache["head"] = head
-    return head
 
 
 class BatchedExactKernelRidge(ResizableModule):
@@ -229,6 +215,8 @@ class BatchedExactKernelRidge(ResizableModule):
         if validate:
             x = check_batch_points("x", x, r, dtype=self.dtype, device=self.device, dim=self.dim)
             y = check_batch_rewards("y", y, r, dtype=self.dtype, device=self.device)
+        if append_native(self, x, y):   # the compiled step (CPU, float64; see its module)
+            return
         kxx = self._kdiag(x[:, None])[:, 0]
         with_inverse = self._inverse.ready_for_append(self._L, n)
         new = self._scaled.scaled(self.kernel, x, self._x, n)  # x/ℓ [R, d], ‖x/ℓ‖² [R] or None
@@ -236,7 +224,7 @@ class BatchedExactKernelRidge(ResizableModule):
             k_col = (self._scaled.column(self.kernel, self._x, n, *new) if new is not None
                      else kernel_matrix(self.kernel, self._x[:, :n], x[:, None]))  # [R, n, 1]
             row = (self._inverse.matvec(n, k_col) if with_inverse
-                   else block_solve(self._L, _factor_head(self), n, k_col))[..., 0]
+                   else block_solve(self._L, factor_head(self), n, k_col))[..., 0]
             d2 = kxx + self._lam - (row * row).sum(-1)
         else:
             row = x.new_zeros(r, 0)
@@ -263,15 +251,17 @@ class BatchedExactKernelRidge(ResizableModule):
         self._n = n + 1
 
     # ------------------------------------------------------------------ queries
-    def _whitened(self, cand: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """``(V [R, n, A], k_CC [R, A], colsum(V ⊙ V) [R, A])`` for candidates ``[R, A, d]``.
+    def _scored(self, cand: Tensor) -> tuple[Tensor, Tensor]:
+        """GP ``(μ, ρ²)`` ``[R, A]`` of candidates ``[R, A, d]`` (``n ≥ 1``).
 
         The cache of a fixed candidate set is hit when ``cand`` is a view of the same, unmodified
         storage as the cached call (a host-side comparison of storage, offset, strides and
         version counter — the cache holds a reference, so the storage cannot be reused), or, in
         an eager call, when ``torch.equal`` finds the same values (one host read). A set is
         remembered at its first call and its ``V`` kept from its second (fresh arm sets, seen
-        once, cost no copy of ``V``). Fresh candidates are scored by :meth:`_score_fresh`."""
+        once, cost no copy of ``V``). Fresh candidates are scored by the compiled step where it
+        qualifies (:func:`~torchbandits.models.batched_exact_native.mean_var_native`), else by
+        :meth:`_score_fresh`."""
         n = self._n
         c = self._cache
         if c is not None and "cand" in c and c["cand"].shape == cand.shape and c["n_at"] <= n and (
@@ -290,12 +280,20 @@ class BatchedExactKernelRidge(ResizableModule):
                 c["v"][:, a:n] = v_new
                 c["sumsq"] = c["sumsq"] + (v_new * v_new).sum(1)
                 c["n_at"] = n
-            return c["v"][:, :n], c["kdiag"], c["sumsq"]
-        v, kdiag, sumsq = self._score_fresh(cand)
-        if self.cache_candidates:   # remembered; V itself is kept if the set comes again
-            self._cache = {"cand": cand.clone(), "kdiag": kdiag, "n_at": n, "src": cand,
-                           "key": storage_key(cand), "head": (self._cache or {}).get("head")}
-        return v, kdiag, sumsq
+            v, kdiag, sumsq = c["v"][:, :n], c["kdiag"], c["sumsq"]
+        else:
+            got = mean_var_native(self, cand)
+            if got is None:
+                v, kdiag, sumsq = self._score_fresh(cand)
+            else:
+                kdiag = self._kdiag(cand)
+            if self.cache_candidates:   # remembered; V itself is kept if the set comes again
+                self._cache = {"cand": cand.clone(), "kdiag": kdiag, "n_at": n, "src": cand,
+                               "key": storage_key(cand), "head": (self._cache or {}).get("head")}
+            if got is not None:
+                return got
+        mean = (self._z[:, None, :n] @ v)[:, 0]
+        return mean, torch.clamp(kdiag - sumsq, min=0.0)
 
     def _score_fresh(self, cand: Tensor, *, owned: bool = False) -> tuple[Tensor, Tensor, Tensor]:
         """``(V, k_CC, colsum(V ⊙ V))`` of candidates ``[R, A, d]`` from scratch: with the
@@ -313,7 +311,7 @@ class BatchedExactKernelRidge(ResizableModule):
             sumsq = torch.mul(vt, vt, out=kq_t).sum(-1)     # kq_t is spent: its memory reused
             return (vt.mT.contiguous() if owned else vt.mT), kdiag, sumsq
         kq = kernel_matrix(self.kernel, self._x[:, :n], cand)                  # [R, n, A]
-        v = block_solve(self._L, _factor_head(self), n, kq)
+        v = block_solve(self._L, factor_head(self), n, kq)
         return v, kdiag, (v * v).sum(1)
 
     @torch.no_grad()
@@ -331,9 +329,7 @@ class BatchedExactKernelRidge(ResizableModule):
         if self._n == 0:
             mean, var = cand.new_zeros(cand.shape[:2]), self._kdiag(cand).contiguous()
         else:
-            v, kdiag, sumsq = self._whitened(cand)
-            mean = (self._z[:, None, : self._n] @ v)[:, 0]
-            var = torch.clamp(kdiag - sumsq, min=0.0)
+            mean, var = self._scored(cand)
         if variance == "ridge":
             var = var / self._lam[:, None]
         return mean, var

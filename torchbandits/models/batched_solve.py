@@ -4,12 +4,15 @@ head-plus-tail triangular solve on a capacity buffer of ``R`` Cholesky factors."
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
-__all__ = ["HEAD_BLOCK", "block_solve", "storage_key"]
+if TYPE_CHECKING:
+    from .batched_exact import BatchedExactKernelRidge
+
+__all__ = ["HEAD_BLOCK", "block_solve", "factor_head", "storage_key"]
 
 
 def storage_key(t: Tensor) -> tuple[Any, ...]:
@@ -40,3 +43,18 @@ def block_solve(chol: Tensor, head: Tensor, n: int, rhs: Tensor) -> Tensor:
     r2 = rhs[:, n0:n] - chol[:, n0:n, :n0] @ x1 if n0 else rhs[:, n0:n]
     x2 = torch.linalg.solve_triangular(chol[:, n0:n, n0:n], r2, upper=False)
     return torch.cat([x1, x2], dim=1)
+
+
+def factor_head(model: BatchedExactKernelRidge) -> Tensor:
+    """The contiguous copy ``[R, n0, n0]`` of the leading block of ``model``'s factors,
+    ``n0 = 64·⌊n/64⌋``: kept in the model's cache (dropped, like the candidate cache, by
+    ``reset``, a state load or a move) and re-copied when ``n0`` grows, an O(R·n²) copy every 64
+    appends. Rows below ``n0`` never change under appends, so the copy stays exact."""
+    n0 = (model.n // HEAD_BLOCK) * HEAD_BLOCK
+    if model._cache is None:
+        model._cache = {}
+    head = model._cache.get("head")
+    if head is None or head.shape[1] != n0:
+        head = model._L[:, :n0, :n0].contiguous()
+        model._cache["head"] = head
+    return head
