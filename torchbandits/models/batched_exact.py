@@ -48,31 +48,9 @@ from .batched_exact_native import append_native, mean_var_native
 from .batched_groups import at_regularisers, mean_var_groups, repeat_candidates
 from .batched_inverse import InverseFactor, Workspace
 from .batched_kernel import ScaledPoints, fast_kernel
-from .batched_solve import block_solve, factor_head, storage_key
+from .batched_solve import block_solve, check_run_values, factor_head, storage_key
 
 __all__ = ["BatchedExactKernelRidge", "check_run_values"]
-
-
-def check_run_values(name: str, value: Any, n_runs: int, *, positive: bool,
-                     dtype: torch.dtype = torch.float64, checked: bool = False) -> Tensor:
-    """A per-run setting as a finite tensor ``[R]`` (a number is repeated ``R`` times);
-    ``positive``: every entry > 0, else every entry >= 0. Raises ``ValueError`` naming ``name``.
-    ``checked``: ``value`` is a tensor ``[R]`` derived from checked values (kept on its device,
-    no host read)."""
-    if checked:
-        return value.detach().to(dtype).clone()
-    try:
-        v = torch.as_tensor(value, dtype=dtype).detach().cpu()
-    except (TypeError, ValueError, RuntimeError):
-        raise ValueError(f"{name} must be a number or a tensor [R], got {value!r}") from None
-    v = v.expand(n_runs).clone() if v.ndim == 0 else v
-    if v.shape != (n_runs,):
-        raise ValueError(f"{name} must be [R] with R = {n_runs}, got shape {tuple(v.shape)}")
-    bad = ~torch.isfinite(v) | ((v <= 0) if positive else (v < 0))
-    if bool(bad.any()):
-        run, bound = int(bad.nonzero()[0, 0]), "> 0" if positive else ">= 0"
-        raise ValueError(f"{name} must be finite and {bound}: run {run} has {float(v[run])}")
-    return v
 
 
 class BatchedExactKernelRidge(ResizableModule):
@@ -251,23 +229,29 @@ class BatchedExactKernelRidge(ResizableModule):
         self._n = n + 1
 
     # ------------------------------------------------------------------ queries
-    def _scored(self, cand: Tensor) -> tuple[Tensor, Tensor]:
-        """GP ``(μ, ρ²)`` ``[R, A]`` of candidates ``[R, A, d]`` (``n ≥ 1``).
+    def _whitened(self, cand: Tensor, compiled: bool = False
+                  ) -> tuple[Tensor | None, Tensor, Tensor]:
+        """``(V [R, n, A], k_CC [R, A], colsum(V ⊙ V) [R, A])`` for candidates ``[R, A, d]``.
 
         The cache of a fixed candidate set is hit when ``cand`` is a view of the same, unmodified
         storage as the cached call (a host-side comparison of storage, offset, strides and
         version counter — the cache holds a reference, so the storage cannot be reused), or, in
         an eager call, when ``torch.equal`` finds the same values (one host read). A set is
         remembered at its first call and its ``V`` kept from its second (fresh arm sets, seen
-        once, cost no copy of ``V``). Fresh candidates are scored by the compiled step where it
-        qualifies (:func:`~torchbandits.models.batched_exact_native.mean_var_native`), else by
-        :meth:`_score_fresh`."""
+        once, cost no copy of ``V``). Fresh candidates are scored by :meth:`_score_fresh`, or
+        with ``compiled`` by the compiled step where it qualifies
+        (:func:`~torchbandits.models.batched_exact_native.mean_var_native`), which gives
+        ``(None, μ, ρ²)`` instead."""
         n = self._n
         c = self._cache
         if c is not None and "cand" in c and c["cand"].shape == cand.shape and c["n_at"] <= n and (
                 cand is c["cand"] or c["key"] == storage_key(cand)
                 or (active_checks() is None and torch.equal(c["cand"], cand))):
             if "v" not in c:   # the second call with this set: its V, owned by the cache
+                got = mean_var_native(self, cand, keep=True) if compiled else None
+                if got is not None:   # compiled: the scores of this call as a fresh set's
+                    c.update(v=got[2], sumsq=got[3], n_at=n)
+                    return None, got[0], got[1]
                 v, _, sumsq = self._score_fresh(cand, owned=True)
                 c.update(v=v, sumsq=sumsq, n_at=n)
             a = c["n_at"]
@@ -282,7 +266,7 @@ class BatchedExactKernelRidge(ResizableModule):
                 c["n_at"] = n
             v, kdiag, sumsq = c["v"][:, :n], c["kdiag"], c["sumsq"]
         else:
-            got = mean_var_native(self, cand)
+            got = mean_var_native(self, cand) if compiled else None
             if got is None:
                 v, kdiag, sumsq = self._score_fresh(cand)
             else:
@@ -291,9 +275,8 @@ class BatchedExactKernelRidge(ResizableModule):
                 self._cache = {"cand": cand.clone(), "kdiag": kdiag, "n_at": n, "src": cand,
                                "key": storage_key(cand), "head": (self._cache or {}).get("head")}
             if got is not None:
-                return got
-        mean = (self._z[:, None, :n] @ v)[:, 0]
-        return mean, torch.clamp(kdiag - sumsq, min=0.0)
+                return None, got[0], got[1]
+        return v, kdiag, sumsq
 
     def _score_fresh(self, cand: Tensor, *, owned: bool = False) -> tuple[Tensor, Tensor, Tensor]:
         """``(V, k_CC, colsum(V ⊙ V))`` of candidates ``[R, A, d]`` from scratch: with the
@@ -329,7 +312,9 @@ class BatchedExactKernelRidge(ResizableModule):
         if self._n == 0:
             mean, var = cand.new_zeros(cand.shape[:2]), self._kdiag(cand).contiguous()
         else:
-            mean, var = self._scored(cand)
+            v, a, b = self._whitened(cand, compiled=True)   # (V, k_CC, colsum V²) or (None, μ, ρ²)
+            mean, var = (a, b) if v is None else \
+                ((self._z[:, None, : self._n] @ v)[:, 0], torch.clamp(a - b, min=0.0))
         if variance == "ridge":
             var = var / self._lam[:, None]
         return mean, var

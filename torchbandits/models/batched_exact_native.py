@@ -71,12 +71,13 @@ def _state_ok(model: BatchedExactKernelRidge) -> bool:
     return _ok(model._L) and _ok(model._x) and _ok(model._z) and _ok(model._y)
 
 
-def mean_var_native(model: BatchedExactKernelRidge, cand: Tensor, groups: int = 1
-                    ) -> tuple[Tensor, Tensor] | None:
+def mean_var_native(model: BatchedExactKernelRidge, cand: Tensor, groups: int = 1, *,
+                    keep: bool = False) -> tuple[Tensor, ...] | None:
     """GP mean and variance (clamped at 0) ``[R·G, A]`` of the checked candidates ``cand``
     ``[R, A, d]`` of the ``R = n_runs / groups`` runs (member ``r·G + g`` is run ``r`` at its
-    ``g``-th regulariser, sharing its points), with one compiled call; ``None`` if the step does
-    not qualify (module docstring)."""
+    ``g``-th regulariser, sharing its points), with one compiled call; ``keep``: also
+    ``V = L⁻¹K_SC`` ``[R·G, n, A]`` and ``colsum(V ⊙ V)`` ``[R·G, A]`` (new tensors, what a
+    fixed set's cache keeps). ``None`` if the step does not qualify (module docstring)."""
     n = model.n
     if n == 0 or n > nx.MAX_N or cand.dtype is not _F64 or not cand.is_cpu \
             or cand.shape[0] * groups != model.n_runs:
@@ -90,8 +91,9 @@ def mean_var_native(model: BatchedExactKernelRidge, cand: Tensor, groups: int = 
         return None
     shape = (model.n_runs, cand.shape[1])
     mean, var = cand.new_empty(shape), cand.new_empty(shape)
-    nb.score(lib, groups, n, model._x, cand, kern, model._L, model._z, mean, var)
-    return mean, var
+    kept = (cand.new_empty(shape[0], n, shape[1]), cand.new_empty(shape)) if keep else None
+    nb.score(lib, groups, n, model._x, cand, kern, model._L, model._z, mean, var, kept)
+    return (mean, var) if kept is None else (mean, var, *kept)
 
 
 def append_native(model: BatchedExactKernelRidge, x: Tensor, y: Tensor, groups: int = 1) -> bool:

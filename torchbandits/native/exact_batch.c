@@ -76,12 +76,14 @@ static void scale_points(long n, long d, const double *x, const double *w, long 
  *   x, xs_: points and the member stride of their blocks; cand [R, A, d];
  *   w [dw], kind, outscale (has_scale = 0: none), kdiag = k(x, x): the kernel (exact_step.c);
  *   L, ls, lc: factors, member stride and row stride; z, zs: whitened targets, member stride.
- * Writes mean [R*G, A] and var [R*G, A]. Returns 0, or -1 when scratch memory could not be
- * allocated (nothing usable written). */
+ * Writes mean [R*G, A] and var [R*G, A]; where not NULL also v [R*G, n, A] (V of every
+ * member) and sumsq [R*G, A] (colsum(V^2)): what a cache of the candidate set keeps.
+ * Returns 0, or -1 when scratch memory could not be allocated (nothing usable written). */
 long tb_batch_score(long R, long G, long n, long A, long d, const double *x, long xs_,
                     const double *cand, const double *w, long dw, int kind, double outscale,
                     int has_scale, double kdiag, const double *L, long ls, long lc,
-                    const double *z, long zs, double *mean, double *var) {
+                    const double *z, long zs, double *mean, double *var, double *v,
+                    double *sumsq) {
     batch_scratch s;
     if (scratch_alloc(&s, n, A, d)) return -1;
     for (long r = 0; r < R; ++r) {
@@ -94,7 +96,9 @@ long tb_batch_score(long R, long G, long n, long A, long d, const double *x, lon
             double *mu = mean + m * A, *pr = var + m * A;
             factor_rows(n, s.npad, NULL, 0, L + m * ls, lc, s.zeros, s.lrow, s.inv);
             /* colsum(V^2) into var, then var = max(k_CC - colsum, 0) in place */
-            solve_factor(n, s.npad, A, s.kp, s.lrow, s.inv, z + m * zs, s.vp, s.v, mu, pr);
+            solve_factor(n, s.npad, A, s.kp, s.lrow, s.inv, z + m * zs, s.vp,
+                         v ? v + m * n * A : s.v, mu, pr);
+            if (sumsq) memcpy(sumsq + m * A, pr, (size_t)A * sizeof(double));
             for (long j = 0; j < A; ++j) {
                 double rho2 = kdiag - pr[j];
                 pr[j] = rho2 > 0.0 ? rho2 : 0.0;

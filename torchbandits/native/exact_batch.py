@@ -41,7 +41,7 @@ def available() -> ctypes.CDLL | None:
     if lib is None or lib in _CONFIGURED:
         return lib
     lib.tb_batch_score.argtypes = [_L, _L, _L, _L, _L, _P, _L, _P, _P, _L, _I, _D, _I, _D,
-                                   _P, _L, _L, _P, _L, _P, _P]
+                                   _P, _L, _L, _P, _L, _P, _P, _P, _P]
     lib.tb_batch_score.restype = _L
     lib.tb_batch_append.argtypes = [_L, _L, _L, _L, _P, _P, _P, _L, _P, _L, _P, _L, _I, _D, _I,
                                     _D, _P, _L, _L, _P, _L, _P, _P]
@@ -60,7 +60,7 @@ def _kernel(kernel: tuple[Tensor, int, float | None, float]) -> tuple[int, int, 
 
 def score(lib: ctypes.CDLL, groups: int, n: int, x: Tensor, cand: Tensor,
           kernel: tuple[Tensor, int, float | None, float], chol: Tensor, z: Tensor,
-          mean: Tensor, var: Tensor) -> None:
+          mean: Tensor, var: Tensor, keep: tuple[Tensor, Tensor] | None = None) -> None:
     """One scoring call for ``R = cand.shape[0]`` runs of ``groups`` members.
 
     Args:
@@ -69,11 +69,14 @@ def score(lib: ctypes.CDLL, groups: int, n: int, x: Tensor, cand: Tensor,
             k(x, x))`` (:data:`torchbandits.native.exact.KINDS`).
         chol: factors ``[R·G, cap', cap']``; ``z``: whitened targets ``[R·G, cap'']``.
         mean, var: written, ``[R·G, A]`` (contiguous).
+        keep: ``(V [R·G, n, A], colsum(V ⊙ V) [R·G, A])`` also written (contiguous), if given.
     """
     r, a, d = cand.shape
     rc = lib.tb_batch_score(r, groups, n, a, d, x.data_ptr(), x.stride(0), cand.data_ptr(),
                             *_kernel(kernel), chol.data_ptr(), chol.stride(0), chol.stride(1),
-                            z.data_ptr(), z.stride(0), mean.data_ptr(), var.data_ptr())
+                            z.data_ptr(), z.stride(0), mean.data_ptr(), var.data_ptr(),
+                            *((None, None) if keep is None else (keep[0].data_ptr(),
+                                                                 keep[1].data_ptr())))
     if rc < 0:
         raise MemoryError("torchbandits.native.exact_batch: scratch allocation failed")
 
