@@ -23,6 +23,11 @@ candidate set (the same tensor values as the previous call) keeps ``V`` from its
 and gains one row per append, as :class:`~torchbandits.models.posterior.CandidateCache` does
 for one run (O(n·A) per round).
 
+On the CPU in float64 with a closed-form kernel (RBF, Matérn) the scoring of fresh candidates
+and the append are instead one compiled call each for all runs
+(:mod:`~torchbandits.models.batched_exact_native`); the torch program stays the reference and is
+what runs on other devices and dtypes.
+
 ``λ`` may be one float for all runs or a tensor ``[R]`` (a λ grid as one batch). The numbers
 equal the sequential model's up to rounding (batched BLAS may sum in another order).
 """

@@ -7,7 +7,9 @@ own factor. Scoring fresh candidates ``[R, A, d]`` evaluates the kernel rows ``K
 ``[R, A, n]`` once per original run; every member then whitens them with its own factor —
 ``G`` batched products with the explicit inverses while they are kept
 (:class:`~torchbandits.models.batched_inverse.InverseFactor`), else one batched triangular solve
-of the ``R·G`` factors.
+of the ``R·G`` factors. On the CPU in float64 (closed-form kernels) the scoring and the one-point
+append of all members are one compiled call each
+(:mod:`~torchbandits.models.batched_exact_native`).
 """
 
 from __future__ import annotations
