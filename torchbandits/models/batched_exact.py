@@ -23,6 +23,11 @@ candidate set (the same tensor values as the previous call) keeps ``V`` from its
 and gains one row per append, as :class:`~torchbandits.models.posterior.CandidateCache` does
 for one run (O(n·A) per round).
 
+On the CPU in float64 with a closed-form kernel (RBF, Matérn) the scoring of fresh candidates
+and the append are instead one compiled call each for all runs
+(:mod:`~torchbandits.models.batched_exact_native`); the torch program stays the reference and is
+what runs on other devices and dtypes.
+
 ``λ`` may be one float for all runs or a tensor ``[R]`` (a λ grid as one batch). The numbers
 equal the sequential model's up to rounding (batched BLAS may sum in another order).
 """
@@ -44,49 +49,13 @@ from ..batching import (
 )
 from ..buffers import ResizableModule, grow_rows
 from ..kernels import kernel_diag, kernel_matrix
+from .batched_exact_native import append_native, mean_var_native
 from .batched_groups import at_regularisers, mean_var_groups, repeat_candidates
 from .batched_inverse import InverseFactor, Workspace
 from .batched_kernel import ScaledPoints, fast_kernel
-from .batched_solve import HEAD_BLOCK, block_solve, storage_key
+from .batched_solve import block_solve, check_run_values, factor_head, storage_key
 
 __all__ = ["BatchedExactKernelRidge", "check_run_values"]
-
-
-def check_run_values(name: str, value: Any, n_runs: int, *, positive: bool,
-                     dtype: torch.dtype = torch.float64, checked: bool = False) -> Tensor:
-    """A per-run setting as a finite tensor ``[R]`` (a number is repeated ``R`` times);
-    ``positive``: every entry > 0, else every entry >= 0. Raises ``ValueError`` naming ``name``.
-    ``checked``: ``value`` is a tensor ``[R]`` derived from checked values (kept on its device,
-    no host read)."""
-    if checked:
-        return value.detach().to(dtype).clone()
-    try:
-        v = torch.as_tensor(value, dtype=dtype).detach().cpu()
-    except (TypeError, ValueError, RuntimeError):
-        raise ValueError(f"{name} must be a number or a tensor [R], got {value!r}") from None
-    v = v.expand(n_runs).clone() if v.ndim == 0 else v
-    if v.shape != (n_runs,):
-        raise ValueError(f"{name} must be [R] with R = {n_runs}, got shape {tuple(v.shape)}")
-    bad = ~torch.isfinite(v) | ((v <= 0) if positive else (v < 0))
-    if bool(bad.any()):
-        run, bound = int(bad.nonzero()[0, 0]), "> 0" if positive else ">= 0"
-        raise ValueError(f"{name} must be finite and {bound}: run {run} has {float(v[run])}")
-    return v
-
-
-def _factor_head(model: BatchedExactKernelRidge) -> Tensor:
-    """The contiguous copy ``[R, n0, n0]`` of the leading block of ``model``'s factors,
-    ``n0 = 64·⌊n/64⌋``: kept in the model's cache (dropped, like the candidate cache, by
-    ``reset``, a state load or a move) and re-copied when ``n0`` grows, an O(R·n²) copy every 64
-    appends. Rows below ``n0`` never change under appends, so the copy stays exact."""
-    n0 = (model.n // HEAD_BLOCK) * HEAD_BLOCK
-    if model._cache is None:
-        model._cache = {}
-    head = model._cache.get("head")
-    if head is None or head.shape[1] != n0:
-        head = model._L[:, :n0, :n0].contiguous()
-        model._cache["head"] = head
-    return head
 
 
 class BatchedExactKernelRidge(ResizableModule):
@@ -229,6 +198,8 @@ class BatchedExactKernelRidge(ResizableModule):
         if validate:
             x = check_batch_points("x", x, r, dtype=self.dtype, device=self.device, dim=self.dim)
             y = check_batch_rewards("y", y, r, dtype=self.dtype, device=self.device)
+        if append_native(self, x, y):   # the compiled step (CPU, float64; see its module)
+            return
         kxx = self._kdiag(x[:, None])[:, 0]
         with_inverse = self._inverse.ready_for_append(self._L, n)
         new = self._scaled.scaled(self.kernel, x, self._x, n)  # x/ℓ [R, d], ‖x/ℓ‖² [R] or None
@@ -236,7 +207,7 @@ class BatchedExactKernelRidge(ResizableModule):
             k_col = (self._scaled.column(self.kernel, self._x, n, *new) if new is not None
                      else kernel_matrix(self.kernel, self._x[:, :n], x[:, None]))  # [R, n, 1]
             row = (self._inverse.matvec(n, k_col) if with_inverse
-                   else block_solve(self._L, _factor_head(self), n, k_col))[..., 0]
+                   else block_solve(self._L, factor_head(self), n, k_col))[..., 0]
             d2 = kxx + self._lam - (row * row).sum(-1)
         else:
             row = x.new_zeros(r, 0)
@@ -263,7 +234,8 @@ class BatchedExactKernelRidge(ResizableModule):
         self._n = n + 1
 
     # ------------------------------------------------------------------ queries
-    def _whitened(self, cand: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def _whitened(self, cand: Tensor, compiled: bool = False
+                  ) -> tuple[Tensor | None, Tensor, Tensor]:
         """``(V [R, n, A], k_CC [R, A], colsum(V ⊙ V) [R, A])`` for candidates ``[R, A, d]``.
 
         The cache of a fixed candidate set is hit when ``cand`` is a view of the same, unmodified
@@ -271,13 +243,20 @@ class BatchedExactKernelRidge(ResizableModule):
         version counter — the cache holds a reference, so the storage cannot be reused), or, in
         an eager call, when ``torch.equal`` finds the same values (one host read). A set is
         remembered at its first call and its ``V`` kept from its second (fresh arm sets, seen
-        once, cost no copy of ``V``). Fresh candidates are scored by :meth:`_score_fresh`."""
+        once, cost no copy of ``V``). Fresh candidates are scored by :meth:`_score_fresh`, or
+        with ``compiled`` by the compiled step where it qualifies
+        (:func:`~torchbandits.models.batched_exact_native.mean_var_native`), which gives
+        ``(None, μ, ρ²)`` instead."""
         n = self._n
         c = self._cache
         if c is not None and "cand" in c and c["cand"].shape == cand.shape and c["n_at"] <= n and (
                 cand is c["cand"] or c["key"] == storage_key(cand)
                 or (active_checks() is None and torch.equal(c["cand"], cand))):
             if "v" not in c:   # the second call with this set: its V, owned by the cache
+                got = mean_var_native(self, cand, keep=True) if compiled else None
+                if got is not None:   # compiled: the scores of this call as a fresh set's
+                    c.update(v=got[2], sumsq=got[3], n_at=n)
+                    return None, got[0], got[1]
                 v, _, sumsq = self._score_fresh(cand, owned=True)
                 c.update(v=v, sumsq=sumsq, n_at=n)
             a = c["n_at"]
@@ -290,11 +269,18 @@ class BatchedExactKernelRidge(ResizableModule):
                 c["v"][:, a:n] = v_new
                 c["sumsq"] = c["sumsq"] + (v_new * v_new).sum(1)
                 c["n_at"] = n
-            return c["v"][:, :n], c["kdiag"], c["sumsq"]
-        v, kdiag, sumsq = self._score_fresh(cand)
-        if self.cache_candidates:   # remembered; V itself is kept if the set comes again
-            self._cache = {"cand": cand.clone(), "kdiag": kdiag, "n_at": n, "src": cand,
-                           "key": storage_key(cand), "head": (self._cache or {}).get("head")}
+            v, kdiag, sumsq = c["v"][:, :n], c["kdiag"], c["sumsq"]
+        else:
+            got = mean_var_native(self, cand) if compiled else None
+            if got is None:
+                v, kdiag, sumsq = self._score_fresh(cand)
+            else:
+                kdiag = self._kdiag(cand)
+            if self.cache_candidates:   # remembered; V itself is kept if the set comes again
+                self._cache = {"cand": cand.clone(), "kdiag": kdiag, "n_at": n, "src": cand,
+                               "key": storage_key(cand), "head": (self._cache or {}).get("head")}
+            if got is not None:
+                return None, got[0], got[1]
         return v, kdiag, sumsq
 
     def _score_fresh(self, cand: Tensor, *, owned: bool = False) -> tuple[Tensor, Tensor, Tensor]:
@@ -313,7 +299,7 @@ class BatchedExactKernelRidge(ResizableModule):
             sumsq = torch.mul(vt, vt, out=kq_t).sum(-1)     # kq_t is spent: its memory reused
             return (vt.mT.contiguous() if owned else vt.mT), kdiag, sumsq
         kq = kernel_matrix(self.kernel, self._x[:, :n], cand)                  # [R, n, A]
-        v = block_solve(self._L, _factor_head(self), n, kq)
+        v = block_solve(self._L, factor_head(self), n, kq)
         return v, kdiag, (v * v).sum(1)
 
     @torch.no_grad()
@@ -331,9 +317,9 @@ class BatchedExactKernelRidge(ResizableModule):
         if self._n == 0:
             mean, var = cand.new_zeros(cand.shape[:2]), self._kdiag(cand).contiguous()
         else:
-            v, kdiag, sumsq = self._whitened(cand)
-            mean = (self._z[:, None, : self._n] @ v)[:, 0]
-            var = torch.clamp(kdiag - sumsq, min=0.0)
+            v, a, b = self._whitened(cand, compiled=True)   # (V, k_CC, colsum V²) or (None, μ, ρ²)
+            mean, var = (a, b) if v is None else \
+                ((self._z[:, None, : self._n] @ v)[:, 0], torch.clamp(a - b, min=0.0))
         if variance == "ridge":
             var = var / self._lam[:, None]
         return mean, var

@@ -7,7 +7,9 @@ own factor. Scoring fresh candidates ``[R, A, d]`` evaluates the kernel rows ``K
 ``[R, A, n]`` once per original run; every member then whitens them with its own factor —
 ``G`` batched products with the explicit inverses while they are kept
 (:class:`~torchbandits.models.batched_inverse.InverseFactor`), else one batched triangular solve
-of the ``R·G`` factors.
+of the ``R·G`` factors. On the CPU in float64 (closed-form kernels) the scoring and the one-point
+append of all members are one compiled call each
+(:mod:`~torchbandits.models.batched_exact_native`).
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ from torch import Tensor
 from ..batching import active_checks, check_runs, to_device
 from ..buffers import grow_rows
 from ..kernels import kernel_matrix
+from .batched_exact_native import append_native, mean_var_native
 from .batched_inverse import inverse_max_n
 from .batched_kernel import kernel_rows_into
-from .batched_solve import block_solve, storage_key
+from .batched_solve import block_solve, factor_head, storage_key
 
 if TYPE_CHECKING:
     from .batched_exact import BatchedExactKernelRidge
@@ -78,10 +81,10 @@ def append_block(comp: BatchedExactKernelRidge, x: Tensor, y: Tensor, x_old: Ten
     :meth:`~torchbandits.models.batched_exact.BatchedExactKernelRidge.append`. A non-positive
     pivot is a deferred flag inside :func:`~torchbandits.batching.deferred_checks` (no host read),
     else a ``ValueError``."""
-    from .batched_exact import _factor_head
-
     n0, k = comp.n, x.shape[1]
     n, r, g = n0 + k, x.shape[0], comp.n_runs // x.shape[0]
+    if k == 1 and append_native(comp, x[:, 0].contiguous(), y[:, 0].contiguous(), g):
+        return   # the compiled one-point bordering of every member (CPU, float64)
     inv = comp._inverse
     with_inverse = n <= inverse_max_n(comp._L.device) and inv.ready_for_append(comp._L, n0)
     k_xx = kernel_matrix(comp.kernel, x, x)                                    # [R, k, k]
@@ -91,7 +94,7 @@ def append_block(comp: BatchedExactKernelRidge, x: Tensor, y: Tensor, x_old: Ten
     if n0:
         k_sx = _members(kernel_matrix(comp.kernel, x_old, x), g)              # [R·G, n0, k]
         w = inv.matvec(n0, k_sx) if with_inverse else \
-            block_solve(comp._L, _factor_head(comp), n0, k_sx)
+            block_solve(comp._L, factor_head(comp), n0, k_sx)
         s = s - w.mT @ w
         rhs = y_g - (w.mT @ comp._z[:, :n0, None])[..., 0]
     else:
@@ -153,6 +156,9 @@ def mean_var_groups(comp: BatchedExactKernelRidge, candidates: Tensor, groups: i
     comp._extra[("last_candidates",)] = (candidates, key, cand)   # a reference pins the storage
     if n == 0 or same:
         return comp.mean_var(cand, "gp", validate=False)
+    got = mean_var_native(comp, candidates, g)   # one compiled call (CPU, float64)
+    if got is not None:
+        return got
     r, a = candidates.shape[:2]
     kdiag = comp._kdiag(candidates)[:, None].expand(r, g, a).reshape(r * g, a)
     z = comp._z[:, :n]

@@ -25,6 +25,7 @@ from gpytorch.kernels import Kernel, MaternKernel, RBFKernel, ScaleKernel
 from torch import Tensor
 
 from ..buffers import grow_rows
+from ..kernel_fast import ScaledStationary
 from ..kernels import KernelPlan, _matern_, kernel_diag, kernel_matrix
 from .batched_inverse import Workspace
 
@@ -123,6 +124,7 @@ class ScaledPoints:
         self.ls: Tensor | None = None          # ℓ [d] (or [1]) in the model's dtype
         self.scale: Tensor | None = None       # the output scale (None: no ScaleKernel)
         self.one: Tensor | None = None         # k(x, x) of the kernel, a 0-d tensor
+        self.form: ScaledStationary | None = None   # its closed form (the compiled path's)
         self.xs: Tensor | None = None          # y/ℓ [R, cap, d]
         self.sq: Tensor | None = None          # ‖y/ℓ‖² [R, cap]
         self.src: Tensor | None = None         # the input buffer they match ...
@@ -142,9 +144,18 @@ class ScaledPoints:
                 if base is not kernel else None
             self.one = like.new_ones(()) if self.scale is None else \
                 self.scale.reshape(()) if self.scale.numel() == 1 else None
+            # (the compiled path runs on the CPU only: no host read of a device's scale)
+            self.form = ScaledStationary.of(kernel, plan.hyper) if like.is_cpu else None
             self.hyper_key = key
             self.src = None        # the points were scaled by the old ℓ
         return self.ls
+
+    def stationary(self, kernel: Kernel, like: Tensor) -> ScaledStationary | None:
+        """The closed form ``(kind, w, s)`` of a :func:`fast_kernel` read with :meth:`hyper`
+        (:class:`~torchbandits.kernel_fast.ScaledStationary`; ``None``: a batch of output
+        scales), what the compiled scoring evaluates."""
+        self.hyper(kernel, like)
+        return self.form
 
     def diag(self, kernel: Kernel, like: Tensor, shape: tuple[int, ...]) -> Tensor:
         """``k(x, x)`` ``[*shape]`` of a :func:`fast_kernel` (1, or the output scale), an expanded

@@ -1,15 +1,41 @@
-"""Host-light pieces of the batched exact posterior (:mod:`torchbandits.models.batched_exact`):
-a tensor's storage key (the fixed-candidate cache's test without a host read of values) and the
-head-plus-tail triangular solve on a capacity buffer of ``R`` Cholesky factors."""
+"""Pieces of the batched exact posterior (:mod:`torchbandits.models.batched_exact`): the check
+of a per-run setting ``[R]``, a tensor's storage key (the fixed-candidate cache's test without a
+host read of values) and the head-plus-tail triangular solve on a capacity buffer of ``R``
+Cholesky factors."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
-__all__ = ["HEAD_BLOCK", "block_solve", "storage_key"]
+if TYPE_CHECKING:
+    from .batched_exact import BatchedExactKernelRidge
+
+__all__ = ["HEAD_BLOCK", "block_solve", "check_run_values", "factor_head", "storage_key"]
+
+
+def check_run_values(name: str, value: Any, n_runs: int, *, positive: bool,
+                     dtype: torch.dtype = torch.float64, checked: bool = False) -> Tensor:
+    """A per-run setting as a finite tensor ``[R]`` (a number is repeated ``R`` times);
+    ``positive``: every entry > 0, else every entry >= 0. Raises ``ValueError`` naming ``name``.
+    ``checked``: ``value`` is a tensor ``[R]`` derived from checked values (kept on its device,
+    no host read)."""
+    if checked:
+        return value.detach().to(dtype).clone()
+    try:
+        v = torch.as_tensor(value, dtype=dtype).detach().cpu()
+    except (TypeError, ValueError, RuntimeError):
+        raise ValueError(f"{name} must be a number or a tensor [R], got {value!r}") from None
+    v = v.expand(n_runs).clone() if v.ndim == 0 else v
+    if v.shape != (n_runs,):
+        raise ValueError(f"{name} must be [R] with R = {n_runs}, got shape {tuple(v.shape)}")
+    bad = ~torch.isfinite(v) | ((v <= 0) if positive else (v < 0))
+    if bool(bad.any()):
+        run, bound = int(bad.nonzero()[0, 0]), "> 0" if positive else ">= 0"
+        raise ValueError(f"{name} must be finite and {bound}: run {run} has {float(v[run])}")
+    return v
 
 
 def storage_key(t: Tensor) -> tuple[Any, ...]:
@@ -40,3 +66,18 @@ def block_solve(chol: Tensor, head: Tensor, n: int, rhs: Tensor) -> Tensor:
     r2 = rhs[:, n0:n] - chol[:, n0:n, :n0] @ x1 if n0 else rhs[:, n0:n]
     x2 = torch.linalg.solve_triangular(chol[:, n0:n, n0:n], r2, upper=False)
     return torch.cat([x1, x2], dim=1)
+
+
+def factor_head(model: BatchedExactKernelRidge) -> Tensor:
+    """The contiguous copy ``[R, n0, n0]`` of the leading block of ``model``'s factors,
+    ``n0 = 64·⌊n/64⌋``: kept in the model's cache (dropped, like the candidate cache, by
+    ``reset``, a state load or a move) and re-copied when ``n0`` grows, an O(R·n²) copy every 64
+    appends. Rows below ``n0`` never change under appends, so the copy stays exact."""
+    n0 = (model.n // HEAD_BLOCK) * HEAD_BLOCK
+    if model._cache is None:
+        model._cache = {}
+    head = model._cache.get("head")
+    if head is None or head.shape[1] != n0:
+        head = model._L[:, :n0, :n0].contiguous()
+        model._cache["head"] = head
+    return head

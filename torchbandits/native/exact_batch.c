@@ -1,0 +1,157 @@
+/* R runs of the exact kernel-ridge posterior stepped together
+ * (torchbandits.models.BatchedExactKernelRidge on the CPU): scoring every run's candidates in one
+ * call, and appending one point to every run in one call, with the kernels of the single-run step
+ * (exact_step.c: kernel_block, pack_k, factor_rows, solve_factor), looped over the runs.
+ *
+ * Layout (float64, row-major, read by strides at call time; no pointer kept between calls):
+ *   R*G factors ("members"), member m = r*G + g is run r at its g-th regulariser (G = 1: the
+ *   model itself; G = 5: the companion of DMM, Flynn & Reeb 2024, Sec. 5.4, whose members share
+ *   their run's points);
+ *   points x [R*G, cap, d] (member m's block at x + m*xs; run r's points those of member r*G),
+ *     unscaled: each run's n rows are scaled by the kernel weights w into scratch (x_i * w, the
+ *     same product the single-run model stores);
+ *   factors L [R*G, cap, cap] (member m's at L + m*ls, row i at + i*lc: the lower Cholesky
+ *     factor of K_r + a_m I), whitened targets z [R*G, cap] (z_m = L_m^{-1} y_r, at z + m*zs).
+ *
+ * Scoring (the Cholesky form of the posterior, Flynn & Reeb 2024, App. E.2, as exact_step.c):
+ *   per run r: K_SC [n, A] of its points and its candidates C_r [A, d] (at cand + r*A*d), packed
+ *   once; per member m of the run: V_m = L_m^{-1} K_SC, mu_m = z_m^T V_m,
+ *   var_m = max(k_CC - colsum(V_m^2), 0): the GP posterior mean and variance of
+ *   Flynn & Reeb 2024, Eq. (14)'s pieces, written into mean [R*G, A] and var [R*G, A].
+ *
+ * Appending x_r [d] with reward y_r to every run (the bordered Cholesky step, Flynn & Reeb 2024,
+ * App. E.2): per member the new row l = L_m^{-1} k_S(x_r) (the same tile code on one column: the
+ * numbers of column j of the scoring of a set that holds x_r as candidate j), the pivot
+ * d = sqrt(k(x_r, x_r) + a_m - |l|^2), z_m[n] = (y_r - z_m^T l) / d; x_r and y_r become row n.
+ */
+#include "exact_step.c"
+
+/* Per run scratch of the scoring: the scaled points xs [n, d], the kernel rows (3 + d) A,
+ * K_SC kq [n, A], V [n, A], the packed kp [npad, apad] and panel vp [npad, NR] (64-byte
+ * aligned), inv [npad], zeros [npad]; lrow [npad] the addresses of a factor's rows. */
+typedef struct {
+    double *block, *xs, *rows, *kq, *v, *kp, *vp, *inv, *zeros;
+    const double **lrow;
+    long npad;
+} batch_scratch;
+
+static int scratch_alloc(batch_scratch *s, long n, long A, long d) {
+    long a1 = A > 0 ? A : 1, n1 = n > 0 ? n : 1;
+    long npad = (n + MR - 1) / MR * MR;
+    long apad = A > 0 ? A - A % NR + panel_width(A, A - A % NR) : 0;
+    size_t size = (size_t)(n1 * d) + (size_t)((3 + d) * a1) + 2 * (size_t)(n1 * a1)
+                  + (size_t)(npad * apad) + (size_t)(npad * NR) + 8 + 2 * (size_t)npad;
+    s->block = malloc(size * sizeof(double));
+    s->lrow = malloc((size_t)(npad > 0 ? npad : 1) * sizeof(const double *));
+    if (!s->block || !s->lrow) {
+        free(s->block);
+        free((void *)s->lrow);
+        return -1;
+    }
+    s->npad = npad;
+    s->kp = (double *)(((uintptr_t)s->block + 63) & ~(uintptr_t)63);
+    s->vp = s->kp + npad * apad;
+    s->inv = s->vp + npad * NR;
+    s->zeros = s->inv + npad;
+    s->xs = s->zeros + npad;
+    s->rows = s->xs + n1 * d;
+    s->kq = s->rows + (3 + d) * a1;
+    s->v = s->kq + n1 * a1;
+    for (long i = 0; i < npad; ++i) s->zeros[i] = 0.0;
+    return 0;
+}
+
+static void scratch_free(batch_scratch *s) {
+    free(s->block);
+    free((void *)s->lrow);
+}
+
+/* xs = x * w of a run's n points [n, d] (row stride d). */
+static void scale_points(long n, long d, const double *x, const double *w, long dw, double *xs) {
+    for (long i = 0; i < n; ++i)
+        for (long k = 0; k < d; ++k) xs[i * d + k] = x[i * d + k] * w[dw == 1 ? 0 : k];
+}
+
+/* Score A candidates per run for R runs of G members each (see the top of the file).
+ *   x, xs_: points and the member stride of their blocks; cand [R, A, d];
+ *   w [dw], kind, outscale (has_scale = 0: none), kdiag = k(x, x): the kernel (exact_step.c);
+ *   L, ls, lc: factors, member stride and row stride; z, zs: whitened targets, member stride.
+ * Writes mean [R*G, A] and var [R*G, A]; where not NULL also v [R*G, n, A] (V of every
+ * member) and sumsq [R*G, A] (colsum(V^2)): what a cache of the candidate set keeps.
+ * Returns 0, or -1 when scratch memory could not be allocated (nothing usable written). */
+long tb_batch_score(long R, long G, long n, long A, long d, const double *x, long xs_,
+                    const double *cand, const double *w, long dw, int kind, double outscale,
+                    int has_scale, double kdiag, const double *L, long ls, long lc,
+                    const double *z, long zs, double *mean, double *var, double *v,
+                    double *sumsq) {
+    batch_scratch s;
+    if (scratch_alloc(&s, n, A, d)) return -1;
+    for (long r = 0; r < R; ++r) {
+        scale_points(n, d, x + r * G * xs_, w, dw, s.xs);
+        kernel_block(n, A, d, s.xs, cand + r * A * d, w, dw, kind, outscale, has_scale, NULL,
+                     s.kq, s.rows);
+        pack_k(n, s.npad, A, s.kq, s.kp);
+        for (long g = 0; g < G; ++g) {
+            long m = r * G + g;
+            double *mu = mean + m * A, *pr = var + m * A;
+            factor_rows(n, s.npad, NULL, 0, L + m * ls, lc, s.zeros, s.lrow, s.inv);
+            /* colsum(V^2) into var, then var = max(k_CC - colsum, 0) in place */
+            solve_factor(n, s.npad, A, s.kp, s.lrow, s.inv, z + m * zs, s.vp,
+                         v ? v + m * n * A : s.v, mu, pr);
+            if (sumsq) memcpy(sumsq + m * A, pr, (size_t)A * sizeof(double));
+            for (long j = 0; j < A; ++j) {
+                double rho2 = kdiag - pr[j];
+                pr[j] = rho2 > 0.0 ? rho2 : 0.0;
+            }
+        }
+    }
+    scratch_free(&s);
+    return 0;
+}
+
+/* Append one point per run to R runs of G members with n points each (see the top of the file).
+ *   xnew [R, d], ynew [R]: the points and rewards; x, xs_ / y, ys_: the members' points and
+ *   targets (row n written) and their member strides; w, dw, kind, outscale, has_scale, kdiag:
+ *   the kernel; L, ls, lc: factors (row n written: l, then the pivot at column n); z, zs;
+ *   regs [R*G]: the regularisers a_m; work [R*G, n + 2]: per member l, the pivot, z_m[n].
+ * Every pivot is computed before anything is written: returns 0, -1 (no scratch memory), or
+ * m + 1 for the first member m whose pivot^2 is not positive (nothing written then). */
+long tb_batch_append(long R, long G, long n, long d, const double *xnew, const double *ynew,
+                     double *x, long xs_, double *y, long ys_, const double *w, long dw,
+                     int kind, double outscale, int has_scale, double kdiag, double *L, long ls,
+                     long lc, double *z, long zs, const double *regs, double *work) {
+    batch_scratch s;
+    if (scratch_alloc(&s, n, 1, d)) return -1;
+    long bad = 0;
+    for (long r = 0; r < R && !bad; ++r) {
+        const double *xr = xnew + r * d;
+        scale_points(n, d, x + r * G * xs_, w, dw, s.xs);
+        /* k_S(x_r) [n, 1] by the closed form, V = L^{-1} k_S(x_r) by the scoring's tiles */
+        kernel_block(n, 1, d, s.xs, xr, w, dw, kind, outscale, has_scale, NULL, s.kq, s.rows);
+        pack_k(n, s.npad, 1, s.kq, s.kp);
+        for (long g = 0; g < G; ++g) {
+            long m = r * G + g;
+            double *out = work + m * (n + 2), mu, sumsq;
+            factor_rows(n, s.npad, NULL, 0, L + m * ls, lc, s.zeros, s.lrow, s.inv);
+            solve_factor(n, s.npad, 1, s.kp, s.lrow, s.inv, z + m * zs, s.vp, out, &mu, &sumsq);
+            double d2 = (kdiag + regs[m]) - sumsq;
+            if (!(d2 > 0.0)) {
+                bad = m + 1;
+                break;
+            }
+            out[n] = sqrt(d2);
+            out[n + 1] = (ynew[r] - mu) / out[n];
+        }
+    }
+    scratch_free(&s);
+    if (bad) return bad;
+    for (long m = 0; m < R * G; ++m) {
+        long r = m / G;
+        const double *out = work + m * (n + 2);
+        memcpy(L + m * ls + n * lc, out, (size_t)(n + 1) * sizeof(double)); /* (l, d) */
+        z[m * zs + n] = out[n + 1];
+        memcpy(x + m * xs_ + n * d, xnew + r * d, (size_t)d * sizeof(double));
+        y[m * ys_ + n] = ynew[r];
+    }
+    return 0;
+}

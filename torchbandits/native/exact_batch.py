@@ -1,0 +1,100 @@
+"""The compiled CPU step of ``R`` batched exact posteriors (``exact_batch.c``):
+:class:`~torchbandits.models.batched_exact.BatchedExactKernelRidge` scoring every run's candidates
+in one call (:func:`score`) and appending one point to every run in one call (:func:`append`),
+with the kernels of the single-run step (``exact_step.c``: the closed-form kernel rows, the packed
+4×12 register-tile forward substitution) looped over the runs.
+
+The state is read by strides (``R·G`` members: run ``r`` at its ``g``-th regulariser is member
+``r·G + g``, sharing run ``r``'s points; ``G = 1`` for the model itself, ``G = 5`` for DMM's
+companion):
+
+* :func:`score`: per run ``K_SC`` ``[n, A]`` of its points and candidates, then per member
+  ``V = L⁻¹K_SC``, ``μ = zᵀV``, ``ρ² = max(k_CC − colsum(V ⊙ V), 0)``, ``[R·G, A]`` each;
+* :func:`append`: per member ``l = L⁻¹k_S(x_r)``, ``d = sqrt(k(x_r, x_r) + λ − ‖l‖²)``,
+  ``z[n] = (y_r − zᵀl)/d`` written as row ``n`` of the factor, with the point and reward.
+
+The caller checks the tensors (float64, CPU, contiguous) and sizes; :func:`available` says
+whether the library is loaded (``None`` inside :func:`torchbandits.native.disabled`). The C code
+keeps no pointer between calls.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+from torch import Tensor
+
+from . import library
+
+__all__ = ["append", "available", "score"]
+
+_L = ctypes.c_long
+_P = ctypes.c_void_p
+_D = ctypes.c_double
+_I = ctypes.c_int
+_CONFIGURED: list[ctypes.CDLL] = []  # the libraries whose argument types are set
+
+
+def available() -> ctypes.CDLL | None:
+    """The library with its argument types set, or ``None`` (off or not buildable)."""
+    lib = library("exact_batch")
+    if lib is None or lib in _CONFIGURED:
+        return lib
+    lib.tb_batch_score.argtypes = [_L, _L, _L, _L, _L, _P, _L, _P, _P, _L, _I, _D, _I, _D,
+                                   _P, _L, _L, _P, _L, _P, _P, _P, _P]
+    lib.tb_batch_score.restype = _L
+    lib.tb_batch_append.argtypes = [_L, _L, _L, _L, _P, _P, _P, _L, _P, _L, _P, _L, _I, _D, _I,
+                                    _D, _P, _L, _L, _P, _L, _P, _P]
+    lib.tb_batch_append.restype = _L
+    _CONFIGURED.append(lib)
+    return lib
+
+
+def _kernel(kernel: tuple[Tensor, int, float | None, float]) -> tuple[int, int, int, float, int,
+                                                                        float]:
+    """``(w, kind, s, k(x, x))`` as the C arguments ``(w, dw, kind, s, has_scale, kdiag)``."""
+    w, kind, scale, kdiag = kernel
+    return (w.data_ptr(), w.numel(), kind, 1.0 if scale is None else scale, scale is not None,
+            kdiag)
+
+
+def score(lib: ctypes.CDLL, groups: int, n: int, x: Tensor, cand: Tensor,
+          kernel: tuple[Tensor, int, float | None, float], chol: Tensor, z: Tensor,
+          mean: Tensor, var: Tensor, keep: tuple[Tensor, Tensor] | None = None) -> None:
+    """One scoring call for ``R = cand.shape[0]`` runs of ``groups`` members.
+
+    Args:
+        n: stored points per run; ``x``: the members' points ``[R·G, cap, d]``; ``cand``
+            ``[R, A, d]``; ``kernel``: ``(w [d] or [1], kind code, output scale or None,
+            k(x, x))`` (:data:`torchbandits.native.exact.KINDS`).
+        chol: factors ``[R·G, cap', cap']``; ``z``: whitened targets ``[R·G, cap'']``.
+        mean, var: written, ``[R·G, A]`` (contiguous).
+        keep: ``(V [R·G, n, A], colsum(V ⊙ V) [R·G, A])`` also written (contiguous), if given.
+    """
+    r, a, d = cand.shape
+    rc = lib.tb_batch_score(r, groups, n, a, d, x.data_ptr(), x.stride(0), cand.data_ptr(),
+                            *_kernel(kernel), chol.data_ptr(), chol.stride(0), chol.stride(1),
+                            z.data_ptr(), z.stride(0), mean.data_ptr(), var.data_ptr(),
+                            *((None, None) if keep is None else (keep[0].data_ptr(),
+                                                                 keep[1].data_ptr())))
+    if rc < 0:
+        raise MemoryError("torchbandits.native.exact_batch: scratch allocation failed")
+
+
+def append(lib: ctypes.CDLL, groups: int, n: int, xnew: Tensor, ynew: Tensor,
+           bufs: tuple[Tensor, Tensor, Tensor, Tensor],
+           kernel: tuple[Tensor, int, float | None, float], regs: Tensor, work: Tensor) -> int:
+    """One append call of ``xnew`` ``[R, d]``, ``ynew`` ``[R]`` to ``R`` runs of ``groups``
+    members holding ``n`` points, ``bufs = (x [R·G, cap, d], y [R·G, cap], L [R·G, cap, cap],
+    z [R·G, cap])`` with room for row ``n``; ``regs`` ``[R·G]``: the regularisers; ``work``
+    ``[R·G·(n + 2)]`` scratch. Returns 0, or ``m + 1`` for the first member ``m`` whose pivot is
+    not positive (nothing written)."""
+    x, y, chol, z = bufs
+    rc = lib.tb_batch_append(xnew.shape[0], groups, n, xnew.shape[1], xnew.data_ptr(),
+                             ynew.data_ptr(), x.data_ptr(), x.stride(0), y.data_ptr(),
+                             y.stride(0), *_kernel(kernel), chol.data_ptr(), chol.stride(0),
+                             chol.stride(1), z.data_ptr(), z.stride(0), regs.data_ptr(),
+                             work.data_ptr())
+    if rc < 0:
+        raise MemoryError("torchbandits.native.exact_batch: scratch allocation failed")
+    return int(rc)
