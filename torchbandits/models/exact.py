@@ -47,6 +47,7 @@ from ..buffers import StoredData, grow_rows, set_plain
 from ..kernels import kernel_diag, kernel_matrix
 from ..linalg import GrowingCholesky, safe_cholesky
 from ..validation import as_matrix, as_point, as_scalar_reward, check_positive
+from .exact_fused import ExactFused
 from .exact_rebuild import rescore_candidate_caches
 from .exact_scoring import ExactQueries, ScoredSet
 from .posterior import CandidateCache, whitened_solve
@@ -54,7 +55,7 @@ from .posterior import CandidateCache, whitened_solve
 __all__ = ["ExactKernelRidge"]
 
 
-class ExactKernelRidge(ExactQueries, StoredData):
+class ExactKernelRidge(ExactFused, ExactQueries, StoredData):
     """Exact posterior of kernel ridge regression at one or more regularisers.
 
     Args:
@@ -138,6 +139,7 @@ class ExactKernelRidge(ExactQueries, StoredData):
         self._sums.clear()
         self._scored = None
         self._lean = None
+        self._fused = None  # the fused step's tables (models.exact_fused): rebuilt on demand
 
     def reset(self) -> None:
         """Forget all data (the posterior returns to the prior)."""
