@@ -36,6 +36,7 @@ the general step, which stays the reference.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -117,6 +118,7 @@ class ExactFused:
 
     def _fused_build(self) -> FusedTable | None:
         """A fresh table of the current state (``None`` if the step does not qualify)."""
+        old = self._fused  # (its last candidates: a repeated set still goes to the caches)
         set_plain(self, "_fused", None)
         n = self._n
         plan = self.kernel_plan()  # type: ignore[attr-defined]
@@ -162,7 +164,8 @@ class ExactFused:
         ft.ptrs = (xs.data_ptr(), ys.data_ptr(), zs.data_ptr(), scaled.data_ptr())
         ft.params = [(p, p.data_ptr()) for p, _ in raw]
         ft.keep = (plan, form.weight)  # (the copies and weights the table points at stay alive)
-        ft.regs_key, ft.terms, ft.prev, ft.chosen, ft.beta_at = None, 0, None, None, 2 + 3 * count
+        ft.regs_key, ft.terms, ft.chosen, ft.beta_at = None, 0, None, 2 + 3 * count
+        ft.prev = None if old is None else old.prev
         set_plain(self, "_fused", ft)
         return ft
 
@@ -180,11 +183,12 @@ class ExactFused:
         ft.regs_key = regs
         return True
 
-    def fused_select(self, cand: Tensor, form: UCBForm) -> int | None:
-        """The index of the largest bound ``form`` over ``cand`` ``[A, d]`` (a float64 CPU
-        contiguous tensor, not yet validated: a non-finite entry gives ``None``) in one call;
-        ``form.done(None, minimising term [A] int64 or None)`` is called after it. ``None``
-        (nothing done) if the step does not qualify (see the module docstring)."""
+    def fused_select(self, cand: Tensor, make_form: Callable[[], UCBForm | None]) -> int | None:
+        """The index of the largest bound ``make_form()`` (called once the step qualifies, a
+        rule's :meth:`~torchbandits.confidence.base.RadiusRule.ucb_form`) over ``cand`` ``[A, d]``
+        (a float64 CPU contiguous tensor, not yet validated: a non-finite entry gives ``None``)
+        in one call; ``form.done(None, minimising term [A] int64 or None)`` is called after it.
+        ``None`` if the step does not qualify (see the module docstring)."""
         lib = nx.available()
         n = self._n
         if lib is None or not 0 < n <= nx.MAX_N or not _ok(cand) or cand.ndim != 2 \
@@ -195,23 +199,33 @@ class ExactFused:
             ft = self._fused_build()
             if ft is None:
                 return None
-        if cand.shape[1] != ft.tab[_T["d"]] or (form.regs != ft.regs_key
-                                               and not self._fused_terms(ft, form.regs)):
-            return None
-        terms, at, a = ft.terms, ft.beta_at, cand.shape[0]
-        ft.dbl[at: at + 2 * terms] = form.betas + form.divisors
         prev = ft.prev if self.cache_candidates else None
-        arg = torch.empty(a, dtype=torch.int64) if terms > 1 else None
-        best = lib.tb_exact_fused_select(ft.base, ft.dbase, cand.data_ptr(), a,
-                                         None if prev is None else prev.data_ptr(),
-                                         0 if prev is None else prev.shape[0],
-                                         None if arg is None else arg.data_ptr())
+        if cand.shape[1] != ft.tab[_T["d"]] or cand is prev:  # (a repeated set: caches serve it)
+            return None
+        form = make_form()
+        if form is None or (form.regs != ft.regs_key and not self._fused_terms(ft, form.regs)):
+            return None
+        a = cand.shape[0]
+        arg = torch.empty(a, dtype=torch.int64) if ft.terms > 1 else None
+        for retry in (True, False):
+            at, terms = ft.beta_at, ft.terms
+            ft.dbl[at: at + 2 * terms] = form.betas + form.divisors
+            best = lib.tb_exact_fused_select(ft.base, ft.dbase, cand.data_ptr(), a,
+                                             None if prev is None else prev.data_ptr(),
+                                             0 if prev is None else prev.shape[0],
+                                             None if arg is None else arg.data_ptr())
+            if best != -3 or not retry:
+                break
+            # the kernel's values changed since the table: a new plan and table, once
+            ft = self._fused_build()  # type: ignore[assignment]
+            if ft is None or not self._fused_terms(ft, form.regs):
+                return None
         if best < 0:
             if best == -1:
                 raise MemoryError("torchbandits.native.exact: scratch allocation failed")
-            if best == -3:  # the kernel's values changed: a new plan and table next time
+            if best == -3:
                 set_plain(self, "_fused", None)
-            return None
+            return None  # (-4: the last set's values, the caches serve it; -5: not finite)
         ft.prev, ft.chosen = cand, (cand, best)
         if form.done is not None:
             form.done(None, arg)

@@ -263,15 +263,12 @@ class KernelUCB(BatchModeMixin, LeanStep, RefitMixin, RuleUCB):
     def update(self, x: Any, reward: Any) -> None:
         """Single run: as before. Batch: ``x [R, d]`` and ``reward [R]``, both checked before
         any run's state changes (``ValueError`` naming the argument)."""
-        if self.run_streams is None:
-            chosen = self._lean_choice
+        model = self.batch_model
+        if self.run_streams is None or model is None:
+            chosen = self._lean_choice  # the fused step's choice, else the lean step's
             if chosen is None or not (self._fused_update(x, reward, chosen)
                                       or self._lean_update(x, reward)):
                 super().update(x, reward)
-            return
-        model = self.batch_model
-        if model is None:
-            super().update(x, reward)
             return
         n = self.run_streams.n_runs
         xv = check_batch_points("x", x, n, dtype=self.dtype, device=self.device, dim=self.dim)
@@ -281,11 +278,10 @@ class KernelUCB(BatchModeMixin, LeanStep, RefitMixin, RuleUCB):
         self.t += 1
 
     def _fused_select(self, candidates: Any) -> int | None:
-        """The single-run ``select`` after the warm-up as one compiled call of the model
-        (:meth:`~torchbandits.models.ExactKernelRidge.fused_select`: a float64 CPU contiguous
-        ``[A, d]`` tensor, checked there, finite entries checked in C) for a rule with a closed
-        form (:meth:`~torchbandits.confidence.base.RadiusRule.ucb_form`); the choice is recorded
-        as the lean step records it. ``None`` (nothing recorded): the lean step then runs."""
+        """The single-run ``select`` after the warm-up as one compiled call (the model's
+        ``fused_select``: float64 CPU contiguous ``[A, d]``, finite, checked there) for a rule
+        with a closed form (``ucb_form``), the choice recorded as the lean step records it;
+        ``None`` (nothing recorded): the lean step runs."""
         if self.t < self.n_warmup or type(candidates) is not Tensor or candidates.requires_grad \
                 or self.refit_offset:
             return None
@@ -293,8 +289,8 @@ class KernelUCB(BatchModeMixin, LeanStep, RefitMixin, RuleUCB):
         fused = getattr(model, "fused_select", None)
         if fused is None or candidates.ndim != 2 or candidates.shape[1] != self.dim:
             return None
-        form = ucb_form(self.rule, model, candidates.shape[0], self.t + 1)
-        index = None if form is None else fused(candidates, form)
+        rule, t = self.rule, self.t + 1
+        index = fused(candidates, lambda: ucb_form(rule, model, candidates.shape[0], t))
         if index is not None:
             if self._choice is not None:
                 set_plain(self, "_choice", None)
@@ -303,8 +299,7 @@ class KernelUCB(BatchModeMixin, LeanStep, RefitMixin, RuleUCB):
 
     def _fused_update(self, x: Any, reward: Any, chosen: tuple[Tensor, int, int]) -> bool:
         """The single-run ``update`` of the row :meth:`_fused_select` chose as one compiled call
-        (:meth:`~torchbandits.models.ExactKernelRidge.fused_append`); ``False`` (nothing done)
-        for any other point or step."""
+        (the model's ``fused_append``); ``False`` (nothing done) for any other point or step."""
         if not is_chosen_row(x, chosen) or self.refit_offset:
             return False
         fused = getattr(self._modules["model"], "fused_append", None)
