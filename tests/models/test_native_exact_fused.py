@@ -303,6 +303,7 @@ def test_a_kernel_changed_since_the_table_is_read_anew(new_storage):
     assert model.fused_select(torch.rand(80, 3, generator=gen, dtype=torch.float64),
                               lambda: form) is not None
     raw = model.kernel.raw_lengthscale
+    old = raw.data  # (kept alive: its bytes still those the table was built from)
     if new_storage:
         raw.data = raw.data.clone()
     stale = copy.deepcopy(model)  # the model as the table describes it
@@ -317,6 +318,7 @@ def test_a_kernel_changed_since_the_table_is_read_anew(new_storage):
             moved += want != _argmax(stale, cand, form)
         assert got == want
     assert moved  # (the change moves the argmax: a stale table would be seen)
+    assert old.data_ptr() != raw.data_ptr() or not new_storage
 
 
 def _argmax(model, cand, form) -> int:

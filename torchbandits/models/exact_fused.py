@@ -89,10 +89,7 @@ class FusedTable:
         "version",
     )
 
-    def __deepcopy__(self, memo: dict) -> None:  # a copy's tensors live elsewhere: rebuilt
-        return None
-
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple:  # a copy or a pickle is None (its tensors live elsewhere)
         return (_dropped, ())
 
     def current(self, model: ExactFused, bufs: dict) -> bool:
