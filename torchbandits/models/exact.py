@@ -28,7 +28,9 @@ an append reuses from the last scoring are :mod:`torchbandits.models.exact_scori
   :data:`~torchbandits.native.exact.MAX_N` (1500) points, a round's scoring
   (kernel rows, the solves, means, variances — with a policy's rule also the bound and its argmax)
   and the append of the played candidate are one compiled call each
-  (:mod:`torchbandits.models.exact_native`); the torch path stays the reference and runs otherwise;
+  (:mod:`torchbandits.models.exact_native`; a policy's step on fresh candidates:
+  :mod:`torchbandits.models.exact_fused`, one call per select and one per update on a table of
+  the model's addresses kept between calls); the torch path stays the reference and runs otherwise;
 * several regularisers can be maintained at once (``regularisers=(λ, α_1, …)``) for confidence
   rules that need the posterior at other regularisers; any other value is served from a
   from-scratch factorisation.
