@@ -326,3 +326,37 @@ def _argmax(model, cand, form) -> int:
     ucb = torch.stack([torch.sqrt(v / dv) * b + m
                        for (m, v), b, dv in zip(parts, form.betas, form.divisors)]).min(0).values
     return int(torch.argmax(ucb))
+
+
+@pytest.mark.parametrize("variant", ["copy_of_row", "float32", "non_contiguous", "list"])
+def test_other_inputs_take_the_general_step(variant, monkeypatch):
+    """A played point that is a copy of the chosen row, candidates in float32, a non-contiguous
+    view or a nested list: not the fused step (the spy sees none), the same run as the torch
+    path."""
+    spy = _Spy(monkeypatch)
+
+    def steps():
+        policy = _policy("DMM")
+        policy.reset(seed=0)
+        gen = torch.Generator().manual_seed(8)
+        acts = []
+        for _ in range(25):
+            base = torch.rand(3, 60, generator=gen, dtype=torch.float64)
+            cand = {"float32": base.T.contiguous().float(), "non_contiguous": base.T,
+                    "list": base.T.tolist()}.get(variant, base.T.contiguous())
+            i = policy.select(cand)
+            row = torch.as_tensor(cand, dtype=torch.float64)[i]
+            played = row.clone() if variant == "copy_of_row" else (
+                row if variant != "list" else cand[i])
+            policy.update(played, float(row.sum()))
+            acts.append(i)
+        return acts, policy
+
+    a1, p1 = steps()
+    assert spy.appends == 0 and (spy.selects == 0 or variant == "copy_of_row")
+    with native.disabled():
+        a2, p2 = steps()
+    assert a1 == a2
+    for key, value in p1.model.state_dict().items():
+        if torch.is_tensor(value):
+            torch.testing.assert_close(value, p2.model.state_dict()[key], rtol=0.0, atol=1e-10)
