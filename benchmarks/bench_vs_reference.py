@@ -28,6 +28,8 @@ al. 2019) and a step is bound by call overhead rather than arithmetic at the pap
   (``torchbandits.native.bkb``: the same BLAS/LAPACK calls as the torch path, the same bits)
   unless ``TORCHBANDITS_NATIVE=0`` (the torch path, for a before/after comparison).
 
+Ours, on the CPU in float64, steps through the fused step of the exact model
+(``torchbandits.models.exact_fused``: one compiled call per ``select``, one per ``update``).
 Both sides are fed the same data first (untimed), then each timed step (``select`` + ``update``)
 alternates ours / reference on the same fresh candidates; for the bounds, when the compiled step
 is available, a second alternation on the same candidates times ours on its torch path

@@ -34,17 +34,24 @@ def _policy(method: str, kernel: str):
 
 
 class _Calls:
-    """Counts the compiled scoring calls (to know the native path ran)."""
+    """Counts the compiled scoring calls (to know the native path ran): the scoring of
+    ``models.exact_native`` and the fused selects of ``models.exact_fused`` that answered."""
 
     def __init__(self, monkeypatch):
         self.n = 0
-        orig = nx.score
+        orig, fused = nx.score, ExactKernelRidge.fused_select
 
         def counted(*args, **kwargs):
             self.n += 1
             return orig(*args, **kwargs)
 
+        def counted_fused(*args, **kwargs):
+            out = fused(*args, **kwargs)
+            self.n += out is not None
+            return out
+
         monkeypatch.setattr(nx, "score", counted)
+        monkeypatch.setattr(ExactKernelRidge, "fused_select", counted_fused)
 
 
 def _run(method: str, kernel: str, fixed: bool, rounds: int = 200):

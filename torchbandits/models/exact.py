@@ -28,7 +28,9 @@ an append reuses from the last scoring are :mod:`torchbandits.models.exact_scori
   :data:`~torchbandits.native.exact.MAX_N` (1500) points, a round's scoring
   (kernel rows, the solves, means, variances — with a policy's rule also the bound and its argmax)
   and the append of the played candidate are one compiled call each
-  (:mod:`torchbandits.models.exact_native`); the torch path stays the reference and runs otherwise;
+  (:mod:`torchbandits.models.exact_native`; a policy's step on fresh candidates:
+  :mod:`torchbandits.models.exact_fused`, one call per select and one per update on a table of
+  the model's addresses kept between calls); the torch path stays the reference and runs otherwise;
 * several regularisers can be maintained at once (``regularisers=(λ, α_1, …)``) for confidence
   rules that need the posterior at other regularisers; any other value is served from a
   from-scratch factorisation.
@@ -47,6 +49,7 @@ from ..buffers import StoredData, grow_rows, set_plain
 from ..kernels import kernel_diag, kernel_matrix
 from ..linalg import GrowingCholesky, safe_cholesky
 from ..validation import as_matrix, as_point, as_scalar_reward, check_positive
+from .exact_fused import ExactFused
 from .exact_rebuild import rescore_candidate_caches
 from .exact_scoring import ExactQueries, ScoredSet
 from .posterior import CandidateCache, whitened_solve
@@ -54,7 +57,7 @@ from .posterior import CandidateCache, whitened_solve
 __all__ = ["ExactKernelRidge"]
 
 
-class ExactKernelRidge(ExactQueries, StoredData):
+class ExactKernelRidge(ExactFused, ExactQueries, StoredData):
     """Exact posterior of kernel ridge regression at one or more regularisers.
 
     Args:
@@ -138,6 +141,7 @@ class ExactKernelRidge(ExactQueries, StoredData):
         self._sums.clear()
         self._scored = None
         self._lean = None
+        self._fused = None  # the fused step's tables (models.exact_fused): rebuilt on demand
 
     def reset(self) -> None:
         """Forget all data (the posterior returns to the prior)."""

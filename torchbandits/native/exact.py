@@ -28,7 +28,7 @@ from torch import Tensor
 
 from . import library
 
-__all__ = ["KINDS", "MAX_N", "append", "available", "score"]
+__all__ = ["FUSED", "KINDS", "MAX_N", "append", "available", "score"]
 
 MAX_N = 1500
 """Largest number of stored points scored here; above it the torch path (LAPACK's blocked
@@ -41,6 +41,13 @@ overtakes it earlier)."""
 KINDS = {("rbf", float("inf")): 0, ("matern", 0.5): 1, ("matern", 1.5): 2, ("matern", 2.5): 3}
 """The closed forms of ``exact_step.c`` by ``(kind, ν)`` of a
 :class:`~torchbandits.kernel_fast.ScaledStationary`."""
+
+FUSED = {"n": 0, "d": 1, "factors": 2, "kind": 3, "has_scale": 4, "dw": 5, "cap": 6, "block": 7,
+         "scaled": 8, "weight": 9, "x": 10, "y": 11, "z": 12, "zstride": 13, "params": 14,
+         "terms": 15, "param0": 16, "max_params": 4, "factor0": 28, "factor_width": 5}
+"""The layout of the int64 table of the fused step (``tb_exact_fused_select`` /
+``tb_exact_fused_append`` of ``exact_step.c``, whose comment describes it; built and checked by
+:mod:`torchbandits.models.exact_fused`)."""
 
 _L = ctypes.c_long
 _P = ctypes.c_void_p
@@ -58,6 +65,10 @@ def available() -> ctypes.CDLL | None:
     lib.tb_exact_score.restype = _L
     lib.tb_exact_append.argtypes = [_L, _L, _L, _L, _L, _P, _D, _P, _D, _P, _P, _P, _L, _P]
     lib.tb_exact_append.restype = ctypes.c_int
+    lib.tb_exact_fused_select.argtypes = [_P, _P, _P, _L, _P, _L, _P]
+    lib.tb_exact_fused_select.restype = _L
+    lib.tb_exact_fused_append.argtypes = [_P, _P, _P, _D]
+    lib.tb_exact_fused_append.restype = ctypes.c_int
     _CONFIGURED.append(lib)
     return lib
 

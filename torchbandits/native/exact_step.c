@@ -450,3 +450,162 @@ int tb_exact_append(long n, long A, long d, long R, long j, const long long *src
         for (long k = 0; k < d; ++k) scaled[k] = x[k] * w[dw == 1 ? 0 : k];
     return 0;
 }
+
+/* ---- The fused step: one call per select and one per append, on a table of the model's state ----
+ *
+ * The caller (torchbandits.models.exact_fused) keeps, between calls, an int64 table of the
+ * model's addresses and sizes and a float64 table of its scalars; it checks at every call that
+ * the tensors behind them are still those (the C code keeps no pointer: the tables are the
+ * caller's memory, passed at each call). int64 table `tab`:
+ *   FN n, FD d, FR R (factors), FKIND, FSCALE has_scale, FDW dw, FCAP rows of every point
+ *   buffer, FBLOCK tail rows per factor, FXS scaled points [cap, d], FW weights [dw], FX points
+ *   [cap, d], FY rewards [cap], FZ z [R, zstride], FZST zstride, FNP number of kernel
+ *   parameters, FS number of terms of the bound; at FPAR per parameter (address, address of the
+ *   copy read when the table was built, bytes); at FFAC per factor (head, n0, tail, width, m);
+ *   after the factors, the factor index of each term of the bound.
+ * float64 table `dbl`: outscale, k(x, x), the regularisers [R], out [2R] (pivots, new z
+ *   entries of the last append), then per term beta [S] and div [S]. */
+enum { FN, FD, FR, FKIND, FSCALE, FDW, FCAP, FBLOCK, FXS, FW, FX, FY, FZ, FZST, FNP, FS,
+       FPAR = 16, FMAXPAR = 4, FFAC = FPAR + 3 * FMAXPAR, FFACW = 5 };
+
+/* Whether every kernel parameter still holds the bytes the table was built from. */
+static int params_same(const long long *tab) {
+    for (long p = 0; p < tab[FNP]; ++p) {
+        const long long *e = tab + FPAR + 3 * p;
+        if (memcmp((const void *)(intptr_t)e[0], (const void *)(intptr_t)e[1], (size_t)e[2]))
+            return 0;
+    }
+    return 1;
+}
+
+/* select: the index of the largest upper bound min_s (sqrt(rho^2_{f_s} / div_s) beta_s + mu_{f_s})
+ * over the A candidates cand [A, d] (Flynn & Reeb 2024: one term for AMM and the radius rules,
+ * the grid of Eq. (14) for DMM, Sec. 5.4), the pieces computed as tb_exact_score computes them
+ * (the same operations in the same order: the same bits), without keeping V, K_SC or the
+ * variances (one [n, A] scratch for V, reused by every factor). arg [A] (may be NULL): the
+ * minimising term per candidate. prev [prev_a, d] (may be NULL): the candidates of the
+ * previous call, kept alive by the caller.
+ * Returns the index, or -1 (no scratch memory), -3 (a kernel parameter changed: rebuild the
+ * table), -4 (cand holds the values of prev: the caller's candidate caches serve it), -5 (a
+ * candidate is not finite). */
+long tb_exact_fused_select(const long long *tab, const double *dbl, const double *cand, long A,
+                           const double *prev, long prev_a, long long *arg) {
+    long n = (long)tab[FN], d = (long)tab[FD], R = (long)tab[FR], S = (long)tab[FS];
+    if (!params_same(tab)) return -3;
+    if (prev && prev_a == A && !memcmp(prev, cand, (size_t)(A * d) * sizeof(double))) return -4;
+    int finite = 1;
+    for (long i = 0; i < A * d; ++i) finite &= isfinite(cand[i]) != 0;
+    if (!finite) return -5;
+    long a1 = A > 0 ? A : 1;
+    long npad = (n + MR - 1) / MR * MR, apad = A > 0 ? A - A % NR + panel_width(A, A - A % NR) : 0;
+    /* kp [npad, apad] (64-byte aligned), vp [npad, NR], inv, zeros [npad], the kernel rows
+     * (3 + d) A, K_SC then V [n, A] (V of each factor written over K_SC once packed), mean, var
+     * [S, A] and the bound [A] */
+    size_t size = (size_t)(npad * apad) + (size_t)(npad * NR) + 8 + 2 * (size_t)npad
+                  + (size_t)((3 + d) * a1) + (size_t)(n * a1) + (size_t)(2 * S * a1) + 2 * (size_t)a1;
+    double *scratch = malloc(size * sizeof(double));
+    const double **lrow = malloc((size_t)(npad > 0 ? npad : 1) * sizeof(const double *));
+    if (!scratch || !lrow) {
+        free(scratch);
+        free((void *)lrow);
+        return -1;
+    }
+    double *kp = (double *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    double *vp = kp + npad * apad, *inv = vp + npad * NR, *zeros = inv + npad;
+    double *rows = zeros + npad, *kq = rows + (3 + d) * a1, *mean = kq + n * a1;
+    double *var = mean + S * a1, *ucb = var + S * a1, *sumsq = ucb + a1;
+    for (long i = 0; i < npad; ++i) zeros[i] = 0.0;
+    const double *xs = (const double *)(intptr_t)tab[FXS], *w = (const double *)(intptr_t)tab[FW];
+    const double *zb = (const double *)(intptr_t)tab[FZ];
+    kernel_block(n, A, d, xs, cand, w, (long)tab[FDW], (int)tab[FKIND], dbl[0], (int)tab[FSCALE],
+                 NULL, kq, rows);
+    pack_k(n, npad, A, kq, kp);
+    const long long *sel = tab + FFAC + FFACW * R;
+    for (long s = 0; s < S; ++s) {
+        const long long *f = tab + FFAC + FFACW * sel[s];
+        factor_rows(n, npad, (const double *)(intptr_t)f[0], (long)f[1],
+                    (const double *)(intptr_t)f[2], (long)f[3], zeros, lrow, inv);
+        solve_factor(n, npad, A, kp, lrow, inv, zb + sel[s] * tab[FZST], vp, kq, mean + s * A,
+                     sumsq);
+        for (long j = 0; j < A; ++j) { /* rho^2 = max(k(x, x) - colsum(V^2), 0) */
+            double rho2 = dbl[1] - sumsq[j];
+            var[s * A + j] = rho2 > 0.0 ? rho2 : 0.0;
+        }
+    }
+    const double *beta = dbl + 2 + 3 * R;
+    long best = A > 0 ? ucb_argmax(A, S, mean, var, beta, beta + S, ucb, arg) : 0;
+    free(scratch);
+    free((void *)lrow);
+    return best;
+}
+
+/* append: the point x [d] (any point; a candidate of the last select included) with reward y
+ * to every factor, O(n^2) per factor: the kernel column k_S(x) by kernel_block, the new row
+ * L_r^{-1} k_S(x) by solve_factor on one column (the operations, per column, of the scoring:
+ * for a scored candidate the same bits as its column V_r[:, j], its mu_r[j] and
+ * colsum(V_r^2)_j), the pivot d_r = sqrt(k(x, x) + a_r - |L_r^{-1} k_S(x)|^2) and the new entry
+ * (y - z_r^T L_r^{-1} k_S(x)) / d_r of z_r (Flynn & Reeb 2024, App. E.2); the point, the reward
+ * and the scaled point x w are copied into row n of their buffers; n and every m advance in the
+ * table and (d_r, z_new_r) are written to dbl's out. Returns 0; -1 (no scratch memory), -2 (a
+ * buffer is full or a tail must be folded: the caller makes room and rebuilds the table), -3
+ * (a kernel parameter changed); r + 1 when the pivot of factor r is not positive. Nothing is
+ * written unless 0 is returned. */
+int tb_exact_fused_append(long long *tab, double *dbl, const double *x, double y) {
+    long n = (long)tab[FN], d = (long)tab[FD], R = (long)tab[FR];
+    if (n + 1 > tab[FCAP]) return -2;
+    for (long r = 0; r < R; ++r) {
+        const long long *f = tab + FFAC + FFACW * r;
+        if (f[4] >= tab[FBLOCK] || f[3] < f[1] + f[4] + 1 || f[1] + f[4] != n) return -2;
+    }
+    if (!params_same(tab)) return -3;
+    long npad = (n + MR - 1) / MR * MR;
+    /* kp [npad, 4] (aligned), vp [npad, NR], inv, zeros [npad], kernel rows 3 + d, the kernel
+     * column [n], the scaled point [d], the new rows [R, n], mu and colsum [R] */
+    size_t size = (size_t)(npad * 4) + (size_t)(npad * NR) + 8 + 2 * (size_t)npad + (size_t)(3 + d)
+                  + (size_t)(n > 0 ? n : 1) + (size_t)d + (size_t)(R * n) + 2 * (size_t)R + 2;
+    double *scratch = malloc(size * sizeof(double));
+    const double **lrow = malloc((size_t)(npad > 0 ? npad : 1) * sizeof(const double *));
+    if (!scratch || !lrow) {
+        free(scratch);
+        free((void *)lrow);
+        return -1;
+    }
+    double *kp = (double *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    double *vp = kp + npad * 4, *inv = vp + npad * NR, *zeros = inv + npad, *rows = zeros + npad;
+    double *kcol = rows + 3 + d, *cs = kcol + (n > 0 ? n : 1), *cols = cs + d;
+    double *mu = cols + R * n, *ss = mu + R, *out = dbl + 2 + R;
+    for (long i = 0; i < npad; ++i) zeros[i] = 0.0;
+    const double *w = (const double *)(intptr_t)tab[FW];
+    double *zb = (double *)(intptr_t)tab[FZ];
+    kernel_block(n, 1, d, (const double *)(intptr_t)tab[FXS], x, w, (long)tab[FDW],
+                 (int)tab[FKIND], dbl[0], (int)tab[FSCALE], cs, kcol, rows);
+    pack_k(n, npad, 1, kcol, kp);
+    int bad = 0;
+    for (long r = 0; r < R && !bad; ++r) {
+        const long long *f = tab + FFAC + FFACW * r;
+        factor_rows(n, npad, (const double *)(intptr_t)f[0], (long)f[1],
+                    (const double *)(intptr_t)f[2], (long)f[3], zeros, lrow, inv);
+        solve_factor(n, npad, 1, kp, lrow, inv, zb + r * tab[FZST], vp, cols + r * n, mu + r,
+                     ss + r);
+        double d2 = (dbl[1] + dbl[2 + r]) - ss[r];
+        if (!(d2 > 0.0)) bad = (int)r + 1;
+        else out[r] = sqrt(d2), out[R + r] = (y - mu[r]) / out[r];
+    }
+    if (!bad) {
+        for (long r = 0; r < R; ++r) {
+            long long *f = tab + FFAC + FFACW * r;
+            double *row = (double *)(intptr_t)f[2] + (f[4] * f[3]);
+            memcpy(row, cols + r * n, (size_t)n * sizeof(double));
+            row[n] = out[r];
+            zb[r * tab[FZST] + n] = out[R + r];
+            f[4] += 1;
+        }
+        memcpy((double *)(intptr_t)tab[FX] + n * d, x, (size_t)d * sizeof(double));
+        ((double *)(intptr_t)tab[FY])[n] = y;
+        memcpy((double *)(intptr_t)tab[FXS] + n * d, cs, (size_t)d * sizeof(double));
+        tab[FN] = n + 1;
+    }
+    free(scratch);
+    free((void *)lrow);
+    return bad;
+}

@@ -41,6 +41,7 @@ from ..batching import (
     check_batch_rewards,
     check_batched_candidates,
 )
+from ..buffers import set_plain
 from ..confidence import ConfidenceRule, ConstantBeta, IGPBeta, RadiusRule, Variance, as_rule
 from ..confidence.batched import (
     BATCHED_RULES,
@@ -49,10 +50,11 @@ from ..confidence.batched import (
     why_not_per_run_lam,
     why_not_rule,
 )
+from ..confidence.radii import ucb_form
 from ..kernels import check_kernel
 from ..models import ExactKernelRidge
 from ..models.batched_exact import BatchedExactKernelRidge, check_run_values
-from ..validation import check_positive
+from ..validation import check_positive, chosen_row, is_chosen_row
 from .base import RuleUCB, check_model
 from .batch_mode import BatchModeMixin, check_run_lengths
 from .lean_step import LEAN_FORWARDS, LeanStep
@@ -243,7 +245,8 @@ class KernelUCB(BatchModeMixin, LeanStep, RefitMixin, RuleUCB):
         run's UCB argmax (first index on ties), uniform from its own stream in the warm-up."""
         if self.run_streams is None:
             if self._lean_ok():  # the same step without its layers (policies.lean_step)
-                return self._lean_select(candidates)
+                index = self._fused_select(candidates)
+                return index if index is not None else self._lean_select(candidates)
             return super().select(candidates)
         cand = self._check_batch(candidates)
         if self.t < self.n_warmup:
@@ -262,7 +265,9 @@ class KernelUCB(BatchModeMixin, LeanStep, RefitMixin, RuleUCB):
         any run's state changes (``ValueError`` naming the argument)."""
         model = self.batch_model
         if self.run_streams is None or model is None:
-            if self._lean_choice is None or not self._lean_update(x, reward):
+            chosen = self._lean_choice  # the fused step's choice, else the lean step's
+            if chosen is None or not (self._fused_update(x, reward, chosen)
+                                      or self._lean_update(x, reward)):
                 super().update(x, reward)
             return
         n = self.run_streams.n_runs
@@ -271,6 +276,40 @@ class KernelUCB(BatchModeMixin, LeanStep, RefitMixin, RuleUCB):
         model.append(xv, y, validate=False)
         self.dim = xv.shape[1]
         self.t += 1
+
+    def _fused_select(self, candidates: Any) -> int | None:
+        """The single-run ``select`` after the warm-up as one compiled call (the model's
+        ``fused_select``: float64 CPU contiguous ``[A, d]``, finite, checked there) for a rule
+        with a closed form (``ucb_form``), the choice recorded as the lean step records it;
+        ``None`` (nothing recorded): the lean step runs."""
+        if self.t < self.n_warmup or type(candidates) is not Tensor or candidates.requires_grad \
+                or self.refit_offset:
+            return None
+        model = self._modules["model"]
+        fused = getattr(model, "fused_select", None)
+        if fused is None or candidates.ndim != 2 or candidates.shape[1] != self.dim:
+            return None
+        rule, t = self.rule, self.t + 1
+        index = fused(candidates, lambda: ucb_form(rule, model, candidates.shape[0], t))
+        if index is not None:
+            if self._choice is not None:
+                set_plain(self, "_choice", None)
+            set_plain(self, "_lean_choice", chosen_row(candidates, index))
+        return index
+
+    def _fused_update(self, x: Any, reward: Any, chosen: tuple[Tensor, int, int]) -> bool:
+        """The single-run ``update`` of the row :meth:`_fused_select` chose as one compiled call
+        (the model's ``fused_append``); ``False`` (nothing done) for any other point or step."""
+        if not is_chosen_row(x, chosen) or self.refit_offset:
+            return False
+        fused = getattr(self._modules["model"], "fused_append", None)
+        if fused is None or not fused(x, reward, (chosen[0], chosen[1])):
+            return False
+        set_plain(self, "_lean_choice", None)
+        if self.dim is None:
+            self.dim = x.shape[0]
+        set_plain(self, "t", self.t + 1)
+        return True
 
     def diagnostics(self) -> dict[str, Any]:
         """As before; in batched mode ``n`` and the rule's numbers per run (tensors ``[R]``:
