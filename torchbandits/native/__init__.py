@@ -10,7 +10,7 @@ system's C compiler and called through :mod:`ctypes` on the tensors' memory.
 Nothing here is required: when the compiler is missing, the build fails, or the environment
 variable ``TORCHBANDITS_NATIVE=0`` is set, :func:`library` returns ``None`` and every caller takes
 its torch path (which stays the reference: the tests hold the two to rounding). The torch path
-is also the one used on other devices, for batched runs and for tensors that are not float64 /
+is also the one used on other devices, for most batched runs and for tensors that are not float64 /
 float32 contiguous CPU tensors.
 
 Builds are cached per source text, compiler flags and machine in ``$TORCHBANDITS_CACHE/native``
