@@ -26,45 +26,27 @@
  */
 #include "exact_step.c"
 
-/* Per run scratch of the scoring: the scaled points xs [n, d], the kernel rows (3 + d) A,
- * K_SC kq [n, A], V [n, A], the packed kp [npad, apad] and panel vp [npad, NR] (64-byte
- * aligned), inv [npad], zeros [npad]; lrow [npad] the addresses of a factor's rows. */
+/* Per run scratch of the scoring: the scoring's own (exact_step.c's score_scratch: kp, vp, inv,
+ * zeros, lrow), then the scaled points xs [n, d], the kernel rows (3 + d) A, K_SC kq [n, A] and
+ * V [n, A]. */
 typedef struct {
-    double *block, *xs, *rows, *kq, *v, *kp, *vp, *inv, *zeros;
-    const double **lrow;
-    long npad;
+    score_scratch sc;
+    double *xs, *rows, *kq, *v;
 } batch_scratch;
 
 static int scratch_alloc(batch_scratch *s, long n, long A, long d) {
     long a1 = A > 0 ? A : 1, n1 = n > 0 ? n : 1;
-    long npad = (n + MR - 1) / MR * MR;
-    long apad = A > 0 ? A - A % NR + panel_width(A, A - A % NR) : 0;
-    size_t size = (size_t)(n1 * d) + (size_t)((3 + d) * a1) + 2 * (size_t)(n1 * a1)
-                  + (size_t)(npad * apad) + (size_t)(npad * NR) + 8 + 2 * (size_t)npad;
-    s->block = malloc(size * sizeof(double));
-    s->lrow = malloc((size_t)(npad > 0 ? npad : 1) * sizeof(const double *));
-    if (!s->block || !s->lrow) {
-        free(s->block);
-        free((void *)s->lrow);
+    if (score_scratch_alloc(&s->sc, n, A,
+                            (size_t)(n1 * d) + (size_t)((3 + d) * a1) + 2 * (size_t)(n1 * a1)))
         return -1;
-    }
-    s->npad = npad;
-    s->kp = (double *)(((uintptr_t)s->block + 63) & ~(uintptr_t)63);
-    s->vp = s->kp + npad * apad;
-    s->inv = s->vp + npad * NR;
-    s->zeros = s->inv + npad;
-    s->xs = s->zeros + npad;
+    s->xs = s->sc.rest;
     s->rows = s->xs + n1 * d;
     s->kq = s->rows + (3 + d) * a1;
     s->v = s->kq + n1 * a1;
-    for (long i = 0; i < npad; ++i) s->zeros[i] = 0.0;
     return 0;
 }
 
-static void scratch_free(batch_scratch *s) {
-    free(s->block);
-    free((void *)s->lrow);
-}
+static void scratch_free(batch_scratch *s) { score_scratch_free(&s->sc); }
 
 /* xs = x * w of a run's n points [n, d] (row stride d). */
 static void scale_points(long n, long d, const double *x, const double *w, long dw, double *xs) {
@@ -90,13 +72,13 @@ long tb_batch_score(long R, long G, long n, long A, long d, const double *x, lon
         scale_points(n, d, x + r * G * xs_, w, dw, s.xs);
         kernel_block(n, A, d, s.xs, cand + r * A * d, w, dw, kind, outscale, has_scale, NULL,
                      s.kq, s.rows);
-        pack_k(n, s.npad, A, s.kq, s.kp);
+        pack_k(n, s.sc.npad, A, s.kq, s.sc.kp);
         for (long g = 0; g < G; ++g) {
             long m = r * G + g;
             double *mu = mean + m * A, *pr = var + m * A;
-            factor_rows(n, s.npad, NULL, 0, L + m * ls, lc, s.zeros, s.lrow, s.inv);
+            factor_rows(n, s.sc.npad, NULL, 0, L + m * ls, lc, s.sc.zeros, s.sc.lrow, s.sc.inv);
             /* colsum(V^2) into var, then var = max(k_CC - colsum, 0) in place */
-            solve_factor(n, s.npad, A, s.kp, s.lrow, s.inv, z + m * zs, s.vp,
+            solve_factor(n, s.sc.npad, A, s.sc.kp, s.sc.lrow, s.sc.inv, z + m * zs, s.sc.vp,
                          v ? v + m * n * A : s.v, mu, pr);
             if (sumsq) memcpy(sumsq + m * A, pr, (size_t)A * sizeof(double));
             for (long j = 0; j < A; ++j) {
@@ -128,12 +110,13 @@ long tb_batch_append(long R, long G, long n, long d, const double *xnew, const d
         scale_points(n, d, x + r * G * xs_, w, dw, s.xs);
         /* k_S(x_r) [n, 1] by the closed form, V = L^{-1} k_S(x_r) by the scoring's tiles */
         kernel_block(n, 1, d, s.xs, xr, w, dw, kind, outscale, has_scale, NULL, s.kq, s.rows);
-        pack_k(n, s.npad, 1, s.kq, s.kp);
+        pack_k(n, s.sc.npad, 1, s.kq, s.sc.kp);
         for (long g = 0; g < G; ++g) {
             long m = r * G + g;
             double *out = work + m * (n + 2), mu, sumsq;
-            factor_rows(n, s.npad, NULL, 0, L + m * ls, lc, s.zeros, s.lrow, s.inv);
-            solve_factor(n, s.npad, 1, s.kp, s.lrow, s.inv, z + m * zs, s.vp, out, &mu, &sumsq);
+            factor_rows(n, s.sc.npad, NULL, 0, L + m * ls, lc, s.sc.zeros, s.sc.lrow, s.sc.inv);
+            solve_factor(n, s.sc.npad, 1, s.sc.kp, s.sc.lrow, s.sc.inv, z + m * zs, s.sc.vp, out,
+                         &mu, &sumsq);
             double d2 = (kdiag + regs[m]) - sumsq;
             if (!(d2 > 0.0)) {
                 bad = m + 1;

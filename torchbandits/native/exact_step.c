@@ -337,6 +337,41 @@ static void solve_factor(long n, long npad, long A, const double *kp, const doub
  * the grid of Eq. (14)), the minimising r per candidate (arg, may be NULL) and the first index of
  * the largest bound (a NaN counts as largest, as torch.argmax). The minimum takes the first
  * smallest term and propagates a NaN (as torch.min). */
+/* The scoring's scratch for n points and A candidates: the packed kp [npad, apad] (64-byte
+ * aligned), the panel vp [npad, NR], inv [npad], zeros [npad] (zeroed), then `extra` doubles of
+ * the caller's at rest; lrow [npad] the addresses of a factor's rows. Returns 0, or -1 when
+ * memory could not be allocated (nothing to free then). */
+typedef struct {
+    double *block, *kp, *vp, *inv, *zeros, *rest;
+    const double **lrow;
+    long npad;
+} score_scratch;
+
+static int score_scratch_alloc(score_scratch *s, long n, long A, size_t extra) {
+    long npad = (n + MR - 1) / MR * MR, apad = A > 0 ? A - A % NR + panel_width(A, A - A % NR) : 0;
+    size_t size = (size_t)(npad * apad) + (size_t)(npad * NR) + 8 + 2 * (size_t)npad + extra;
+    s->block = malloc(size * sizeof(double));
+    s->lrow = malloc((size_t)(npad > 0 ? npad : 1) * sizeof(const double *));
+    if (!s->block || !s->lrow) {
+        free(s->block);
+        free((void *)s->lrow);
+        return -1;
+    }
+    s->npad = npad;
+    s->kp = (double *)(((uintptr_t)s->block + 63) & ~(uintptr_t)63);
+    s->vp = s->kp + npad * apad;
+    s->inv = s->vp + npad * NR;
+    s->zeros = s->inv + npad;
+    s->rest = s->zeros + npad;
+    for (long i = 0; i < npad; ++i) s->zeros[i] = 0.0;
+    return 0;
+}
+
+static void score_scratch_free(score_scratch *s) {
+    free(s->block);
+    free((void *)s->lrow);
+}
+
 static long ucb_argmax(long A, long R, const double *mean, const double *var, const double *beta,
                        const double *div, double *ucb, long long *arg) {
     long best = 0;
@@ -370,25 +405,17 @@ long tb_exact_score(long n, long A, long d, long R, const double *xs, const doub
                     double kdiag, const long long *fac, double *v, double *mean, double *sumsq,
                     double *cs, double *kq, double *var, const double *bound, long long *arg) {
     long a1 = A > 0 ? A : 1;
-    long npad = (n + MR - 1) / MR * MR, apad = A > 0 ? A - A % NR + panel_width(A, A - A % NR) : 0;
-    /* scratch: the packed kp [npad, apad] and the panel vp [npad, NR] (64-byte aligned), inv
-     * [npad], zeros [npad], the kernel rows (3 + d) A, then var R A and the bound A when not
-     * kept, then K_SC [n, A] when not kept and R > 1 (with one factor V is computed in place
-     * of K: K is packed first); lrow [npad] the addresses of the rows of L */
-    size_t size = (size_t)(npad * apad) + (size_t)(npad * NR) + 8 + 2 * (size_t)npad
-                  + (size_t)((3 + d) * a1) + (var ? 0 : (size_t)(R * a1)) + (size_t)a1
-                  + (kq || R <= 1 ? 0 : (size_t)(n * a1));
-    double *scratch = malloc(size * sizeof(double));
-    const double **lrow = malloc((size_t)(npad > 0 ? npad : 1) * sizeof(const double *));
-    if (!scratch || !lrow) {
-        free(scratch);
-        free((void *)lrow);
+    /* scratch after the scoring's own: the kernel rows (3 + d) A, then var R A and the bound A
+     * when not kept, then K_SC [n, A] when not kept and R > 1 (with one factor V is computed in
+     * place of K: K is packed first) */
+    score_scratch sc;
+    if (score_scratch_alloc(&sc, n, A, (size_t)((3 + d) * a1) + (var ? 0 : (size_t)(R * a1))
+                            + (size_t)a1 + (kq || R <= 1 ? 0 : (size_t)(n * a1))))
         return -1;
-    }
-    double *kp = (double *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
-    double *vp = kp + npad * apad, *inv = vp + npad * NR, *zeros = inv + npad;
-    double *rows = zeros + npad, *rest = rows + (3 + d) * a1;
-    for (long i = 0; i < npad; ++i) zeros[i] = 0.0;
+    long npad = sc.npad;
+    double *kp = sc.kp, *vp = sc.vp, *inv = sc.inv, *zeros = sc.zeros;
+    const double **lrow = sc.lrow;
+    double *rows = sc.rest, *rest = rows + (3 + d) * a1;
     if (!var) var = rest, rest += R * a1;
     double *ucb = rest;
     rest += a1;
@@ -409,8 +436,7 @@ long tb_exact_score(long n, long A, long d, long R, const double *xs, const doub
     }
     long best = 0;
     if (bound && A > 0) best = ucb_argmax(A, R, mean, var, bound, bound + R, ucb, arg);
-    free(scratch);
-    free((void *)lrow);
+    score_scratch_free(&sc);
     return best;
 }
 
@@ -497,24 +523,17 @@ long tb_exact_fused_select(const long long *tab, const double *dbl, const double
     for (long i = 0; i < A * d; ++i) finite &= isfinite(cand[i]) != 0;
     if (!finite) return -5;
     long a1 = A > 0 ? A : 1;
-    long npad = (n + MR - 1) / MR * MR, apad = A > 0 ? A - A % NR + panel_width(A, A - A % NR) : 0;
-    /* kp [npad, apad] (64-byte aligned), vp [npad, NR], inv, zeros [npad], the kernel rows
-     * (3 + d) A, K_SC then V [n, A] (V of each factor written over K_SC once packed), mean, var
-     * [S, A] and the bound [A] */
-    size_t size = (size_t)(npad * apad) + (size_t)(npad * NR) + 8 + 2 * (size_t)npad
-                  + (size_t)((3 + d) * a1) + (size_t)(n * a1) + (size_t)(2 * S * a1) + 2 * (size_t)a1;
-    double *scratch = malloc(size * sizeof(double));
-    const double **lrow = malloc((size_t)(npad > 0 ? npad : 1) * sizeof(const double *));
-    if (!scratch || !lrow) {
-        free(scratch);
-        free((void *)lrow);
+    /* after the scoring's scratch: the kernel rows (3 + d) A, K_SC then V [n, A] (V of each
+     * factor written over K_SC once packed), mean, var [S, A], the bound [A] and colsum [A] */
+    score_scratch sc;
+    if (score_scratch_alloc(&sc, n, A, (size_t)((3 + d) * a1) + (size_t)(n * a1)
+                            + (size_t)(2 * S * a1) + 2 * (size_t)a1))
         return -1;
-    }
-    double *kp = (double *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
-    double *vp = kp + npad * apad, *inv = vp + npad * NR, *zeros = inv + npad;
-    double *rows = zeros + npad, *kq = rows + (3 + d) * a1, *mean = kq + n * a1;
+    long npad = sc.npad;
+    double *kp = sc.kp, *vp = sc.vp, *inv = sc.inv, *zeros = sc.zeros;
+    const double **lrow = sc.lrow;
+    double *rows = sc.rest, *kq = rows + (3 + d) * a1, *mean = kq + n * a1;
     double *var = mean + S * a1, *ucb = var + S * a1, *sumsq = ucb + a1;
-    for (long i = 0; i < npad; ++i) zeros[i] = 0.0;
     const double *xs = (const double *)(intptr_t)tab[FXS], *w = (const double *)(intptr_t)tab[FW];
     const double *zb = (const double *)(intptr_t)tab[FZ];
     kernel_block(n, A, d, xs, cand, w, (long)tab[FDW], (int)tab[FKIND], dbl[0], (int)tab[FSCALE],
@@ -534,8 +553,7 @@ long tb_exact_fused_select(const long long *tab, const double *dbl, const double
     }
     const double *beta = dbl + 2 + 3 * R;
     long best = A > 0 ? ucb_argmax(A, S, mean, var, beta, beta + S, ucb, arg) : 0;
-    free(scratch);
-    free((void *)lrow);
+    score_scratch_free(&sc);
     return best;
 }
 
@@ -558,23 +576,17 @@ int tb_exact_fused_append(long long *tab, double *dbl, const double *x, double y
         if (f[4] >= tab[FBLOCK] || f[3] < f[1] + f[4] + 1 || f[1] + f[4] != n) return -2;
     }
     if (!params_same(tab)) return -3;
-    long npad = (n + MR - 1) / MR * MR;
-    /* kp [npad, 4] (aligned), vp [npad, NR], inv, zeros [npad], kernel rows 3 + d, the kernel
-     * column [n], the scaled point [d], the new rows [R, n], mu and colsum [R] */
-    size_t size = (size_t)(npad * 4) + (size_t)(npad * NR) + 8 + 2 * (size_t)npad + (size_t)(3 + d)
-                  + (size_t)(n > 0 ? n : 1) + (size_t)d + (size_t)(R * n) + 2 * (size_t)R + 2;
-    double *scratch = malloc(size * sizeof(double));
-    const double **lrow = malloc((size_t)(npad > 0 ? npad : 1) * sizeof(const double *));
-    if (!scratch || !lrow) {
-        free(scratch);
-        free((void *)lrow);
+    /* after the scoring's scratch (one column): kernel rows 3 + d, the kernel column [n], the
+     * scaled point [d], the new rows [R, n], mu and colsum [R] */
+    score_scratch sc;
+    if (score_scratch_alloc(&sc, n, 1, (size_t)(3 + d) + (size_t)(n > 0 ? n : 1) + (size_t)d
+                            + (size_t)(R * n) + 2 * (size_t)R + 2))
         return -1;
-    }
-    double *kp = (double *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
-    double *vp = kp + npad * 4, *inv = vp + npad * NR, *zeros = inv + npad, *rows = zeros + npad;
+    long npad = sc.npad;
+    double *kp = sc.kp, *vp = sc.vp, *inv = sc.inv, *zeros = sc.zeros, *rows = sc.rest;
+    const double **lrow = sc.lrow;
     double *kcol = rows + 3 + d, *cs = kcol + (n > 0 ? n : 1), *cols = cs + d;
     double *mu = cols + R * n, *ss = mu + R, *out = dbl + 2 + R;
-    for (long i = 0; i < npad; ++i) zeros[i] = 0.0;
     const double *w = (const double *)(intptr_t)tab[FW];
     double *zb = (double *)(intptr_t)tab[FZ];
     kernel_block(n, 1, d, (const double *)(intptr_t)tab[FXS], x, w, (long)tab[FDW],
@@ -605,7 +617,6 @@ int tb_exact_fused_append(long long *tab, double *dbl, const double *x, double y
         memcpy((double *)(intptr_t)tab[FXS] + n * d, cs, (size_t)d * sizeof(double));
         tab[FN] = n + 1;
     }
-    free(scratch);
-    free((void *)lrow);
+    score_scratch_free(&sc);
     return bad;
 }
