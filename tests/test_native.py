@@ -80,3 +80,26 @@ def test_cache_key_text_follows_quoted_includes(tmp_path):
     assert text.count(b"int a;") == 1 and b"int b;" in text and b"int c;" in text
     (tmp_path / "c.h").write_text("int c2;\n")
     assert _source_text(tmp_path / "a.c") != text
+
+
+@needs_cc
+def test_signed_sets_the_signatures_once_per_loaded_library(tmp_path, monkeypatch):
+    """``signed`` returns the library with its functions' argument and result types set, sets them
+    again for a library loaded anew (after ``forget``), and is ``None`` while switched off."""
+    monkeypatch.setenv("TORCHBANDITS_CACHE", str(tmp_path))
+    native.forget("selftest")
+    sig = {"axpy": ([ctypes.c_long, ctypes.c_double, ctypes.c_void_p, ctypes.c_void_p], None)}
+    lib = native.signed("selftest", sig)
+    assert lib is not None and lib.axpy.restype is None and len(lib.axpy.argtypes) == 4
+    lib.axpy.argtypes = []                 # not reset while the same library stays loaded
+    assert native.signed("selftest", sig).axpy.argtypes == []
+    native.forget("selftest")
+    again = native.signed("selftest", sig)
+    assert again is not lib and len(again.axpy.argtypes) == 4
+    x = torch.ones(3, dtype=torch.float64)
+    y = torch.zeros(3, dtype=torch.float64)
+    again.axpy(3, 2.0, x.data_ptr(), y.data_ptr())
+    assert torch.equal(y, torch.full((3,), 2.0, dtype=torch.float64))
+    with native.disabled():
+        assert native.signed("selftest", sig) is None
+    native.forget("selftest")

@@ -31,14 +31,14 @@ import subprocess
 import tempfile
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from torch import Tensor
 
-__all__ = ["CFLAGS", "cache_dir", "disabled", "enabled", "forget", "library", "pointer"]
+__all__ = ["CFLAGS", "cache_dir", "disabled", "enabled", "forget", "library", "pointer", "signed"]
 
 CFLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fPIC", "-shared", "-fno-math-errno",
                            "-std=c99")
@@ -151,6 +151,23 @@ def library(name: str) -> ctypes.CDLL | None:
         if name not in _LIBS:
             _LIBS[name] = _build(name)
         return _LIBS[name]
+
+
+_SIGNED: dict[str, ctypes.CDLL] = {}   # name -> the loaded library whose signatures are set
+
+
+def signed(name: str, signatures: Mapping[str, tuple[Sequence[Any], Any]]) -> ctypes.CDLL | None:
+    """:func:`library` ``(name)`` with the argument and result types of its functions set from
+    ``signatures`` (``{function: (argtypes, restype)}``) once per loaded library, or ``None``."""
+    lib = library(name)
+    if lib is None or _SIGNED.get(name) is lib:
+        return lib
+    for fn, (args, result) in signatures.items():
+        entry = getattr(lib, fn)
+        entry.argtypes = list(args)
+        entry.restype = result
+    _SIGNED[name] = lib
+    return lib
 
 
 def forget(name: str) -> None:

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from . import library, pointer
+from . import pointer, signed
 
 __all__ = ["available", "blas_pointers", "dtc_round", "dtc_rounds", "linearized_draw", "qualifies",
            "record_rounds", "set_dictionary", "ucb_argmax", "ucb_argmax_rounds"]
@@ -39,7 +39,6 @@ __all__ = ["available", "blas_pointers", "dtc_round", "dtc_rounds", "linearized_
 _P = ctypes.c_void_p
 _L = ctypes.c_long
 _D = ctypes.c_double
-_READY: set[int] = set()  # ids of the libraries whose signatures are set
 _BLAS_NAMES = ("dpotrf_", "dtrsm_", "dgemm_", "dgemv_", "ddot_")  # the order bkb_step.c reads
 _BLAS: list[ctypes.Array[ctypes.c_void_p] | None] = []  # resolved once per process
 
@@ -63,29 +62,23 @@ def blas_pointers() -> ctypes.Array[ctypes.c_void_p] | None:
     return found
 
 
+_SIGNATURES = {
+    "bkb_dtc_round": ([_P, _L, _L, _L, _P, _P, _P, _P, _P, _D, _D, _D, _D, _P, _P, _P],
+                      ctypes.c_int),
+    "bkb_dtc_rounds": ([_P, _L, _L, _L, _P, _L, _P, _L, _P, _L, _P, _P, _L, _P, _P, _D, _D, _D, _P,
+                        _P, _P, _P, _P], _L),
+    "bkb_ucb_argmax": ([_L, _P, _P, _D, _P], _L),
+    "bkb_draw": ([_L, _P, _P, _P, _P, _D, _P, _P], _L),
+    "bkb_ucb_argmax_rounds": ([_L, _L, _P, _P, _P, _P], None),
+    "bkb_record_rounds": ([_L, _L, _L, _L, _P, _P, _P, _P, _P, _P, _L, _P, _L, _P, _P, _L, _P, _P,
+                           _L, _P, _P, _P, _D, _P, _L], _L),
+    "bkb_set_dictionary": ([_L, _L, _L, _P, _L, _P, _L, _P, _P], None),
+}
+
+
 def _lib() -> ctypes.CDLL | None:
     """The compiled ``bkb_step`` library with its signatures set (once per library), or ``None``."""
-    lib = library("bkb_step")
-    if lib is None or id(lib) in _READY:
-        return lib
-    lib.bkb_dtc_round.argtypes = [_P, _L, _L, _L, _P, _P, _P, _P, _P, _D, _D, _D, _D, _P, _P, _P]
-    lib.bkb_dtc_round.restype = ctypes.c_int
-    lib.bkb_dtc_rounds.argtypes = [_P, _L, _L, _L, _P, _L, _P, _L, _P, _L, _P, _P, _L, _P, _P,
-                                   _D, _D, _D, _P, _P, _P, _P, _P]
-    lib.bkb_dtc_rounds.restype = _L
-    lib.bkb_ucb_argmax.argtypes = [_L, _P, _P, _D, _P]
-    lib.bkb_ucb_argmax.restype = _L
-    lib.bkb_draw.argtypes = [_L, _P, _P, _P, _P, _D, _P, _P]
-    lib.bkb_draw.restype = _L
-    lib.bkb_ucb_argmax_rounds.argtypes = [_L, _L, _P, _P, _P, _P]
-    lib.bkb_ucb_argmax_rounds.restype = None
-    lib.bkb_record_rounds.argtypes = [_L, _L, _L, _L, _P, _P, _P, _P, _P, _P, _L, _P, _L, _P, _P,
-                                      _L, _P, _P, _L, _P, _P, _P, _D, _P, _L]
-    lib.bkb_record_rounds.restype = _L
-    lib.bkb_set_dictionary.argtypes = [_L, _L, _L, _P, _L, _P, _L, _P, _P]
-    lib.bkb_set_dictionary.restype = None
-    _READY.add(id(lib))
-    return lib
+    return signed("bkb_step", _SIGNATURES)
 
 
 def available() -> bool:

@@ -16,7 +16,7 @@ import ctypes
 import torch
 from torch import Tensor
 
-from . import library, pointer
+from . import pointer, signed
 
 __all__ = ["RBF_MAX_DIM", "available", "kors_quadratic", "rank_one_sub", "rbf_block", "rbf_exponent",
            "score"]
@@ -35,20 +35,11 @@ _SIGNATURES = {
 #: the input dimensions where :func:`rbf_exponent` is torch's ``cdist`` to the bit (its loop sums
 #: the coordinates' squares in order there; for some larger dimensions it does not, measured)
 RBF_MAX_DIM = 2
-_READY: set[int] = set()
 
 
 def _lib() -> ctypes.CDLL | None:
     """The library with its signatures set (once per loaded library), or ``None``."""
-    lib = library("ekucb_batch")
-    if lib is None or id(lib) in _READY:
-        return lib
-    for name, args in _SIGNATURES.items():
-        fn = getattr(lib, name)
-        fn.argtypes = args
-        fn.restype = None
-    _READY.add(id(lib))
-    return lib
+    return signed("ekucb_batch", {name: (args, None) for name, args in _SIGNATURES.items()})
 
 
 def _ok(*tensors: Tensor) -> bool:

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 from torch import Tensor
 
-from . import library
+from . import signed
 
 __all__ = ["FUSED", "KINDS", "MAX_N", "append", "available", "score"]
 
@@ -52,25 +52,18 @@ FUSED = {"n": 0, "d": 1, "factors": 2, "kind": 3, "has_scale": 4, "dw": 5, "cap"
 _L = ctypes.c_long
 _P = ctypes.c_void_p
 _D = ctypes.c_double
-_CONFIGURED: list[ctypes.CDLL] = []  # the libraries whose argument types are set
+_SIGNATURES = {
+    "tb_exact_score": ([_L, _L, _L, _L, _P, _P, _P, _L, ctypes.c_int, _D, ctypes.c_int, _D, _P, _P,
+                        _P, _P, _P, _P, _P, _P, _P], _L),
+    "tb_exact_append": ([_L, _L, _L, _L, _L, _P, _D, _P, _D, _P, _P, _P, _L, _P], ctypes.c_int),
+    "tb_exact_fused_select": ([_P, _P, _P, _L, _P, _L, _P], _L),
+    "tb_exact_fused_append": ([_P, _P, _P, _D], ctypes.c_int),
+}
 
 
 def available() -> ctypes.CDLL | None:
     """The library with its argument types set, or ``None`` (off or not buildable)."""
-    lib = library("exact_step")
-    if lib is None or lib in _CONFIGURED:
-        return lib
-    lib.tb_exact_score.argtypes = [_L, _L, _L, _L, _P, _P, _P, _L, ctypes.c_int, _D,
-                                   ctypes.c_int, _D, _P, _P, _P, _P, _P, _P, _P, _P, _P]
-    lib.tb_exact_score.restype = _L
-    lib.tb_exact_append.argtypes = [_L, _L, _L, _L, _L, _P, _D, _P, _D, _P, _P, _P, _L, _P]
-    lib.tb_exact_append.restype = ctypes.c_int
-    lib.tb_exact_fused_select.argtypes = [_P, _P, _P, _L, _P, _L, _P]
-    lib.tb_exact_fused_select.restype = _L
-    lib.tb_exact_fused_append.argtypes = [_P, _P, _P, _D]
-    lib.tb_exact_fused_append.restype = ctypes.c_int
-    _CONFIGURED.append(lib)
-    return lib
+    return signed("exact_step", _SIGNATURES)
 
 
 def score(lib: ctypes.CDLL, n: int, xs: Tensor, cand: Tensor, weight: Tensor, kind: int,

@@ -24,7 +24,7 @@ import ctypes
 
 from torch import Tensor
 
-from . import library
+from . import signed
 
 __all__ = ["append", "available", "score"]
 
@@ -32,22 +32,17 @@ _L = ctypes.c_long
 _P = ctypes.c_void_p
 _D = ctypes.c_double
 _I = ctypes.c_int
-_CONFIGURED: list[ctypes.CDLL] = []  # the libraries whose argument types are set
+_SIGNATURES = {
+    "tb_batch_score": ([_L, _L, _L, _L, _L, _P, _L, _P, _P, _L, _I, _D, _I, _D, _P, _L, _L, _P, _L,
+                        _P, _P, _P, _P], _L),
+    "tb_batch_append": ([_L, _L, _L, _L, _P, _P, _P, _L, _P, _L, _P, _L, _I, _D, _I, _D, _P, _L, _L,
+                         _P, _L, _P, _P], _L),
+}
 
 
 def available() -> ctypes.CDLL | None:
     """The library with its argument types set, or ``None`` (off or not buildable)."""
-    lib = library("exact_batch")
-    if lib is None or lib in _CONFIGURED:
-        return lib
-    lib.tb_batch_score.argtypes = [_L, _L, _L, _L, _L, _P, _L, _P, _P, _L, _I, _D, _I, _D,
-                                   _P, _L, _L, _P, _L, _P, _P, _P, _P]
-    lib.tb_batch_score.restype = _L
-    lib.tb_batch_append.argtypes = [_L, _L, _L, _L, _P, _P, _P, _L, _P, _L, _P, _L, _I, _D, _I,
-                                    _D, _P, _L, _L, _P, _L, _P, _P]
-    lib.tb_batch_append.restype = _L
-    _CONFIGURED.append(lib)
-    return lib
+    return signed("exact_batch", _SIGNATURES)
 
 
 def _kernel(kernel: tuple[Tensor, int, float | None, float]) -> tuple[int, int, int, float, int,
