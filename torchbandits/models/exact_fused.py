@@ -265,7 +265,7 @@ class ExactFused:
         count = len(ft.factors)
         out = ft.dbl[2 + count: 2 + 3 * count]
         for r, f in enumerate(ft.factors):
-            object.__setattr__(f, "m", f.m + 1)  # (GrowingCholesky.close_row)
+            f.close_row()   # the row C wrote at the tail's open address
             self._advance(r, n, out[r], out[count + r])  # type: ignore[attr-defined]
         ft.n = n + 1
         ft.lean[1] = n + 1  # the scaled row written too
