@@ -102,6 +102,40 @@ def test_every_step_is_fused_and_matches_the_torch_path(method, monkeypatch):
     _same(fused, _torch_run(method))
 
 
+@pytest.mark.parametrize("method", ["AMM", "DMM"])
+def test_a_declined_rebuild_at_a_full_buffer_leaves_the_general_append_a_sound_model(
+        method, monkeypatch):
+    """At a full buffer or tail the fused append makes room (regrows the buffers, folds a full
+    tail) and rebuilds its table; if that rebuild declines, the general append runs on the room
+    made: the run must still equal the torch path's (no row counted twice, none lost)."""
+    lib = nx.available()
+    real = lib.tb_exact_fused_append
+    full = {"hits": 0, "decline": False}
+
+    def append(*args):
+        rc = real(*args)
+        if rc == -2:
+            full["hits"] += 1
+            full["decline"] = True
+        return rc
+
+    build = ExactKernelRidge._fused_build
+
+    def declining_build(self):
+        if full["decline"]:
+            full["decline"] = False
+            return None
+        return build(self)
+
+    monkeypatch.setattr(lib, "tb_exact_fused_append", append)
+    monkeypatch.setattr(ExactKernelRidge, "_fused_build", declining_build)
+    spy = _Spy(monkeypatch)
+    declined = _run(method)
+    assert full["hits"] >= 3   # the buffers regrow at 16, 32, 64, 128 and the tails fold
+    assert spy.appends == 149 - full["hits"]   # each declined round took the general append
+    _same(declined, _torch_run(method))
+
+
 def _deepcopy_at_40(policy, t):
     return copy.deepcopy(policy) if t == 40 else None
 
