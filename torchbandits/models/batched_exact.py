@@ -147,7 +147,7 @@ class BatchedExactKernelRidge(BatchedExactNative, ResizableModule):
         self._cache = None
         self._extra = {}
         self._scaled.clear()
-        self._pending = None
+        self._pending = self._pivots = None
         self._inverse.restart()    # rebuilt from the loaded factor at the next use ...
         if state.get("no_inverse", False):
             self._inverse.drop()   # ... unless the saved model solved with the factor
@@ -158,7 +158,7 @@ class BatchedExactKernelRidge(BatchedExactNative, ResizableModule):
         self._inverse.restart()
         self._scaled.clear()
         self.workspace.clear()
-        self._pending = None
+        self._pending = self._pivots = None
         return super()._apply(fn, *args, **kwargs)
 
     def reset(self) -> None:
@@ -167,7 +167,7 @@ class BatchedExactKernelRidge(BatchedExactNative, ResizableModule):
         self._cache = None
         self._extra = {}
         self._inverse.restart()
-        self._pending = None
+        self._pending = self._pivots = None
         self._scaled.clear()       # the kernel's hyper-parameters are read again
 
     def inverse_valid(self) -> bool:
@@ -343,7 +343,7 @@ class BatchedExactKernelRidge(BatchedExactNative, ResizableModule):
         n = self._n
         if n == 0:
             return self._lam.new_zeros(self.n_runs)
-        diag = torch.diagonal(self._L[:, :n, :n], dim1=-2, dim2=-1)
+        diag = self.factor_diagonal(n)   # [R, n]: L_ii (a contiguous copy where it is kept)
         key = ("log_lam", id(self._lam), self._lam._version)      # log λ, once per λ tensor
         if key not in self._extra:
             self._extra[key] = torch.log(self._lam)

@@ -75,6 +75,7 @@ class BatchedExactNative:
     _buffers: dict[str, Tensor]   # (read directly: no ``nn.Module.__getattr__`` per buffer)
     _n: int
     _pending: tuple[tuple[Any, ...], Tensor, Tensor] | None = None
+    _pivots: tuple[Tensor, int, int, Tensor] | None = None   # (L, its version, n, diag [R, cap])
     kernel: Any
     workspace: Any
     _scaled: Any
@@ -119,6 +120,30 @@ class BatchedExactNative:
         L, z, x = b["_L"], b["_z"], b["_x"]
         return (self._n, L.data_ptr(), L._version, z.data_ptr(), z._version, x.data_ptr(),
                 x._version)
+
+    def factor_diagonal(self, n: int) -> Tensor:
+        """The factors' diagonals ``L_ii`` ``[R, n]``: a view of a contiguous copy while it is
+        kept (the compiled appends write each new pivot into it, so a round reads ``R·n``
+        contiguous numbers instead of one cache line per pivot spread over the factors), else
+        the strided diagonal of the factors (the torch path's appends, other devices). The
+        copy is valid for the factor tensor and version counter it was made from and ``n``."""
+        piv, chol = self._pivots, self._buffers["_L"]
+        if piv is not None and piv[0] is chol and piv[1] == chol._version and piv[2] == n:
+            return piv[3][:, :n]
+        return torch.diagonal(chol[:, :n, :n], dim1=-2, dim2=-1)
+
+    def _keep_pivots(self, n: int, before: Tensor, work: Tensor) -> None:
+        """After a compiled append at ``n`` points: the copy of the diagonals gains the new
+        pivots (``work`` ``[R·G·(n + 2)]``: per member ``(l, d, z_n)``) if it was valid for the
+        factor ``before`` the append, else it is made from the factor (once)."""
+        piv, chol = self._pivots, self._buffers["_L"]
+        if piv is not None and piv[0] is before and piv[1] == before._version and piv[2] == n:
+            buf = grow_rows(piv[3], n + 1, dims=(1,))
+            buf[:, n] = work.view(-1, n + 2)[:, n]
+        else:
+            buf = chol.new_empty(chol.shape[0], chol.shape[1])
+            buf[:, : n + 1] = torch.diagonal(chol[:, : n + 1, : n + 1], dim1=-2, dim2=-1)
+        set_plain(self, "_pivots", (chol, chol._version, n + 1, buf))
 
     # ------------------------------------------------------------------ the compiled calls
     def mean_var_native(self, cand: Tensor, groups: int = 1, *, keep: bool = False
@@ -205,6 +230,7 @@ class BatchedExactNative:
             return False
         pend = None if pending is None or pending[0] != self._pending_key() \
             or pending[2].shape != x.shape else pending[1:]
+        before = b["_L"]
         for name, dims in (("_L", (1, 2)), ("_x", (1,)), ("_y", (1,)), ("_z", (1,))):
             buf = b[name]
             grown = grow_rows(buf, n + 1, dims=dims)
@@ -218,5 +244,6 @@ class BatchedExactNative:
             return False   # a pivot not positive: nothing written, the torch path rejects or flags
         if not self._inverse.off:
             self._inverse.restart()   # not bordered here: rebuilt from the factor if needed
+        self._keep_pivots(n, before, work)
         set_plain(self, "_n", n + 1)
         return True
