@@ -24,8 +24,9 @@
  * (exact_step.c's ucb_argmax, the rule of the fused single-run select: one term for the radius
  * rules and AMM, Flynn & Reeb 2024, Sec. 5.5; the G = 5 regularisers of DMM, Sec. 5.4, the
  * minimum over the grid of Eq. (14)); and, for the chosen candidate c_r, the pieces of its append
- * ("pending": per member l = L_m^{-1} k_S(c_r), z_m^T l and |l|^2) while the run's factors are in
- * the cache.
+ * ("pending": per member l = L_m^{-1} k_S(c_r), z_m^T l and |l|^2), read off the scoring: column
+ * c_r of V_m, mu_m and colsum(V_m^2) (V kept in scratch for the run's members: n A stores per
+ * member, against an O(n^2) second pass over the factor for the append).
  *
  * Appending x_r [d] with reward y_r to every run (the bordered Cholesky step, Flynn & Reeb 2024,
  * App. E.2): per member the new row l = L_m^{-1} k_S(x_r) (the same tile code on one column: the
@@ -138,12 +139,14 @@ long tb_batch_score(long R, long G, long n, long A, long d, const double *x, lon
 }
 
 /* Select one candidate per run (see the top of the file): the scoring of tb_batch_score (its
- * arguments up to zs; mean and var in scratch), then per run r the first index of the largest
- * bound min_g (sqrt(var_m / div[m]) beta[m] + mu_m), m = r G + g (exact_step.c's ucb_argmax: a
- * NaN counts as largest, as torch.argmax; the minimum takes the first smallest term), into
- * best [R] (int64); where not NULL the minimising g per candidate into arg [R, A] (int64), and
- * the chosen candidate's append pieces into pend [R*G, n + 2] (point_pieces) and its point into
- * pend_x [R, d]. Returns 0, or -1 when scratch memory could not be allocated. */
+ * arguments up to zs; mean, var and each member's V in scratch), then per run r the first index
+ * j of the largest bound min_g (sqrt(var_m / div[m]) beta[m] + mu_m), m = r G + g (exact_step.c's
+ * ucb_argmax: a NaN counts as largest, as torch.argmax; the minimum takes the first smallest
+ * term), into best [R] (int64); where not NULL the minimising g per candidate into arg [R, A]
+ * (int64), and the chosen candidate's append pieces into pend [R*G, n + 2]: per member column j
+ * of V, mu_m[j] and colsum(V_m^2)_j (the numbers point_pieces computes for that point: the
+ * solve is column by column the same operations), and its point into pend_x [R, d].
+ * Returns 0, or -1 when scratch memory could not be allocated. */
 long tb_batch_select(long R, long G, long n, long A, long d, const double *x, long xs_,
                      const double *cand, const double *w, long dw, int kind, double outscale,
                      int has_scale, double kdiag, const double *L, long ls, long lc,
@@ -151,23 +154,27 @@ long tb_batch_select(long R, long G, long n, long A, long d, const double *x, lo
                      long long *best, long long *arg, double *pend, double *pend_x) {
     kernel_args k = {w, dw, kind, outscale, has_scale, kdiag};
     batch_scratch s;
-    long a1 = A > 0 ? A : 1;
-    double *mv = malloc((size_t)((2 * G + 1) * a1) * sizeof(double));
+    long a1 = A > 0 ? A : 1, n1 = n > 0 ? n : 1;
+    /* per member of a run: mu, colsum(V^2), var [G, A], the bound [A]; V [G, n, A] if pend */
+    double *mv = malloc(((size_t)((3 * G + 1) * a1) + (pend ? (size_t)(G * n1 * a1) : 0))
+                        * sizeof(double));
     if (!mv || scratch_alloc(&s, n, A, d)) {
         free(mv);
         return -1;
     }
-    double *mean = mv, *var = mv + G * a1, *ucb = var + G * a1;
+    double *mean = mv, *ss = mv + G * a1, *var = ss + G * a1, *ucb = var + G * a1;
+    double *vs = pend ? ucb + a1 : NULL;
     for (long r = 0; r < R; ++r) {
         const double *cr = cand + r * A * d;
         scale_points(n, d, x + r * G * xs_, w, dw, s.xs);
         kernel_packed(&s, n, A, d, cr, &k);
         for (long g = 0; g < G; ++g) {
             long m = r * G + g;
-            double *pr = var + g * A;
-            member_solve(&s, n, A, L + m * ls, lc, z + m * zs, NULL, mean + g * A, pr);
+            double *sg = ss + g * A, *pr = var + g * A;
+            member_solve(&s, n, A, L + m * ls, lc, z + m * zs, vs ? vs + g * n * A : NULL,
+                         mean + g * A, sg);
             for (long j = 0; j < A; ++j) {
-                double rho2 = kdiag - pr[j];
+                double rho2 = kdiag - sg[j];
                 pr[j] = rho2 > 0.0 ? rho2 : 0.0;
             }
         }
@@ -175,7 +182,13 @@ long tb_batch_select(long R, long G, long n, long A, long d, const double *x, lo
                                     arg ? arg + r * A : NULL) : 0;
         best[r] = j;
         if (pend && A > 0) {
-            point_pieces(&s, r, G, n, d, cr + j * d, &k, L, ls, lc, z, zs, pend);
+            for (long g = 0; g < G; ++g) {
+                double *o = pend + (r * G + g) * (n + 2);
+                const double *vg = vs + g * n * A + j;
+                for (long i = 0; i < n; ++i) o[i] = vg[i * A];
+                o[n] = mean[g * A + j];
+                o[n + 1] = ss[g * A + j];
+            }
             memcpy(pend_x + r * d, cr + j * d, (size_t)d * sizeof(double));
         }
     }
