@@ -222,3 +222,31 @@ def test_a_fixed_set_goes_to_the_candidate_cache(monkeypatch: pytest.MonkeyPatch
     assert model.ucb_argmax(arms, ones, ones) is None       # again: the caches serve it
     assert model.ucb_argmax(arms.clone(), ones, ones) is None   # the same values too
     assert calls.select == 1
+
+
+def test_sets_with_a_run_stride_are_read_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each run's ``[A, d]`` contiguous at any run stride (a batched environment's rounds are
+    views of a block drawn ahead) is scored and selected from its own memory, with the numbers
+    of a contiguous copy."""
+    model, twin = _model(cache=False), _model(cache=False)
+    block = torch.rand(3, 4, 30, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
+    ones = torch.ones(3, dtype=torch.float64)
+    copies = []
+    real = torch.Tensor.contiguous
+
+    def counted(t: torch.Tensor, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if not t.is_contiguous():
+            copies.append(t.shape)
+        return real(t, *args, **kwargs)
+
+    for k in range(4):
+        view = block[:, k]                      # [3, 30, 2], run stride 4·30·2
+        dense = view.clone()
+        monkeypatch.setattr(torch.Tensor, "contiguous", counted)
+        got, scores = model.ucb_argmax(view, 2 * ones, ones), model.mean_var(view)
+        monkeypatch.undo()
+        want = twin.ucb_argmax(dense, 2 * ones, ones)
+        assert got is not None and want is not None and torch.equal(got[0], want[0])
+        for a, b in zip(scores, twin.mean_var(dense), strict=True):
+            assert torch.equal(a, b)
+    assert copies == []

@@ -101,13 +101,15 @@ class BatchedExactNative:
 
     def _native_scoring(self, cand: Tensor, groups: int
                         ) -> tuple[Any, Tensor, tuple[Tensor, int, float | None, float]] | None:
-        """``(library, contiguous candidates, kernel)`` if the candidates ``[R, A, d]`` of the
-        ``R = n_runs / groups`` runs can be scored in C now, else ``None``."""
+        """``(library, candidates, kernel)`` if the candidates ``[R, A, d]`` of the
+        ``R = n_runs / groups`` runs can be scored in C now (each run's ``[A, d]`` contiguous,
+        any run stride: else a contiguous copy), else ``None``."""
         n, b = self._n, self._buffers
         if n == 0 or n > nx.MAX_N or cand.dtype is not _F64 or not cand.is_cpu \
                 or cand.shape[0] * groups != b["_lam"].shape[0]:
             return None
-        cand = cand.contiguous()   # (a batch's candidates may be a strided view: one small copy)
+        if cand.stride(2) != 1 or cand.stride(1) != cand.shape[2]:
+            cand = cand.contiguous()   # (a strided view of each run's set: one small copy)
         lib = nb.available()
         if lib is None or not self._native_state_ok() or b["_x"].shape[2] != cand.shape[2]:
             return None
@@ -132,15 +134,19 @@ class BatchedExactNative:
             return piv[3][:, :n]
         return torch.diagonal(chol[:, :n, :n], dim1=-2, dim2=-1)
 
-    def _keep_pivots(self, n: int, before: Tensor, work: Tensor) -> None:
-        """After a compiled append at ``n`` points: the copy of the diagonals gains the new
-        pivots (``work`` ``[R·G·(n + 2)]``: per member ``(l, d, z_n)``) if it was valid for the
-        factor ``before`` the append, else it is made from the factor (once)."""
+    def _pivot_room(self, n: int) -> Tensor | None:
+        """Before a compiled append at ``n`` points: the copy of the diagonals with room for
+        column ``n`` (the C call writes the new pivots there), or ``None`` if it is not valid."""
         piv, chol = self._pivots, self._buffers["_L"]
-        if piv is not None and piv[0] is before and piv[1] == before._version and piv[2] == n:
-            buf = grow_rows(piv[3], n + 1, dims=(1,))
-            buf[:, n] = work.view(-1, n + 2)[:, n]
-        else:
+        if piv is not None and piv[0] is chol and piv[1] == chol._version and piv[2] == n:
+            return grow_rows(piv[3], n + 1, dims=(1,))
+        return None
+
+    def _keep_pivots(self, n: int, buf: Tensor | None) -> None:
+        """After a compiled append at ``n`` points: the copy of the diagonals ``buf`` (made from
+        the factor if ``None``: once after a torch-path append) is valid for ``n + 1``."""
+        chol = self._buffers["_L"]
+        if buf is None:
             buf = chol.new_empty(chol.shape[0], chol.shape[1])
             buf[:, : n + 1] = torch.diagonal(chol[:, : n + 1, : n + 1], dim1=-2, dim2=-1)
         set_plain(self, "_pivots", (chol, chol._version, n + 1, buf))
@@ -230,7 +236,7 @@ class BatchedExactNative:
             return False
         pend = None if pending is None or pending[0] != self._pending_key() \
             or pending[2].shape != x.shape else pending[1:]
-        before = b["_L"]
+        pivots = self._pivot_room(n)
         for name, dims in (("_L", (1, 2)), ("_x", (1,)), ("_y", (1,)), ("_z", (1,))):
             buf = b[name]
             grown = grow_rows(buf, n + 1, dims=dims)
@@ -240,10 +246,10 @@ class BatchedExactNative:
             return False
         work = self.workspace.get("native_append", (lam.shape[0] * (n + 2),), x)
         if nb.append(lib, groups, n, x, y, (b["_x"], b["_y"], b["_L"], b["_z"]), kern, lam, work,
-                     pend):
+                     pend, pivots):
             return False   # a pivot not positive: nothing written, the torch path rejects or flags
         if not self._inverse.off:
             self._inverse.restart()   # not bordered here: rebuilt from the factor if needed
-        self._keep_pivots(n, before, work)
+        self._keep_pivots(n, pivots)
         set_plain(self, "_n", n + 1)
         return True

@@ -105,14 +105,15 @@ static void point_pieces(batch_scratch *s, long r, long G, long n, long d, const
 }
 
 /* Score A candidates per run for R runs of G members each (see the top of the file).
- *   x, xs_: points and the member stride of their blocks; cand [R, A, d];
+ *   x, xs_: points and the member stride of their blocks; cand [R, A, d], run r's [A, d] block
+ *   (contiguous) at cand + r * cs;
  *   w [dw], kind, outscale (has_scale = 0: none), kdiag = k(x, x): the kernel (exact_step.c);
  *   L, ls, lc: factors, member stride and row stride; z, zs: whitened targets, member stride.
  * Writes mean [R*G, A] and var [R*G, A]; where not NULL also v [R*G, n, A] (V of every
  * member) and sumsq [R*G, A] (colsum(V^2)): what a cache of the candidate set keeps.
  * Returns 0, or -1 when scratch memory could not be allocated (nothing usable written). */
 long tb_batch_score(long R, long G, long n, long A, long d, const double *x, long xs_,
-                    const double *cand, const double *w, long dw, int kind, double outscale,
+                    const double *cand, long cs, const double *w, long dw, int kind, double outscale,
                     int has_scale, double kdiag, const double *L, long ls, long lc,
                     const double *z, long zs, double *mean, double *var, double *v,
                     double *sumsq) {
@@ -121,7 +122,7 @@ long tb_batch_score(long R, long G, long n, long A, long d, const double *x, lon
     if (scratch_alloc(&s, n, A, d)) return -1;
     for (long r = 0; r < R; ++r) {
         scale_points(n, d, x + r * G * xs_, w, dw, s.xs);
-        kernel_packed(&s, n, A, d, cand + r * A * d, &k);
+        kernel_packed(&s, n, A, d, cand + r * cs, &k);
         for (long g = 0; g < G; ++g) {
             long m = r * G + g;
             double *mu = mean + m * A, *pr = var + m * A;
@@ -139,7 +140,7 @@ long tb_batch_score(long R, long G, long n, long A, long d, const double *x, lon
 }
 
 /* Select one candidate per run (see the top of the file): the scoring of tb_batch_score (its
- * arguments up to zs; mean, var and each member's V in scratch), then per run r the first index
+ * arguments up to zs, cand's run stride cs included; mean, var and each member's V in scratch), then per run r the first index
  * j of the largest bound min_g (sqrt(var_m / div[m]) beta[m] + mu_m), m = r G + g (exact_step.c's
  * ucb_argmax: a NaN counts as largest, as torch.argmax; the minimum takes the first smallest
  * term), into best [R] (int64); where not NULL the minimising g per candidate into arg [R, A]
@@ -148,7 +149,7 @@ long tb_batch_score(long R, long G, long n, long A, long d, const double *x, lon
  * solve is column by column the same operations), and its point into pend_x [R, d].
  * Returns 0, or -1 when scratch memory could not be allocated. */
 long tb_batch_select(long R, long G, long n, long A, long d, const double *x, long xs_,
-                     const double *cand, const double *w, long dw, int kind, double outscale,
+                     const double *cand, long cs, const double *w, long dw, int kind, double outscale,
                      int has_scale, double kdiag, const double *L, long ls, long lc,
                      const double *z, long zs, const double *beta, const double *div,
                      long long *best, long long *arg, double *pend, double *pend_x) {
@@ -165,7 +166,7 @@ long tb_batch_select(long R, long G, long n, long A, long d, const double *x, lo
     double *mean = mv, *ss = mv + G * a1, *var = ss + G * a1, *ucb = var + G * a1;
     double *vs = pend ? ucb + a1 : NULL;
     for (long r = 0; r < R; ++r) {
-        const double *cr = cand + r * A * d;
+        const double *cr = cand + r * cs;
         scale_points(n, d, x + r * G * xs_, w, dw, s.xs);
         kernel_packed(&s, n, A, d, cr, &k);
         for (long g = 0; g < G; ++g) {
@@ -203,14 +204,16 @@ long tb_batch_select(long R, long G, long n, long A, long d, const double *x, lo
  *   the kernel; L, ls, lc: factors (row n written: l, then the pivot at column n); z, zs;
  *   regs [R*G]: the regularisers a_m; work [R*G, n + 2]: per member l, z_m^T l, |l|^2;
  *   pend [R*G, n + 2], pend_x [R, d] (NULL: none): the pieces of the last select, used for the
- *   runs whose xnew holds the bits of pend_x (the others are computed here).
+ *   runs whose xnew holds the bits of pend_x (the others are computed here);
+ *   piv, ps (NULL: none): a copy of the factors' diagonals, member m's at piv + m * ps; the new
+ *   pivot d is also written at its column n.
  * Every pivot is computed before anything is written: returns 0, -1 (no scratch memory), or
  * m + 1 for the first member m whose pivot^2 is not positive (nothing written then). */
 long tb_batch_append(long R, long G, long n, long d, const double *xnew, const double *ynew,
                      double *x, long xs_, double *y, long ys_, const double *w, long dw,
                      int kind, double outscale, int has_scale, double kdiag, double *L, long ls,
                      long lc, double *z, long zs, const double *regs, double *work,
-                     const double *pend, const double *pend_x) {
+                     const double *pend, const double *pend_x, double *piv, long ps) {
     kernel_args k = {w, dw, kind, outscale, has_scale, kdiag};
     batch_scratch s;
     if (scratch_alloc(&s, n, 1, d)) return -1;
@@ -245,6 +248,7 @@ long tb_batch_append(long R, long G, long n, long d, const double *xnew, const d
         const double *out = work + m * (n + 2);
         memcpy(L + m * ls + n * lc, out, (size_t)(n + 1) * sizeof(double)); /* (l, d) */
         z[m * zs + n] = out[n + 1];
+        if (piv) piv[m * ps + n] = out[n];
         memcpy(x + m * xs_ + n * d, xnew + r * d, (size_t)d * sizeof(double));
         y[m * ys_ + n] = ynew[r];
     }

@@ -40,12 +40,12 @@ _P = ctypes.c_void_p
 _D = ctypes.c_double
 _I = ctypes.c_int
 _SIGNATURES = {
-    "tb_batch_score": ([_L, _L, _L, _L, _L, _P, _L, _P, _P, _L, _I, _D, _I, _D, _P, _L, _L, _P, _L,
-                        _P, _P, _P, _P], _L),
-    "tb_batch_select": ([_L, _L, _L, _L, _L, _P, _L, _P, _P, _L, _I, _D, _I, _D, _P, _L, _L, _P,
-                         _L, _P, _P, _P, _P, _P, _P], _L),
+    "tb_batch_score": ([_L, _L, _L, _L, _L, _P, _L, _P, _L, _P, _L, _I, _D, _I, _D, _P, _L, _L, _P,
+                        _L, _P, _P, _P, _P], _L),
+    "tb_batch_select": ([_L, _L, _L, _L, _L, _P, _L, _P, _L, _P, _L, _I, _D, _I, _D, _P, _L, _L,
+                         _P, _L, _P, _P, _P, _P, _P, _P], _L),
     "tb_batch_append": ([_L, _L, _L, _L, _P, _P, _P, _L, _P, _L, _P, _L, _I, _D, _I, _D, _P, _L, _L,
-                         _P, _L, _P, _P, _P, _P], _L),
+                         _P, _L, _P, _P, _P, _P, _P, _L], _L),
 }
 
 
@@ -69,16 +69,17 @@ def score(lib: ctypes.CDLL, groups: int, n: int, x: Tensor, cand: Tensor,
 
     Args:
         n: stored points per run; ``x``: the members' points ``[R·G, cap, d]``; ``cand``
-            ``[R, A, d]``; ``kernel``: ``(w [d] or [1], kind code, output scale or None,
-            k(x, x))`` (:data:`torchbandits.native.exact.KINDS`).
+            ``[R, A, d]`` (each run's ``[A, d]`` contiguous, any run stride); ``kernel``:
+            ``(w [d] or [1], kind code, output scale or None, k(x, x))``
+            (:data:`torchbandits.native.exact.KINDS`).
         chol: factors ``[R·G, cap', cap']``; ``z``: whitened targets ``[R·G, cap'']``.
         mean, var: written, ``[R·G, A]`` (contiguous).
         keep: ``(V [R·G, n, A], colsum(V ⊙ V) [R·G, A])`` also written (contiguous), if given.
     """
     r, a, d = cand.shape
     rc = lib.tb_batch_score(r, groups, n, a, d, x.data_ptr(), x.stride(0), cand.data_ptr(),
-                            *_kernel(kernel), chol.data_ptr(), chol.stride(0), chol.stride(1),
-                            z.data_ptr(), z.stride(0), mean.data_ptr(), var.data_ptr(),
+                            cand.stride(0), *_kernel(kernel), chol.data_ptr(), chol.stride(0),
+                            chol.stride(1), z.data_ptr(), z.stride(0), mean.data_ptr(), var.data_ptr(),
                             *((None, None) if keep is None else (keep[0].data_ptr(),
                                                                  keep[1].data_ptr())))
     if rc < 0:
@@ -103,8 +104,8 @@ def select(lib: ctypes.CDLL, groups: int, n: int, x: Tensor, cand: Tensor,
     r, a, d = cand.shape
     beta, div = bound
     rc = lib.tb_batch_select(r, groups, n, a, d, x.data_ptr(), x.stride(0), cand.data_ptr(),
-                             *_kernel(kernel), chol.data_ptr(), chol.stride(0), chol.stride(1),
-                             z.data_ptr(), z.stride(0), beta.data_ptr(), div.data_ptr(),
+                             cand.stride(0), *_kernel(kernel), chol.data_ptr(), chol.stride(0),
+                             chol.stride(1), z.data_ptr(), z.stride(0), beta.data_ptr(), div.data_ptr(),
                              best.data_ptr(), None if arg is None else arg.data_ptr(),
                              *((None, None) if pending is None else (pending[0].data_ptr(),
                                                                      pending[1].data_ptr())))
@@ -115,12 +116,13 @@ def select(lib: ctypes.CDLL, groups: int, n: int, x: Tensor, cand: Tensor,
 def append(lib: ctypes.CDLL, groups: int, n: int, xnew: Tensor, ynew: Tensor,
            bufs: tuple[Tensor, Tensor, Tensor, Tensor],
            kernel: tuple[Tensor, int, float | None, float], regs: Tensor, work: Tensor,
-           pending: tuple[Tensor, Tensor] | None = None) -> int:
+           pending: tuple[Tensor, Tensor] | None = None, pivots: Tensor | None = None) -> int:
     """One append call of ``xnew`` ``[R, d]``, ``ynew`` ``[R]`` to ``R`` runs of ``groups``
     members holding ``n`` points, ``bufs = (x [R·G, cap, d], y [R·G, cap], L [R·G, cap, cap],
     z [R·G, cap])`` with room for row ``n``; ``regs`` ``[R·G]``: the regularisers; ``work``
     ``[R·G·(n + 2)]`` scratch; ``pending``: :func:`select`'s pieces for this state (used for the
-    runs whose point holds the bits of the chosen candidate). Returns 0, or ``m + 1`` for the
+    runs whose point holds the bits of the chosen candidate); ``pivots`` ``[R·G, cap'']``: a copy
+    of the diagonals, whose column ``n`` gets the new pivots. Returns 0, or ``m + 1`` for the
     first member ``m`` whose pivot is not positive (nothing written)."""
     x, y, chol, z = bufs
     rc = lib.tb_batch_append(xnew.shape[0], groups, n, xnew.shape[1], xnew.data_ptr(),
@@ -129,7 +131,9 @@ def append(lib: ctypes.CDLL, groups: int, n: int, xnew: Tensor, ynew: Tensor,
                              chol.stride(1), z.data_ptr(), z.stride(0), regs.data_ptr(),
                              work.data_ptr(),
                              *((None, None) if pending is None else (pending[0].data_ptr(),
-                                                                     pending[1].data_ptr())))
+                                                                     pending[1].data_ptr())),
+                             *((None, 0) if pivots is None else (pivots.data_ptr(),
+                                                                 pivots.stride(0))))
     if rc < 0:
         raise MemoryError("torchbandits.native.exact_batch: scratch allocation failed")
     return int(rc)
