@@ -183,14 +183,15 @@ def _compiled_argmax(rule: ConfidenceRule, model: BatchedExactKernelRidge, cand:
     qualifies (:meth:`~torchbandits.models.batched_exact.BatchedExactKernelRidge.ucb_argmax`:
     the bound in its closed form ``min_g (sqrt(ρ²_g / div_g)·β_g + μ_g)``, the same numbers as
     :func:`batched_bounds`' ``μ + β·sd`` and DMM's minimum, and the first index on ties as
-    ``torch.argmax``), with the diagnostics; else ``None``."""
+    ``torch.argmax``), with the diagnostics; else ``None`` (asked first, from host metadata:
+    elsewhere, e.g. on a GPU, nothing is computed here)."""
+    if type(rule) is CMMBound or not model.native_ready(cand):
+        return None
     if type(rule) is DMMBound:
         comp, r2, mult = _dmm_terms(rule, model, per_run_lam)
         got = comp.ucb_argmax(cand, mult.reshape(-1), torch.ones_like(comp.lam), mult.shape[1],
                               want_arg=True)
         return None if got is None else (got[0], _dmm_diag(rule, r2, got[1]))
-    if type(rule) is CMMBound:
-        return None
     b = batched_radius(rule, model, beta, n_candidates=cand.shape[1], t=t,
                        per_run_lam=per_run_lam).to(cand)
     div = model.lam if rule.variance == "ridge" else torch.ones_like(model.lam)

@@ -99,14 +99,21 @@ class BatchedExactNative:
         b = self._buffers
         return _ok(b["_L"]) and _ok(b["_x"]) and _ok(b["_z"]) and _ok(b["_y"])
 
+    def native_ready(self, cand: Tensor) -> bool:
+        """Whether the compiled step may serve candidates ``cand`` now: ``1 ≤ n ≤ MAX_N``, a
+        float64 CPU tensor, a library, a kernel evaluated in closed form (host metadata only,
+        no value read: a caller asks before it prepares a compiled call's inputs, so on other
+        devices and dtypes nothing is computed twice)."""
+        return 0 < self._n <= nx.MAX_N and cand.dtype is _F64 and cand.is_cpu \
+            and fast_kernel(self.kernel) and nb.available() is not None
+
     def _native_scoring(self, cand: Tensor, groups: int
                         ) -> tuple[Any, Tensor, tuple[Tensor, int, float | None, float]] | None:
         """``(library, candidates, kernel)`` if the candidates ``[R, A, d]`` of the
         ``R = n_runs / groups`` runs can be scored in C now (each run's ``[A, d]`` contiguous,
         any run stride: else a contiguous copy), else ``None``."""
-        n, b = self._n, self._buffers
-        if n == 0 or n > nx.MAX_N or cand.dtype is not _F64 or not cand.is_cpu \
-                or cand.shape[0] * groups != b["_lam"].shape[0]:
+        b = self._buffers
+        if not self.native_ready(cand) or cand.shape[0] * groups != b["_lam"].shape[0]:
             return None
         if cand.stride(2) != 1 or cand.stride(1) != cand.shape[2]:
             cand = cand.contiguous()   # (a strided view of each run's set: one small copy)
