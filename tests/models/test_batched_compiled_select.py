@@ -250,3 +250,34 @@ def test_sets_with_a_run_stride_are_read_in_place(monkeypatch: pytest.MonkeyPatc
         for a, b in zip(scores, twin.mean_var(dense), strict=True):
             assert torch.equal(a, b)
     assert copies == []
+
+
+@pytest.mark.parametrize("name", ["amm-ucb", "dmm-ucb"])
+def test_a_copy_or_a_load_mid_batch_goes_on_identically(name: str) -> None:
+    """A deep copy taken between ``select`` and ``update`` and a policy loaded from the
+    ``state_dict`` between rounds play on as the original (the compiled select's pieces are not
+    carried into the copy's own buffers: it computes them)."""
+    from torchbandits.envs.batched import BatchedEnv
+
+    env = make_env("rkhs", dim=3, n_arms=100)
+    policy = make_policy(name, env, horizon=200)
+    policy.reset(seed=SEEDS)
+    benv = BatchedEnv(env, SEEDS)
+    rows = torch.arange(len(SEEDS))
+    twins = []
+    for t in range(45):
+        cand = benv.candidates()
+        idx = policy.select(cand)
+        if t == 20:
+            twins.append(copy.deepcopy(policy))        # mid-round: after select, before update
+        for twin in twins:
+            if t > 20:
+                assert torch.equal(twin.select(cand), idx)
+        reward, _ = benv.pull(idx)
+        for p in (policy, *twins):
+            p.update(cand[rows, idx], reward)
+        if t == 30:
+            fresh = make_policy(name, env, horizon=200)
+            fresh.load_state_dict(copy.deepcopy(policy.state_dict()))
+            twins.append(fresh)
+    assert len(twins) == 2
