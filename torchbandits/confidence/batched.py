@@ -138,28 +138,65 @@ def batched_radius_sq(model: BatchedExactKernelRidge, noise_std: float, c: float
 _LOG_GRIDS: dict[tuple[Any, ...], Tensor] = {}
 
 
-def _dmm_bounds(rule: DMMBound, model: BatchedExactKernelRidge, cand: Tensor,
-                per_run_lam: bool = False) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
-    """DMM (Flynn & Reeb 2024, §5.4, Eq. 14 with Cor. 4.3 / Lemma C.1): per query the min over
-    ``α ∈ grid·α₀`` of ``μ_α + sqrt(R̃²_α/α)·ρ_α``, ``R̃²_α = max(R_t² + αB² − α yᵀ(K+αI)⁻¹y, 0)``
-    (max of the LCBs); ``[R, A]`` each."""
-    n_runs, n_a = cand.shape[:2]
+def _dmm_terms(rule: DMMBound, model: BatchedExactKernelRidge, per_run_lam: bool = False
+               ) -> tuple[BatchedExactKernelRidge, Tensor, Tensor]:
+    """DMM's companion at ``α ∈ grid·α₀`` (Flynn & Reeb 2024, §5.4), ``R_t²`` ``[R]`` and the
+    multipliers ``sqrt(R̃²_α/α)`` ``[R, G]``, ``R̃²_α = max(R_t² + αB² − α yᵀ(K+αI)⁻¹y, 0)``
+    (Eq. 14 with Cor. 4.3 / Lemma C.1)."""
     g = len(rule.grid)
     r2 = batched_radius_sq(model, rule.noise_std, rule.c, rule.delta, per_run_lam=per_run_lam)
     comp = model.at_regularisers(rule.grid)
+    alphas = comp.lam.reshape(-1, g)                                              # grid·α₀
+    quad = comp.quad_y().reshape(-1, g)
+    rt2 = torch.clamp(r2[:, None] + alphas * rule.norm_bound**2 - alphas * quad, min=0.0)
+    return comp, r2, torch.sqrt(rt2 / alphas)
+
+
+def _dmm_diag(rule: DMMBound, r2: Tensor, arg: Tensor) -> dict[str, Tensor]:
+    """DMM's diagnostics: ``R_t²`` and the mean ``log(α/α₀)`` of the minimising grid points
+    ``arg`` ``[R, A]``."""
+    key = (tuple(rule.grid), r2.dtype, r2.device)        # log of the grid, made once
+    if key not in _LOG_GRIDS:
+        _LOG_GRIDS[key] = torch.log(to_device(torch.tensor(rule.grid, dtype=r2.dtype), r2.device))
+    return {"r2": r2, "log_alpha_ratio": _LOG_GRIDS[key][arg].mean(-1)}
+
+
+def _dmm_bounds(rule: DMMBound, model: BatchedExactKernelRidge, cand: Tensor,
+                per_run_lam: bool = False) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
+    """DMM (Flynn & Reeb 2024, §5.4, Eq. 14 with Cor. 4.3 / Lemma C.1): per query the min over
+    ``α ∈ grid·α₀`` of ``μ_α + sqrt(R̃²_α/α)·ρ_α`` (max of the LCBs); ``[R, A]`` each."""
+    n_runs, n_a = cand.shape[:2]
+    g = len(rule.grid)
+    comp, r2, mult = _dmm_terms(rule, model, per_run_lam)
     mean, var = comp.mean_var_groups(cand, g)
     mean, var = mean.reshape(n_runs, g, n_a), var.reshape(n_runs, g, n_a)
-    alphas = comp.lam.reshape(n_runs, g)                                          # grid·α₀
-    quad = comp.quad_y().reshape(n_runs, g)
-    rt2 = torch.clamp(r2[:, None] + alphas * rule.norm_bound**2 - alphas * quad, min=0.0)
-    width = torch.sqrt(rt2 / alphas)[..., None] * torch.sqrt(var)
+    width = mult[..., None] * torch.sqrt(var)
     ucb, arg = (mean + width).min(1)
     lcb = (mean - width).max(1).values
-    key = (tuple(rule.grid), ucb.dtype, ucb.device)        # log of the grid, made once
-    if key not in _LOG_GRIDS:
-        _LOG_GRIDS[key] = torch.log(to_device(torch.tensor(rule.grid, dtype=ucb.dtype), ucb.device))
-    log_grid = _LOG_GRIDS[key]
-    return ucb, lcb, {"r2": r2, "log_alpha_ratio": log_grid[arg].mean(-1)}
+    return ucb, lcb, _dmm_diag(rule, r2, arg)
+
+
+def _compiled_argmax(rule: ConfidenceRule, model: BatchedExactKernelRidge, cand: Tensor, t: int,
+                     beta: Tensor | None, per_run_lam: bool
+                     ) -> tuple[Tensor, dict[str, Any]] | None:
+    """Every run's UCB argmax ``[R]`` in one compiled call where the model's compiled step
+    qualifies (:meth:`~torchbandits.models.batched_exact.BatchedExactKernelRidge.ucb_argmax`:
+    the bound in its closed form ``min_g (sqrt(ρ²_g / div_g)·β_g + μ_g)``, the same numbers as
+    :func:`batched_bounds`' ``μ + β·sd`` and DMM's minimum, and the first index on ties as
+    ``torch.argmax``), with the diagnostics; else ``None`` (asked first, from host metadata:
+    elsewhere, e.g. on a GPU, nothing is computed here)."""
+    if type(rule) is CMMBound or not model.native_ready(cand):
+        return None
+    if type(rule) is DMMBound:
+        comp, r2, mult = _dmm_terms(rule, model, per_run_lam)
+        got = comp.ucb_argmax(cand, mult.reshape(-1), torch.ones_like(comp.lam), mult.shape[1],
+                              want_arg=True)
+        return None if got is None else (got[0], _dmm_diag(rule, r2, got[1]))
+    b = batched_radius(rule, model, beta, n_candidates=cand.shape[1], t=t,
+                       per_run_lam=per_run_lam).to(cand)
+    div = model.lam if rule.variance == "ridge" else torch.ones_like(model.lam)
+    got = model.ucb_argmax(cand, b, div)
+    return None if got is None else (got[0], {"beta": b})
 
 
 def batched_dual_ucb(evals: Tensor, evecs: Tensor, ytil: Tensor, kq: Tensor, kdiag: Tensor,
@@ -274,7 +311,17 @@ def batched_bounds(rule: ConfidenceRule, model: BatchedExactKernelRidge, cand: T
     round ``t`` for any rule of :data:`BATCHED_RULES` (``beta`` ``[R]``: per-run constant β;
     ``which="ucb"``: CMM skips the LCB search; ``per_run_lam``: the model's λ ``[R]`` are per-run
     values, for AMM and DMM a per-run ``α₀``). Diagnostics hold ``[R]`` tensors (``beta`` for
-    the radius rules, ``r2`` and ``log_alpha_ratio`` for DMM and CMM)."""
+    the radius rules, ``r2`` and ``log_alpha_ratio`` for DMM and CMM). ``which="argmax"``:
+    ``(index [R], None, diagnostics)``, every run's UCB argmax (first index on ties), in one
+    compiled call where the model's compiled step qualifies (CPU, float64, closed-form kernel,
+    a fresh candidate set), else ``torch.argmax`` of the UCB."""
+    if which == "argmax":
+        got = _compiled_argmax(rule, model, cand, t, beta, per_run_lam)
+        if got is not None:
+            return got[0], None, got[1]
+        ucb, _, diag = batched_bounds(rule, model, cand, t, beta, which="ucb",
+                                      per_run_lam=per_run_lam)
+        return torch.argmax(ucb, dim=1), None, diag
     if type(rule) is DMMBound:
         return _dmm_bounds(rule, model, cand, per_run_lam)
     if type(rule) is CMMBound:

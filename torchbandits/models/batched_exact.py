@@ -24,9 +24,10 @@ and gains one row per append, as :class:`~torchbandits.models.posterior.Candidat
 for one run (O(n·A) per round).
 
 On the CPU in float64 with a closed-form kernel (RBF, Matérn) the scoring of fresh candidates
-and the append are instead one compiled call each for all runs
-(:mod:`~torchbandits.models.batched_exact_native`); the torch program stays the reference and is
-what runs on other devices and dtypes.
+(or the scoring, a rule's closed-form bound and its argmax: :meth:`~BatchedExactKernelRidge.
+ucb_argmax`) and the append are instead one compiled call each for all runs (the mixin
+:class:`~torchbandits.models.batched_exact_native.BatchedExactNative`); the torch program stays
+the reference and is what runs on other devices and dtypes.
 
 ``λ`` may be one float for all runs or a tensor ``[R]`` (a λ grid as one batch). The numbers
 equal the sequential model's up to rounding (batched BLAS may sum in another order).
@@ -49,7 +50,7 @@ from ..batching import (
 )
 from ..buffers import ResizableModule, grow_rows
 from ..kernels import kernel_diag, kernel_matrix
-from .batched_exact_native import append_native, mean_var_native
+from .batched_exact_native import BatchedExactNative
 from .batched_groups import at_regularisers, mean_var_groups, repeat_candidates
 from .batched_inverse import InverseFactor, Workspace
 from .batched_kernel import ScaledPoints, fast_kernel
@@ -58,7 +59,7 @@ from .batched_solve import block_solve, check_run_values, factor_head, storage_k
 __all__ = ["BatchedExactKernelRidge", "check_run_values"]
 
 
-class BatchedExactKernelRidge(ResizableModule):
+class BatchedExactKernelRidge(BatchedExactNative, ResizableModule):
     """Exact kernel ridge regression / GP posterior of ``R`` runs with one kernel.
 
     Args:
@@ -146,6 +147,7 @@ class BatchedExactKernelRidge(ResizableModule):
         self._cache = None
         self._extra = {}
         self._scaled.clear()
+        self._pending = self._pivots = None
         self._inverse.restart()    # rebuilt from the loaded factor at the next use ...
         if state.get("no_inverse", False):
             self._inverse.drop()   # ... unless the saved model solved with the factor
@@ -156,6 +158,7 @@ class BatchedExactKernelRidge(ResizableModule):
         self._inverse.restart()
         self._scaled.clear()
         self.workspace.clear()
+        self._pending = self._pivots = None
         return super()._apply(fn, *args, **kwargs)
 
     def reset(self) -> None:
@@ -164,6 +167,7 @@ class BatchedExactKernelRidge(ResizableModule):
         self._cache = None
         self._extra = {}
         self._inverse.restart()
+        self._pending = self._pivots = None
         self._scaled.clear()       # the kernel's hyper-parameters are read again
 
     def inverse_valid(self) -> bool:
@@ -198,7 +202,7 @@ class BatchedExactKernelRidge(ResizableModule):
         if validate:
             x = check_batch_points("x", x, r, dtype=self.dtype, device=self.device, dim=self.dim)
             y = check_batch_rewards("y", y, r, dtype=self.dtype, device=self.device)
-        if append_native(self, x, y):   # the compiled step (CPU, float64; see its module)
+        if self.append_native(x, y):   # the compiled step (CPU, float64; BatchedExactNative)
             return
         kxx = self._kdiag(x[:, None])[:, 0]
         with_inverse = self._inverse.ready_for_append(self._L, n)
@@ -234,26 +238,38 @@ class BatchedExactKernelRidge(ResizableModule):
         self._n = n + 1
 
     # ------------------------------------------------------------------ queries
+    def _cache_hit(self, cand: Tensor) -> dict[str, Any] | None:
+        """The cache of a fixed candidate set if ``cand`` ``[R, A, d]`` is its set: a view of the
+        same, unmodified storage as the cached call (a host-side comparison of storage, offset,
+        strides and version counter — the cache holds a reference, so the storage cannot be
+        reused), or, in an eager call, the same values by ``torch.equal`` (one host read)."""
+        c = self._cache
+        if c is not None and "cand" in c and c["cand"].shape == cand.shape and c["n_at"] <= self._n \
+                and (cand is c["cand"] or c["key"] == storage_key(cand)
+                     or (active_checks() is None and torch.equal(c["cand"], cand))):
+            return c
+        return None
+
+    def _remember(self, cand: Tensor, kdiag: Tensor | None) -> None:
+        """Remember a fresh set (its ``V`` is kept if it comes again; ``kdiag`` None: made then)."""
+        if self.cache_candidates:
+            self._cache = {"cand": cand.clone(), "kdiag": kdiag, "n_at": self._n, "src": cand,
+                           "key": storage_key(cand), "head": (self._cache or {}).get("head")}
+
     def _whitened(self, cand: Tensor, compiled: bool = False
                   ) -> tuple[Tensor | None, Tensor, Tensor]:
         """``(V [R, n, A], k_CC [R, A], colsum(V ⊙ V) [R, A])`` for candidates ``[R, A, d]``.
 
-        The cache of a fixed candidate set is hit when ``cand`` is a view of the same, unmodified
-        storage as the cached call (a host-side comparison of storage, offset, strides and
-        version counter — the cache holds a reference, so the storage cannot be reused), or, in
-        an eager call, when ``torch.equal`` finds the same values (one host read). A set is
-        remembered at its first call and its ``V`` kept from its second (fresh arm sets, seen
-        once, cost no copy of ``V``). Fresh candidates are scored by :meth:`_score_fresh`, or
-        with ``compiled`` by the compiled step where it qualifies
-        (:func:`~torchbandits.models.batched_exact_native.mean_var_native`), which gives
-        ``(None, μ, ρ²)`` instead."""
+        A set is remembered at its first call and its ``V`` kept from its second (fresh arm sets,
+        seen once, cost no copy of ``V``; :meth:`_cache_hit`). Fresh candidates are scored by
+        :meth:`_score_fresh`, or with ``compiled`` by the compiled step where it qualifies
+        (:meth:`~torchbandits.models.batched_exact_native.BatchedExactNative.mean_var_native`),
+        which gives ``(None, μ, ρ²)`` instead."""
         n = self._n
-        c = self._cache
-        if c is not None and "cand" in c and c["cand"].shape == cand.shape and c["n_at"] <= n and (
-                cand is c["cand"] or c["key"] == storage_key(cand)
-                or (active_checks() is None and torch.equal(c["cand"], cand))):
+        c = self._cache_hit(cand)
+        if c is not None:
             if "v" not in c:   # the second call with this set: its V, owned by the cache
-                got = mean_var_native(self, cand, keep=True) if compiled else None
+                got = self.mean_var_native(cand, keep=True) if compiled else None
                 if got is not None:   # compiled: the scores of this call as a fresh set's
                     c.update(v=got[2], sumsq=got[3], n_at=n)
                     return None, got[0], got[1]
@@ -269,18 +285,15 @@ class BatchedExactKernelRidge(ResizableModule):
                 c["v"][:, a:n] = v_new
                 c["sumsq"] = c["sumsq"] + (v_new * v_new).sum(1)
                 c["n_at"] = n
-            v, kdiag, sumsq = c["v"][:, :n], c["kdiag"], c["sumsq"]
-        else:
-            got = mean_var_native(self, cand) if compiled else None
-            if got is None:
-                v, kdiag, sumsq = self._score_fresh(cand)
-            else:
-                kdiag = self._kdiag(cand)
-            if self.cache_candidates:   # remembered; V itself is kept if the set comes again
-                self._cache = {"cand": cand.clone(), "kdiag": kdiag, "n_at": n, "src": cand,
-                               "key": storage_key(cand), "head": (self._cache or {}).get("head")}
-            if got is not None:
-                return None, got[0], got[1]
+            if c["kdiag"] is None:
+                c["kdiag"] = self._kdiag(c["cand"])
+            return c["v"][:, :n], c["kdiag"], c["sumsq"]
+        got = self.mean_var_native(cand) if compiled else None
+        if got is not None:
+            self._remember(cand, None)
+            return None, got[0], got[1]
+        v, kdiag, sumsq = self._score_fresh(cand)
+        self._remember(cand, kdiag)
         return v, kdiag, sumsq
 
     def _score_fresh(self, cand: Tensor, *, owned: bool = False) -> tuple[Tensor, Tensor, Tensor]:
@@ -330,7 +343,7 @@ class BatchedExactKernelRidge(ResizableModule):
         n = self._n
         if n == 0:
             return self._lam.new_zeros(self.n_runs)
-        diag = torch.diagonal(self._L[:, :n, :n], dim1=-2, dim2=-1)
+        diag = self.factor_diagonal(n)   # [R, n]: L_ii (a contiguous copy where it is kept)
         key = ("log_lam", id(self._lam), self._lam._version)      # log λ, once per λ tensor
         if key not in self._extra:
             self._extra[key] = torch.log(self._lam)

@@ -23,7 +23,6 @@ from torch import Tensor
 from ..batching import active_checks, check_runs, to_device
 from ..buffers import grow_rows
 from ..kernels import kernel_matrix
-from .batched_exact_native import append_native, mean_var_native
 from .batched_inverse import inverse_max_n
 from .batched_kernel import kernel_rows_into
 from .batched_solve import block_solve, factor_head, storage_key
@@ -31,7 +30,8 @@ from .batched_solve import block_solve, factor_head, storage_key
 if TYPE_CHECKING:
     from .batched_exact import BatchedExactKernelRidge
 
-__all__ = ["append_block", "at_regularisers", "mean_var_groups", "repeat_candidates"]
+__all__ = ["append_block", "at_regularisers", "mean_var_groups", "repeat_candidates",
+           "ucb_argmax_groups"]
 
 
 @torch.no_grad()
@@ -83,7 +83,7 @@ def append_block(comp: BatchedExactKernelRidge, x: Tensor, y: Tensor, x_old: Ten
     else a ``ValueError``."""
     n0, k = comp.n, x.shape[1]
     n, r, g = n0 + k, x.shape[0], comp.n_runs // x.shape[0]
-    if k == 1 and append_native(comp, x[:, 0].contiguous(), y[:, 0].contiguous(), g):
+    if k == 1 and comp.append_native(x[:, 0].contiguous(), y[:, 0].contiguous(), g):
         return   # the compiled one-point bordering of every member (CPU, float64)
     inv = comp._inverse
     with_inverse = n <= inverse_max_n(comp._L.device) and inv.ready_for_append(comp._L, n0)
@@ -134,6 +134,43 @@ def repeat_candidates(candidates: Tensor, groups: int) -> Tensor:
     return candidates[:, None].expand(r, groups, a, d).reshape(r * groups, a, d)
 
 
+def _last_set(comp: BatchedExactKernelRidge, candidates: Tensor) -> Tensor | None:
+    """The repeated ``[R·G, A, d]`` of the previous call's set if ``candidates`` is that set,
+    matched by storage and version counter (no host read), or in an eager call by value; a
+    match reuses the repeated tensor, so ``comp``'s own cache hits by storage (made here if the
+    previous call did not make it). ``None``: a fresh set."""
+    prev = comp._extra.get(("last_candidates",))
+    if prev is None or prev[0].shape != candidates.shape or not (
+            prev[1] == storage_key(candidates)
+            or (active_checks() is None and torch.equal(prev[0], candidates))):
+        return None
+    g = comp.n_runs // candidates.shape[0]
+    return prev[2] if prev[2] is not None else repeat_candidates(prev[0], g)
+
+
+def _remember_set(comp: BatchedExactKernelRidge, candidates: Tensor, cand: Tensor | None) -> None:
+    """Record ``candidates`` (and its repetition ``cand``, or ``None``: made if it comes again)
+    as the last set (a reference pins the storage)."""
+    comp._extra[("last_candidates",)] = (candidates, storage_key(candidates), cand)
+
+
+@torch.no_grad()
+def ucb_argmax_groups(comp: BatchedExactKernelRidge, candidates: Tensor, beta: Tensor,
+                      div: Tensor, groups: int, want_arg: bool
+                      ) -> tuple[Tensor, Tensor | None] | None:
+    """:meth:`~torchbandits.models.batched_exact_native.BatchedExactNative.ucb_argmax` of a
+    companion (runs in groups of ``groups``) at the checked candidates ``[R, A, d]`` of the ``R``
+    original runs: one compiled call for a fresh set (remembered as :func:`mean_var_groups`
+    remembers it); ``None`` for the previous call's set (its caches serve it) or where the
+    compiled step does not qualify."""
+    if _last_set(comp, candidates) is not None:
+        return None
+    got = comp.ucb_argmax_native(candidates, beta, div, groups, want_arg=want_arg)
+    if got is not None:
+        _remember_set(comp, candidates, None)
+    return got
+
+
 @torch.no_grad()
 def mean_var_groups(comp: BatchedExactKernelRidge, candidates: Tensor, groups: int
                     ) -> tuple[Tensor, Tensor]:
@@ -146,17 +183,12 @@ def mean_var_groups(comp: BatchedExactKernelRidge, candidates: Tensor, groups: i
     ``Vᵀ_g = K_CS (L_g⁻¹)ᵀ``, ``μ = Vᵀ_g z_g``, ``ρ² = k_CC − rowsum(Vᵀ_g ⊙ Vᵀ_g)`` (with the
     explicit inverses; else one triangular solve of the ``R·G`` factors)."""
     n, g = comp.n, int(groups)
-    # the previous call's set, matched by storage and version counter (no host read), or in an
-    # eager call by value; a match reuses its repeated tensor, so comp's own cache hits by storage
-    key = storage_key(candidates)
-    prev = comp._extra.get(("last_candidates",))
-    same = prev is not None and prev[0].shape == candidates.shape and (
-        prev[1] == key or (active_checks() is None and torch.equal(prev[0], candidates)))
-    cand = prev[2] if same else repeat_candidates(candidates, g)
-    comp._extra[("last_candidates",)] = (candidates, key, cand)   # a reference pins the storage
-    if n == 0 or same:
+    prev = _last_set(comp, candidates)
+    cand = prev if prev is not None else repeat_candidates(candidates, g)
+    _remember_set(comp, candidates, cand)
+    if n == 0 or prev is not None:
         return comp.mean_var(cand, "gp", validate=False)
-    got = mean_var_native(comp, candidates, g)   # one compiled call (CPU, float64)
+    got = comp.mean_var_native(candidates, g)   # one compiled call (CPU, float64)
     if got is not None:
         return got
     r, a = candidates.shape[:2]

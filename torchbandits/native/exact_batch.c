@@ -19,10 +19,21 @@
  *   var_m = max(k_CC - colsum(V_m^2), 0): the GP posterior mean and variance of
  *   Flynn & Reeb 2024, Eq. (14)'s pieces, written into mean [R*G, A] and var [R*G, A].
  *
+ * Selecting (tb_batch_select): the scoring, then per run the largest upper bound
+ * min_g (sqrt(var_{rG+g} / div_{rG+g}) beta_{rG+g} + mu_{rG+g}) over its A candidates
+ * (exact_step.c's ucb_argmax, the rule of the fused single-run select: one term for the radius
+ * rules and AMM, Flynn & Reeb 2024, Sec. 5.5; the G = 5 regularisers of DMM, Sec. 5.4, the
+ * minimum over the grid of Eq. (14)); and, for the chosen candidate c_r, the pieces of its append
+ * ("pending": per member l = L_m^{-1} k_S(c_r), z_m^T l and |l|^2), read off the scoring: column
+ * c_r of V_m, mu_m and colsum(V_m^2) (V kept in scratch for the run's members: n A stores per
+ * member, against an O(n^2) second pass over the factor for the append).
+ *
  * Appending x_r [d] with reward y_r to every run (the bordered Cholesky step, Flynn & Reeb 2024,
  * App. E.2): per member the new row l = L_m^{-1} k_S(x_r) (the same tile code on one column: the
  * numbers of column j of the scoring of a set that holds x_r as candidate j), the pivot
  * d = sqrt(k(x_r, x_r) + a_m - |l|^2), z_m[n] = (y_r - z_m^T l) / d; x_r and y_r become row n.
+ * Where x_r holds the bits of the candidate the last select chose for run r, l, z_m^T l and
+ * |l|^2 are read from its pending pieces (computed by the same operations: the same bits).
  */
 #include "exact_step.c"
 
@@ -54,32 +65,69 @@ static void scale_points(long n, long d, const double *x, const double *w, long 
         for (long k = 0; k < d; ++k) xs[i * d + k] = x[i * d + k] * w[dw == 1 ? 0 : k];
 }
 
+/* The kernel of a call: weights w [dw], closed form `kind`, output scale (has_scale = 0: none)
+ * and kdiag = k(x, x) (exact_step.c's kernel_block). */
+typedef struct {
+    const double *w;
+    long dw;
+    int kind;
+    double outscale;
+    int has_scale;
+    double kdiag;
+} kernel_args;
+
+/* K_SC [n, A] of a run's scaled points s->xs and candidates c [A, d], packed into s->sc.kp. */
+static void kernel_packed(batch_scratch *s, long n, long A, long d, const double *c,
+                          const kernel_args *k) {
+    kernel_block(n, A, d, s->xs, c, k->w, k->dw, k->kind, k->outscale, k->has_scale, NULL, s->kq,
+                 s->rows);
+    pack_k(n, s->sc.npad, A, s->kq, s->sc.kp);
+}
+
+/* One member's V = L^{-1} K_SC of the packed columns (v may be NULL), mu = z^T V, colsum(V^2). */
+static void member_solve(batch_scratch *s, long n, long A, const double *L, long lc,
+                         const double *z, double *v, double *mu, double *sumsq) {
+    factor_rows(n, s->sc.npad, NULL, 0, L, lc, s->sc.zeros, s->sc.lrow, s->sc.inv);
+    solve_factor(n, s->sc.npad, A, s->sc.kp, s->sc.lrow, s->sc.inv, z, s->sc.vp, v, mu, sumsq);
+}
+
+/* The append pieces of the point p [d] for the G members of run r: per member m = r G + g,
+ * out[m (n + 2) ...] = (l = L_m^{-1} k_S(p) [n], z_m^T l, |l|^2). */
+static void point_pieces(batch_scratch *s, long r, long G, long n, long d, const double *p,
+                         const kernel_args *k, const double *L, long ls, long lc,
+                         const double *z, long zs, double *out) {
+    kernel_packed(s, n, 1, d, p, k);
+    for (long g = 0; g < G; ++g) {
+        long m = r * G + g;
+        double *o = out + m * (n + 2);
+        member_solve(s, n, 1, L + m * ls, lc, z + m * zs, o, o + n, o + n + 1);
+    }
+}
+
 /* Score A candidates per run for R runs of G members each (see the top of the file).
- *   x, xs_: points and the member stride of their blocks; cand [R, A, d];
+ *   x, xs_: points and the member stride of their blocks; cand [R, A, d], run r's [A, d] block
+ *   (contiguous) at cand + r * cs;
  *   w [dw], kind, outscale (has_scale = 0: none), kdiag = k(x, x): the kernel (exact_step.c);
  *   L, ls, lc: factors, member stride and row stride; z, zs: whitened targets, member stride.
  * Writes mean [R*G, A] and var [R*G, A]; where not NULL also v [R*G, n, A] (V of every
  * member) and sumsq [R*G, A] (colsum(V^2)): what a cache of the candidate set keeps.
  * Returns 0, or -1 when scratch memory could not be allocated (nothing usable written). */
 long tb_batch_score(long R, long G, long n, long A, long d, const double *x, long xs_,
-                    const double *cand, const double *w, long dw, int kind, double outscale,
+                    const double *cand, long cs, const double *w, long dw, int kind, double outscale,
                     int has_scale, double kdiag, const double *L, long ls, long lc,
                     const double *z, long zs, double *mean, double *var, double *v,
                     double *sumsq) {
+    kernel_args k = {w, dw, kind, outscale, has_scale, kdiag};
     batch_scratch s;
     if (scratch_alloc(&s, n, A, d)) return -1;
     for (long r = 0; r < R; ++r) {
         scale_points(n, d, x + r * G * xs_, w, dw, s.xs);
-        kernel_block(n, A, d, s.xs, cand + r * A * d, w, dw, kind, outscale, has_scale, NULL,
-                     s.kq, s.rows);
-        pack_k(n, s.sc.npad, A, s.kq, s.sc.kp);
+        kernel_packed(&s, n, A, d, cand + r * cs, &k);
         for (long g = 0; g < G; ++g) {
             long m = r * G + g;
             double *mu = mean + m * A, *pr = var + m * A;
-            factor_rows(n, s.sc.npad, NULL, 0, L + m * ls, lc, s.sc.zeros, s.sc.lrow, s.sc.inv);
             /* colsum(V^2) into var, then var = max(k_CC - colsum, 0) in place */
-            solve_factor(n, s.sc.npad, A, s.sc.kp, s.sc.lrow, s.sc.inv, z + m * zs, s.sc.vp,
-                         v ? v + m * n * A : s.v, mu, pr);
+            member_solve(&s, n, A, L + m * ls, lc, z + m * zs, v ? v + m * n * A : NULL, mu, pr);
             if (sumsq) memcpy(sumsq + m * A, pr, (size_t)A * sizeof(double));
             for (long j = 0; j < A; ++j) {
                 double rho2 = kdiag - pr[j];
@@ -91,37 +139,104 @@ long tb_batch_score(long R, long G, long n, long A, long d, const double *x, lon
     return 0;
 }
 
+/* Select one candidate per run (see the top of the file): the scoring of tb_batch_score (its
+ * arguments up to zs, cand's run stride cs included; mean, var and each member's V in scratch), then per run r the first index
+ * j of the largest bound min_g (sqrt(var_m / div[m]) beta[m] + mu_m), m = r G + g (exact_step.c's
+ * ucb_argmax: a NaN counts as largest, as torch.argmax; the minimum takes the first smallest
+ * term), into best [R] (int64); where not NULL the minimising g per candidate into arg [R, A]
+ * (int64), and the chosen candidate's append pieces into pend [R*G, n + 2]: per member column j
+ * of V, mu_m[j] and colsum(V_m^2)_j (the numbers point_pieces computes for that point: the
+ * solve is column by column the same operations), and its point into pend_x [R, d].
+ * Returns 0, or -1 when scratch memory could not be allocated. */
+long tb_batch_select(long R, long G, long n, long A, long d, const double *x, long xs_,
+                     const double *cand, long cs, const double *w, long dw, int kind, double outscale,
+                     int has_scale, double kdiag, const double *L, long ls, long lc,
+                     const double *z, long zs, const double *beta, const double *div,
+                     long long *best, long long *arg, double *pend, double *pend_x) {
+    kernel_args k = {w, dw, kind, outscale, has_scale, kdiag};
+    batch_scratch s;
+    long a1 = A > 0 ? A : 1, n1 = n > 0 ? n : 1;
+    /* per member of a run: mu, colsum(V^2), var [G, A], the bound [A]; V [G, n, A] if pend */
+    double *mv = malloc(((size_t)((3 * G + 1) * a1) + (pend ? (size_t)(G * n1 * a1) : 0))
+                        * sizeof(double));
+    if (!mv || scratch_alloc(&s, n, A, d)) {
+        free(mv);
+        return -1;
+    }
+    double *mean = mv, *ss = mv + G * a1, *var = ss + G * a1, *ucb = var + G * a1;
+    double *vs = pend ? ucb + a1 : NULL;
+    for (long r = 0; r < R; ++r) {
+        const double *cr = cand + r * cs;
+        scale_points(n, d, x + r * G * xs_, w, dw, s.xs);
+        kernel_packed(&s, n, A, d, cr, &k);
+        for (long g = 0; g < G; ++g) {
+            long m = r * G + g;
+            double *sg = ss + g * A, *pr = var + g * A;
+            member_solve(&s, n, A, L + m * ls, lc, z + m * zs, vs ? vs + g * n * A : NULL,
+                         mean + g * A, sg);
+            for (long j = 0; j < A; ++j) {
+                double rho2 = kdiag - sg[j];
+                pr[j] = rho2 > 0.0 ? rho2 : 0.0;
+            }
+        }
+        long j = A > 0 ? ucb_argmax(A, G, mean, var, beta + r * G, div + r * G, ucb,
+                                    arg ? arg + r * A : NULL) : 0;
+        best[r] = j;
+        if (pend && A > 0) {
+            for (long g = 0; g < G; ++g) {
+                double *o = pend + (r * G + g) * (n + 2);
+                const double *vg = vs + g * n * A + j;
+                for (long i = 0; i < n; ++i) o[i] = vg[i * A];
+                o[n] = mean[g * A + j];
+                o[n + 1] = ss[g * A + j];
+            }
+            memcpy(pend_x + r * d, cr + j * d, (size_t)d * sizeof(double));
+        }
+    }
+    scratch_free(&s);
+    free(mv);
+    return 0;
+}
+
 /* Append one point per run to R runs of G members with n points each (see the top of the file).
  *   xnew [R, d], ynew [R]: the points and rewards; x, xs_ / y, ys_: the members' points and
  *   targets (row n written) and their member strides; w, dw, kind, outscale, has_scale, kdiag:
  *   the kernel; L, ls, lc: factors (row n written: l, then the pivot at column n); z, zs;
- *   regs [R*G]: the regularisers a_m; work [R*G, n + 2]: per member l, the pivot, z_m[n].
+ *   regs [R*G]: the regularisers a_m; work [R*G, n + 2]: per member l, z_m^T l, |l|^2;
+ *   pend [R*G, n + 2], pend_x [R, d] (NULL: none): the pieces of the last select, used for the
+ *   runs whose xnew holds the bits of pend_x (the others are computed here);
+ *   piv, ps (NULL: none): a copy of the factors' diagonals, member m's at piv + m * ps; the new
+ *   pivot d is also written at its column n.
  * Every pivot is computed before anything is written: returns 0, -1 (no scratch memory), or
  * m + 1 for the first member m whose pivot^2 is not positive (nothing written then). */
 long tb_batch_append(long R, long G, long n, long d, const double *xnew, const double *ynew,
                      double *x, long xs_, double *y, long ys_, const double *w, long dw,
                      int kind, double outscale, int has_scale, double kdiag, double *L, long ls,
-                     long lc, double *z, long zs, const double *regs, double *work) {
+                     long lc, double *z, long zs, const double *regs, double *work,
+                     const double *pend, const double *pend_x, double *piv, long ps) {
+    kernel_args k = {w, dw, kind, outscale, has_scale, kdiag};
     batch_scratch s;
     if (scratch_alloc(&s, n, 1, d)) return -1;
     long bad = 0;
     for (long r = 0; r < R && !bad; ++r) {
         const double *xr = xnew + r * d;
-        scale_points(n, d, x + r * G * xs_, w, dw, s.xs);
-        /* k_S(x_r) [n, 1] by the closed form, V = L^{-1} k_S(x_r) by the scoring's tiles */
-        kernel_block(n, 1, d, s.xs, xr, w, dw, kind, outscale, has_scale, NULL, s.kq, s.rows);
-        pack_k(n, s.sc.npad, 1, s.kq, s.sc.kp);
-        for (long g = 0; g < G; ++g) {
+        const double *got = work; /* the pieces of run r's members: work's or pend's rows */
+        if (pend && !memcmp(xr, pend_x + r * d, (size_t)d * sizeof(double))) {
+            got = pend;
+        } else { /* k_S(x_r) [n, 1] by the closed form, l = L^{-1} k_S(x_r) by the tiles */
+            scale_points(n, d, x + r * G * xs_, w, dw, s.xs);
+            point_pieces(&s, r, G, n, d, xr, &k, L, ls, lc, z, zs, work);
+        }
+        for (long g = 0; g < G && !bad; ++g) {
             long m = r * G + g;
-            double *out = work + m * (n + 2), mu, sumsq;
-            factor_rows(n, s.sc.npad, NULL, 0, L + m * ls, lc, s.sc.zeros, s.sc.lrow, s.sc.inv);
-            solve_factor(n, s.sc.npad, 1, s.sc.kp, s.sc.lrow, s.sc.inv, z + m * zs, s.sc.vp, out,
-                         &mu, &sumsq);
-            double d2 = (kdiag + regs[m]) - sumsq;
+            const double *in = got + m * (n + 2);
+            double *out = work + m * (n + 2);
+            double mu = in[n], d2 = (kdiag + regs[m]) - in[n + 1];
             if (!(d2 > 0.0)) {
                 bad = m + 1;
                 break;
             }
+            if (in != out) memcpy(out, in, (size_t)n * sizeof(double));
             out[n] = sqrt(d2);
             out[n + 1] = (ynew[r] - mu) / out[n];
         }
@@ -133,6 +248,7 @@ long tb_batch_append(long R, long G, long n, long d, const double *xnew, const d
         const double *out = work + m * (n + 2);
         memcpy(L + m * ls + n * lc, out, (size_t)(n + 1) * sizeof(double)); /* (l, d) */
         z[m * zs + n] = out[n + 1];
+        if (piv) piv[m * ps + n] = out[n];
         memcpy(x + m * xs_ + n * d, xnew + r * d, (size_t)d * sizeof(double));
         y[m * ys_ + n] = ynew[r];
     }

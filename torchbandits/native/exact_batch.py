@@ -10,8 +10,15 @@ companion):
 
 * :func:`score`: per run ``K_SC`` ``[n, A]`` of its points and candidates, then per member
   ``V = L⁻¹K_SC``, ``μ = zᵀV``, ``ρ² = max(k_CC − colsum(V ⊙ V), 0)``, ``[R·G, A]`` each;
+* :func:`select`: the scoring, then per run the first index of the largest upper bound
+  ``min_g (sqrt(ρ²_{rG+g} / div_{rG+g}) β_{rG+g} + μ_{rG+g})`` (the closed form of the fused
+  single-run select, :class:`~torchbandits.confidence.base.UCBForm`; ``G`` terms: DMM's grid,
+  Flynn & Reeb 2024, Eq. (14)), ``[R]``, and the chosen candidate's append pieces (``l``,
+  ``zᵀl``, ``‖l‖²`` per member) while the run's factors are in the cache;
 * :func:`append`: per member ``l = L⁻¹k_S(x_r)``, ``d = sqrt(k(x_r, x_r) + λ − ‖l‖²)``,
-  ``z[n] = (y_r − zᵀl)/d`` written as row ``n`` of the factor, with the point and reward.
+  ``z[n] = (y_r − zᵀl)/d`` written as row ``n`` of the factor, with the point and reward
+  (``l``, ``zᵀl``, ``‖l‖²`` read from :func:`select`'s pieces for the runs whose point holds the
+  bits of the candidate it chose: the same operations, the same numbers).
 
 The caller checks the tensors (float64, CPU, contiguous) and sizes; :func:`available` says
 whether the library is loaded (``None`` inside :func:`torchbandits.native.disabled`). The C code
@@ -26,17 +33,19 @@ from torch import Tensor
 
 from . import signed
 
-__all__ = ["append", "available", "score"]
+__all__ = ["append", "available", "score", "select"]
 
 _L = ctypes.c_long
 _P = ctypes.c_void_p
 _D = ctypes.c_double
 _I = ctypes.c_int
 _SIGNATURES = {
-    "tb_batch_score": ([_L, _L, _L, _L, _L, _P, _L, _P, _P, _L, _I, _D, _I, _D, _P, _L, _L, _P, _L,
-                        _P, _P, _P, _P], _L),
+    "tb_batch_score": ([_L, _L, _L, _L, _L, _P, _L, _P, _L, _P, _L, _I, _D, _I, _D, _P, _L, _L, _P,
+                        _L, _P, _P, _P, _P], _L),
+    "tb_batch_select": ([_L, _L, _L, _L, _L, _P, _L, _P, _L, _P, _L, _I, _D, _I, _D, _P, _L, _L,
+                         _P, _L, _P, _P, _P, _P, _P, _P], _L),
     "tb_batch_append": ([_L, _L, _L, _L, _P, _P, _P, _L, _P, _L, _P, _L, _I, _D, _I, _D, _P, _L, _L,
-                         _P, _L, _P, _P], _L),
+                         _P, _L, _P, _P, _P, _P, _P, _L], _L),
 }
 
 
@@ -60,36 +69,71 @@ def score(lib: ctypes.CDLL, groups: int, n: int, x: Tensor, cand: Tensor,
 
     Args:
         n: stored points per run; ``x``: the members' points ``[R·G, cap, d]``; ``cand``
-            ``[R, A, d]``; ``kernel``: ``(w [d] or [1], kind code, output scale or None,
-            k(x, x))`` (:data:`torchbandits.native.exact.KINDS`).
+            ``[R, A, d]`` (each run's ``[A, d]`` contiguous, any run stride); ``kernel``:
+            ``(w [d] or [1], kind code, output scale or None, k(x, x))``
+            (:data:`torchbandits.native.exact.KINDS`).
         chol: factors ``[R·G, cap', cap']``; ``z``: whitened targets ``[R·G, cap'']``.
         mean, var: written, ``[R·G, A]`` (contiguous).
         keep: ``(V [R·G, n, A], colsum(V ⊙ V) [R·G, A])`` also written (contiguous), if given.
     """
     r, a, d = cand.shape
     rc = lib.tb_batch_score(r, groups, n, a, d, x.data_ptr(), x.stride(0), cand.data_ptr(),
-                            *_kernel(kernel), chol.data_ptr(), chol.stride(0), chol.stride(1),
-                            z.data_ptr(), z.stride(0), mean.data_ptr(), var.data_ptr(),
+                            cand.stride(0), *_kernel(kernel), chol.data_ptr(), chol.stride(0),
+                            chol.stride(1), z.data_ptr(), z.stride(0), mean.data_ptr(), var.data_ptr(),
                             *((None, None) if keep is None else (keep[0].data_ptr(),
                                                                  keep[1].data_ptr())))
     if rc < 0:
         raise MemoryError("torchbandits.native.exact_batch: scratch allocation failed")
 
 
+def select(lib: ctypes.CDLL, groups: int, n: int, x: Tensor, cand: Tensor,
+           kernel: tuple[Tensor, int, float | None, float], chol: Tensor, z: Tensor,
+           bound: tuple[Tensor, Tensor], best: Tensor, arg: Tensor | None = None,
+           pending: tuple[Tensor, Tensor] | None = None) -> None:
+    """One select call for ``R = cand.shape[0]`` runs of ``groups`` members (the arguments up to
+    ``z`` as :func:`score`'s).
+
+    Args:
+        bound: ``(β [R·G], div [R·G])`` (contiguous float64): run ``r``'s bound is
+            ``min_g (sqrt(ρ²_{rG+g} / div_{rG+g}) β_{rG+g} + μ_{rG+g})``.
+        best: written, ``[R]`` int64: the first index of each run's largest bound.
+        arg: ``[R, A]`` int64, written if given: the minimising ``g`` per candidate.
+        pending: ``(pieces [R·G, n + 2], points [R, d])``, written if given: the chosen
+            candidate's ``(l, zᵀl, ‖l‖²)`` per member and its point, for :func:`append`.
+    """
+    r, a, d = cand.shape
+    beta, div = bound
+    rc = lib.tb_batch_select(r, groups, n, a, d, x.data_ptr(), x.stride(0), cand.data_ptr(),
+                             cand.stride(0), *_kernel(kernel), chol.data_ptr(), chol.stride(0),
+                             chol.stride(1), z.data_ptr(), z.stride(0), beta.data_ptr(), div.data_ptr(),
+                             best.data_ptr(), None if arg is None else arg.data_ptr(),
+                             *((None, None) if pending is None else (pending[0].data_ptr(),
+                                                                     pending[1].data_ptr())))
+    if rc < 0:
+        raise MemoryError("torchbandits.native.exact_batch: scratch allocation failed")
+
+
 def append(lib: ctypes.CDLL, groups: int, n: int, xnew: Tensor, ynew: Tensor,
            bufs: tuple[Tensor, Tensor, Tensor, Tensor],
-           kernel: tuple[Tensor, int, float | None, float], regs: Tensor, work: Tensor) -> int:
+           kernel: tuple[Tensor, int, float | None, float], regs: Tensor, work: Tensor,
+           pending: tuple[Tensor, Tensor] | None = None, pivots: Tensor | None = None) -> int:
     """One append call of ``xnew`` ``[R, d]``, ``ynew`` ``[R]`` to ``R`` runs of ``groups``
     members holding ``n`` points, ``bufs = (x [R·G, cap, d], y [R·G, cap], L [R·G, cap, cap],
     z [R·G, cap])`` with room for row ``n``; ``regs`` ``[R·G]``: the regularisers; ``work``
-    ``[R·G·(n + 2)]`` scratch. Returns 0, or ``m + 1`` for the first member ``m`` whose pivot is
-    not positive (nothing written)."""
+    ``[R·G·(n + 2)]`` scratch; ``pending``: :func:`select`'s pieces for this state (used for the
+    runs whose point holds the bits of the chosen candidate); ``pivots`` ``[R·G, cap'']``: a copy
+    of the diagonals, whose column ``n`` gets the new pivots. Returns 0, or ``m + 1`` for the
+    first member ``m`` whose pivot is not positive (nothing written)."""
     x, y, chol, z = bufs
     rc = lib.tb_batch_append(xnew.shape[0], groups, n, xnew.shape[1], xnew.data_ptr(),
                              ynew.data_ptr(), x.data_ptr(), x.stride(0), y.data_ptr(),
                              y.stride(0), *_kernel(kernel), chol.data_ptr(), chol.stride(0),
                              chol.stride(1), z.data_ptr(), z.stride(0), regs.data_ptr(),
-                             work.data_ptr())
+                             work.data_ptr(),
+                             *((None, None) if pending is None else (pending[0].data_ptr(),
+                                                                     pending[1].data_ptr())),
+                             *((None, 0) if pivots is None else (pivots.data_ptr(),
+                                                                 pivots.stride(0))))
     if rc < 0:
         raise MemoryError("torchbandits.native.exact_batch: scratch allocation failed")
     return int(rc)

@@ -305,7 +305,8 @@ static void solve_tile(const double *const *lrow, const double *inv, long i0, co
 #endif
 
 /* One factor: V = L^{-1} K [n, A] from the packed kp, the rows of L and 1 / L_ii (lrow, inv
- * [npad], see above; vp [npad, NR] scratch per panel), mu = z^T V and colsum(V (.) V) [A]. */
+ * [npad], see above; vp [npad, NR] scratch per panel), mu = z^T V and colsum(V (.) V) [A].
+ * v may be NULL: V is not written (mu and colsum only). */
 static void solve_factor(long n, long npad, long A, const double *kp, const double *const *lrow,
                          const double *inv, const double *z, double *vp, double *v, double *mu,
                          double *sumsq) {
@@ -321,22 +322,18 @@ static void solve_factor(long n, long npad, long A, const double *kp, const doub
         for (long q = 0; q < w; ++q) m[q] = s[q] = 0.0;
         for (long i = 0; i < n; ++i) {
             const double *vi = vp + i * w;
-            double zi = z[i], *out = v + i * A + j0;
+            double zi = z[i];
             for (long q = 0; q < w; ++q) {
                 m[q] += zi * vi[q];
                 s[q] += vi[q] * vi[q];
             }
-            for (long q = 0; q < c; ++q) out[q] = vi[q];
+            if (v)
+                for (long q = 0; q < c; ++q) v[i * A + j0 + q] = vi[q];
         }
         for (long q = 0; q < c; ++q) mu[j0 + q] = m[q], sumsq[j0 + q] = s[q];
     }
 }
 
-/* The upper confidence bound min_r (sqrt(var_r / div_r) beta_r + mu_r) per candidate (one
- * term: a radius rule, Flynn & Reeb 2024's AMM; several: their DMM, Sec. 5.4, the minimum over
- * the grid of Eq. (14)), the minimising r per candidate (arg, may be NULL) and the first index of
- * the largest bound (a NaN counts as largest, as torch.argmax). The minimum takes the first
- * smallest term and propagates a NaN (as torch.min). */
 /* The scoring's scratch for n points and A candidates: the packed kp [npad, apad] (64-byte
  * aligned), the panel vp [npad, NR], inv [npad], zeros [npad] (zeroed), then `extra` doubles of
  * the caller's at rest; lrow [npad] the addresses of a factor's rows. Returns 0, or -1 when
@@ -372,6 +369,11 @@ static void score_scratch_free(score_scratch *s) {
     free((void *)s->lrow);
 }
 
+/* The upper confidence bound min_r (sqrt(var_r / div_r) beta_r + mu_r) per candidate (one
+ * term: a radius rule, Flynn & Reeb 2024's AMM; several: their DMM, Sec. 5.4, the minimum over
+ * the grid of Eq. (14)), the minimising r per candidate (arg, may be NULL) and the first index of
+ * the largest bound (a NaN counts as largest, as torch.argmax). The minimum takes the first
+ * smallest term and propagates a NaN (as torch.min). */
 static long ucb_argmax(long A, long R, const double *mean, const double *var, const double *beta,
                        const double *div, double *ucb, long long *arg) {
     long best = 0;

@@ -212,15 +212,15 @@ class KernelUCB(BatchModeMixin, LeanStep, RefitMixin, RuleUCB):
 
     def _batch_bounds(self, cand: Tensor, which: str = "both") -> tuple[Tensor, Tensor | None]:
         """``(UCB, LCB)`` ``[R, A]`` of checked candidates ``[R, A, d]`` (``which="ucb"``: the
-        LCB may be ``None``, CMM then skips its search)."""
+        LCB may be ``None``, CMM then skips its search; ``"argmax"``: ``(index [R], None)``)."""
         model = self.batch_model
         assert model is not None
         beta = self._batch_settings["beta"]
         ucb, lcb, diag = batched_bounds(self.rule, model, cand, self.t + 1,
                                         None if beta is None else beta.to(cand), which=which,
                                         per_run_lam=self._batch_settings["lam"] is not None)
-        self._batch_beta = diag.get("beta")
-        self._batch_diag = diag
+        set_plain(self, "_batch_beta", diag.get("beta"))   # (plain attributes: no module checks)
+        set_plain(self, "_batch_diag", diag)
         return ucb, lcb
 
     def _check_batch(self, candidates: Any) -> Tensor:
@@ -257,8 +257,8 @@ class KernelUCB(BatchModeMixin, LeanStep, RefitMixin, RuleUCB):
                 raise ValueError(f"warmup_index {index} is out of range for {cand.shape[1]} "
                                  f"candidates")
             return torch.full((cand.shape[0],), index, dtype=torch.long, device=self.device)
-        with torch.no_grad():
-            return torch.argmax(self._batch_bounds(cand, "ucb")[0], dim=1)
+        with torch.no_grad():   # (the UCB argmax in one compiled call where it qualifies)
+            return self._batch_bounds(cand, "argmax")[0]
 
     def update(self, x: Any, reward: Any) -> None:
         """Single run: as before. Batch: ``x [R, d]`` and ``reward [R]``, both checked before
