@@ -16,7 +16,6 @@ import torch
 from torchbandits.kernels import make_kernel
 from torchbandits.models import ExactKernelRidge
 from torchbandits.models.batched_exact import BatchedExactKernelRidge
-from torchbandits.models.batched_groups import append_block
 from torchbandits.models.batched_inverse import INVERSE_MAX_N
 
 GRID = (0.1, 1.0, 10.0)
@@ -76,7 +75,7 @@ def test_one_point_block_equals_append() -> None:
         x = torch.rand(2, 2, dtype=torch.float64, generator=gen)
         y = torch.randn(2, dtype=torch.float64, generator=gen)
         a.append(x.repeat_interleave(2, 0), y.repeat_interleave(2, 0))
-        append_block(b, x[:, None], y[:, None], x_old)
+        b.append_block(x[:, None], y[:, None], x_old)
         x_old = torch.cat([x_old, x[:, None]], dim=1)
         torch.testing.assert_close(b.cholesky(), a.cholesky(), atol=1e-14, rtol=0)
         torch.testing.assert_close(b.quad_y(), a.quad_y(), atol=1e-13, rtol=0)
@@ -89,8 +88,8 @@ def test_non_positive_pivot_rejects_and_changes_nothing() -> None:
     comp = BatchedExactKernelRidge(kernel, torch.tensor([1.0, 1e-300], dtype=torch.float64), 2)
     x = torch.tensor([[[1.0], [1.0]]], dtype=torch.float64)       # the same point twice
     y = torch.zeros(1, 2, dtype=torch.float64)
-    append_block(comp, x[:, :1], y[:, :1], x[:, :0])
+    comp.append_block(x[:, :1], y[:, :1], x[:, :0])
     before = comp.cholesky()
     with pytest.raises(ValueError, match="pivot"):
-        append_block(comp, x[:, 1:], y[:, 1:], x[:, :1])          # K + λI singular at λ ≈ 0
+        comp.append_block(x[:, 1:], y[:, 1:], x[:, :1])          # K + λI singular at λ ≈ 0
     assert comp.n == 1 and torch.equal(comp.cholesky(), before)

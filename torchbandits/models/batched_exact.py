@@ -51,7 +51,7 @@ from ..batching import (
 from ..buffers import ResizableModule, grow_rows
 from ..kernels import kernel_diag, kernel_matrix
 from .batched_exact_native import BatchedExactNative
-from .batched_groups import at_regularisers, mean_var_groups, repeat_candidates
+from .batched_groups import BatchedGroups
 from .batched_inverse import InverseFactor, Workspace
 from .batched_kernel import ScaledPoints, fast_kernel
 from .batched_solve import block_solve, check_run_values, factor_head, storage_key
@@ -59,7 +59,7 @@ from .batched_solve import block_solve, check_run_values, factor_head, storage_k
 __all__ = ["BatchedExactKernelRidge", "check_run_values"]
 
 
-class BatchedExactKernelRidge(BatchedExactNative, ResizableModule):
+class BatchedExactKernelRidge(BatchedExactNative, BatchedGroups, ResizableModule):
     """Exact kernel ridge regression / GP posterior of ``R`` runs with one kernel.
 
     Args:
@@ -354,27 +354,6 @@ class BatchedExactKernelRidge(BatchedExactNative, ResizableModule):
         """``Y_rᵀ (K_r + λ_r I)⁻¹ Y_r = ‖z_r‖²`` ``[R]`` (0 when empty)."""
         z = self._z[:, : self._n]
         return (z * z).sum(-1)
-
-    # ------------------------------------------------------------------ other regularisers
-    def at_regularisers(self, multipliers: tuple[float, ...]) -> BatchedExactKernelRidge:
-        """The posteriors of every run at ``G`` further regularisers ``λ_{r,g} = m_g·λ_r``, as one
-        model of ``R·G`` runs (run ``r·G + g``), kept in step with this one
-        (:func:`~torchbandits.models.batched_groups.at_regularisers`). Dropped by :meth:`reset`,
-        by loading a ``state_dict`` and by ``.to()``; a rebuilt companion replays the same
-        appends, so it holds the same numbers. Not saved in the ``state_dict``."""
-        return at_regularisers(self, multipliers)
-
-    def repeat_candidates(self, candidates: Tensor, groups: int) -> Tensor:
-        """Candidates ``[R, A, d]`` as ``[R·G, A, d]``, the input of :meth:`at_regularisers`'
-        model."""
-        return repeat_candidates(candidates, groups)
-
-    def mean_var_groups(self, candidates: Tensor, groups: int) -> tuple[Tensor, Tensor]:
-        """:meth:`mean_var` (GP variance) of an :meth:`at_regularisers` model at the checked
-        candidates ``[R, A, d]`` of the ``R = n_runs / groups`` original runs, the kernel
-        evaluated once per original run
-        (:func:`~torchbandits.models.batched_groups.mean_var_groups`); ``[R·G, A]`` each."""
-        return mean_var_groups(self, candidates, groups)
 
     @torch.no_grad()
     def spectrum(self) -> tuple[Tensor, Tensor, Tensor]:

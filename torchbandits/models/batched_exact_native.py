@@ -54,7 +54,6 @@ from torch import Tensor
 from ..buffers import grow_rows, set_plain
 from ..native import exact as nx
 from ..native import exact_batch as nb
-from .batched_groups import ucb_argmax_groups
 from .batched_kernel import fast_kernel
 
 __all__ = ["BatchedExactNative"]
@@ -187,8 +186,8 @@ class BatchedExactNative:
         (:meth:`ucb_argmax_native`); ``None`` where the compiled step does not qualify or the
         candidate caches serve the set (the caller then scores by ``mean_var``)."""
         if groups > 1:
-            return ucb_argmax_groups(self, candidates, beta, div, groups,  # type: ignore[arg-type]
-                                     want_arg)
+            return self.ucb_argmax_groups(  # type: ignore[attr-defined]
+                candidates, beta, div, groups, want_arg)
         if self._cache_hit(candidates) is not None:  # type: ignore[attr-defined]
             return None
         got = self.ucb_argmax_native(candidates, beta, div, want_arg=want_arg)
