@@ -10,7 +10,7 @@ from torch import Tensor
 
 from .bkb import BKBBeta
 
-__all__ = ["batched_bkb_radius"]
+__all__ = ["batched_bkb_radius", "radius_terms"]
 
 
 def batched_bkb_radius(rule: BKBBeta, sum_var: Tensor, t: int, kappa2: Tensor | float,
@@ -36,3 +36,23 @@ def batched_bkb_radius(rule: BKBBeta, sum_var: Tensor, t: int, kappa2: Tensor | 
         width = (2.0 * xi * torch.sqrt(rule.alpha * lt * s + log_delta)
                  + (1.0 + 1.0 / math.sqrt(1.0 - rule.eps)) * torch.sqrt(lam) * f)
     return width * rule.beta_scale
+
+
+def radius_terms(rule: BKBBeta, t: int, kappa2: float, lam: list[float]
+                 ) -> tuple[list[float], float, float, float, float]:
+    """The constants of :meth:`BKBBeta.radius <torchbandits.confidence.bkb.BKBBeta.radius>` for
+    runs of regularisers ``lam`` at time ``t`` (a rule other than ``"constant"``), folded so that
+    ``radius(S, t, κ², λ_r) == (c_r + k1·sqrt(k2·max(S, 0) + log(1/δ)))·scale`` **bit for bit**
+    (the same roundings in the same order; IEEE addition commutes): ``(c [R], k1, k2, log(1/δ),
+    scale)``. Theorem 2: ``c_r = (1 + 1/sqrt(1−ε))·sqrt(λ_r)·F``, ``k1 = 2ξ``, ``k2 = α L_t``; the
+    authors' code: ``c_r = sqrt(λ_r)·F``, ``k1 = ξ``, ``k2 = log t`` (0 for t ≤ 1)."""
+    if rule.rule == "constant":
+        raise ValueError("rule: the constant rule has no folded terms (its width is given)")
+    xi, f = rule.noise_std, rule.norm_bound
+    log_delta = math.log(1.0 / rule.delta)
+    if rule.rule == "authors_code":
+        c = [math.sqrt(v) * f for v in lam]
+        return c, xi, (math.log(t) if t > 1 else 0.0), log_delta, rule.beta_scale
+    front = 1.0 + 1.0 / math.sqrt(1.0 - rule.eps)
+    c = [front * math.sqrt(v) * f for v in lam]
+    return c, 2.0 * xi, rule.alpha * rule.log_term(kappa2, t), log_delta, rule.beta_scale
