@@ -42,7 +42,7 @@ import torch
 from torch import Tensor
 
 from ..batching import check_batch_points, check_batch_rewards, check_batched_candidates
-from ..confidence.bkb_batched import batched_bkb_radius, radius_terms
+from ..confidence.bkb_batched import batched_bkb_radius, radius_offsets, radius_terms
 from ..models.batched_counts import BatchedCounts
 from ..models.batched_nystrom_state import batched_kernel
 from ..native import bkb as native_bkb
@@ -131,6 +131,7 @@ class BKBBatchMixin(BatchModeMixin, BKBBatchPosterior):
         self._last_cand: Tensor | None = None            # held: its memory is not reused
         self._last_b: dict[str, Tensor] = {}
         self._bdraw: Any = None                          # (key, probs, count rows, prob rows)
+        self._bterms: Any = None                         # (rule key, width offsets c [R])
 
     def _leave_batch(self) -> None:
         if "batched" in self._modules:  # type: ignore[attr-defined]
@@ -212,8 +213,12 @@ class BKBBatchMixin(BatchModeMixin, BKBBatchPosterior):
         if rule.rule == "constant":
             beta = batched_bkb_radius(rule, self._lam64, self.t, kc, self._lam64, self._beta64)  # type: ignore[attr-defined]
             return beta.to(torch.float64).contiguous(), None, 0.0, 0.0, 0.0, 1.0
-        c, k1, k2, log_delta, scale = radius_terms(rule, self.t, kc, self._lam_list)  # type: ignore[attr-defined]
-        return None, torch.tensor(c, dtype=torch.float64), k1, k2, log_delta, scale
+        key = (rule.rule, rule.eps, rule.norm_bound)   # c [R]: the rule and λ only
+        kept = self._bterms
+        if kept is None or kept[0] != key:
+            c = radius_offsets(rule, self._lam_list)
+            kept = self._bterms = (key, torch.tensor(c, dtype=torch.float64))
+        return (None, kept[1], *radius_terms(rule, self.t, kc))  # type: ignore[attr-defined]
 
     def _run_width(self, sum_var: float, kappa2: float, r: int) -> float:
         """β̃_t of run ``r`` by the sequential rule (``S_t = sum_var``)."""
