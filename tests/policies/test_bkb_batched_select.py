@@ -41,9 +41,9 @@ def test_folded_width_is_the_rule_bit_for_bit(rule: BKBBeta, t: int) -> None:
     c = radius_offsets(rule, lam)
     k1, k2, log_delta, scale = radius_terms(rule, t, 1.0)
     g = torch.Generator().manual_seed(t)
-    values = [0.0, -0.0, -3.0, 1e-300, 5e300] + (torch.rand(200, generator=g, dtype=F64)
-                                                  * 10 ** torch.randint(-8, 8, (200,), generator=g)
-                                                  ).tolist()
+    spread = torch.rand(200, generator=g, dtype=F64) * 10 ** torch.randint(-8, 8, (200,),
+                                                                           generator=g)
+    values = [0.0, -0.0, -3.0, 1e-300, 5e300, *spread.tolist()]
     for s in values:
         for r, v in enumerate(lam):
             want = rule.radius(s, t, 1.0, v)
@@ -59,7 +59,7 @@ def _dtc(b: dict[str, Any], width: int) -> tuple:
             width, 1.0, 0.0, PIVOT_TOL)
 
 
-@pytest.mark.parametrize("rule", RULES + [None], ids=["paper", "authors_code", "given"])
+@pytest.mark.parametrize("rule", [*RULES, None], ids=["paper", "authors_code", "given"])
 def test_select_rounds_are_dtc_rounds_then_the_rule_and_the_argmax(rule: BKBBeta | None) -> None:
     """The same posterior as :func:`dtc_rounds` (bit for bit), β̃_t of every run equal to the
     rule's (or the given widths), and the choice of :func:`ucb_argmax_rounds` on ``torch.sqrt``

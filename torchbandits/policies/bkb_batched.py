@@ -132,6 +132,7 @@ class BKBBatchMixin(BatchModeMixin, BKBBatchPosterior):
         self._last_b: dict[str, Tensor] = {}
         self._bdraw: Any = None                          # (key, probs, count rows, prob rows)
         self._bterms: Any = None                         # (rule key, width offsets c [R])
+        self._bkappa: Any = None                         # (key, κ² [R])
 
     def _leave_batch(self) -> None:
         if "batched" in self._modules:  # type: ignore[attr-defined]
@@ -172,7 +173,7 @@ class BKBBatchMixin(BatchModeMixin, BKBBatchPosterior):
         kc = self._nys.kernel_constant  # type: ignore[attr-defined]
         kappa2 = kc if kc is not None else self._bk.diag(cand).amax(-1)
         rule = self.rule  # type: ignore[attr-defined]
-        post = self._posterior(cand, ucb=self._width_terms(kc) if choose else None)
+        post = self._posterior(cand, ucb=(lambda: self._width_terms(kc)) if choose else None)
         native = "sum_var" in post
         if native:   # the compiled rounds (CPU): ridge variances and S_t (torch.dot's)
             var, pvar, sum_var = post["var"], post["pvar"], post["sum_var"]
@@ -197,9 +198,18 @@ class BKBBatchMixin(BatchModeMixin, BKBBatchPosterior):
         else:
             beta = batched_bkb_radius(rule, sum_var, self.t, kappa2, lam, self._beta64)  # type: ignore[attr-defined]
         self._bscored = [self.batched.version, pvar, var, cand, None, native]
-        self._last_b = {"beta": beta, "sum_var": sum_var,
-                        "kappa2": torch.as_tensor(kappa2, dtype=self.dtype).expand_as(beta)}  # type: ignore[attr-defined]
+        self._last_b = {"beta": beta, "sum_var": sum_var, "kappa2": self._kappa2_runs(kappa2, beta)}
         return post["mean"], None if choice is not None else torch.sqrt(var), beta, choice
+
+    def _kappa2_runs(self, kappa2: Tensor | float, beta: Tensor) -> Tensor:
+        """κ² per run ``[R]`` (``beta``'s shape; a kernel constant's on the host, made once per
+        batch: no copy to a device)."""
+        if isinstance(kappa2, Tensor):
+            return kappa2.to(self.dtype).expand_as(beta)  # type: ignore[attr-defined]
+        key = (kappa2, beta.shape, self.dtype)  # type: ignore[attr-defined]
+        if self._bkappa is None or self._bkappa[0] != key:
+            self._bkappa = (key, torch.as_tensor(kappa2, dtype=self.dtype).expand_as(beta))  # type: ignore[attr-defined]
+        return self._bkappa[1]
 
     def _width_terms(self, kc: float | None) -> tuple[Tensor | None, Tensor | None, float, float,
                                                        float, float] | None:
