@@ -205,7 +205,8 @@ class _Timed:
 def breakdown(runs: int, horizon: int, n_arms: int, dim: int, sequential: int) -> dict:
     """Where a batched BKB run's process CPU time goes, in µs per run-round, beside the
     sequential run's (module docstring): ``batch`` (``C round``: the compiled rounds of
-    :func:`torchbandits.native.bkb.dtc_rounds`, a run the C code leaves included; ``C argmax``,
+    :func:`torchbandits.native.bkb.dtc_rounds` / :func:`~torchbandits.native.bkb.select_rounds`
+    (with every run's β̃_t and UCB argmax), a run the C code leaves included; ``C argmax``,
     ``C record``, ``C dictionary``: the other compiled calls; ``binomial``: the draws;
     ``beta``: β̃_t run by run; ``select rest``/``update rest``: the Python and torch glue;
     ``diagnostics``; ``runner + env``: the rest of the loop), ``sequential`` (``total``,
@@ -217,9 +218,11 @@ def breakdown(runs: int, horizon: int, n_arms: int, dim: int, sequential: int) -
     pivoted_cholesky(torch.eye(2, dtype=torch.float64))
     policy = make_policy("bkb", env)
     clock = _Timed()
-    for name, key in (("dtc_rounds", "C round"), ("ucb_argmax_rounds", "C argmax"),
+    for name, key in (("dtc_rounds", "C round"), ("select_rounds", "C round"),
+                      ("ucb_argmax_rounds", "C argmax"),
                       ("record_rounds", "C record"), ("set_dictionary", "C dictionary")):
-        clock.patch(nbkb, name, key)
+        if hasattr(nbkb, name):   # (select_rounds: not in older versions of the package)
+            clock.patch(nbkb, name, key)
     clock.patch(torch, "binomial", "binomial")
     clock.patch(type(policy.rule), "radius", "beta")
     for name in ("select", "update", "diagnostics"):

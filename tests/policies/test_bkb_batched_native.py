@@ -29,21 +29,31 @@ F64 = torch.float64
 
 
 class _Spy:
-    """Counts the batched compiled rounds that ran (returned a result)."""
+    """Counts the batched compiled rounds that ran (returned a result): ``dtc_rounds`` and
+    ``select_rounds`` (the round with every run's width and choice, ``fused``). A refused
+    ``select_rounds`` refuses the ``dtc_rounds`` the policy then tries too (one refused round)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, refuse: Any = None) -> None:
-        self.rounds = self.calls = 0
-        inner = native_bkb.dtc_rounds
+        self.rounds = self.calls = self.fused = 0
+        self.pending = False
 
-        def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
-            self.calls += 1
-            if refuse is not None and refuse(self.calls):
-                return None          # as a pivoted K_ZZ: the round on the torch path
-            out = inner(*args, **kwargs)
-            self.rounds += out is not None
-            return out
+        def counting(inner: Any, fused: bool) -> Any:
+            def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+                if self.pending:         # the fallback of a refused select_rounds
+                    self.pending = False
+                    return None
+                self.calls += 1
+                if refuse is not None and refuse(self.calls):
+                    self.pending = fused
+                    return None          # as a pivoted K_ZZ: the round on the torch path
+                out = inner(*args, **kwargs)
+                self.rounds += out is not None
+                self.fused += fused and out is not None
+                return out
+            return counted
 
-        monkeypatch.setattr(native_bkb, "dtc_rounds", counted)
+        monkeypatch.setattr(native_bkb, "dtc_rounds", counting(native_bkb.dtc_rounds, False))
+        monkeypatch.setattr(native_bkb, "select_rounds", counting(native_bkb.select_rounds, True))
 
 
 def _env(n_arms: int) -> Any:
@@ -102,6 +112,7 @@ def test_compiled_batch_equals_torch_batch(n_arms: int, qbar: float,
     acts_t, ucbs_t, pol_t = _play(env, seeds, 200, {"qbar": qbar}, off=True)
     assert spy.rounds == compiled                       # nothing compiled inside disabled()
     assert compiled == 2 * (200 - pol.n_warmup)         # forward + select per scored round
+    assert spy.fused == 200 - pol.n_warmup              # select: widths and choices in C
     assert all(torch.equal(a, b) for a, b in zip(acts, acts_t, strict=True))
     assert max(float((u - v).abs().max()) for u, v in zip(ucbs, ucbs_t, strict=True)) <= 1e-7
     sa, sb = pol.state_dict(), pol_t.state_dict()

@@ -120,6 +120,14 @@ def stack_to(rows: Sequence[Tensor], device: torch.device) -> Tensor:
     return to_device(torch.stack(list(rows)), device)
 
 
+def _version_or_none(t: Tensor) -> int | None:
+    """``t``'s in-place write counter (``None`` for a tensor without one: an inference tensor)."""
+    try:
+        return t._version
+    except RuntimeError:
+        return None
+
+
 def _versions(tensors: Sequence[Tensor]) -> list[int]:
     return [t._version for t in tensors]
 
@@ -239,11 +247,20 @@ class BatchedEnv:
         idx = check_batch_index("index", index, self.n_runs, self._means.shape[1],
                                 self._means.device)
         chosen = self._means.gather(1, idx[:, None])[:, 0]
-        regret = self._means.max(dim=1).values - chosen
+        regret = self._best_means() - chosen
         reward = chosen.to(torch.float64) + self.template.batch_noise(self, chosen)
         self.t += 1
         self._cands, self._means = self.template.batch_round(self)
         return reward, regret
+
+    def _best_means(self) -> Tensor:
+        """``max_a`` of this round's means ``[R]``, kept while the means are the same unchanged
+        tensor (a fixed arm set: one reduction per batch instead of one per round)."""
+        means, kept = self._means, getattr(self, "_best", None)
+        version = _version_or_none(means)
+        if kept is None or kept[0] is not means or version is None or kept[1] != version:
+            kept = self._best = (means, version, means.max(dim=1).values)
+        return kept[2]
 
     def run_repr(self, r: int) -> str:
         """``repr`` of run ``r``'s environment (what the sequential runner records; the

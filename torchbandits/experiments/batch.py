@@ -88,6 +88,14 @@ class _StepClock:
         return [(m[i + 1] - m[i]) + (m[i + 3] - m[i + 2]) for i in range(0, len(m), 4)]
 
 
+def _version(t: torch.Tensor) -> int | None:
+    """``t``'s in-place write counter (``None`` for a tensor without one: an inference tensor)."""
+    try:
+        return t._version
+    except RuntimeError:
+        return None
+
+
 def _per_run(value: Any, n_runs: int) -> list[float]:
     """A diagnostic as one float per run (a ``[R]`` tensor, or one number shared by all)."""
     if isinstance(value, torch.Tensor) and value.numel() == n_runs:
@@ -158,10 +166,15 @@ def simulate_batch(
     start = time.perf_counter()
     with deferred_checks() as checks:
         checks.inputs_checked = True   # candidates and rewards flagged here, once per round
+        flagged: tuple[Any, int | None] = (None, None)   # the candidates last flagged
         for t in range(int(horizon)):
             checks.round = t
             cand = benv.candidates()
-            checks.flag_finite("candidates must be finite", cand)
+            # a fixed arm set is the same tensor every round: flagged again only if it changed
+            # (a new tensor or an in-place write), as its flags could not differ
+            if cand is not flagged[0] or _version(cand) is None or _version(cand) != flagged[1]:
+                checks.flag_finite("candidates must be finite", cand)
+                flagged = (cand, _version(cand))
             clock.mark()
             idx = policy.select(cand)
             clock.mark()

@@ -14,7 +14,9 @@ Three calls per round, each replacing a chain of small torch operations:
 
 Batched BKB calls :func:`dtc_rounds`: :func:`dtc_round` for every run of a batch in one call, on
 each run's slices of the padded per-run buffers (the same calls on the same shapes: run ``r``'s
-numbers are the sequential run's); :func:`ucb_argmax_rounds`: every run's UCB argmax; and
+numbers are the sequential run's); :func:`select_rounds`: the same with every run's width β̃_t
+and UCB argmax taken in the loop (``σ̃`` by the vector square root that ``torch.sqrt`` calls,
+:func:`vector_sqrt`); :func:`ucb_argmax_rounds`: every run's UCB argmax; and
 :func:`record_rounds`: every run's count update after the pull.
 
 Each returns ``None`` when the compiled library is unavailable or off
@@ -34,13 +36,25 @@ from torch import Tensor
 from . import pointer, signed
 
 __all__ = ["available", "blas_pointers", "dtc_round", "dtc_rounds", "linearized_draw", "qualifies",
-           "record_rounds", "set_dictionary", "ucb_argmax", "ucb_argmax_rounds"]
+           "record_rounds", "select_rounds", "set_dictionary", "ucb_argmax", "ucb_argmax_rounds",
+           "vector_sqrt"]
 
 _P = ctypes.c_void_p
 _L = ctypes.c_long
 _D = ctypes.c_double
 _BLAS_NAMES = ("dpotrf_", "dtrsm_", "dgemm_", "dgemv_", "ddot_")  # the order bkb_step.c reads
 _BLAS: list[ctypes.Array[ctypes.c_void_p] | None] = []  # resolved once per process
+_SQRT: list[int | None] = []  # vmdSqrt's address once it is known to be torch.sqrt's arithmetic
+#: the mode torch's CPU ``sqrt`` passes to MKL's ``vmdSqrt``: VML_HA | VML_FTZDAZ_OFF |
+#: VML_ERRMODE_IGNORE (ATen's ``vml.h``)
+VML_MODE = 0x2 | 0x140000 | 0x100
+
+
+def _torch_cpu() -> ctypes.CDLL:
+    """torch's CPU library (raises ``OSError`` when it cannot be opened)."""
+    folder = Path(torch.__file__).resolve().parent / "lib"
+    names = {"win32": "torch_cpu.dll", "darwin": "libtorch_cpu.dylib"}
+    return ctypes.CDLL(str(folder / names.get(sys.platform, "libtorch_cpu.so")))
 
 
 def blas_pointers() -> ctypes.Array[ctypes.c_void_p] | None:
@@ -50,10 +64,8 @@ def blas_pointers() -> ctypes.Array[ctypes.c_void_p] | None:
     if _BLAS:
         return _BLAS[0]
     found = None
-    folder = Path(torch.__file__).resolve().parent / "lib"
-    names = {"win32": "torch_cpu.dll", "darwin": "libtorch_cpu.dylib"}
     try:
-        handle = ctypes.CDLL(str(folder / names.get(sys.platform, "libtorch_cpu.so")))
+        handle = _torch_cpu()
         found = (ctypes.c_void_p * len(_BLAS_NAMES))(
             *(ctypes.cast(getattr(handle, name), ctypes.c_void_p).value for name in _BLAS_NAMES))
     except (OSError, AttributeError):
@@ -62,11 +74,41 @@ def blas_pointers() -> ctypes.Array[ctypes.c_void_p] | None:
     return found
 
 
+def vector_sqrt() -> int | None:
+    """The address of MKL's ``vmdSqrt`` in torch's CPU library when ``torch.sqrt`` of a float64
+    CPU tensor is its arithmetic (checked once per process: 4096 values of many magnitudes, taken
+    in rows of 1000 at unaligned offsets, against ``torch.sqrt`` bit for bit; the vector sqrt is
+    not the correctly rounded one, so a C ``sqrt`` would not do), else ``None``."""
+    if _SQRT:
+        return _SQRT[0]
+    found = None
+    try:
+        fn = _torch_cpu().vmdSqrt
+        fn.argtypes, fn.restype = [ctypes.c_int, _P, _P, ctypes.c_longlong], None
+        g = torch.Generator().manual_seed(12345)
+        x = torch.rand(4099, generator=g, dtype=torch.float64)
+        x = (x * torch.exp(20 * torch.randn(4099, generator=g, dtype=torch.float64)))[3:]
+        x[:4] = torch.tensor([0.0, 1.0, 2.0, 1e-300], dtype=torch.float64)
+        out = torch.empty_like(x)
+        for lo in range(0, x.shape[0], 1000):
+            hi = min(lo + 1000, x.shape[0])
+            fn(hi - lo, x.data_ptr() + 8 * lo, out.data_ptr() + 8 * lo, VML_MODE)
+        if torch.equal(out, torch.sqrt(x)):
+            found = ctypes.cast(fn, ctypes.c_void_p).value
+    except (OSError, AttributeError):
+        found = None
+    _SQRT.append(found)
+    return found
+
+
 _SIGNATURES = {
     "bkb_dtc_round": ([_P, _L, _L, _L, _P, _P, _P, _P, _P, _D, _D, _D, _D, _P, _P, _P],
                       ctypes.c_int),
     "bkb_dtc_rounds": ([_P, _L, _L, _L, _P, _L, _P, _L, _P, _L, _P, _P, _L, _P, _P, _D, _D, _D, _P,
                         _P, _P, _P, _P], _L),
+    "bkb_select_rounds": ([_P, _L, _L, _L, _P, _L, _P, _L, _P, _L, _P, _P, _L, _P, _P, _D, _D, _D,
+                           _P, _P, _P, _P, _P, _P, ctypes.c_longlong, _P, _P, _D, _D, _D, _D, _P,
+                           _P], _L),
     "bkb_ucb_argmax": ([_L, _P, _P, _D, _P], _L),
     "bkb_draw": ([_L, _P, _P, _P, _P, _D, _P, _P], _L),
     "bkb_ucb_argmax_rounds": ([_L, _L, _P, _P, _P, _P], None),
@@ -143,6 +185,38 @@ def dtc_rounds(rows: Tensor, idx: Tensor, in_dict: Tensor, counts: Tensor, sums:
         lam: ``[R]`` float64 regularisers λ_r.
         width, kconst, jitter, pivot_tol: as :func:`dtc_round` (``width = max_r n_r``).
     """
+    return _rounds(rows, idx, in_dict, counts, sums, n_distinct, lam, width, kconst, jitter,
+                   pivot_tol, None)  # type: ignore[return-value]
+
+
+def select_rounds(rows: Tensor, idx: Tensor, in_dict: Tensor, counts: Tensor, sums: Tensor,
+                  n_distinct: Tensor, lam: Tensor, width: int, kconst: float, jitter: float,
+                  pivot_tol: float, beta: Tensor | None, c: Tensor | None, k1: float, k2: float,
+                  log_delta: float, scale: float
+                  ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None, Tensor, Tensor] | None:
+    """:func:`dtc_rounds` and every run's choice, taken in the same loop while the run's row is
+    in cache: ``(μ̃, σ̃², σ̃² at the pulled points, S_t, failed, β̃_t [R], choice [R] int64)``.
+    ``σ̃ = torch.sqrt(σ̃²)`` by the routine ``torch.sqrt`` calls (:func:`vector_sqrt`); the width
+    ``β̃_t`` is ``beta`` ``[R]`` when given (the constant rule), else ``(c_r + k1·sqrt(k2·max(S_t,
+    0) + log_delta))·scale`` with ``c`` ``[R]`` (float64), the float arithmetic of
+    :meth:`BKBBeta.radius <torchbandits.confidence.bkb.BKBBeta.radius>` once the caller has
+    folded its constants (Theorem 2 / App. D.1); the choice is the first argmax of ``fma(σ̃, β̃,
+    μ̃)`` (:func:`ucb_argmax_rounds`). A failed run's width and choice are not set. ``None``
+    when :func:`dtc_rounds` would give ``None``, or there is no such square root."""
+    if vector_sqrt() is None:
+        return None
+    given = beta if beta is not None else c
+    if (given is None or given.dtype != torch.float64 or given.shape != (rows.shape[0],)
+            or not qualifies(given)):
+        return None
+    return _rounds(rows, idx, in_dict, counts, sums, n_distinct, lam, width, kconst, jitter,
+                   pivot_tol, (beta, c, k1, k2, log_delta, scale))  # type: ignore[return-value]
+
+
+def _rounds(rows: Tensor, idx: Tensor, in_dict: Tensor, counts: Tensor, sums: Tensor,
+            n_distinct: Tensor, lam: Tensor, width: int, kconst: float, jitter: float,
+            pivot_tol: float, ucb: tuple | None) -> tuple[Tensor | None, ...] | None:
+    """The call behind :func:`dtc_rounds` (``ucb`` ``None``) and :func:`select_rounds`."""
     lib, fns = _lib(), blas_pointers()
     r, a = rows.shape[0], rows.shape[2]
     f64, i64 = torch.float64, torch.int64
@@ -157,13 +231,23 @@ def dtc_rounds(rows: Tensor, idx: Tensor, in_dict: Tensor, counts: Tensor, sums:
     pvar = torch.empty(r, width, dtype=f64)
     st = torch.empty(r, dtype=f64)
     codes = torch.empty(r, dtype=torch.int32)
-    failed = lib.bkb_dtc_rounds(fns, r, a, width, pointer(rows), rows.stride(0), pointer(idx),
-                                idx.stride(0), pointer(in_dict), in_dict.stride(0),
-                                pointer(counts), pointer(sums), counts.stride(0),
-                                pointer(n_distinct), pointer(lam), kconst, jitter, pivot_tol,
-                                pointer(mean), pointer(var), pointer(pvar), pointer(st),
-                                pointer(codes))
-    return mean, var, pvar, st, (codes != 0).nonzero()[:, 0] if failed else None
+    args = (fns, r, a, width, pointer(rows), rows.stride(0), pointer(idx), idx.stride(0),
+            pointer(in_dict), in_dict.stride(0), pointer(counts), pointer(sums), counts.stride(0),
+            pointer(n_distinct), pointer(lam), kconst, jitter, pivot_tol, pointer(mean),
+            pointer(var), pointer(pvar), pointer(st), pointer(codes))
+    if ucb is None:
+        failed = lib.bkb_dtc_rounds(*args)
+        extra: tuple[Tensor, ...] = ()
+    else:
+        beta_in, c, k1, k2, log_delta, scale = ucb
+        beta = torch.empty(r, dtype=f64)
+        choice = torch.empty(r, dtype=i64)
+        failed = lib.bkb_select_rounds(*args, vector_sqrt(), VML_MODE,
+                                       None if beta_in is None else pointer(beta_in),
+                                       None if c is None else pointer(c), k1, k2, log_delta, scale,
+                                       pointer(beta), pointer(choice))
+        extra = (beta, choice)
+    return (mean, var, pvar, st, (codes != 0).nonzero()[:, 0] if failed else None, *extra)
 
 
 def ucb_argmax(mean: Tensor, sd: Tensor, beta: float) -> tuple[Tensor, int] | None:

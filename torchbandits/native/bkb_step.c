@@ -195,6 +195,47 @@ int bkb_dtc_round(const void *const *fns, long m_, long n_, long na_, const doub
                     pivot_tol, mean, var, sum_var);
 }
 
+/* The fused choice of a round (eq. 4), optional in rounds(): the width β̃_t of every run and the
+ * first argmax of μ̃ + β̃_t σ̃ with σ̃ = sqrt(σ̃²) by the vector square root that torch.sqrt calls
+ * (MKL's vmdSqrt in the mode torch passes; it is not the correctly rounded sqrt, so it is called,
+ * not re-implemented). β̃_t is given per run (beta_in, the constant rule) or, as BKBBeta.radius
+ * computes it in double precision (Theorem 2 / App. D.1; the authors' code's rule has the same
+ * form), β̃_t = (c_r + k1·sqrt(k2·max(S_t, 0) + log(1/δ)))·scale with c_r, k1, k2 and log(1/δ)
+ * computed by the caller in the rule's own float arithmetic. */
+typedef void (*vsqrt_fn)(int, const double *, double *, long long);
+typedef struct {
+    vsqrt_fn vsqrt;
+    long long mode;
+    const double *beta_in; /* [nr], or NULL: the formula */
+    const double *c;       /* [nr] */
+    double k1, k2, log_delta, scale;
+    double *sd;            /* [na] scratch */
+    double *beta;          /* [nr] out */
+    int64_t *choice;       /* [nr] out */
+} ucb_t;
+
+/* The first index of the largest fma(sd[a], b, mean[a]) (a NaN counts as the largest): the entries
+ * and the scan of bkb_ucb_argmax, i.e. torch.argmax of torch.add(mean, sd, alpha=b). */
+static long ucb_first_argmax(long na, const double *mean, const double *sd, double b) {
+    long best = 0;
+    double top = fma(sd[0], b, mean[0]);
+    for (long a = 1; a < na && !isnan(top); ++a) {
+        double u = fma(sd[a], b, mean[a]);
+        if (isnan(u) || u > top) {
+            best = a;
+            top = u;
+        }
+    }
+    return best;
+}
+
+/* β̃_t of run r (ucb_t); Python's max(S_t, 0.0) keeps a NaN (and −0.0), as here. */
+static double ucb_width(const ucb_t *u, long r, double sum_var) {
+    if (u->beta_in) return u->beta_in[r];
+    double s = 0.0 > sum_var ? 0.0 : sum_var;
+    return (u->c[r] + u->k1 * sqrt(u->k2 * s + u->log_delta)) * u->scale;
+}
+
 /* The round of every run of a batch (the padded per-run buffers of batched BKB): run r has n_r =
  * n_distinct[r] distinct pulled points, kernel rows rows + r·rows_run ([≥ n_r, na] row-major),
  * arm rows idx + r·idx_run, dictionary mask in_dict + r·dict_run (its positions sel are the
@@ -204,14 +245,15 @@ int bkb_dtc_round(const void *const *fns, long m_, long n_, long na_, const doub
  * prior, μ̃ = 0 and σ̃² = k/λ (eq. 4 with no inducing point). Writes mean, var [nr, na] (ridge
  * variances), pvar [nr, width] (σ̃² at the pulled points, var[idx_j], 0 past n_r), sum_var [nr]
  * (S_t = Σ_j c_j σ̃²(x_j), torch.dot's call) and codes [nr] (those of bkb_dtc_round, 0 for an
- * empty dictionary); returns the number of runs with a non-zero code (their outputs are not
+ * empty dictionary), and with u (not NULL) every run's β̃_t and UCB argmax (ucb_t) while its
+ * row is in cache; returns the number of runs with a non-zero code (their outputs are not
  * set: the caller takes the torch path for the round). */
-long bkb_dtc_rounds(const void *const *fns, long nr, long na, long width, const double *rows,
-                    long rows_run, const int64_t *idx, long idx_run, const uint8_t *in_dict,
-                    long dict_run, const double *counts, const double *sums, long stat_run,
-                    const int64_t *n_distinct, const double *lam, double kconst, double jitter,
-                    double pivot_tol, double *mean, double *var, double *pvar, double *sum_var,
-                    int32_t *codes) {
+static long rounds(const void *const *fns, long nr, long na, long width, const double *rows,
+                   long rows_run, const int64_t *idx, long idx_run, const uint8_t *in_dict,
+                   long dict_run, const double *counts, const double *sums, long stat_run,
+                   const int64_t *n_distinct, const double *lam, double kconst, double jitter,
+                   double pivot_tol, double *mean, double *var, double *pvar, double *sum_var,
+                   int32_t *codes, const ucb_t *u) {
     blas_t bl = blas_table(fns);
     long failed = 0;
     /* per-run scratch: sel, and the counts and sums copied to 64-byte aligned memory like the
@@ -248,8 +290,55 @@ long bkb_dtc_rounds(const void *const *fns, long nr, long na, long width, const 
             const int one = 1, ni = (int)n;
             sum_var[r] = n ? bl.dot(&ni, cr, &one, pr, &one) : 0.0;
         }
+        if (u) { /* the UCB's choice (eq. 4) while the run's mean and variances are in cache */
+            u->vsqrt((int)na, vr, u->sd, u->mode);
+            u->beta[r] = ucb_width(u, r, sum_var[r]);
+            u->choice[r] = ucb_first_argmax(na, mr, u->sd, u->beta[r]);
+        }
     }
     free(mem);
+    return failed;
+}
+
+long bkb_dtc_rounds(const void *const *fns, long nr, long na, long width, const double *rows,
+                    long rows_run, const int64_t *idx, long idx_run, const uint8_t *in_dict,
+                    long dict_run, const double *counts, const double *sums, long stat_run,
+                    const int64_t *n_distinct, const double *lam, double kconst, double jitter,
+                    double pivot_tol, double *mean, double *var, double *pvar, double *sum_var,
+                    int32_t *codes) {
+    return rounds(fns, nr, na, width, rows, rows_run, idx, idx_run, in_dict, dict_run, counts,
+                  sums, stat_run, n_distinct, lam, kconst, jitter, pivot_tol, mean, var, pvar,
+                  sum_var, codes, NULL);
+}
+
+/* bkb_dtc_rounds and every run's choice (ucb_t): vsqrt and mode the vector square root of
+ * torch.sqrt and its mode; beta_in [nr] the given widths or NULL for the formula with c [nr], k1,
+ * k2, log_delta, scale; writes beta [nr] and choice [nr] of every run whose code is 0. */
+long bkb_select_rounds(const void *const *fns, long nr, long na, long width, const double *rows,
+                       long rows_run, const int64_t *idx, long idx_run, const uint8_t *in_dict,
+                       long dict_run, const double *counts, const double *sums, long stat_run,
+                       const int64_t *n_distinct, const double *lam, double kconst,
+                       double jitter, double pivot_tol, double *mean, double *var, double *pvar,
+                       double *sum_var, int32_t *codes, const void *vsqrt, long long mode,
+                       const double *beta_in, const double *c, double k1, double k2,
+                       double log_delta, double scale, double *beta, int64_t *choice) {
+    ucb_t u;
+    memcpy(&u.vsqrt, &vsqrt, sizeof(void *));
+    u.mode = mode;
+    u.beta_in = beta_in;
+    u.c = c;
+    u.k1 = k1;
+    u.k2 = k2;
+    u.log_delta = log_delta;
+    u.scale = scale;
+    u.beta = beta;
+    u.choice = choice;
+    if (posix_memalign((void **)&u.sd, 64, up64((size_t)(na > 0 ? na : 1)) * sizeof(double)))
+        return nr;
+    long failed = rounds(fns, nr, na, width, rows, rows_run, idx, idx_run, in_dict, dict_run,
+                         counts, sums, stat_run, n_distinct, lam, kconst, jitter, pivot_tol, mean,
+                         var, pvar, sum_var, codes, &u);
+    free(u.sd);
     return failed;
 }
 
@@ -259,20 +348,7 @@ long bkb_dtc_rounds(const void *const *fns, long nr, long na, long width, const 
  * writing the UCB. mean, sd [nr, na] row-major; writes choice [nr]. */
 void bkb_ucb_argmax_rounds(long nr, long na, const double *mean, const double *sd,
                            const double *beta, int64_t *choice) {
-    for (long r = 0; r < nr; ++r) {
-        const double *mr = mean + r * na, *sr = sd + r * na;
-        const double b = beta[r];
-        long best = 0;
-        double top = fma(sr[0], b, mr[0]);
-        for (long a = 1; a < na && !isnan(top); ++a) {
-            double u = fma(sr[a], b, mr[a]);
-            if (isnan(u) || u > top) {
-                best = a;
-                top = u;
-            }
-        }
-        choice[r] = best;
-    }
+    for (long r = 0; r < nr; ++r) choice[r] = ucb_first_argmax(na, mean + r * na, sd + r * na, beta[r]);
 }
 
 /* The count update of every run of a batch (§3.2: the posterior needs the distinct pulled points,

@@ -42,7 +42,7 @@ import torch
 from torch import Tensor
 
 from ..batching import check_batch_points, check_batch_rewards, check_batched_candidates
-from ..confidence.bkb_batched import batched_bkb_radius
+from ..confidence.bkb_batched import batched_bkb_radius, radius_offsets, radius_terms
 from ..models.batched_counts import BatchedCounts
 from ..models.batched_nystrom_state import batched_kernel
 from ..native import bkb as native_bkb
@@ -116,6 +116,7 @@ class BKBBatchMixin(BatchModeMixin, BKBBatchPosterior):
         lam = settings["lam"]
         self._lam64 = lam.clone() if lam is not None else torch.full((r,), self.lam, dtype=torch.float64)  # type: ignore[attr-defined]
         self._beta64 = None if settings["beta"] is None else settings["beta"].clone()
+        self._lam_list = self._lam64.tolist()
         lams = self._lam64.unique()
         self._lam_scalar = float(lams[0]) if lams.numel() == 1 else None
         self._bk = batched_kernel(self._nys.kernel)  # type: ignore[attr-defined]
@@ -130,6 +131,8 @@ class BKBBatchMixin(BatchModeMixin, BKBBatchPosterior):
         self._last_cand: Tensor | None = None            # held: its memory is not reused
         self._last_b: dict[str, Tensor] = {}
         self._bdraw: Any = None                          # (key, probs, count rows, prob rows)
+        self._bterms: Any = None                         # (rule key, width offsets c [R])
+        self._bkappa: Any = None                         # (key, κ² [R])
 
     def _leave_batch(self) -> None:
         if "batched" in self._modules:  # type: ignore[attr-defined]
@@ -153,20 +156,24 @@ class BKBBatchMixin(BatchModeMixin, BKBBatchPosterior):
 
     def _batch_ucb(self, cand: Tensor) -> Tensor:
         """UCB ``[R, A]`` of checked candidates: ``μ̃ + β̃_t σ̃`` (ridge sd ``σ̃ = sqrt(var_GP/λ)``)."""
-        mean, sd, beta = self._batch_scores(cand)
+        mean, sd, beta, _ = self._batch_scores(cand)
+        assert sd is not None
         # ``addcmul`` rounds μ̃ + σ̃·β̃ once per entry, as the sequential ``torch.add(μ̃, σ̃,
         # alpha=β̃)`` does (a fused multiply-add; ``μ̃ + β̃σ̃`` would round twice): the same bits
         # (tested), so near-ties at the prior break identically, with no host read of β̃
         return torch.addcmul(mean, sd, beta[:, None])
 
-    def _batch_scores(self, cand: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """``(μ̃ [R, A], σ̃ [R, A], β̃_t [R])`` of checked candidates (ridge sd); remembers the
-        round's variances for :meth:`update`."""
-        post = self._posterior(cand)
+    def _batch_scores(self, cand: Tensor, choose: bool = False
+                      ) -> tuple[Tensor, Tensor | None, Tensor, Tensor | None]:
+        """``(μ̃ [R, A], σ̃ [R, A], β̃_t [R], choice)`` of checked candidates (ridge sd); remembers
+        the round's variances for :meth:`update`. With ``choose`` the compiled rounds may take
+        every run's width and UCB argmax in their loop (:func:`torchbandits.native.bkb.select_rounds`):
+        then ``σ̃`` is ``None`` and ``choice`` ``[R]`` is set, else ``choice`` is ``None``."""
         lam = self._lam()
         kc = self._nys.kernel_constant  # type: ignore[attr-defined]
         kappa2 = kc if kc is not None else self._bk.diag(cand).amax(-1)
         rule = self.rule  # type: ignore[attr-defined]
+        post = self._posterior(cand, ucb=(lambda: self._width_terms(kc)) if choose else None)
         native = "sum_var" in post
         if native:   # the compiled rounds (CPU): ridge variances and S_t (torch.dot's)
             var, pvar, sum_var = post["var"], post["pvar"], post["sum_var"]
@@ -174,16 +181,62 @@ class BKBBatchMixin(BatchModeMixin, BKBBatchPosterior):
             var = post["var"] / lam[:, None]
             pvar = post["pvar"] / lam[:, None]
             sum_var = (self.batched.counts[:, :pvar.shape[1]] * pvar).sum(-1)
-        if native and rule.rule != "constant":  # β̃_t in the sequential rule's float arithmetic
+        choice = post.get("choice")
+        if choice is not None:   # β̃_t and the choice made in C; the runs it left, here
+            beta = post["beta"]
+            for r in post["failed"]:
+                beta[r] = self._run_width(float(sum_var[r]), kappa2, r)
+                row = slice(r, r + 1)
+                pick = native_bkb.ucb_argmax_rounds(post["mean"][row], torch.sqrt(var[row]),
+                                                    beta[row])
+                choice[r] = pick[0] if pick is not None else torch.argmax(
+                    torch.addcmul(post["mean"][r], torch.sqrt(var[r]), beta[r]))
+        elif native and rule.rule != "constant":  # β̃_t in the sequential rule's float arithmetic
             beta = torch.tensor([rule.radius(s, self.t, kappa2, v) for s, v in  # type: ignore[attr-defined]
                                  zip(sum_var.tolist(), self._lam64.tolist(), strict=True)],
                                 dtype=var.dtype)
         else:
             beta = batched_bkb_radius(rule, sum_var, self.t, kappa2, lam, self._beta64)  # type: ignore[attr-defined]
         self._bscored = [self.batched.version, pvar, var, cand, None, native]
-        self._last_b = {"beta": beta, "sum_var": sum_var,
-                        "kappa2": torch.as_tensor(kappa2, dtype=self.dtype).expand_as(beta)}  # type: ignore[attr-defined]
-        return post["mean"], torch.sqrt(var), beta
+        self._last_b = {"beta": beta, "sum_var": sum_var, "kappa2": self._kappa2_runs(kappa2, beta)}
+        return post["mean"], None if choice is not None else torch.sqrt(var), beta, choice
+
+    def _kappa2_runs(self, kappa2: Tensor | float, beta: Tensor) -> Tensor:
+        """κ² per run ``[R]`` (``beta``'s shape; a kernel constant's on the host, made once per
+        batch: no copy to a device)."""
+        if isinstance(kappa2, Tensor):
+            return kappa2.to(self.dtype).expand_as(beta)  # type: ignore[attr-defined]
+        key = (kappa2, beta.shape, self.dtype)  # type: ignore[attr-defined]
+        if self._bkappa is None or self._bkappa[0] != key:
+            self._bkappa = (key, torch.as_tensor(kappa2, dtype=self.dtype).expand_as(beta))  # type: ignore[attr-defined]
+        return self._bkappa[1]
+
+    def _width_terms(self, kc: float | None) -> tuple[Tensor | None, Tensor | None, float, float,
+                                                       float, float] | None:
+        """The width's terms for :func:`torchbandits.native.bkb.select_rounds` at this round:
+        the constant rule's widths ``[R]``, or the folded constants of
+        :func:`~torchbandits.confidence.bkb_batched.radius_terms` (``None`` without a kernel
+        constant: no compiled round)."""
+        if kc is None:
+            return None
+        rule = self.rule  # type: ignore[attr-defined]
+        if rule.rule == "constant":
+            beta = batched_bkb_radius(rule, self._lam64, self.t, kc, self._lam64, self._beta64)  # type: ignore[attr-defined]
+            return beta.to(torch.float64).contiguous(), None, 0.0, 0.0, 0.0, 1.0
+        key = (rule.rule, rule.eps, rule.norm_bound)   # c [R]: the rule and λ only
+        kept = self._bterms
+        if kept is None or kept[0] != key:
+            c = radius_offsets(rule, self._lam_list)
+            kept = self._bterms = (key, torch.tensor(c, dtype=torch.float64))
+        return (None, kept[1], *radius_terms(rule, self.t, kc))  # type: ignore[attr-defined]
+
+    def _run_width(self, sum_var: float, kappa2: float, r: int) -> float:
+        """β̃_t of run ``r`` by the sequential rule (``S_t = sum_var``)."""
+        rule = self.rule  # type: ignore[attr-defined]
+        if rule.rule == "constant":
+            base = rule.beta if self._beta64 is None else float(self._beta64[r])
+            return base * rule.beta_scale
+        return rule.radius(sum_var, self.t, kappa2, self._lam_list[r])  # type: ignore[attr-defined]
 
     def forward(self, candidates: Tensor) -> Tensor:
         """UCB ``[A]`` of candidates ``[A, d]``; in batched mode ``[R, A]`` of ``[R, A, d]``."""
@@ -210,10 +263,13 @@ class BKBBatchMixin(BatchModeMixin, BKBBatchPosterior):
                                  f"candidates")
             return torch.full((cand.shape[0],), index, dtype=torch.long, device=dev)
         with torch.no_grad():
-            mean, sd, beta = self._batch_scores(cand)
-            # compiled rounds: the argmax of the same fused UCB in C, the UCB not formed
-            index = native_bkb.ucb_argmax_rounds(mean, sd, beta) if self._bscored[5] else None
+            mean, sd, beta, index = self._batch_scores(cand, choose=True)
             if index is None:
+                assert sd is not None
+                # compiled rounds: the argmax of the same fused UCB in C, the UCB not formed
+                index = native_bkb.ucb_argmax_rounds(mean, sd, beta) if self._bscored[5] else None
+            if index is None:
+                assert sd is not None
                 index = torch.argmax(torch.addcmul(mean, sd, beta[:, None]), dim=1)
         self._bscored[4] = index
         return index

@@ -26,6 +26,7 @@ devices and dtypes and when the library is off (``TORCHBANDITS_NATIVE=0``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -160,7 +161,8 @@ class BKBBatchPosterior:
             self._bdraw = (key, probs, list(counts.unbind(0)), list(probs.unbind(0)))
         return self._bdraw[1], self._bdraw[2], self._bdraw[3]
 
-    def _posterior(self, cand: Tensor, cached: bool = True) -> dict[str, Tensor]:
+    def _posterior(self, cand: Tensor, cached: bool = True,
+                   ucb: Callable[[], tuple | None] | None = None) -> dict[str, Any]:
         """GP-scale means and variances of ``cand`` ``[R, A, d]`` and variances of the pulled
         points under every run's current dictionary, group by group (:meth:`_chunks`);
         remembers the rebuilt systems (and the dictionaries) for :meth:`_played_variance`.
@@ -168,7 +170,10 @@ class BKBBatchPosterior:
         On a fixed arm set in float64 on the CPU with the compiled library, every run's round is
         instead the sequential compiled round (:func:`torchbandits.native.bkb.dtc_rounds`, one
         call for the batch): then ``var``/``pvar`` are **ridge** variances and ``sum_var``
-        ``[R]`` (``S_t``) is included."""
+        ``[R]`` (``S_t``) is included; with ``ucb`` (a callable giving the width's terms of
+        :func:`torchbandits.native.bkb.select_rounds`, called only there) also every run's
+        ``beta`` and ``choice`` ``[R]``, but for the runs in ``failed`` (a list: their rounds
+        taken by the torch round, their width and choice left to the caller)."""
         st, lam = self.batched, self._lam()
         st.ensure_dim(cand.shape[2])
         n = st.width
@@ -176,7 +181,7 @@ class BKBBatchPosterior:
         kc = self._nys.kernel_constant  # type: ignore[attr-defined]
         jit = self._nys.jitter  # type: ignore[attr-defined]
         if cache is not None and kc is not None and cand.dtype == torch.float64 and cand.is_cpu:
-            nat = self._native_posterior(cache, n, kc, float(jit))
+            nat = self._native_posterior(cache, n, kc, float(jit), ucb)
             if nat is not None:
                 return nat
         r, a, d = cand.shape
@@ -235,23 +240,33 @@ class BKBBatchPosterior:
         self._bmodel = (st.version, models)
         return out
 
-    def _native_posterior(self, cache: dict[str, Any], n: int, kc: float, jit: float
-                          ) -> dict[str, Tensor] | None:
+    def _native_posterior(self, cache: dict[str, Any], n: int, kc: float, jit: float,
+                          ucb: Callable[[], tuple | None] | None = None
+                          ) -> dict[str, Any] | None:
         """Every run's round as the sequential BKB's on a fixed float64 CPU arm set: one call of
         the compiled :func:`~torchbandits.native.bkb.dtc_rounds` (the single-run compiled round
         per run), the runs it leaves (a pivoted ``K_ZZ``, a failed Cholesky of ``G``) by the
         sequential torch round :func:`~torchbandits.models.nystrom_arms.dtc_round` on the same
         gathered rows. Returns ``mean``, ``var`` ``[R, A]`` and ``pvar`` ``[R, n]`` (**ridge**
-        variances) and ``sum_var`` ``[R]`` (``S_t``, ``torch.dot``'s), or ``None`` (no library:
-        the torch batched path)."""
+        variances) and ``sum_var`` ``[R]`` (``S_t``, ``torch.dot``'s), with ``ucb`` (a callable
+        giving :func:`torchbandits.native.bkb.select_rounds`' width terms) also ``beta``,
+        ``choice`` ``[R]`` and ``failed`` (the runs taken here, whose width and choice are not
+        set), or ``None`` (no library: the torch batched path)."""
         st = self.batched
-        nat = native_bkb.dtc_rounds(cache["rows"], cache["idx"], st.in_dict, st.counts, st.sums,
-                                    st.n_distinct, self._lam64, n, kc, jit, PIVOT_TOL)
+        args = (cache["rows"], cache["idx"], st.in_dict, st.counts, st.sums, st.n_distinct,
+                self._lam64, n, kc, jit, PIVOT_TOL)
+        terms = None if ucb is None else ucb()
+        nat = None if terms is None else native_bkb.select_rounds(*args, *terms)
+        if nat is None:
+            nat = native_bkb.dtc_rounds(*args)
         if nat is None:
             return None
         self._bmodel = None       # the systems are rebuilt on demand (:meth:`_played_variance`)
-        out = dict(zip(("mean", "var", "pvar", "sum_var"), nat[:4], strict=True))
-        for r in [] if nat[4] is None else nat[4].tolist():
+        out: dict[str, Any] = dict(zip(("mean", "var", "pvar", "sum_var"), nat[:4], strict=True))
+        failed = [] if nat[4] is None else nat[4].tolist()
+        if len(nat) > 5:
+            out.update(beta=nat[5], choice=nat[6], failed=failed)
+        for r in failed:
             nr = int(st.n_distinct[r])
             idx, counts = cache["idx"][r, :nr], st.counts[r, :nr].clone()
             sel = st.in_dict[r, :nr].nonzero()[:, 0]
