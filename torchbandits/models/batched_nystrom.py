@@ -58,6 +58,7 @@ from torch import Tensor
 
 from ..deferred_checks import active_checks, check_runs
 from ..native import ekucb as native_ekucb
+from .batched_nystrom_growth import grow_masked
 from .batched_nystrom_state import BatchedNystromState, batched_kernel
 from .nystrom_updates import PIVOT_TOL, whitening
 
@@ -266,14 +267,10 @@ class BatchedNystrom(BatchedNystromState):
         (counted in :attr:`refused`). Returns the mask of the runs whose dictionary grew (``[R]``
         or ``[k]``). Per run: ``d = √ω``, new row of ``P``: ``[−Pᵀf/d, 1/d]``, new embedding
         column ``e = (k_S(z) − E f)/d``, ``Q`` bordered with ``b = Eᵀ C e`` and ``eᵀ C e + λ``."""
+        if runs is None:   # every run, few operators (with KORS's border: the policy's call)
+            return grow_masked(self, f, omega, accept)
         self._ensure(self._n, self._mmax + 1, self._x.shape[2])
         self._version += 1
-        if runs is None:
-            added = [self._border(slice(a, b), f[a:b, :w], omega[a:b],
-                                  self._guard(slice(a, b), omega[a:b], accept[a:b]), w)
-                     for a, b, w in self.chunks()]
-            self.bump_widths()
-            return added[0] if len(added) == 1 else torch.cat(added)
         ok = self._guard(runs, omega, accept)
         keep = ok.nonzero()[:, 0]          # the compacted path reads: only the runs that grow
         if keep.numel():
@@ -357,6 +354,7 @@ class BatchedNystrom(BatchedNystromState):
         self._c[:, :n] = counts
         self._c[:, n:] = 1.0
         self._s[:, :n] = target_sums
+        self._unit_counts = bool((counts == 1).all())   # (this rebuild reads the host anyway)
         self._n = n
         self._m.copy_(sizes)
         self.refresh_widths()

@@ -45,6 +45,7 @@ from ..batching import (
 from ..confidence import ConstantBeta
 from ..models.batched_kors import BatchedKORS
 from ..models.batched_nystrom import BatchedNystrom
+from ..models.batched_nystrom_growth import grow_masked
 from .batch_mode import BatchModeMixin
 
 __all__ = ["CHECK_EVERY", "CPU_COMPACT_ABOVE", "RESORT_EVERY", "EKUCBBatchMixin", "RunCoins"]
@@ -313,9 +314,8 @@ class EKUCBBatchMixin(BatchModeMixin):
                 if runs.numel():
                     added = model.add_last(f[runs], omega[runs], accept[runs], runs)
                     kors.add(kz[runs], kss[runs], p[runs], added, runs=runs)
-            else:                  # sync-free: every run, masked writes
-                added = model.add_last(f, omega, accept)
-                kors.add(kz, kss, p, added, chunks)
+            else:                  # sync-free: every run, masked writes, KORS's border with it
+                grow_masked(model, f, omega, accept, kors, kz, kss, p)
             self._check_sizes()
         self.dim = xv.shape[1]
         self.t += 1  # type: ignore[attr-defined]
