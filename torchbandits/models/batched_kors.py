@@ -56,10 +56,10 @@ class BatchedKORS(ResizableModule):
         self._p.zero_()
         self._m.zero_()
 
-    def probability(self, kz: Tensor, kss: Tensor,
+    def probability(self, kz: Tensor, kss: Tensor | float,
                     chunks: list[tuple[int, int, int]] | None = None) -> Tensor:
         """``p̃ = min(γ τ̃, 1)`` ``[R]`` of points with ``k_Z = kz`` ``[R, M]`` (``M`` at most the
-        capacity; padded entries are cancelled) and ``k(s,s) = kss`` ``[R]``. ``chunks``:
+        capacity; padded entries are cancelled) and ``k(s,s) = kss`` ``[R]`` (or a float). ``chunks``:
         ``(a, b, M_g)`` runs ``a..b−1`` whose dictionaries fit in ``M_g`` (computed on that slice)."""
         mm = kz.shape[1]
         u = native_ekucb.kors_quadratic(kz, self._nz, self._m)   # compiled, each run at m_r
@@ -70,7 +70,7 @@ class BatchedKORS(ResizableModule):
                 q = (self._nz[:, :mm, :mm] @ kz[..., None])[..., 0]
                 u = (kz * q).sum(-1)
             else:
-                u, q = torch.zeros_like(kss), torch.zeros_like(kz)
+                u, q = kz.new_zeros(kz.shape[0]), torch.zeros_like(kz)
                 for a, b, mg in spans:
                     if mg:
                         qc = (self._nz[a:b, :mg, :mg] @ kz[a:b, :mg, None])[..., 0]
@@ -99,7 +99,7 @@ class BatchedKORS(ResizableModule):
         self._nz = grow_rows(self._nz, m, dims=(1, 2))
         self._p = grow_rows(self._p, m, dims=(1,))
 
-    def add(self, kz: Tensor, kss: Tensor, p: Tensor, accept: Tensor,
+    def add(self, kz: Tensor, kss: Tensor | float, p: Tensor, accept: Tensor,
             chunks: list[tuple[int, int, int]] | None = None, runs: Tensor | None = None) -> None:
         """The point with ``k_Z = kz`` joins the dictionaries where ``accept`` holds, with
         probabilities ``p``: ``N`` bordered with ``k_Z`` and ``k(s,s) + μ p̃``.
@@ -114,12 +114,14 @@ class BatchedKORS(ResizableModule):
         if runs is not None:
             keep = accept.nonzero()[:, 0]   # the compacted path reads: only the growing runs
             if keep.numel():
-                self._border(runs[keep], kz[keep], kss[keep], p[keep], accept[keep], mm)
+                self._border(runs[keep], kz[keep], kss if isinstance(kss, float) else kss[keep],
+                             p[keep], accept[keep], mm)
             return
         for a, b, w in chunks if chunks is not None else [(0, kz.shape[0], mm)]:
-            self._border(slice(a, b), kz[a:b, :w], kss[a:b], p[a:b], accept[a:b], w)
+            self._border(slice(a, b), kz[a:b, :w], kss if isinstance(kss, float) else kss[a:b],
+                         p[a:b], accept[a:b], w)
 
-    def _border(self, idx: slice | Tensor, kz: Tensor, kss: Tensor, p: Tensor, ok: Tensor,
+    def _border(self, idx: slice | Tensor, kz: Tensor, kss: Tensor | float, p: Tensor, ok: Tensor,
                 w: int) -> None:
         """:meth:`add` of the runs ``idx`` (a slice: views written in place; a LongTensor:
         gathered and written back) at width ``w``. ``N`` is bordered as one rank-one update of

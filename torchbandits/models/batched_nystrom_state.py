@@ -120,7 +120,7 @@ class BatchedNystromState(ResizableModule):
         self._eye: Tensor | None = None
         self._p_lower = True   # every P_r lower triangular (not after a pivoted rebuild)
         self._unit_counts = True   # every count is 1 (EK-UCB's; not after a rebuild with counts)
-        self._scored: tuple[int, Tensor, list[tuple[Tensor, Tensor, Tensor]]] | None = None
+        self._scored: tuple[int, Tensor, list[Any]] | None = None   # (columns per chunk)
 
     # ------------------------------------------------------------------ sizes / state
     @property
@@ -137,6 +137,11 @@ class BatchedNystromState(ResizableModule):
     def sizes(self) -> Tensor:
         """Dictionary sizes ``m_r`` ``[R]`` (a view)."""
         return self._m
+
+    @property
+    def kernel_constant(self) -> float | None:
+        """``k(x, x)`` when the kernel makes it a constant (stationary), else ``None``."""
+        return self._k.const
 
     @property
     def max_size(self) -> int:

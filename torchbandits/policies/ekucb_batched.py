@@ -298,13 +298,16 @@ class EKUCBBatchMixin(BatchModeMixin):
             first = model.sizes == 0
             cols = model.scored_columns(xv)   # the played candidates of the last select
             kz = model.kernel_columns(xv) if cols is None else cols[0]
-            kss = model.prior_variance(xv)
+            const = model.kernel_constant    # k(x, x) a float when constant: no tensor
+            kss = const if const is not None else model.prior_variance(xv)
             chunks = model.chunks()
             f, omega = model.append(xv, y, cols)
             p = torch.where(first, 1.0, kors.probability(kz, kss, chunks))
             need = p < 1.0                 # a first point has p̃ = 1: no coin, accepted
             coin = self._to_slots(coins.draw(self._to_runs(need))).to(p)
-            accept = (p >= 1.0) | (coin < p)   # coin < p only where drawn (p̃ < 1)
+            # p̃ ≥ 1 or coin < p̃: every run's coin is its next draw in [0, 1) (consumed only
+            # where p̃ < 1), so coin < p̃ holds wherever p̃ ≥ 1
+            accept = coin < p
             stats = self._batch_stats
             stats["sum_p"].add_(p.masked_fill(first, 0.0))
             stats["sum_pq"].add_(p * (1.0 - p))   # 0 at a first point (p̃ = 1)
@@ -313,7 +316,8 @@ class EKUCBBatchMixin(BatchModeMixin):
                 runs = accept.nonzero()[:, 0]
                 if runs.numel():
                     added = model.add_last(f[runs], omega[runs], accept[runs], runs)
-                    kors.add(kz[runs], kss[runs], p[runs], added, runs=runs)
+                    kors.add(kz[runs], kss if isinstance(kss, float) else kss[runs], p[runs],
+                             added, runs=runs)
             else:                  # sync-free: every run, masked writes, KORS's border with it
                 grow_masked(model, f, omega, accept, kors, kz, kss, p)
             self._check_sizes()
