@@ -55,6 +55,7 @@ class BatchedKORS(ResizableModule):
         self._nz.zero_()
         self._p.zero_()
         self._m.zero_()
+        self._probed = None
 
     def probability(self, kz: Tensor, kss: Tensor | float,
                     chunks: list[tuple[int, int, int]] | None = None) -> Tensor:
@@ -170,6 +171,7 @@ class BatchedKORS(ResizableModule):
 
     def permute(self, order: Tensor) -> None:
         """Reorder the runs: new run ``i`` is old run ``order[i]``."""
+        self._probed = None
         for name, buf in list(self._buffers.items()):
             if buf is not None:
                 self._buffers[name] = buf.index_select(0, order.to(buf.device))

@@ -28,7 +28,9 @@ Updates (batched versions of :mod:`~torchbandits.models.nystrom_updates`):
 * :meth:`BatchedNystrom.add_last` — the last appended point becomes an anchor of the runs that
   accept it and pass the ``min_residual`` guard (bordered ``P``, ``Q``, one new column of ``E``:
   ``O(nm + m²)`` per run): either every run with masked writes and no host read (a run that
-  does not grow writes zeros into its zero padding), or a compacted subset (one read);
+  does not grow writes zeros into its zero padding; with KORS's border in the same pass, few
+  operators: :mod:`~torchbandits.models.batched_nystrom_growth`), or a compacted subset (one
+  read);
 * :meth:`BatchedNystrom.rebuild` — from scratch on padded dictionaries ``[R, M, d]`` with sizes
   ``[R]`` (a policy that resamples its dictionary every round, e.g. BKB): ``K_ZZ`` gets an
   identity block on the padded rows, so one batched Cholesky serves every run, and the padded rows
