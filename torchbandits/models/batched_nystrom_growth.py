@@ -145,10 +145,9 @@ def grow_compacted(model: BatchedNystrom, runs: Tensor, f: Tensor, omega: Tensor
     Returns the mask ``[k]`` of the runs that grew."""
     model._ensure(model.n, model.max_size + 1, model._x.shape[2])
     model._version += 1
-    z = model._x[runs, model.n - 1]
     kern = model._k
     want = accept
-    kzz = kern.const if kern.const is not None else kern.diag(z)
+    kzz = kern.const if kern.const is not None else kern.diag(model._x[runs, model.n - 1])
     ok = want & (omega > model.min_residual * kzz)
     model._refused[runs] += want & ~ok
     keep = ok.nonzero()[:, 0]          # the compacted path reads: only the runs that grow
