@@ -10,11 +10,14 @@ and metadata (``view``, ``slice``, ``select``, ``expand``, ``transpose``, ``unsq
 …), which launch nothing. The parts: ``score`` (the select's posterior), ``columns`` (the played
 candidate's columns), ``append``, ``kors`` (the KORS probabilities), ``grow`` (the dictionary
 growth of the posterior and of KORS), ``policy`` (the rest of select/update: coins, statistics,
-run order), ``env`` (candidates, rewards, the runner's gathers). Also prints the CPU seconds per
+run order), ``env`` (candidates, rewards, the runner's gathers). Allocations (``empty``,
+``new_empty``) launch nothing and are not counted. Also prints the CPU seconds per
 round of the same rounds, unprofiled (one thread; with ``--device cuda`` the counts are those
 the GPU launches, and the milliseconds the host's CPU time, not the GPU's).
 
     python benchmarks/ekucb_ops.py --sync-free --chunk-runs 64   # the GPU's path, on the CPU
+    python benchmarks/ekucb_ops.py --gpu-path    # the same with the compiled CPU kernels off:
+                                                 # the torch program a GPU runs, operator for operator
     python benchmarks/ekucb_ops.py --rates   # + the score's products: compiled vs torch vs GEMM,
                                              # and its RBF block: torch vs compiled
 
@@ -38,6 +41,7 @@ import argparse  # noqa: E402
 import collections  # noqa: E402
 import contextlib  # noqa: E402
 import functools  # noqa: E402
+import sys  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 from typing import Any  # noqa: E402
@@ -56,7 +60,8 @@ NO_LAUNCH = {"view", "_unsafe_view", "as_strided", "slice", "select", "expand", 
              "split_with_sizes", "chunk", "narrow", "diagonal", "mT", "_conj", "resolve_conj",
              "resolve_neg", "view_as", "unfold", "movedim", "set_", "_local_scalar_dense",
              "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "is_same_size",
-             "is_nonzero", "result_type", "scalar_tensor"}   # a wrapped scalar stays on the host
+             "is_nonzero", "result_type", "scalar_tensor",   # a wrapped scalar stays on the host
+             "new_empty", "new_empty_strided"}                # an allocation launches nothing
 
 
 class _Count(TorchDispatchMode):
@@ -111,10 +116,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chunk-runs", type=int, default=None,
                     help="runs per chunk (the runs: one padded program, what a GPU runs; "
                          "default: the device's)")
+    ap.add_argument("--gpu-path", action="store_true",
+                    help="what a GPU runs, on the CPU: --sync-free, one chunk of all runs, the "
+                         "compiled CPU kernels off (the torch program)")
     ap.add_argument("--by-op", action="store_true", help="also list the operators of each part")
     ap.add_argument("--rates", action="store_true",
                     help="also time the score's products alone: compiled, torch, GEMM (CPU)")
     args = ap.parse_args(argv)
+    if args.gpu_path:
+        from torchbandits import native
+
+        args.sync_free, args.chunk_runs = True, args.runs
+        with native.disabled():
+            return _count(args)
+    return _count(args)
+
+
+def _count(args: argparse.Namespace) -> int:
     torch.set_num_threads(1)
     env = make_env("chessboard", **({} if args.device == "cpu" else {"device": args.device}))
     policy = make_policy("ekucb", env, device=args.device)
@@ -134,6 +152,9 @@ def main(argv: list[str] | None = None) -> int:
         _wrap(obj, method, part, mode)
     for obj, method in ((policy, "select"), (policy, "update")):
         _wrap(obj, method, "policy", mode)
+    policy_module = sys.modules[type(policy).__module__.rsplit(".", 1)[0] + ".ekucb_batched"]
+    if hasattr(policy_module, "grow_masked"):   # the posterior's and KORS's growth in one call
+        _wrap(policy_module, "grow_masked", "grow", mode)
 
     def rounds(count: int, counting: bool) -> float:
         t0 = time.process_time()
@@ -160,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     for (part, _), c in mode.counts.items():
         per_part[part] += c
     total = sum(per_part.values())
-    path = ("sync-free" if args.sync_free else "default") + (
+    path = ("GPU path: sync-free, native off" if args.gpu_path
+            else "sync-free" if args.sync_free else "default") + (
         "" if args.chunk_runs is None else f", {args.chunk_runs} runs a chunk")
     print(f"EK-UCB batched ({path} path), Chessboard, "
           f"R = {args.runs}, rounds {args.start + args.rounds}-"

@@ -37,6 +37,9 @@ class BatchedKORS(ResizableModule):
         self.register_buffer("_p", torch.zeros(r, 16, dtype=dtype, device=device))
         self.register_buffer("_m", torch.zeros(r, dtype=torch.long, device=device))
         self._cache: dict[Any, Tensor] = {}   # aranges and an identity on the device
+        #: ``(k_Z, N k_Z, k_Zᵀ N k_Z)`` of the last torch-path :meth:`probability` (its border
+        #: reuses them: :meth:`border_terms`)
+        self._probed: tuple[Tensor, Tensor, Tensor] | None = None
 
     @property
     def sizes(self) -> Tensor:
@@ -52,27 +55,52 @@ class BatchedKORS(ResizableModule):
         self._nz.zero_()
         self._p.zero_()
         self._m.zero_()
+        self._probed = None
 
-    def probability(self, kz: Tensor, kss: Tensor,
+    def probability(self, kz: Tensor, kss: Tensor | float,
                     chunks: list[tuple[int, int, int]] | None = None) -> Tensor:
         """``p̃ = min(γ τ̃, 1)`` ``[R]`` of points with ``k_Z = kz`` ``[R, M]`` (``M`` at most the
-        capacity; padded entries are cancelled) and ``k(s,s) = kss`` ``[R]``. ``chunks``:
+        capacity; padded entries are cancelled) and ``k(s,s) = kss`` ``[R]`` (or a float). ``chunks``:
         ``(a, b, M_g)`` runs ``a..b−1`` whose dictionaries fit in ``M_g`` (computed on that slice)."""
         mm = kz.shape[1]
         u = native_ekucb.kors_quadratic(kz, self._nz, self._m)   # compiled, each run at m_r
-        if u is None:
-            u = torch.zeros_like(kss)
-            for a, b, mg in chunks if chunks is not None else [(0, kz.shape[0], mm)]:
-                if mg:
-                    kc = kz[a:b, :mg]
-                    u[a:b] = ((kc[:, None, :] @ self._nz[a:b, :mg, :mg])[:, 0] * kc).sum(-1)
+        self._probed = None
+        if u is None:   # N k_Z as the sequential KORS (and the border) orients it, kept
+            spans = chunks if chunks is not None else [(0, kz.shape[0], mm)]
+            if len(spans) == 1 and spans[0][2] == mm:   # one program: no scatter
+                q = (self._nz[:, :mm, :mm] @ kz[..., None])[..., 0]
+                u = (kz * q).sum(-1)
+            else:
+                u, q = kz.new_zeros(kz.shape[0]), torch.zeros_like(kz)
+                for a, b, mg in spans:
+                    if mg:
+                        qc = (self._nz[a:b, :mg, :mg] @ kz[a:b, :mg, None])[..., 0]
+                        q[a:b, :mg] = qc
+                        u[a:b] = (kz[a:b, :mg] * qc).sum(-1)
+            self._probed = (kz, q, u)
         rho = (kss - u).clamp_(min=0.0)
         tau = (1.0 + self.eps) * rho / (rho + self.mu)
         if self.score == "reference":
             tau = ((1.0 + self.eps) * kss / self.mu - tau).clamp_(min=0.0)
         return (self.gamma * tau).clamp_(max=1.0)
 
-    def add(self, kz: Tensor, kss: Tensor, p: Tensor, accept: Tensor,
+    def border_terms(self, kz: Tensor, runs: slice, w: int) -> tuple[Tensor, Tensor]:
+        """``(N k_Z [k, w], k_Zᵀ N k_Z [k])`` of the runs ``runs`` at width ``w`` (``kz``
+        ``[R, M]``): those of the last :meth:`probability` when it was given this ``kz`` (the
+        same products, at the same chunk widths), else computed."""
+        probed = self._probed
+        if probed is not None and probed[0] is kz:
+            return probed[1][runs, :w], probed[2][runs]
+        kc = kz[runs, :w]
+        q = (self._nz[runs, :w, :w] @ kc[..., None])[..., 0]
+        return q, (kc * q).sum(-1)
+
+    def reserve(self, m: int) -> None:
+        """Capacity for ``m`` anchors per run (zero padding)."""
+        self._nz = grow_rows(self._nz, m, dims=(1, 2))
+        self._p = grow_rows(self._p, m, dims=(1,))
+
+    def add(self, kz: Tensor, kss: Tensor | float, p: Tensor, accept: Tensor,
             chunks: list[tuple[int, int, int]] | None = None, runs: Tensor | None = None) -> None:
         """The point with ``k_Z = kz`` joins the dictionaries where ``accept`` holds, with
         probabilities ``p``: ``N`` bordered with ``k_Z`` and ``k(s,s) + μ p̃``.
@@ -83,17 +111,18 @@ class BatchedKORS(ResizableModule):
         padding). ``runs`` a LongTensor ``[k]`` of distinct runs: the arguments are ``[k, M]`` /
         ``[k]`` and only those where ``accept`` holds are touched (one host read)."""
         mm = kz.shape[1]
-        self._nz = grow_rows(self._nz, mm + 1, dims=(1, 2))
-        self._p = grow_rows(self._p, mm + 1, dims=(1,))
+        self.reserve(mm + 1)
         if runs is not None:
             keep = accept.nonzero()[:, 0]   # the compacted path reads: only the growing runs
             if keep.numel():
-                self._border(runs[keep], kz[keep], kss[keep], p[keep], accept[keep], mm)
+                self._border(runs[keep], kz[keep], kss if isinstance(kss, float) else kss[keep],
+                             p[keep], accept[keep], mm)
             return
         for a, b, w in chunks if chunks is not None else [(0, kz.shape[0], mm)]:
-            self._border(slice(a, b), kz[a:b, :w], kss[a:b], p[a:b], accept[a:b], w)
+            self._border(slice(a, b), kz[a:b, :w], kss if isinstance(kss, float) else kss[a:b],
+                         p[a:b], accept[a:b], w)
 
-    def _border(self, idx: slice | Tensor, kz: Tensor, kss: Tensor, p: Tensor, ok: Tensor,
+    def _border(self, idx: slice | Tensor, kz: Tensor, kss: Tensor | float, p: Tensor, ok: Tensor,
                 w: int) -> None:
         """:meth:`add` of the runs ``idx`` (a slice: views written in place; a LongTensor:
         gathered and written back) at width ``w``. ``N`` is bordered as one rank-one update of
@@ -142,6 +171,7 @@ class BatchedKORS(ResizableModule):
 
     def permute(self, order: Tensor) -> None:
         """Reorder the runs: new run ``i`` is old run ``order[i]``."""
+        self._probed = None
         for name, buf in list(self._buffers.items()):
             if buf is not None:
                 self._buffers[name] = buf.index_select(0, order.to(buf.device))

@@ -28,7 +28,9 @@ Updates (batched versions of :mod:`~torchbandits.models.nystrom_updates`):
 * :meth:`BatchedNystrom.add_last` — the last appended point becomes an anchor of the runs that
   accept it and pass the ``min_residual`` guard (bordered ``P``, ``Q``, one new column of ``E``:
   ``O(nm + m²)`` per run): either every run with masked writes and no host read (a run that
-  does not grow writes zeros into its zero padding), or a compacted subset (one read);
+  does not grow writes zeros into its zero padding; with KORS's border in the same pass, few
+  operators: :mod:`~torchbandits.models.batched_nystrom_growth`), or a compacted subset (one
+  read);
 * :meth:`BatchedNystrom.rebuild` — from scratch on padded dictionaries ``[R, M, d]`` with sizes
   ``[R]`` (a policy that resamples its dictionary every round, e.g. BKB): ``K_ZZ`` gets an
   identity block on the padded rows, so one batched Cholesky serves every run, and the padded rows
@@ -58,6 +60,7 @@ from torch import Tensor
 
 from ..deferred_checks import active_checks, check_runs
 from ..native import ekucb as native_ekucb
+from .batched_nystrom_growth import grow_compacted, grow_masked
 from .batched_nystrom_state import BatchedNystromState, batched_kernel
 from .nystrom_updates import PIVOT_TOL, whitening
 
@@ -122,24 +125,30 @@ class BatchedNystrom(BatchedNystromState):
         block ``[R, M, A]``, one product with ``P`` (``F = P K``) and one with ``Q``
         (``Q [F, g]``: the variances' ``QF`` and the mean weights ``w = Qg`` together). The
         columns are remembered for :meth:`scored_columns` until the state changes."""
-        kdiag = self._k.diag(cand)
+        const = self._k.const
         if self._mmax == 0:
-            return cand.new_zeros(cand.shape[:2]), kdiag
-        compiled = self._score_compiled(cand, kdiag)
-        if compiled is not None:
-            mean, var = compiled
-        else:   # (reading self._q applies a deferred step first)
-            means, variances, cols = [], [], []
-            for a, b, mg in self.chunks():
-                mean, var, col = self._score_chunk(cand[a:b], kdiag[a:b], a, b, mg)
-                means.append(mean)
-                variances.append(var)
-                cols.append(col)
-            self._scored = (self._version, cand, cols)
-            mean = means[0] if len(means) == 1 else torch.cat(means)
-            var = variances[0] if len(variances) == 1 else torch.cat(variances)
-        return mean, (var.clamp_(max=self._k.const) if self._k.const is not None
-                      else torch.minimum(var, kdiag))
+            return cand.new_zeros(cand.shape[:2]), self._k.diag(cand)
+        if self.compiled_scores() and native_ekucb.available(cand):
+            kdiag = self._k.diag(cand)
+            compiled = self._score_compiled(cand, kdiag)
+            if compiled is not None:
+                mean, var = compiled
+                return mean, (var.clamp_(max=const) if const is not None
+                              else torch.minimum(var, kdiag))
+        # the torch path (reading self._q applies a deferred step first); k(x, x) a float when
+        # constant (no tensor to launch), the variance then clamped to [0, k] in the chunk
+        kdiag = const if const is not None else self._k.diag(cand)
+        means, variances, cols = [], [], []
+        for a, b, mg in self.chunks():
+            mean, var, col = self._score_chunk(
+                cand[a:b], kdiag if const is not None else kdiag[a:b], a, b, mg)
+            means.append(mean)
+            variances.append(var)
+            cols.append(col)
+        self._scored = (self._version, cand, cols)
+        mean = means[0] if len(means) == 1 else torch.cat(means)
+        var = variances[0] if len(variances) == 1 else torch.cat(variances)
+        return mean, var if const is not None else torch.minimum(var, kdiag)
 
     def compiled_scores(self) -> bool:  # whether score runs the compiled per-run products
         return self._mmax >= self.COMPILED_MIN_WIDTH and native_ekucb.available(self._p)
@@ -163,21 +172,28 @@ class BatchedNystrom(BatchedNystromState):
         self._scored = (self._version, cand, [(kz, f, qf[:, :-1])])   # one full-width "chunk"
         return mean, var
 
-    def _score_chunk(self, cand: Tensor, kdiag: Tensor, a: int, b: int, mg: int
-                     ) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor, Tensor]]:
-        """:meth:`score` of the runs ``a..b−1`` on their ``[:M_g]`` slices."""
+    def _score_chunk(self, cand: Tensor, kdiag: Tensor | float, a: int, b: int, mg: int
+                     ) -> tuple[Tensor, Tensor, Tensor]:
+        """:meth:`score` of the runs ``a..b−1`` on their ``[:M_g]`` slices; the columns
+        ``[k, 3, A, M_g]`` (``e(x)``, ``Q e(x)``, ``k_Z(x)``) for :meth:`scored_columns`. The three
+        quadratic forms ``‖e‖²``, ``eᵀQe``, ``eᵀQg`` are one product and one sum over a stack
+        (each entry the product and sum of the unstacked form: the same numbers); with a
+        constant ``k`` (a float) the variance leaves clamped to ``[0, k]``."""
         if mg == 0:   # (row layout below: [k, A, M_g] times Pᵀ and Qᵀ ran faster than P·K here)
-            empty = cand.new_zeros(cand.shape[0], cand.shape[1], 0)
-            return cand.new_zeros(cand.shape[:2]), kdiag.clone(), (empty, empty, empty)
+            empty = cand.new_zeros(cand.shape[0], 4, cand.shape[1], 0)
+            var = (cand.new_full(cand.shape[:2], kdiag) if isinstance(kdiag, float)
+                   else kdiag.clone())
+            return cand.new_zeros(cand.shape[:2]), var, empty
         kz = self._k.block(cand, self._z[a:b, :mg])                         # k_Z(x)ᵀ [k, A, M_g]
         f = kz @ self._p[a:b, :mg, :mg].mT                                  # e(x)ᵀ [k, A, M_g]
         na = f.shape[1]
         qf = torch.cat([f, self._g[a:b, None, :mg]], 1) @ self._q[a:b, :mg, :mg].mT
-        mean = (f * qf[:, na:]).sum(-1)                                    # e(x)ᵀ (Q g)
-        qf = qf[:, :na]
-        var = (kdiag - (f * f).sum(-1)).clamp_(min=0.0)
-        var.add_((f * qf).sum(-1), alpha=self.lam)
-        return mean, var.clamp_(min=0.0), (kz, f, qf)
+        cols = torch.stack([f, qf[:, :na], qf[:, na:].expand_as(f), kz], 1)  # [k, 4, A, M_g]
+        forms = (cols[:, :3] * f[:, None]).sum(-1)                # ‖e‖², eᵀQe, eᵀ(Qg) [k, 3, A]
+        var = torch.rsub(forms[:, 0], kdiag).clamp_(min=0.0)                # (k − ‖e‖²)₊
+        var.add_(forms[:, 1], alpha=self.lam)
+        var = var.clamp_(0.0, kdiag) if isinstance(kdiag, float) else var.clamp_(min=0.0)
+        return forms[:, 2], var, cols
 
     def scored_columns(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor] | None:
         """``(k_Z(x), e(x), Q e(x))``, each ``[R, M]``, when every run's ``x_r`` ``[R, d]`` is a
@@ -190,23 +206,28 @@ class BatchedNystrom(BatchedNystromState):
         if cand.shape[0] != x.shape[0] or cand.shape[2] != x.shape[1]:
             return None
         hit = (cand == x[:, None, :]).all(-1)                              # [R, A]
+        found, first = hit.max(-1)                 # (the first candidate that is x_r)
         if active_checks() is None:
-            if not bool(hit.any(-1).all()):    # user code: one read, fresh columns if not
+            if not bool(found.all()):    # user code: one read, fresh columns if not
                 return None
         else:   # the runner plays a row of the last candidates: flagged, not read
-            check_runs("x must be a candidate of the last select", ~hit.any(-1),
+            check_runs("x must be a candidate of the last select", ~found,
                        lambda r: f"x of run {r} is not a candidate of the last select")
-        first = hit.to(torch.int8).argmax(-1)
         chunks = self.chunks()
-        if len(last[2]) == 1 and last[2][0][0].shape[-1] == self._mmax:   # three gathers
+        entry = last[2][0]
+        if len(last[2]) == 1 and entry[0].shape[-1] == self._mmax:   # one chunk: gathers
             rows = self._rows(slice(0, x.shape[0]))
-            kz, f, qf = (t[rows, first] for t in last[2][0])
+            if isinstance(entry, Tensor):      # the torch path's stack: one gather
+                cols = entry[rows, :, first]                              # [R, 4, M]
+                return cols[:, 3], cols[:, 0], cols[:, 1]
+            kz, f, qf = (t[rows, first] for t in entry)
             return kz, f, qf
         out = x.new_zeros(3, x.shape[0], self._mmax)      # zero beyond each chunk's width
         for (a, b, mg), col in zip(chunks, last[2], strict=True):
             if mg:
                 rows, pick = self._rows(slice(0, b - a)), first[a:b]
-                for j, t in enumerate(col):
+                for j, t in enumerate((col[:, 3], col[:, 0], col[:, 1])
+                                      if isinstance(col, Tensor) else col):
                     out[j, a:b, :mg] = t[rows, pick]
         return out[0], out[1], out[2]
 
@@ -219,7 +240,8 @@ class BatchedNystrom(BatchedNystromState):
         Returns ``(f [R, M], ω [R])`` with ``ω = k(x,x) + η − ‖f‖²`` the residual of ``x`` outside
         the span of each dictionary (before the append)."""
         n, mm = self._n, self._mmax
-        kxx = self._k.diag(x)
+        const = self._k.const      # k(x, x) a float when constant (no tensor to launch)
+        kxx = const if const is not None else self._k.diag(x)
         self._ensure(n + 1, max(mm, 1), x.shape[1])
         self._version += 1
         if mm:
@@ -229,8 +251,9 @@ class BatchedNystrom(BatchedNystromState):
                 gq = (q @ f[..., None])[..., 0]
             else:
                 f, gq = columns[1], columns[2]
-            fg = (f * gq).sum(-1)
-            omega = kxx + self.jitter - (f * f).sum(-1)
+            forms = (f[:, None, :] * torch.stack([gq, f], 1)).sum(-1)       # fᵀQf, ‖f‖² [R, 2]
+            fg = forms[:, 0]
+            omega = torch.rsub(forms[:, 1], kxx + self.jitter)
             gs = gq / (1.0 + fg)[:, None]
             # Q ← Q − (Qf)(Qf)ᵀ/(1 + fᵀQf): compiled, deferred to the next score's pass over Q
             # (_flush_q), else on each chunk's slice
@@ -246,7 +269,7 @@ class BatchedNystrom(BatchedNystromState):
             self._logdet.add_(torch.log1p(fg))
         else:
             f = x.new_zeros(x.shape[0], 0)
-            omega = kxx + self.jitter
+            omega = (x.new_full((x.shape[0],), kxx) if isinstance(kxx, float) else kxx) + self.jitter
         self._x[:, n] = x
         self._s[:, n] = y
         self._n = n + 1
@@ -266,79 +289,9 @@ class BatchedNystrom(BatchedNystromState):
         (counted in :attr:`refused`). Returns the mask of the runs whose dictionary grew (``[R]``
         or ``[k]``). Per run: ``d = √ω``, new row of ``P``: ``[−Pᵀf/d, 1/d]``, new embedding
         column ``e = (k_S(z) − E f)/d``, ``Q`` bordered with ``b = Eᵀ C e`` and ``eᵀ C e + λ``."""
-        self._ensure(self._n, self._mmax + 1, self._x.shape[2])
-        self._version += 1
-        if runs is None:
-            added = [self._border(slice(a, b), f[a:b, :w], omega[a:b],
-                                  self._guard(slice(a, b), omega[a:b], accept[a:b]), w)
-                     for a, b, w in self.chunks()]
-            self.bump_widths()
-            return added[0] if len(added) == 1 else torch.cat(added)
-        ok = self._guard(runs, omega, accept)
-        keep = ok.nonzero()[:, 0]          # the compacted path reads: only the runs that grow
-        if keep.numel():
-            self._border(runs[keep], f[keep], omega[keep], ok[keep], self._mmax)
-            self.refresh_widths()
-        return ok
-
-    def _guard(self, idx: slice | Tensor, omega: Tensor, want: Tensor) -> Tensor:
-        """The ``min_residual`` guard of the runs ``idx`` that want the last point as an anchor:
-        the mask of those with ``ω > min_residual·k(z,z)``; the others are counted refused."""
-        if self._k.const is not None:      # k(z, z) a constant: no kernel diagonal to launch
-            ok = want & (omega > self.min_residual * self._k.const)
-        else:
-            ok = want & (omega > self.min_residual * self._k.diag(self._x[idx, self._n - 1]))
-        self._refused[idx] += want & ~ok
-        return ok
-
-    def _border(self, idx: slice | Tensor, f: Tensor, omega: Tensor, ok: Tensor, w: int
-                ) -> Tensor:
-        """:meth:`add_last` of the runs ``idx`` (a slice: views written in place; a LongTensor:
-        blocks gathered and written back) at width ``w``, where ``ok`` (guarded) holds; ``f``
-        ``[k, w]``. ``Q`` is bordered as one rank-one update of its ``[w+1, w+1]`` block:
-        ``Q ← Q + u uᵀ/s`` with ``u = Qb − e_pos`` (``Qb`` ``[k, w]`` is zero from ``pos`` on,
-        padded to ``w + 1``), which
-        writes ``Q + Qb bᵀQ/s``, the border ``−Qb/s`` and the corner ``1/s`` at once (the same
-        numbers as the three writes; ``1/s = 0`` where refused: nothing changes)."""
-        n, lam = self._n, self.lam
-        self._flush_q(idx if isinstance(idx, Tensor) else None)   # then Q's rows idx are current
-        rows = self._rows(idx)
-        k = rows.shape[0]
-        z = self._x[idx, n - 1]                                              # [k, d]
-        okf = ok.to(self.dtype)
-        d = torch.sqrt(torch.where(ok, omega, math.inf))   # ∞ where refused: zero row and column
-        pos = self._m[idx]
-        ar = self._rows(slice(0, k))
-        p = self._p[idx, : w + 1, : w + 1]
-        q = self._q_stored()[idx, : w + 1, : w + 1]
-        row = -(p[:, :w, :w].mT @ f[..., None])[..., 0] / d[:, None]        # −Pᵀf/d
-        e_old = self._e[idx, :n, :w]
-        gs = self._k.block(self._x[idx, :n], z[:, None])[..., 0]             # k_S(z) [k, n]
-        e_new = (gs - (e_old @ f[..., None])[..., 0]) / d[:, None]           # [k, n]
-        ce = self._c[idx, :n] * e_new
-        b = (e_old.mT @ ce[..., None])[..., 0]                               # Eᵀ C e [k, w]
-        qb = (q[:, :w, :w] @ b[..., None])[..., 0]  # the sequential model's orientations (rounding)
-        schur = (e_new * ce).sum(-1) + lam - (b * qb).sum(-1)
-        check_runs("add_last: a Schur complement must be positive",
-                   self._flags(idx, ok & ~(schur > 0)),
-                   lambda r: f"add_last: a Schur complement is not positive (run {r})")
-        inv_s = okf / torch.where(ok, schur, 1.0)                            # 0 where refused
-        u = torch.nn.functional.pad(qb, (0, 1)) - self._unit(pos, w + 1)     # Qb − e_pos
-        q.addcmul_(u[:, :, None], (u * inv_s[:, None])[:, None, :])
-        p[ar, pos, :w] = row
-        p[ar, pos, pos] = okf / d
-        if isinstance(idx, Tensor):
-            self._p[idx, : w + 1, : w + 1] = p
-            self._q_stored()[idx, : w + 1, : w + 1] = q
-        self._g[rows, pos] = (e_new * self._s[idx, :n]).sum(-1)
-        self._e[rows, :n, pos] = e_new
-        self._z[rows, pos] = torch.where(ok[:, None], z, 0.0)
-        self._logdet[idx] += torch.log(torch.where(ok, schur, 1.0))
-        if isinstance(idx, Tensor):
-            self._m[idx] = pos + ok
-        else:
-            pos.add_(ok)          # a view of the sizes
-        return ok
+        if runs is None:   # every run, few operators (with KORS's border: the policy's call)
+            return grow_masked(self, f, omega, accept)
+        return grow_compacted(self, runs, f, omega, accept)
 
     @torch.no_grad()
     def rebuild(self, dictionary: Tensor, sizes: Tensor, x: Tensor, target_sums: Tensor,
@@ -357,6 +310,7 @@ class BatchedNystrom(BatchedNystromState):
         self._c[:, :n] = counts
         self._c[:, n:] = 1.0
         self._s[:, :n] = target_sums
+        self._unit_counts = bool((counts == 1).all())   # (this rebuild reads the host anyway)
         self._n = n
         self._m.copy_(sizes)
         self.refresh_widths()

@@ -119,7 +119,8 @@ class BatchedNystromState(ResizableModule):
         self._row_cache: dict[tuple[int, int], Tensor] = {}
         self._eye: Tensor | None = None
         self._p_lower = True   # every P_r lower triangular (not after a pivoted rebuild)
-        self._scored: tuple[int, Tensor, list[tuple[Tensor, Tensor, Tensor]]] | None = None
+        self._unit_counts = True   # every count is 1 (EK-UCB's; not after a rebuild with counts)
+        self._scored: tuple[int, Tensor, list[Any]] | None = None   # (columns per chunk)
 
     # ------------------------------------------------------------------ sizes / state
     @property
@@ -136,6 +137,11 @@ class BatchedNystromState(ResizableModule):
     def sizes(self) -> Tensor:
         """Dictionary sizes ``m_r`` ``[R]`` (a view)."""
         return self._m
+
+    @property
+    def kernel_constant(self) -> float | None:
+        """``k(x, x)`` when the kernel makes it a constant (stationary), else ``None``."""
+        return self._k.const
 
     @property
     def max_size(self) -> int:
@@ -217,7 +223,8 @@ class BatchedNystromState(ResizableModule):
         return self._logdet - self._m.to(self.dtype) * math.log(self.lam)
 
     def get_extra_state(self) -> dict[str, Any]:
-        return {"n": self._n, "widths": [w for _, _, w in self._chunks], "p_lower": self._p_lower}
+        return {"n": self._n, "widths": [w for _, _, w in self._chunks], "p_lower": self._p_lower,
+                "unit_counts": self._unit_counts}
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
         """Restores ``n`` and the chunk widths (so a reloaded batch computes at the same widths,
@@ -225,6 +232,7 @@ class BatchedNystromState(ResizableModule):
         self._n = int(state["n"])
         self._drop_pending()   # the loaded Q is complete
         self._p_lower = bool(state.get("p_lower", False))
+        self._unit_counts = bool(state.get("unit_counts", False))
         self._version += 1
         self.refresh_widths()
         widths = state.get("widths")
@@ -249,6 +257,7 @@ class BatchedNystromState(ResizableModule):
             buf.zero_()
         self._c.fill_(1.0)
         self._p_lower = True
+        self._unit_counts = True
         self._chunks = [(a, b, 0) for a, b, _ in self._chunks]
         self._mmax = 0
 

@@ -45,6 +45,7 @@ from ..batching import (
 from ..confidence import ConstantBeta
 from ..models.batched_kors import BatchedKORS
 from ..models.batched_nystrom import BatchedNystrom
+from ..models.batched_nystrom_growth import grow_masked
 from .batch_mode import BatchModeMixin
 
 __all__ = ["CHECK_EVERY", "CPU_COMPACT_ABOVE", "RESORT_EVERY", "EKUCBBatchMixin", "RunCoins"]
@@ -178,6 +179,17 @@ class EKUCBBatchMixin(BatchModeMixin):
         return (limit is not None and model.device.type == "cpu"
                 and model.n_runs * model.n * max(model.max_size, 1) > limit)
 
+    def _all_have_anchors(self) -> bool:
+        """Whether every run has an anchor, known on the host: after the first update, when a
+        first point always passes the ``min_residual`` guard — a constant ``k(x, x) > 0`` and
+        ``min_residual < 1`` (``ω = k + η > min_residual·k``, and its Schur complements
+        ``e² + λ`` and ``k + μ`` are positive). Then no run takes the first point's ``p̃ = 1``,
+        and the round needs no mask of the empty dictionaries."""
+        model = self.batch_model
+        const = model.kernel_constant
+        return (model.max_size > 0 and const is not None and const > 0
+                and model.min_residual < 1.0)
+
     def _check_sizes(self) -> None:
         """Every :data:`CHECK_EVERY` rounds (the only host read of a sync-free batch): exact
         widths, and the runs re-sorted by dictionary size when that cuts the chunked work by
@@ -294,28 +306,33 @@ class EKUCBBatchMixin(BatchModeMixin):
         y = check_batch_rewards("reward", reward, n, **opts)  # type: ignore[arg-type]
         with torch.no_grad():
             xv, y = self._to_slots(xv), self._to_slots(y)    # storage order from here on
-            first = model.sizes == 0
+            first = None if self._all_have_anchors() else model.sizes == 0
             cols = model.scored_columns(xv)   # the played candidates of the last select
             kz = model.kernel_columns(xv) if cols is None else cols[0]
-            kss = model.prior_variance(xv)
+            const = model.kernel_constant    # k(x, x) a float when constant: no tensor
+            kss = const if const is not None else model.prior_variance(xv)
             chunks = model.chunks()
             f, omega = model.append(xv, y, cols)
-            p = torch.where(first, 1.0, kors.probability(kz, kss, chunks))
+            p = kors.probability(kz, kss, chunks)
+            if first is not None:
+                p = torch.where(first, 1.0, p)
             need = p < 1.0                 # a first point has p̃ = 1: no coin, accepted
             coin = self._to_slots(coins.draw(self._to_runs(need))).to(p)
-            accept = (p >= 1.0) | (coin < p)   # coin < p only where drawn (p̃ < 1)
+            # p̃ ≥ 1 or coin < p̃: every run's coin is its next draw in [0, 1) (consumed only
+            # where p̃ < 1), so coin < p̃ holds wherever p̃ ≥ 1
+            accept = coin < p
             stats = self._batch_stats
-            stats["sum_p"].add_(p.masked_fill(first, 0.0))
+            stats["sum_p"].add_(p if first is None else p.masked_fill(first, 0.0))
             stats["sum_pq"].add_(p * (1.0 - p))   # 0 at a first point (p̃ = 1)
             stats["last_p"] = p
             if self._compacts():   # CPU: one read, only the accepting runs are bordered
                 runs = accept.nonzero()[:, 0]
                 if runs.numel():
                     added = model.add_last(f[runs], omega[runs], accept[runs], runs)
-                    kors.add(kz[runs], kss[runs], p[runs], added, runs=runs)
-            else:                  # sync-free: every run, masked writes
-                added = model.add_last(f, omega, accept)
-                kors.add(kz, kss, p, added, chunks)
+                    kors.add(kz[runs], kss if isinstance(kss, float) else kss[runs], p[runs],
+                             added, runs=runs)
+            else:                  # sync-free: every run, masked writes, KORS's border with it
+                grow_masked(model, f, omega, accept, kors, kz, kss, p)
             self._check_sizes()
         self.dim = xv.shape[1]
         self.t += 1  # type: ignore[attr-defined]

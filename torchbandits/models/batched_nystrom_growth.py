@@ -1,0 +1,195 @@
+"""The sync-free growth of EK-UCB's dictionaries (Zenati et al. 2022, Algorithms 2 and 4): the
+posterior's border (:class:`~torchbandits.models.batched_nystrom.BatchedNystrom`) and the KORS
+sampler's (:class:`~torchbandits.models.batched_kors.BatchedKORS`) of every run at once, with
+masked writes (a run that does not grow writes zeros into its zero padding) and no host read.
+
+Per run ``r`` that accepts the last appended point ``z`` and passes the ``min_residual`` guard
+(``ω > min_residual·k(z,z)``), with its embedding ``f = e(z)`` ``[w]``, ``d = √ω``, the new
+embedding column ``e = (k_S(z) − E f)/d`` ``[n]``, ``b = Eᵀ C e``:
+
+* ``P`` gains the row ``[−Pᵀf/d, 1/d]``; ``E`` the column ``e``; ``g`` the entry ``eᵀs``;
+* ``Q ← Q + u uᵀ/s`` with ``u = [Qb; −1]`` and ``s = eᵀCe + λ − bᵀQb`` (the update, the border
+  ``−Qb/s`` and the corner ``1/s`` at once); ``log det A += log s``;
+* KORS: ``N ← N + v vᵀ/s'`` with ``v = [N k_Z; −1]``, ``s' = k(z,z) + μ p̃ − k_Zᵀ N k_Z``, and
+  ``p̃`` gains the entry ``p̃``.
+
+Two ways (:meth:`~torchbandits.models.batched_nystrom.BatchedNystrom.add_last`):
+:func:`grow_compacted` borders only the runs that grow, gathered by one host read (the CPU's
+way once the border is large); :func:`grow_masked` borders every run with masked writes (a GPU's
+way: no read). In the masked one a refused run has ``d = ∞`` and ``1/s = 1/s' = 0``: its row,
+column and rank-one terms are zero. Both compute each quantity by the same arithmetic on the
+same shapes (the sequential model's orientations of the products), so the numbers are the
+same; what differs is how
+many operators carry it (each launches a kernel on a GPU): the two Schur complements, their
+checks, inverses and rank-one factors are one ``[2, k]`` / ``[k, 2, w+1]`` tensor; the three
+bordered vectors ``Pᵀf``, ``Qb``, ``N k_Z`` are padded and given their ``−1`` by one ``cat``
+and one indexed write; ``P``'s row is one write; ``KORS``'s ``N k_Z`` and ``k_Zᵀ N k_Z`` are
+those of the round's probability (:meth:`~torchbandits.models.batched_kors.BatchedKORS.border_terms`);
+``−Pᵀf`` is one product with ``α = −1`` (an exact negation), so ``P``'s row is ``[−Pᵀf; 1]/d``;
+with unit counts (EK-UCB's) ``C e`` is ``e``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from ..deferred_checks import check_runs
+
+if TYPE_CHECKING:
+    from .batched_kors import BatchedKORS
+    from .batched_nystrom import BatchedNystrom
+
+__all__ = ["grow_compacted", "grow_masked"]
+
+
+def grow_masked(model: BatchedNystrom, f: Tensor, omega: Tensor, accept: Tensor,
+                kors: BatchedKORS | None = None, kz: Tensor | None = None,
+                kss: Tensor | float | None = None, p: Tensor | None = None) -> Tensor:
+    """Grow every run's dictionary where ``accept`` ``[R]`` holds and the guard passes (module
+    docstring), chunk by chunk at the model's widths, then bump the widths (no read). ``f``
+    ``[R, M]`` and ``omega`` ``[R]`` as :meth:`BatchedNystrom.append` returned them; with
+    ``kors``: also its border, ``kz`` = ``k_Z(z)`` ``[R, M]``, ``kss`` = ``k(z,z)`` ``[R]`` (or a
+    float: a constant) and
+    ``p`` = ``p̃`` ``[R]``. Returns the mask ``[R]`` of the runs that grew."""
+    mm = model.max_size
+    model._ensure(model.n, mm + 1, model._x.shape[2])
+    model._version += 1
+    if kors is not None:
+        kors.reserve(mm + 1)
+    added = []
+    for a, b, w in model.chunks():
+        sl = slice(a, b)
+        sys = None if kors is None else (  # type: ignore[assignment]
+            kors, kz, kss if isinstance(kss, float) else kss[sl], p[sl])  # type: ignore[index]
+        added.append(_grow_chunk(model, sl, f[sl, :w], omega[sl], accept[sl], w, sys))
+    if kors is not None:
+        kors._probed = None
+    model.bump_widths()
+    return added[0] if len(added) == 1 else torch.cat(added)
+
+
+def _constants(model: BatchedNystrom, k: int) -> tuple[Tensor, Tensor]:
+    """A zero column ``[k, 1]`` and the corners ``(1, −1, −1)`` of the bordered vectors, on the
+    model's device (cached)."""
+    key = ("growth", k)
+    got = model._row_cache.get(key)  # type: ignore[call-overload]
+    if got is None or got.device != model.device or got.dtype != model.dtype:
+        got = model._row_cache[key] = model._c.new_zeros(k + 3)  # type: ignore[index]
+        got[k:] = torch.tensor([1.0, -1.0, -1.0])
+    return got[:k, None], got[k:]
+
+
+def _grow_chunk(model: BatchedNystrom, sl: slice, f: Tensor, omega: Tensor, accept: Tensor, w: int,
+                sys: tuple[BatchedKORS, Tensor, Tensor | float, Tensor] | None) -> Tensor:
+    """:func:`grow_masked` of the runs ``sl`` at width ``w`` (``f`` ``[k, w]``)."""
+    n, k, kern = model.n, sl.stop - sl.start, model._k
+    z = model._x[sl, n - 1]                                                  # [k, d]
+    kzz = kern.const if kern.const is not None else kern.diag(z)
+    ok = (omega > model.min_residual * kzz) & accept                         # the guard
+    model._refused[sl].add_(ok ^ accept)
+    d = torch.where(ok, omega, math.inf).sqrt_()                # d (∞ where refused)
+    rows, ar = model._rows(sl), model._rows(slice(0, k))
+    pw = model._p[sl, : w + 1, : w + 1]
+    qw = model._q[sl, : w + 1, : w + 1]      # (the property applies a deferred step of Q)
+    e_old = model._e[sl, :n, :w]
+    r1 = torch.baddbmm(f.new_empty(k, w, 1), pw[:, :w, :w].mT, f[..., None],  # −Pᵀf [k, w]
+                       beta=0.0, alpha=-1.0)[..., 0]
+    gs = kern.block(model._x[sl, :n], z[:, None])[..., 0]                    # k_S(z) [k, n]
+    e_new = gs.sub_((e_old @ f[..., None])[..., 0]).div_(d[:, None])         # e [k, n]
+    ce = e_new if model._unit_counts else model._c[sl, :n] * e_new
+    b = (e_old.mT @ ce[..., None])[..., 0]                                   # Eᵀ C e [k, w]
+    qb = (qw[:, :w, :w] @ b[..., None])[..., 0]   # the sequential model's orientations
+    dots = (e_new[:, None, :] * torch.stack([ce, model._s[sl, :n]], 1)).sum(-1)  # eᵀCe, eᵀs
+    schur = omega.new_empty(1 if sys is None else 2, k)                      # s, s'
+    torch.sub(dots[:, 0] + model.lam, (b * qb).sum(-1), out=schur[0])
+    vectors = [r1, qb]
+    if sys is not None:
+        kors, kz, kss, p = sys
+        kq, quad = kors.border_terms(kz, sl, w)                              # N k_Z, k_Zᵀ N k_Z
+        torch.sub(kss + kors.mu * p, quad, out=schur[1])
+        vectors.append(kq)
+    check_runs("add_last: a Schur complement (posterior or KORS) must be positive",
+               model._flags(sl, ok.gt(schur > 0).any(0)),
+               lambda r: f"add_last: a Schur complement is not positive (run {r})")
+    den = torch.where(ok, schur, 1.0)
+    inv_s = ok / den                                                         # 0 where refused
+    model._logdet[sl].add_(den[0].log())
+    zero, corner = _constants(model, k)
+    pos = model._m[sl]                                                       # a view
+    u = torch.cat([t for v in vectors for t in (v, zero)], -1).view(k, len(vectors), w + 1)
+    u.transpose(1, 2)[ar, pos] = corner[: len(vectors)]   # [−Pᵀf; 1], [Qb; −1], [N k_Z; −1]
+    pw[ar, pos] = u[:, 0] / d[:, None]                                       # [−Pᵀf/d, 1/d]
+    scaled = u[:, 1:] * inv_s.mT[:, :, None]
+    qw.addcmul_(u[:, 1, :, None], scaled[:, 0, None, :])
+    model._e[rows, :n, pos] = e_new
+    model._g[rows, pos] = dots[:, 1]
+    model._z[rows, pos] = torch.where(ok[:, None], z, 0.0)
+    if sys is not None:
+        nzw = kors._nz[sl, : w + 1, : w + 1]
+        nzw.addcmul_(u[:, 2, :, None], scaled[:, 1, None, :])
+        kors._p[rows, pos] = torch.where(ok, p, 0.0)
+        kors._m[sl].add_(ok)
+    pos.add_(ok)
+    return ok
+
+
+def grow_compacted(model: BatchedNystrom, runs: Tensor, f: Tensor, omega: Tensor, accept: Tensor
+                   ) -> Tensor:
+    """The posterior's growth of the distinct ``runs`` (a LongTensor ``[k]``, compacted by the
+    caller; ``f`` ``[k, M]``, ``omega`` and ``accept`` ``[k]``): the guard, then only the runs
+    that pass are gathered, bordered and written back (one host read), and the widths refreshed.
+    Returns the mask ``[k]`` of the runs that grew."""
+    model._ensure(model.n, model.max_size + 1, model._x.shape[2])
+    model._version += 1
+    kern = model._k
+    want = accept
+    kzz = kern.const if kern.const is not None else kern.diag(model._x[runs, model.n - 1])
+    ok = want & (omega > model.min_residual * kzz)
+    model._refused[runs] += want & ~ok
+    keep = ok.nonzero()[:, 0]          # the compacted path reads: only the runs that grow
+    if keep.numel():
+        _border_runs(model, runs[keep], f[keep], omega[keep], model.max_size)
+        model.refresh_widths()
+    return ok
+
+
+def _border_runs(model: BatchedNystrom, idx: Tensor, f: Tensor, omega: Tensor, w: int) -> None:
+    """:func:`grow_compacted` of the growing runs ``idx`` (``f`` ``[k, w]``): their blocks are
+    gathered and written back. ``Q`` is bordered as one rank-one update of its ``[w+1, w+1]``
+    block, ``Q ← Q + u uᵀ/s`` with ``u = Qb − e_pos`` (``Qb`` is zero from ``pos`` on): the
+    update ``Qb bᵀQ/s``, the border ``−Qb/s`` and the corner ``1/s`` in one write."""
+    n, lam = model.n, model.lam
+    model._flush_q(idx)   # then Q's rows idx are current
+    k = idx.shape[0]
+    z = model._x[idx, n - 1]                                                 # [k, d]
+    d = torch.sqrt(omega)
+    pos = model._m[idx]
+    ar = model._rows(slice(0, k))
+    p = model._p[idx, : w + 1, : w + 1]
+    q = model._q_stored()[idx, : w + 1, : w + 1]
+    row = -(p[:, :w, :w].mT @ f[..., None])[..., 0] / d[:, None]            # −Pᵀf/d
+    e_old = model._e[idx, :n, :w]
+    gs = model._k.block(model._x[idx, :n], z[:, None])[..., 0]              # k_S(z) [k, n]
+    e_new = (gs - (e_old @ f[..., None])[..., 0]) / d[:, None]               # [k, n]
+    ce = model._c[idx, :n] * e_new
+    b = (e_old.mT @ ce[..., None])[..., 0]                                   # Eᵀ C e [k, w]
+    qb = (q[:, :w, :w] @ b[..., None])[..., 0]  # the sequential model's orientations (rounding)
+    schur = (e_new * ce).sum(-1) + lam - (b * qb).sum(-1)
+    check_runs("add_last: a Schur complement must be positive",
+               model._flags(idx, ~(schur > 0)),
+               lambda r: f"add_last: a Schur complement is not positive (run {r})")
+    u = torch.nn.functional.pad(qb, (0, 1)) - model._unit(pos, w + 1)       # Qb − e_pos
+    q.addcmul_(u[:, :, None], (u * (1.0 / schur)[:, None])[:, None, :])
+    p[ar, pos, :w] = row
+    p[ar, pos, pos] = 1.0 / d
+    model._p[idx, : w + 1, : w + 1] = p
+    model._q_stored()[idx, : w + 1, : w + 1] = q
+    model._g[idx, pos] = (e_new * model._s[idx, :n]).sum(-1)
+    model._e[idx, :n, pos] = e_new
+    model._z[idx, pos] = z
+    model._logdet[idx] += torch.log(schur)
+    model._m[idx] = pos + 1
