@@ -148,3 +148,22 @@ def test_batched_run_on_cuda_equals_sequential_cpu_run() -> None:
         seq = simulate(RandomPolicy(), cpu_env, 30, res.seed)
         assert res.actions == seq.actions
         assert res.rewards == pytest.approx(seq.rewards, abs=1e-10, rel=0)
+
+
+def test_a_fixed_candidate_tensor_written_in_place_is_flagged_again() -> None:
+    """The runner flags an unchanged candidate tensor (a fixed arm set) once; a NaN written into
+    it in place mid-run still stops the run with the argument named (its version moved)."""
+    env = make_env("rkhs", dim=2, n_arms=20, fixed_arms=True)
+    policy = RandomPolicy()
+    select, seen = policy.select, []
+
+    def poisoning_select(cand):  # type: ignore[no-untyped-def]
+        seen.append(cand)
+        if len(seen) == 5:
+            cand[1, 3, 0] = float("nan")   # after this round's flag: caught at the next round
+        return select(cand)
+
+    policy.select = poisoning_select  # type: ignore[method-assign]
+    with pytest.raises(ValueError, match="candidates must be finite"):
+        simulate_batch(policy, env, 10, [0, 1], progress=False)
+    assert len(seen) >= 5 and all(c is seen[0] for c in seen)   # one tensor throughout

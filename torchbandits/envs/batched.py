@@ -47,7 +47,7 @@ from torch import Tensor
 from ..batching import RunStreams, check_batch_index, check_seeds, to_device
 
 __all__ = ["BatchedEnv", "gaussian_noise", "has_batch_reset", "is_batchable", "stack_to",
-           "why_not_batchable"]
+           "tensor_version", "why_not_batchable"]
 
 _HOOKS = ("batch_fields", "batch_generators", "batch_round", "batch_noise", "why_not_batched")
 #: hook → the methods whose override below the hook's class would make the hook stale
@@ -120,7 +120,7 @@ def stack_to(rows: Sequence[Tensor], device: torch.device) -> Tensor:
     return to_device(torch.stack(list(rows)), device)
 
 
-def _version_or_none(t: Tensor) -> int | None:
+def tensor_version(t: Tensor) -> int | None:
     """``t``'s in-place write counter (``None`` for a tensor without one: an inference tensor)."""
     try:
         return t._version
@@ -257,7 +257,7 @@ class BatchedEnv:
         """``max_a`` of this round's means ``[R]``, kept while the means are the same unchanged
         tensor (a fixed arm set: one reduction per batch instead of one per round)."""
         means, kept = self._means, getattr(self, "_best", None)
-        version = _version_or_none(means)
+        version = tensor_version(means)
         if kept is None or kept[0] is not means or version is None or kept[1] != version:
             kept = self._best = (means, version, means.max(dim=1).values)
         return kept[2]

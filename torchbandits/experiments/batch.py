@@ -21,7 +21,7 @@ from typing import Any, Literal
 import torch
 
 from ..batching import check_seeds, deferred_checks
-from ..envs.batched import BatchedEnv, why_not_batchable
+from ..envs.batched import BatchedEnv, tensor_version, why_not_batchable
 from .results import RunResult, resumable_run
 from .runner import (
     EnvFactory,
@@ -86,14 +86,6 @@ class _StepClock:
             return [(m[i].elapsed_time(m[i + 1]) + m[i + 2].elapsed_time(m[i + 3])) / 1e3
                     for i in range(0, len(m), 4)]
         return [(m[i + 1] - m[i]) + (m[i + 3] - m[i + 2]) for i in range(0, len(m), 4)]
-
-
-def _version(t: torch.Tensor) -> int | None:
-    """``t``'s in-place write counter (``None`` for a tensor without one: an inference tensor)."""
-    try:
-        return t._version
-    except RuntimeError:
-        return None
 
 
 def _per_run(value: Any, n_runs: int) -> list[float]:
@@ -172,9 +164,10 @@ def simulate_batch(
             cand = benv.candidates()
             # a fixed arm set is the same tensor every round: flagged again only if it changed
             # (a new tensor or an in-place write), as its flags could not differ
-            if cand is not flagged[0] or _version(cand) is None or _version(cand) != flagged[1]:
+            version = tensor_version(cand)
+            if cand is not flagged[0] or version is None or version != flagged[1]:
                 checks.flag_finite("candidates must be finite", cand)
-                flagged = (cand, _version(cand))
+                flagged = (cand, version)
             clock.mark()
             idx = policy.select(cand)
             clock.mark()
