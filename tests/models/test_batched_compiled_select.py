@@ -281,3 +281,31 @@ def test_a_copy_or_a_load_mid_batch_goes_on_identically(name: str) -> None:
             fresh.load_state_dict(copy.deepcopy(policy.state_dict()))
             twins.append(fresh)
     assert len(twins) == 2
+
+
+@pytest.mark.parametrize("name", ["amm-ucb", "dmm-ucb", "igp-ucb"])
+def test_a_fixed_set_computes_the_widths_once_a_round(name: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a fixed arm set the compiled select declines (the caches serve the set) after it has
+    computed the widths' terms; the torch program then reuses them: the radius is computed once
+    per round, and the run still equals the sequential runs."""
+    from torchbandits.confidence import batched as cb
+
+    env = make_env("rkhs", dim=2, n_arms=20, fixed_arms=True)
+    calls = {"n": 0}
+
+    def counted(fn):  # type: ignore[no-untyped-def]
+        def call(*args, **kwargs):  # type: ignore[no-untyped-def]
+            calls["n"] += 1
+            return fn(*args, **kwargs)
+        return call
+
+    # the radius rules' β (AMM, IGP) or DMM's terms (which hold R_t²): once a round
+    monkeypatch.setattr(cb, "batched_radius", counted(cb.batched_radius))
+    monkeypatch.setattr(cb, "_dmm_terms", counted(cb._dmm_terms))
+    policy = make_policy(name, env)
+    batch = simulate_batch(policy, env, 30, [0, 1, 2], progress=False)
+    assert calls["n"] == 30 - 1   # one per round after the warm-up round
+    for r, res in enumerate(batch):
+        seq = simulate(make_policy(name, env), env, 30, seed=r, progress=False)
+        assert res.actions == seq.actions

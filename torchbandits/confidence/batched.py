@@ -162,12 +162,13 @@ def _dmm_diag(rule: DMMBound, r2: Tensor, arg: Tensor) -> dict[str, Tensor]:
 
 
 def _dmm_bounds(rule: DMMBound, model: BatchedExactKernelRidge, cand: Tensor,
-                per_run_lam: bool = False) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
+                per_run_lam: bool = False, terms: tuple[Any, Tensor, Tensor] | None = None
+                ) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
     """DMM (Flynn & Reeb 2024, §5.4, Eq. 14 with Cor. 4.3 / Lemma C.1): per query the min over
     ``α ∈ grid·α₀`` of ``μ_α + sqrt(R̃²_α/α)·ρ_α`` (max of the LCBs); ``[R, A]`` each."""
     n_runs, n_a = cand.shape[:2]
     g = len(rule.grid)
-    comp, r2, mult = _dmm_terms(rule, model, per_run_lam)
+    comp, r2, mult = terms if terms is not None else _dmm_terms(rule, model, per_run_lam)
     mean, var = comp.mean_var_groups(cand, g)
     mean, var = mean.reshape(n_runs, g, n_a), var.reshape(n_runs, g, n_a)
     width = mult[..., None] * torch.sqrt(var)
@@ -178,25 +179,29 @@ def _dmm_bounds(rule: DMMBound, model: BatchedExactKernelRidge, cand: Tensor,
 
 def _compiled_argmax(rule: ConfidenceRule, model: BatchedExactKernelRidge, cand: Tensor, t: int,
                      beta: Tensor | None, per_run_lam: bool
-                     ) -> tuple[Tensor, dict[str, Any]] | None:
-    """Every run's UCB argmax ``[R]`` in one compiled call where the model's compiled step
-    qualifies (:meth:`~torchbandits.models.batched_exact.BatchedExactKernelRidge.ucb_argmax`:
-    the bound in its closed form ``min_g (sqrt(ρ²_g / div_g)·β_g + μ_g)``, the same numbers as
+                     ) -> tuple[tuple[Tensor, dict[str, Any]] | None, Any]:
+    """``((index [R], diagnostics) or None, terms)``: every run's UCB argmax in one compiled call
+    where the model's compiled step qualifies
+    (:meth:`~torchbandits.models.batched_exact.BatchedExactKernelRidge.ucb_argmax`: the bound in
+    its closed form ``min_g (sqrt(ρ²_g / div_g)·β_g + μ_g)``, the same numbers as
     :func:`batched_bounds`' ``μ + β·sd`` and DMM's minimum, and the first index on ties as
-    ``torch.argmax``), with the diagnostics; else ``None`` (asked first, from host metadata:
-    elsewhere, e.g. on a GPU, nothing is computed here)."""
+    ``torch.argmax``), with the diagnostics; ``None`` where it does not (asked first, from host
+    metadata: elsewhere, e.g. on a GPU, nothing is computed here). ``terms``: the widths' terms
+    computed on the way (β ``[R]``, or DMM's :func:`_dmm_terms`), for the caller's fallback to
+    reuse; ``None`` if none were computed."""
     if type(rule) is CMMBound or not model.native_ready(cand):
-        return None
+        return None, None
     if type(rule) is DMMBound:
-        comp, r2, mult = _dmm_terms(rule, model, per_run_lam)
+        terms = _dmm_terms(rule, model, per_run_lam)
+        comp, r2, mult = terms
         got = comp.ucb_argmax(cand, mult.reshape(-1), torch.ones_like(comp.lam), mult.shape[1],
                               want_arg=True)
-        return None if got is None else (got[0], _dmm_diag(rule, r2, got[1]))
+        return (None if got is None else (got[0], _dmm_diag(rule, r2, got[1]))), terms
     b = batched_radius(rule, model, beta, n_candidates=cand.shape[1], t=t,
                        per_run_lam=per_run_lam).to(cand)
     div = model.lam if rule.variance == "ridge" else torch.ones_like(model.lam)
     got = model.ucb_argmax(cand, b, div)
-    return None if got is None else (got[0], {"beta": b})
+    return (None if got is None else (got[0], {"beta": b})), b
 
 
 def batched_dual_ucb(evals: Tensor, evecs: Tensor, ytil: Tensor, kq: Tensor, kdiag: Tensor,
@@ -316,20 +321,28 @@ def batched_bounds(rule: ConfidenceRule, model: BatchedExactKernelRidge, cand: T
     compiled call where the model's compiled step qualifies (CPU, float64, closed-form kernel,
     a fresh candidate set), else ``torch.argmax`` of the UCB."""
     if which == "argmax":
-        got = _compiled_argmax(rule, model, cand, t, beta, per_run_lam)
+        got, terms = _compiled_argmax(rule, model, cand, t, beta, per_run_lam)
         if got is not None:
             return got[0], None, got[1]
-        ucb, _, diag = batched_bounds(rule, model, cand, t, beta, which="ucb",
-                                      per_run_lam=per_run_lam)
+        ucb, _, diag = _torch_bounds(rule, model, cand, t, beta, "ucb", per_run_lam, terms)
         return torch.argmax(ucb, dim=1), None, diag
+    return _torch_bounds(rule, model, cand, t, beta, which, per_run_lam)
+
+
+def _torch_bounds(rule: ConfidenceRule, model: BatchedExactKernelRidge, cand: Tensor, t: int,
+                  beta: Tensor | None, which: str, per_run_lam: bool, terms: Any = None
+                  ) -> tuple[Tensor, Tensor | None, dict[str, Any]]:
+    """:func:`batched_bounds` by the torch program (``which`` ``"both"`` or ``"ucb"``);
+    ``terms``: the widths' terms :func:`_compiled_argmax` computed already (β ``[R]``, or DMM's
+    :func:`_dmm_terms`), else ``None``."""
     if type(rule) is DMMBound:
-        return _dmm_bounds(rule, model, cand, per_run_lam)
+        return _dmm_bounds(rule, model, cand, per_run_lam, terms)
     if type(rule) is CMMBound:
         ucb, lcb, diag = _cmm_bounds(rule, model, cand, which)
         assert ucb is not None
         return ucb, lcb, diag
     mean, var = model.mean_var(cand, rule.variance, validate=False)
-    b = batched_radius(rule, model, beta, n_candidates=cand.shape[1], t=t,
-                       per_run_lam=per_run_lam).to(var)
+    b = terms if terms is not None else batched_radius(
+        rule, model, beta, n_candidates=cand.shape[1], t=t, per_run_lam=per_run_lam).to(var)
     width = b[:, None] * torch.sqrt(var)
     return mean + width, mean - width, {"beta": b}
