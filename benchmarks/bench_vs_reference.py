@@ -41,6 +41,8 @@ re-statement computes what ours computes.
     python benchmarks/bench_vs_reference.py [--ts 50 100 200 1000] [--repeats 30] [--out DIR]
     python benchmarks/bench_vs_reference.py --methods bkb --bkb-horizon 1000   # BKB only
     python benchmarks/bench_vs_reference.py --quick       # small sizes (run by the tests)
+    python benchmarks/bench_vs_reference.py --batched 64  # AMM, IGP, DMM: R = 64 runs batched,
+        # per run-step, against the re-statement's step (t = 50, 100, 200; bounds_batched)
 """
 
 from __future__ import annotations
@@ -156,9 +158,11 @@ class ReferenceBound:
         self.x = np.vstack([self.x, x])
         self.y = np.append(self.y, y)
 
-    def step(self, cand: np.ndarray, means: np.ndarray) -> None:
+    def step(self, cand: np.ndarray, means: np.ndarray) -> int:
+        """Play the argmax of the UCBs on ``cand`` ``[A, d]``, observe its mean; its index."""
         i = int(np.argmax(self.ucb(cand)))
         self.update(cand[i], float(means[i]))
+        return i
 
 
 _BOUNDS_CONST_BETA = 2.0   # constant β on the GP sd at λ = σ²/c
@@ -273,6 +277,64 @@ def bounds(ts: list[int], repeats: int, methods: list[str]) -> list[dict]:
     return rows
 
 
+def bounds_batched(ts: list[int], repeats: int, methods: list[str], n_runs: int) -> list[dict]:
+    """Per run-step time of ``n_runs`` runs batched (``policy.reset(seed=[0..R−1])``; ``select``
+    on candidates ``[R, 100, d]``, ``update`` with the ``R`` chosen rows: the batched API
+    ``simulate_batch`` drives) against the re-statement's step on run 0's candidates, alternating
+    step by step, process CPU time, medians. Each run and the re-statement are first fed
+    ``t − 1 − repeats//2`` points (untimed; run 0 and the re-statement the same ones), so the
+    ``repeats`` timed steps sit at ``t − repeats//2 … t + repeats//2`` around ``t``. Checked: run
+    0's UCBs against the re-statement's (max abs difference) and its actions (the same arm)."""
+    c = default_c("matern52", DIM, HORIZON)
+    env = RKHSFunctionEnv("matern52", dim=DIM, lengthscale=ELL, noise_std=SIGMA)
+    env.reset(0)
+    rows, runs = [], torch.arange(n_runs)
+    for t in ts:
+        gen = torch.Generator().manual_seed(t)
+        n0 = max(t - 1 - repeats // 2, 0)
+        x = torch.rand(n_runs, n0, DIM, generator=gen, dtype=torch.float64)
+        y = env.f(x) + SIGMA * torch.randn(n_runs, n0, generator=gen, dtype=torch.float64)
+        cands = [torch.rand(n_runs, 100, DIM, generator=gen, dtype=torch.float64)
+                 for _ in range(repeats + 1)]
+        for m in methods:
+            batch, ref = our_bound(m, c), ReferenceBound(m, c)
+            batch.reset(seed=list(range(n_runs)))
+            for i in range(n0):
+                batch.update(x[:, i], y[:, i])
+                ref.update(x[0, i].numpy(), float(y[0, i]))
+            err = float(np.abs(batch(cands[0])[0].numpy() - ref.ucb(cands[0][0].numpy())).max())
+            t_batch, t_ref, same = [], [], True
+            for cand in cands[1:]:
+                means = env.f(cand)
+                t0 = time.process_time()
+                idx = batch.select(cand)
+                batch.update(cand[runs, idx], means[runs, idx])
+                t_batch.append((time.process_time() - t0) / n_runs)
+                cn, mn = cand[0].numpy(), means[0].numpy()
+                t0 = time.process_time()
+                i_ref = ref.step(cn, mn)
+                t_ref.append(time.process_time() - t0)
+                same = same and i_ref == int(idx[0])
+            a, b = statistics.median(t_batch) * 1e3, statistics.median(t_ref) * 1e3
+            rows.append({"family": "bound-batched", "method": m, "t": t, "R": n_runs,
+                         "ours_ms": a, "reference_ms": b, "speedup": b / a,
+                         "max_abs_ucb_diff": err, "same_actions": same})
+            print(f"{m:4s} t={t:5d} R={n_runs}: batched {a:.4f} ms per run-step, re-statement "
+                  f"{b:.3f} ms, ×{b / a:.2f} (run 0: UCBs {err:.1e} apart, "
+                  f"{'same' if same else 'DIFFERENT'} actions)", flush=True)
+    return rows
+
+
+def markdown_batched(rows: list[dict]) -> str:
+    """Markdown table of :func:`bounds_batched` rows."""
+    lines = ["| method | t | R | batched ms / run-step | re-statement ms / step | ratio | "
+             "UCB max abs diff |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['method']} | {r['t']} | {r['R']} | {r['ours_ms']:.4f} | "
+                     f"{r['reference_ms']:.3f} | ×{r['speedup']:.1f} | {r['max_abs_ucb_diff']:.1e} |")
+    return "\n".join(lines)
+
+
 # ----------------------------------------------------------------------------- BKB loop
 class ReferenceBKB:
     """Calandriello et al. (2019), Alg. 1 as released: per-round rebuild from counts."""
@@ -382,26 +444,41 @@ def markdown(rows: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="t ∈ {20, 40}, 5 repeats, BKB A = 100, T = 60")
-    ap.add_argument("--ts", type=int, nargs="+", default=[50, 100, 200, 1000])
+    ap.add_argument("--ts", type=int, nargs="+", default=None,
+                    help="50 100 200 1000 (50 100 200 with --batched)")
     ap.add_argument("--repeats", type=int, default=30)
-    ap.add_argument("--methods", nargs="+", default=["AMM", "AY", "IGP", "DMM", "BKB"],
-                    help="any of AMM AY IGP DMM CONST KUCB (the bound family) and BKB "
-                         "(case-insensitive)")
+    ap.add_argument("--methods", nargs="+", default=None,
+                    help="AMM AY IGP DMM BKB (AMM IGP DMM with --batched); any of AMM AY IGP "
+                         "DMM CONST KUCB (the bound family) and BKB (case-insensitive)")
     ap.add_argument("--bkb-horizon", type=int, default=2000)
     ap.add_argument("--bkb-arms", type=int, default=1000)
     ap.add_argument("--qbar", type=float, nargs="+", default=[1.0, 5.0])
+    ap.add_argument("--batched", type=int, default=None, metavar="R",
+                    help="the bounds' policies with R runs batched (per run-step) against the "
+                         "re-statement; methods AMM IGP DMM and t ∈ {50, 100, 200} unless given")
     ap.add_argument("--out", type=Path, default=Path("results/bench_vs_reference"))
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
+    batched = args.batched is not None
+    if batched and args.batched < 1:
+        raise SystemExit(f"--batched takes R ≥ 1, got {args.batched}")
+    args.ts = args.ts or ([50, 100, 200] if batched else [50, 100, 200, 1000])
+    args.methods = args.methods or (["AMM", "IGP", "DMM"] if batched else
+                                    ["AMM", "AY", "IGP", "DMM", "BKB"])
     if args.quick:
         args.ts, args.repeats, args.bkb_horizon, args.bkb_arms = [20, 40], 5, 60, 100
     methods = [m.upper() for m in args.methods]
-    rows = bounds(args.ts, args.repeats, [m for m in methods if m != "BKB"])
+    bound_methods = [m for m in methods if m != "BKB"]
+    rows = (bounds_batched(args.ts, args.repeats, bound_methods, args.batched) if batched
+            else bounds(args.ts, args.repeats, bound_methods))
     if "BKB" in methods:
         checkpoints = sorted({c for c in (500, 1000, 2000) if c <= args.bkb_horizon} or {args.bkb_horizon})
         rows += bkb(args.bkb_horizon, args.bkb_arms, checkpoints, args.qbar)
     args.out.mkdir(parents=True, exist_ok=True)
-    table = markdown(rows)
+    in_batch = [r for r in rows if r["family"] == "bound-batched"]
+    others = [r for r in rows if r["family"] != "bound-batched"]
+    table = "\n\n".join(([markdown(others)] if others else [])
+                         + ([markdown_batched(in_batch)] if in_batch else []))
     tmp = args.out / "bench.json.tmp"
     tmp.write_text(json.dumps({"rows": rows, "threads": 1, "clock": "process_time"}, indent=1))
     tmp.replace(args.out / "bench.json")

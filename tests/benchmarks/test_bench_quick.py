@@ -42,3 +42,17 @@ def test_bench_vs_reference_quick(tmp_path):
     assert max(r["max_abs_ucb_diff"] for r in bounds) < 1e-9
     assert {r["method"] for r in rows if r["family"] == "bkb"} == {"BKB q̄=1", "BKB q̄=5"}
     assert all(r["ours_ms"] > 0 and r["reference_ms"] > 0 for r in rows)
+
+
+def test_bench_vs_reference_batched_quick(tmp_path):
+    """--batched R: the batched policies' run 0 computes the re-statement's UCBs (1e-9) and plays
+    its arms, for AMM, IGP and DMM at t ∈ {20, 40}."""
+    mod = load_benchmark("bench_vs_reference")
+    assert mod.main(["--quick", "--batched", "3", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "bench.json").read_text())["rows"]
+    assert {(r["method"], r["t"], r["R"]) for r in rows} == {(m, t, 3) for m in ("AMM", "IGP", "DMM")
+                                                            for t in (20, 40)}
+    assert all(r["family"] == "bound-batched" and r["same_actions"] for r in rows)
+    assert max(r["max_abs_ucb_diff"] for r in rows) < 1e-9
+    assert all(r["ours_ms"] > 0 and r["reference_ms"] > 0 for r in rows)
+    assert "| batched ms / run-step |" in (tmp_path / "bench.md").read_text()
