@@ -150,7 +150,7 @@ static inline const double *factor_row(const double *head, long n0, const double
  *
  * Packed and blocked as a matrix product (the bulk of the n^2 A / 2 multiply-adds is the update
  * K_I - L_{I,<i0} V_{<i0} of a block I of MR rows by the rows already solved):
- *   - the columns are cut into panels of NR = 12 columns (the last one 4, 8 or 12 wide, the
+ *   - the columns are cut into panels of NR = 12 columns (the last ones 4, 8 or 12 wide, the
  *     candidates padded with zero columns up to a multiple of 4), the rows padded to npad, a
  *     multiple of MR = 4, with zero rows of L (and 1 / L_ii = 0: zero rows of V);
  *   - K_SC is packed panel by panel, each panel [npad, w] contiguous (kp; shared by the factors);
@@ -167,16 +167,20 @@ static inline const double *factor_row(const double *head, long n0, const double
 #define MR 4
 #define NR 12
 
-/* The width of the panel that starts at column j0 (NR, or the rest rounded up to 4). */
+/* The width of the panel that starts at column j0: NR, or the rest rounded up to 4; a rest of
+ * 16 columns is cut 8 + 8 rather than 12 + 4 (a 4-wide tile keeps four accumulators, too few to
+ * fill the two FMA pipes: half the rate; an 8-wide tile keeps eight). The columns are solved
+ * independently, so the cut changes no number. */
 static inline long panel_width(long A, long j0) {
     long rest = A - j0;
-    return rest >= NR ? NR : (rest + 3) / 4 * 4;
+    return rest == 16 ? 8 : rest >= NR ? NR : (rest + 3) / 4 * 4;
 }
 
 /* Pack K [n, A] (row-major) into the panels of kp (zero padding). */
 static void pack_k(long n, long npad, long A, const double *kq, double *kp) {
-    for (long j0 = 0; j0 < A; j0 += NR) {
-        long w = panel_width(A, j0), c = A - j0 < w ? A - j0 : w;
+    for (long j0 = 0, w; j0 < A; j0 += w) {
+        w = panel_width(A, j0);
+        long c = A - j0 < w ? A - j0 : w;
         double *panel = kp + npad * j0;
         for (long i = 0; i < npad; ++i) {
             long c0 = i < n ? c : 0;
@@ -304,20 +308,81 @@ static void solve_tile(const double *const *lrow, const double *inv, long i0, co
 #define solve_tile_3(lrow, inv, i0, kp, vp) solve_tile(lrow, inv, i0, kp, vp, 3)
 #endif
 
+#if defined(__AVX__) && defined(__FMA__)
+/* The sums of a solved panel of w = 4 nv columns (nv = 1, 2, 3, a constant after inlining):
+ * mu = sum_i z_i V_i and colsum(V (.) V), accumulated in the order of the rows with a product
+ * then a sum (the scalar loop's operations: the build does not contract them), in registers
+ * (an array of accumulators is kept in memory by GCC: a load and a store per row); V_i copied
+ * into v's row i (v [n, A] at the panel's first column, NULL: none). */
+static inline __attribute__((always_inline)) void panel_sums(long n, long A, const double *vp,
+                                                             const double *z, double *v,
+                                                             double *mu, double *sumsq,
+                                                             const int nv) {
+    const long w = 4 * nv;
+    __m256d m0 = _mm256_setzero_pd(), m1 = m0, m2 = m0, s0 = m0, s1 = m0, s2 = m0;
+    for (long i = 0; i < n; ++i) {
+        const double *vi = vp + i * w;
+        __m256d zi = _mm256_broadcast_sd(z + i);
+        __m256d x0 = _mm256_loadu_pd(vi);
+        m0 = _mm256_add_pd(m0, _mm256_mul_pd(zi, x0));
+        s0 = _mm256_add_pd(s0, _mm256_mul_pd(x0, x0));
+        if (v) _mm256_storeu_pd(v + i * A, x0);
+        if (nv > 1) {
+            __m256d x1 = _mm256_loadu_pd(vi + 4);
+            m1 = _mm256_add_pd(m1, _mm256_mul_pd(zi, x1));
+            s1 = _mm256_add_pd(s1, _mm256_mul_pd(x1, x1));
+            if (v) _mm256_storeu_pd(v + i * A + 4, x1);
+        }
+        if (nv > 2) {
+            __m256d x2 = _mm256_loadu_pd(vi + 8);
+            m2 = _mm256_add_pd(m2, _mm256_mul_pd(zi, x2));
+            s2 = _mm256_add_pd(s2, _mm256_mul_pd(x2, x2));
+            if (v) _mm256_storeu_pd(v + i * A + 8, x2);
+        }
+    }
+    _mm256_storeu_pd(mu, m0);
+    _mm256_storeu_pd(sumsq, s0);
+    if (nv > 1) _mm256_storeu_pd(mu + 4, m1), _mm256_storeu_pd(sumsq + 4, s1);
+    if (nv > 2) _mm256_storeu_pd(mu + 8, m2), _mm256_storeu_pd(sumsq + 8, s2);
+}
+
+static void panel_sums_1(long n, long A, const double *vp, const double *z, double *v,
+                         double *mu, double *sumsq) {
+    panel_sums(n, A, vp, z, v, mu, sumsq, 1);
+}
+static void panel_sums_2(long n, long A, const double *vp, const double *z, double *v,
+                         double *mu, double *sumsq) {
+    panel_sums(n, A, vp, z, v, mu, sumsq, 2);
+}
+static void panel_sums_3(long n, long A, const double *vp, const double *z, double *v,
+                         double *mu, double *sumsq) {
+    panel_sums(n, A, vp, z, v, mu, sumsq, 3);
+}
+#endif
+
 /* One factor: V = L^{-1} K [n, A] from the packed kp, the rows of L and 1 / L_ii (lrow, inv
  * [npad], see above; vp [npad, NR] scratch per panel), mu = z^T V and colsum(V (.) V) [A].
  * v may be NULL: V is not written (mu and colsum only). */
 static void solve_factor(long n, long npad, long A, const double *kp, const double *const *lrow,
                          const double *inv, const double *z, double *vp, double *v, double *mu,
                          double *sumsq) {
-    for (long j0 = 0; j0 < A; j0 += NR) {
-        long w = panel_width(A, j0), c = A - j0 < w ? A - j0 : w;
+    for (long j0 = 0, w; j0 < A; j0 += w) {
+        w = panel_width(A, j0);
+        long c = A - j0 < w ? A - j0 : w;
         const double *kpan = kp + npad * j0;
         for (long i0 = 0; i0 < npad; i0 += MR) {
             if (w == 12) solve_tile_3(lrow + i0, inv, i0, kpan, vp);
             else if (w == 8) solve_tile_2(lrow + i0, inv, i0, kpan, vp);
             else solve_tile_1(lrow + i0, inv, i0, kpan, vp);
         }
+#if defined(__AVX__) && defined(__FMA__)
+        if (c == w) { /* a full panel: the sums in registers (the same operations) */
+            if (w == 12) panel_sums_3(n, A, vp, z, v ? v + j0 : NULL, mu + j0, sumsq + j0);
+            else if (w == 8) panel_sums_2(n, A, vp, z, v ? v + j0 : NULL, mu + j0, sumsq + j0);
+            else panel_sums_1(n, A, vp, z, v ? v + j0 : NULL, mu + j0, sumsq + j0);
+            continue;
+        }
+#endif
         double m[NR], s[NR];
         for (long q = 0; q < w; ++q) m[q] = s[q] = 0.0;
         for (long i = 0; i < n; ++i) {
