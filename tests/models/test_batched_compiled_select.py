@@ -309,3 +309,55 @@ def test_a_fixed_set_computes_the_widths_once_a_round(name: str,
     for r, res in enumerate(batch):
         seq = simulate(make_policy(name, env), env, 30, seed=r, progress=False)
         assert res.actions == seq.actions
+
+
+@pytest.mark.parametrize("n_arms", [4, 16, 100, 130])
+def test_dmm_minimising_grid_points_as_the_torch_path(n_arms: int) -> None:
+    """DMM (Flynn & Reeb 2024, §5.4) through the compiled select and through the torch path on
+    the same fresh sets: the same arms and the same mean ``log(α/α₀)`` of the minimising grid
+    points (the argmin over the grid per candidate, ``[R, A]``), exactly; 4, 16, 100, 130 arms
+    cut the columns into panels 4; 8 + 8; 12·7 + 8 + 8; 12·10 + 12 (padded) and the bound's
+    candidates into chunks of 64."""
+    env = make_env("rkhs", dim=3, n_arms=n_arms)
+    pols = [make_policy("dmm-ucb", env, horizon=200) for _ in range(2)]
+    for p in pols:
+        p.reset(seed=SEEDS)
+    gen = torch.Generator().manual_seed(n_arms)
+    runs = torch.arange(len(SEEDS))
+    for step in range(40):
+        cand = torch.rand(len(SEEDS), n_arms, 3, dtype=torch.float64, generator=gen)
+        got = pols[0].select(cand)
+        with native.disabled():
+            want = pols[1].select(cand.clone())
+        assert torch.equal(got, want)
+        if step > 0:   # (after the first point: the prior round has no grid)
+            assert torch.equal(pols[0].diagnostics()["log_alpha_ratio"],
+                               pols[1].diagnostics()["log_alpha_ratio"])
+        reward = torch.randn(len(SEEDS), dtype=torch.float64, generator=gen)
+        pols[0].update(cand[runs, got], reward)
+        with native.disabled():
+            pols[1].update(cand[runs, want], reward)
+
+
+@pytest.mark.parametrize("n_arms", [4, 16, 100, 130])
+def test_grouped_bound_argmin_and_argmax_as_torch(n_arms: int) -> None:
+    """A companion of 5 regularisers per run: the compiled bound's minimising member per
+    candidate ``[R, A]`` and argmax ``[R]`` are torch's ``min`` (first smallest) and ``argmax``
+    of ``μ_g + β_g·sqrt(ρ²_g/div_g)``, exactly; the multipliers spread so that several members
+    are the minimum somewhere (the first one included)."""
+    model = _model(runs=3, n=20)
+    comp = model.at_regularisers((0.1, 0.3, 1.0, 3.0, 10.0))
+    gen = torch.Generator().manual_seed(n_arms)
+    cand = torch.rand(3, n_arms, 2, dtype=torch.float64, generator=gen)
+    beta = 0.05 + 3.0 * torch.rand(15, dtype=torch.float64, generator=gen)
+    div = 0.5 + torch.rand(15, dtype=torch.float64, generator=gen)
+    got = comp.ucb_argmax(cand, beta, div, 5, want_arg=True)
+    assert got is not None and got[1] is not None
+    twin = copy.deepcopy(comp)
+    with native.disabled():
+        mean, var = twin.mean_var_groups(cand.clone(), 5)
+    bound = (mean + beta[:, None] * torch.sqrt(var / div[:, None])).reshape(3, 5, n_arms)
+    low, arg = bound.min(1)
+    assert torch.equal(got[1], arg) and torch.equal(got[0], torch.argmax(low, dim=1))
+    if n_arms >= 100:
+        assert 0 in arg and len(set(arg.flatten().tolist())) >= 3

@@ -196,8 +196,9 @@ static void factor_rows(long n, long npad, const double *head, long n0, const do
                         long width, const double *zeros, const double **lrow, double *inv) {
     for (long i = 0; i < npad; ++i) {
         lrow[i] = i < n ? factor_row(head, n0, tail, width, i) : zeros;
-        inv[i] = i < n ? 1.0 / lrow[i][i] : 0.0;
+        inv[i] = i < n ? lrow[i][i] : 0.0;
     }
+    for (long i = 0; i < n; ++i) inv[i] = 1.0 / inv[i]; /* vectorised */
 }
 
 #if defined(__AVX__) && defined(__FMA__)
@@ -441,18 +442,34 @@ static void score_scratch_free(score_scratch *s) {
  * smallest term and propagates a NaN (as torch.min). */
 static long ucb_argmax(long A, long R, const double *mean, const double *var, const double *beta,
                        const double *div, double *ucb, long long *arg) {
+    enum { CH = 64 }; /* candidates per chunk: the terms of a chunk are computed first, in loops
+                       * without branches that the compiler vectorises (the same operations) */
+    double term[CH];
     long best = 0;
-    for (long j = 0; j < A; ++j) {
-        double u = 0.0;
-        long at = 0;
-        for (long r = 0; r < R; ++r) {
-            double term = sqrt(var[r * A + j] / div[r]) * beta[r] + mean[r * A + j];
-            if (r == 0 || (term < u && u == u) || (term != term && u == u)) u = term, at = r;
+    for (long j0 = 0; j0 < A; j0 += CH) {
+        long c = A - j0 < CH ? A - j0 : CH;
+        for (long q = 0; q < c; ++q) {
+            if (R <= 0) ucb[j0 + q] = 0.0;
+            if (arg) arg[j0 + q] = 0;
         }
-        ucb[j] = u;
-        if (arg) arg[j] = at;
-        double top = ucb[best];
-        if (j > 0 && top == top && (u > top || u != u)) best = j;
+        for (long r = 0; r < R; ++r) {
+            const double *vr = var + r * A + j0, *mr = mean + r * A + j0;
+            double dv = div[r], b = beta[r];
+            double *u = r == 0 ? ucb + j0 : term; /* the first term is the running minimum */
+            for (long q = 0; q < c; ++q) u[q] = sqrt(vr[q] / dv) * b + mr[q];
+            for (long q = 0; q < c && r > 0; ++q) {
+                double m = ucb[j0 + q], t = term[q];
+                if ((t < m && m == m) || (t != t && m == m)) {
+                    ucb[j0 + q] = t;
+                    if (arg) arg[j0 + q] = r;
+                }
+            }
+        }
+        for (long q = 0; q < c; ++q) {
+            long j = j0 + q;
+            double u = ucb[j], top = ucb[best];
+            if (j > 0 && top == top && (u > top || u != u)) best = j;
+        }
     }
     return best;
 }
