@@ -106,8 +106,8 @@ class BKBBatchPosterior:
     def _cache_room(self) -> None:
         """The cache's buffers grown to the statistics' capacity (the content kept). The kernel
         rows' new tail is left unwritten: a run's row ``j`` is read only once its point ``j``
-        exists (``j < n_r``; padded positions read row 0), and a zero fill of ``[R, cap, A]``
-        (hundreds of MB at R = 64, A = 1000) cost 5–8% of a batched run."""
+        exists (``j < n_r``; padded positions read row 0), so a zero fill of ``[R, cap, A]``
+        (hundreds of MB at R = 64, A = 1000) would only add writes and page faults."""
         c = self._bcache
         assert c is not None
         need = self.batched.counts.shape[1]
