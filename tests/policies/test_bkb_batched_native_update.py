@@ -8,6 +8,7 @@ against the sequential runs is tested in ``test_bkb_batched_native.py``."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 
 import pytest
@@ -168,3 +169,32 @@ def test_ucb_argmax_rounds_is_the_argmax_of_the_fused_ucb() -> None:
     assert choice[1] == 10 and choice[3] == 40 and choice[6] == 20
     assert native_bkb.ucb_argmax_rounds(mean.float(), sd.float(), beta.float()) is None
     assert native_bkb.ucb_argmax_rounds(mean[:, ::2], sd[:, ::2], beta) is None
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_row_cache_tail_is_never_read(compiled: bool) -> None:
+    """The fixed arm set's kernel-row cache grows without a zero fill (16 → 32 → 64 rows a run
+    here): its rows past each run's ``n_r`` are set to NaN after every update, and every
+    batched run still equals its sequential run: bit for bit compiled (``atol = 0``), to rounding
+    on the torch paths (1e-8 on UCBs ~10: a NaN read would fail; the batch's padded dictionary
+    positions read row 0)."""
+    from torchbandits.experiments.registry import make_env, make_policy
+
+    from ..batch_checks import lockstep, seeded
+
+    env, seeds = make_env("rkhs", dim=2, n_arms=400, fixed_arms=True), list(range(4))
+    batch = make_policy("bkb", env, qbar=5.0)
+    batch.reset(seed=seeds)
+    seqs = [seeded(make_policy("bkb", env, qbar=5.0), s) for s in seeds]
+    grown = set()
+
+    def poison(r: int, pol: object) -> None:
+        cache = batch._bcache
+        if cache is not None:
+            grown.add(cache["rows"].shape[1])
+            cache["rows"][r, int(batch.batch_counts.n_distinct[r]):] = float("nan")
+
+    with native.disabled() if not compiled else contextlib.nullcontext():
+        lockstep(env, seeds, 90, batch, seqs, atol=0.0 if compiled else 1e-8,
+                 check_update=poison)
+    assert {32, 64} <= grown

@@ -98,17 +98,42 @@ static size_t up64(size_t count) { return (count + 7) / 8 * 8; } /* doubles to 6
  * Returns 0; 1 when K_ZZ needs the pivoted factor (Cholesky fails or a pivot² is
  * ≤ pivot_tol·(kconst + jitter)); 2 when G's Cholesky fails; 3 when memory runs out; 4 when
  * m < 1. */
+static size_t core_doubles(long m_, long n_, long na_) {
+    size_t m = (size_t)m_, n = (size_t)n_, na = (size_t)na_, m1 = m + 1;
+    return 3 * up64(m * n) + 8 * up64(m * m) + 2 * up64(m1 * m) + up64(m * na) + up64(m1 * na)
+           + 4 * up64(m1);
+}
+
+/* A reusable 64-byte aligned scratch area: rounds() keeps one for all runs of a call instead of
+ * an allocation per run (the same layout inside it: dtc_core carves it as before). */
+typedef struct {
+    void *mem;
+    size_t doubles;
+} scratch_t;
+
+static double *scratch_take(scratch_t *s, size_t doubles) {
+    if (s->doubles < doubles) {
+        free(s->mem);
+        s->mem = NULL;
+        s->doubles = 0;
+        size_t want = doubles + doubles / 2;
+        if (posix_memalign(&s->mem, 64, want * sizeof(double))) return NULL;
+        s->doubles = want;
+    }
+    return s->mem;
+}
+
 static int dtc_core(const blas_t *b, long m_, long n_, long na_, const double *rows,
                     const int64_t *idx, const int64_t *sel, const double *counts,
                     const double *sums, double lam, double kconst, double jitter,
-                    double pivot_tol, double *mean, double *var, double *sum_var) {
+                    double pivot_tol, double *mean, double *var, double *sum_var,
+                    scratch_t *keep) {
     if (m_ < 1) return 4;
     int m = (int)m_, n = (int)n_, na = (int)na_, m1 = m + 1;
     size_t mm_ = up64((size_t)m * m), mn = up64((size_t)m * n), ma = up64((size_t)m * na);
-    size_t total = 3 * mn + 8 * mm_ + 2 * up64((size_t)m1 * m) + ma + up64((size_t)m1 * na)
-                   + 4 * up64((size_t)m1);
-    void *mem = NULL;
-    if (posix_memalign(&mem, 64, total * sizeof(double))) return 3;
+    scratch_t own = {NULL, 0}, *ws = keep ? keep : &own;
+    double *mem = scratch_take(ws, core_doubles(m_, n_, na_));
+    if (!mem) return 3;
     double *kzp = mem, *et = kzp + mn, *ec = et + mn, *kzz = ec + mn, *l = kzz + mm_;
     double *p = l + mm_, *a = p + mm_, *ra = a + mm_, *ninv = ra + mm_, *g = ninv + mm_;
     double *h = g + mm_, *cat = h + mm_, *wm = cat + up64((size_t)m1 * m);
@@ -171,7 +196,7 @@ static int dtc_core(const blas_t *b, long m_, long n_, long na_, const double *r
         *sum_var = b->dot(&n, counts, &one, pv, &one);
     }
 done:
-    free(mem);
+    if (!keep) free(own.mem);
     return code;
 }
 
@@ -192,7 +217,7 @@ int bkb_dtc_round(const void *const *fns, long m_, long n_, long na_, const doub
                   double *mean, double *var, double *sum_var) {
     blas_t bl = blas_table(fns);
     return dtc_core(&bl, m_, n_, na_, rows, idx, sel, counts, sums, lam, kconst, jitter,
-                    pivot_tol, mean, var, sum_var);
+                    pivot_tol, mean, var, sum_var, NULL);
 }
 
 /* The fused choice of a round (eq. 4), optional in rounds(): the width β̃_t of every run and the
@@ -263,6 +288,7 @@ static long rounds(const void *const *fns, long nr, long na, long width, const d
     if (posix_memalign(&mem, 64, 3 * w8 * sizeof(double))) return nr;
     int64_t *sel = mem;
     double *cr = (double *)mem + w8, *sr = cr + w8;
+    scratch_t ws = {NULL, 0}; /* dtc_core's scratch, kept across the runs */
     for (long r = 0; r < nr; ++r) {
         long n = (long)n_distinct[r], m = 0;
         const int64_t *ir = idx + r * idx_run;
@@ -275,7 +301,7 @@ static long rounds(const void *const *fns, long nr, long na, long width, const d
         int code = 0;
         if (m) {
             code = dtc_core(&bl, m, n, na, rows + r * rows_run, ir, sel, cr, sr, lam[r], kconst,
-                            jitter, pivot_tol, mr, vr, sum_var + r);
+                            jitter, pivot_tol, mr, vr, sum_var + r, &ws);
         } else { /* the prior (no inducing point), S_t by dot as the single-run torch route */
             for (long a = 0; a < na; ++a) {
                 mr[a] = 0.0;
@@ -296,6 +322,7 @@ static long rounds(const void *const *fns, long nr, long na, long width, const d
             u->choice[r] = ucb_first_argmax(na, mr, u->sd, u->beta[r]);
         }
     }
+    free(ws.mem);
     free(mem);
     return failed;
 }

@@ -104,14 +104,19 @@ class BKBBatchPosterior:
         self._cache_rows(x, slot, new)
 
     def _cache_room(self) -> None:
-        """The cache's buffers grown to the statistics' capacity (the content kept)."""
+        """The cache's buffers grown to the statistics' capacity (the content kept). The kernel
+        rows' new tail is left unwritten: a run's row ``j`` is read only once its point ``j``
+        exists (``j < n_r``; padded positions read row 0), so a zero fill of ``[R, cap, A]``
+        (hundreds of MB at R = 64, A = 1000) would only add writes and page faults."""
         c = self._bcache
         assert c is not None
         need = self.batched.counts.shape[1]
         if c["idx"].shape[1] < need:
-            extra = need - c["idx"].shape[1]
-            c["idx"] = torch.nn.functional.pad(c["idx"], (0, extra))
-            c["rows"] = torch.nn.functional.pad(c["rows"], (0, 0, 0, extra))
+            old = c["idx"].shape[1]
+            c["idx"] = torch.nn.functional.pad(c["idx"], (0, need - old))
+            rows = c["rows"].new_empty(c["rows"].shape[0], need, c["rows"].shape[2])
+            rows[:, :old] = c["rows"]
+            c["rows"] = rows
 
     def _cache_rows(self, x: Tensor, slot: Tensor, new: Tensor) -> None:
         """The kernel rows ``k(x_r, X_A)`` of the new distinct points ``x`` ``[R, d]`` (at
