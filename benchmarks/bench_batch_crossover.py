@@ -35,7 +35,7 @@ from typing import Any  # noqa: E402
 
 import torch  # noqa: E402
 
-from torchbandits.experiments import simulate, simulate_batch  # noqa: E402
+from torchbandits.experiments import can_batch, simulate, simulate_batch  # noqa: E402
 from torchbandits.experiments.registry import make_env, make_policy  # noqa: E402
 
 #: family -> (registry policy, its keyword arguments, registry env, its keyword arguments)
@@ -46,7 +46,6 @@ FAMILIES: dict[str, tuple[str, dict[str, Any], str, dict[str, Any]]] = {
     "amm-ucb": ("amm-ucb", {}, "rkhs", {}),
     "igp-ucb": ("igp-ucb", {}, "rkhs", {}),
     "dmm-ucb": ("dmm-ucb", {}, "rkhs", {}),
-    "cmm-ucb": ("cmm-ucb", {}, "rkhs", {}),
     "r-gpucb": ("r-gpucb", {"period": 100}, "tv-rotation", {}),
     "sw-gpucb": ("sw-gpucb", {"window": 100}, "tv-rotation", {}),
     "ekucb": ("ekucb", {}, "chessboard", {}),
@@ -66,6 +65,9 @@ def time_pair(family: str, n_runs: int, horizon: int, repeats: int) -> tuple[flo
     """Medians ``(batched, sequential)`` of process CPU seconds for ``n_runs`` seeds."""
     new_env, new_policy = _factories(family, horizon)
     seeds = list(range(n_runs))
+    env = new_env()
+    if not can_batch(new_policy(env), env):
+        raise ValueError(f"--families: {family} does not batch at its registry defaults")
     batched, sequential = [], []
     for rep in range(repeats):
         for side in ((0, 1) if rep % 2 == 0 else (1, 0)):

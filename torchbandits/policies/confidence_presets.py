@@ -82,7 +82,6 @@ class CMMUCB(_MixtureUCB):
         >>> sorted(policy.diagnostics())
         ['log_alpha_ratio', 'n', 'r2']
     """
-    batch_pays_from = 2  # --batch auto on the CPU: from 2 seeds (benchmarks/bench_batch_crossover.py)
 
     def __init__(self, kernel: Kernel, noise_std: float = 0.1, norm_bound: float = 10.0,
                  delta: float = 0.01, c: float = 1.0, method: str = "dual",
