@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import torchbandits.experiments.batch as batch_mod
+from tests.benchmarks import load_benchmark
 from torchbandits.experiments.batch import (
     CUDA_PAYS_FROM,
     DEFAULT_PAYS_FROM,
@@ -20,7 +21,6 @@ from torchbandits.experiments.batch import (
 )
 from torchbandits.experiments.registry import make_env, make_policy
 from torchbandits.policies.random import RandomPolicy
-from tests.benchmarks import load_benchmark
 
 HORIZON = 12
 
