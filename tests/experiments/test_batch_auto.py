@@ -130,3 +130,18 @@ def test_crossover_benchmark_quick(capsys: pytest.CaptureFixture[str]) -> None:
     assert mod.pays_from([(2, 0.8), (3, 1.1), (4, 0.95), (6, 1.2), (8, 1.4)]) == 6
     assert mod.pays_from([(2, 1.2), (3, 1.4)]) == 2
     assert mod.pays_from([(2, 0.8), (3, 0.9)]) is None
+
+
+@pytest.mark.parametrize(("policy", "env", "pays_from"),
+                         [("random", "rkhs", 3), ("kucb", "rkhs", 4), ("gpucb", "rkhs", 4),
+                          ("igp-ucb", "rkhs", 4), ("amm-ucb", "rkhs", 4), ("dmm-ucb", "rkhs", 12),
+                          ("r-gpucb", "tv-rotation", 2), ("sw-gpucb", "tv-rotation", 2),
+                          ("ekucb", "chessboard", 4), ("bkb", "rkhs", 3)])
+def test_every_measured_family_still_batches(policy: str, env: str, pays_from: int) -> None:
+    """The declaration is batch-neutral: a class that adds ``batch_pays_from`` (DMM-UCB over
+    K-UCB's 4) still batches, and declares the crossover of docs/batch.md."""
+    e = make_env(env)
+    p = make_policy(policy, e)
+    assert batch_mod.why_not_batch(p, e) is None
+    assert batch_pays_from(p) == pays_from
+    assert auto_batches(p, pays_from) and not auto_batches(p, pays_from - 1)

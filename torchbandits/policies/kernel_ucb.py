@@ -64,7 +64,7 @@ __all__ = ["BATCHED_RULES", "GPUCB", "KernelUCB", "batched_radius"]
 
 _BATCH_NEUTRAL = {"__init__", "__doc__", "__module__", "__qualname__", "__annotations__",
                   "__dict__", "__weakref__", "__firstlineno__", "__static_attributes__",
-                  "default_variance"}
+                  "default_variance", "batch_pays_from"}
 
 
 def _batch_safe_subclass(cls: type) -> bool:
