@@ -211,8 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
     run.add_argument("--batch", choices=("auto", "on", "off"), default="auto",
                      help="run the seeds of a policy as one batch (docs/batch.md): auto = when "
-                          "the policy and env can and there is more than one seed; on = whenever "
-                          "they can; off = one run at a time")
+                          "the policy and env can and the seeds reach the policy family's measured "
+                          "crossover (CPU: 2-12 seeds by family; CUDA: 2); on = whenever they can; "
+                          "off = one run at a time")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     plot = sub.add_parser("plot", help="re-draw table and plots of a results directory")
     plot.add_argument("directory")

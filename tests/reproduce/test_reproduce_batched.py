@@ -28,6 +28,7 @@ def _batched_and_not(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, main, argv
 
     with monkeypatch.context() as m:
         m.setattr(batch_module, "simulate_batch", spy)
+        m.setattr(batch_module, "batch_pays_from", lambda policy, device=None: 2)  # batch from 2
         assert main([*argv, "--out", str(tmp_path / "batched"), "--no-progress"]) == 0
     with monkeypatch.context() as m:   # the reference: every setting one seed at a time
         m.setattr(batch_module, "can_batch", lambda policy, env: False)

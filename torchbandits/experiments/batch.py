@@ -34,10 +34,17 @@ from .runner import (
     tqdm,
 )
 
-__all__ = ["BatchMode", "can_batch", "run_grid_batched", "run_jobs_batched", "simulate_batch",
-           "why_not_batch"]
+__all__ = ["CUDA_PAYS_FROM", "DEFAULT_PAYS_FROM", "BatchMode", "auto_batches", "batch_pays_from",
+           "can_batch", "run_grid_batched", "run_jobs_batched", "simulate_batch", "why_not_batch"]
 
 BatchMode = Literal["auto", "on", "off"]
+
+#: ``batch="auto"`` on the CPU for a batched policy class that declares no ``batch_pays_from``:
+#: batch from two seeds (the rule before the per-family crossovers were measured)
+DEFAULT_PAYS_FROM = 2
+#: ``batch="auto"`` on a CUDA device, every family: a GPU round is launch-bound, so one batched
+#: round costs about what one sequential round does and the batch pays from two seeds
+CUDA_PAYS_FROM = 2
 
 
 def why_not_batch(policy: Any, env: Any) -> str | None:
@@ -57,6 +64,43 @@ def why_not_batch(policy: Any, env: Any) -> str | None:
 def can_batch(policy: Any, env: Any) -> bool:
     """Whether :func:`simulate_batch` runs ``policy`` on ``env`` as one batch."""
     return why_not_batch(policy, env) is None
+
+
+def batch_pays_from(policy: Any, device: str | torch.device | None = None) -> int:
+    """The number of seeds from which ``batch="auto"`` batches ``policy``'s runs on ``device``
+    (default: the policy's own ``device``, else the CPU).
+
+    On a CUDA device :data:`CUDA_PAYS_FROM` (2). Otherwise the policy class's
+    ``batch_pays_from`` — the crossover measured over whole runs on one CPU thread
+    (``benchmarks/bench_batch_crossover.py``), declared beside the batched implementation — or
+    :data:`DEFAULT_PAYS_FROM` (2) for a class that declares none. A declared value that is not an
+    int ≥ 1 raises a ``ValueError`` naming ``batch_pays_from``; a device torch cannot parse one
+    naming ``device``."""
+    if device is None:
+        device = getattr(policy, "device", None) or "cpu"
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"device: not a torch device, got {device!r}") from err
+    if kind == "cuda":
+        return CUDA_PAYS_FROM
+    value = getattr(type(policy), "batch_pays_from", None)
+    if value is None:
+        return DEFAULT_PAYS_FROM
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"batch_pays_from of {type(policy).__name__} must be an int >= 1, "
+                         f"got {value!r}")
+    return value
+
+
+def auto_batches(policy: Any, n_seeds: int, device: str | torch.device | None = None) -> bool:
+    """Whether ``batch="auto"`` runs ``n_seeds`` seeds of ``policy`` as one batch on ``device``:
+    ``n_seeds ≥`` :func:`batch_pays_from` (the caller checks :func:`can_batch` first; the runs
+    are the same either way, so this decides only the speed). ``ValueError`` naming ``n_seeds``
+    for a negative count or a non-integer."""
+    if isinstance(n_seeds, bool) or not isinstance(n_seeds, int) or n_seeds < 0:
+        raise ValueError(f"n_seeds must be an int >= 0, got {n_seeds!r}")
+    return n_seeds >= batch_pays_from(policy, device)
 
 
 class _StepClock:
@@ -238,8 +282,9 @@ def run_jobs_batched(
     and no ``annotate`` (which needs each run's own policy and environment): by the runner's
     convention (files ``ENV__POLICY__seedS``) such jobs differ only in their seed. A setting's
     unfinished seeds go through :func:`simulate_batch` when :func:`can_batch` says so and
-    ``batch`` is ``"on"``, or ``"auto"`` with more than one seed to run; otherwise (and with
-    ``"off"``) through :func:`~.runner.run_jobs`, one seed at a time."""
+    ``batch`` is ``"on"``, or ``"auto"`` with at least :func:`batch_pays_from` seeds to run
+    (:func:`auto_batches`: the policy family's measured CPU crossover, 2 on a CUDA device);
+    otherwise (and with ``"off"``) through :func:`~.runner.run_jobs`, one seed at a time."""
     if batch not in ("auto", "on", "off"):
         raise ValueError(f"batch must be 'auto', 'on' or 'off', got {batch!r}")
     jobs = list(jobs)
@@ -269,7 +314,8 @@ def run_jobs_batched(
             todo.append(i)
         env = first.make_env() if todo and batch != "off" else None
         policy = first.make_policy(env) if env is not None else None
-        if env is not None and can_batch(policy, env) and (batch == "on" or len(todo) > 1):
+        if env is not None and can_batch(policy, env) and (batch == "on"
+                                                           or auto_batches(policy, len(todo))):
             bar.set_postfix_str(f"{first.env} / {first.policy} / {len(todo)} seeds batched")
             runs = simulate_batch(policy, env, first.horizon, [jobs[i].seed for i in todo],
                                   policy_name=first.policy, env_name=first.env,
@@ -303,8 +349,9 @@ def run_grid_batched(
     match: Sequence[str] | None = None,
 ) -> list[RunResult]:
     """:func:`~.runner.run_grid` (same order, files, resume rules) with the seeds of each
-    policy × env batched: ``batch="auto"`` when :func:`can_batch` and there is more than one seed
-    to run, ``"on"`` whenever :func:`can_batch`, ``"off"`` never (the sequential loop)."""
+    policy × env batched: ``batch="auto"`` when :func:`can_batch` and there are at least
+    :func:`batch_pays_from` seeds to run (:func:`auto_batches`), ``"on"`` whenever
+    :func:`can_batch`, ``"off"`` never (the sequential loop)."""
     seeds = check_seeds(seeds)
     jobs = [Job(env_name, pol_name, s, int(horizon), make_env, make_policy, config)
             for env_name, make_env in envs.items() for pol_name, make_policy in policies.items()

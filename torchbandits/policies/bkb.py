@@ -92,6 +92,7 @@ class BKB(BKBPosterior):
         >>> policy.select(arms) == 7, policy(arms).shape, policy.dictionary_size <= 30
         (True, torch.Size([11]), True)
     """
+    batch_pays_from = 3  # --batch auto on the CPU: from 3 seeds (benchmarks/bench_batch_crossover.py)
 
     def __init__(
         self,

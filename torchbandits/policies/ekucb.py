@@ -174,6 +174,7 @@ class EKUCB(EKUCBBatchMixin, NystromUCB):
         >>> sorted(policy.diagnostics())
         ['beta', 'dict_size', 'kors_prob', 'kors_prob_sum', 'kors_prob_var_sum', 'n', 'refused']
     """
+    batch_pays_from = 4  # --batch auto on the CPU: from 4 seeds (benchmarks/bench_batch_crossover.py)
 
     def __init__(
         self,

@@ -64,7 +64,7 @@ __all__ = ["BATCHED_RULES", "GPUCB", "KernelUCB", "batched_radius"]
 
 _BATCH_NEUTRAL = {"__init__", "__doc__", "__module__", "__qualname__", "__annotations__",
                   "__dict__", "__weakref__", "__firstlineno__", "__static_attributes__",
-                  "default_variance"}
+                  "default_variance", "batch_pays_from"}
 
 
 def _batch_safe_subclass(cls: type) -> bool:
@@ -110,6 +110,7 @@ class KernelUCB(BatchModeMixin, LeanStep, RefitMixin, RuleUCB):
         >>> policy(arms).shape  # one UCB per candidate
         torch.Size([11])
     """
+    batch_pays_from = 4  # --batch auto on the CPU: from 4 seeds (benchmarks/bench_batch_crossover.py)
 
     default_variance: Variance = "ridge"
 

@@ -43,6 +43,7 @@ class RandomPolicy(BatchModeMixin, Policy):
         >>> policy.select(arms.expand(3, 11, 1)).shape  # LongTensor [R]
         torch.Size([3])
     """
+    batch_pays_from = 3  # --batch auto on the CPU: from 3 seeds (benchmarks/bench_batch_crossover.py)
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("n_warmup", 0)

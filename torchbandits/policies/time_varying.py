@@ -133,6 +133,7 @@ class RGPUCB(BatchedRestartMixin, RefitMixin, TimeVaryingUCB):
         >>> policy.restarts  # the posterior was emptied at round 21
         1
     """
+    batch_pays_from = 2  # --batch auto on the CPU: from 2 seeds (benchmarks/bench_batch_crossover.py)
 
     def __init__(self, kernel: Kernel, lam: float = 1.0, period: int | None = None,
                  beta: float | ConfidenceRule | None = None, *, norm_bound: float = 1.0,
@@ -216,6 +217,7 @@ class SWGPUCB(BatchedWindowMixin, RefitMixin, TimeVaryingUCB):
         >>> policy.diagnostics()['n']  # the window's points
         20.0
     """
+    batch_pays_from = 2  # --batch auto on the CPU: from 2 seeds (benchmarks/bench_batch_crossover.py)
 
     def __init__(self, kernel: Kernel, lam: float = 1.0, window: int | None = None,
                  beta: float | ConfidenceRule | None = None, *, norm_bound: float = 1.0,
