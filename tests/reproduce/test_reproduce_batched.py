@@ -63,6 +63,26 @@ def test_cmm_quick_batched_equals_sequential(monkeypatch, tmp_path) -> None:
     _assert_same(a, b)
 
 
+@pytest.mark.parametrize("mode", ["off", "on"])
+def test_cmm_passes_its_batch_mode_to_the_runner(monkeypatch, tmp_path, mode: str) -> None:
+    """``--batch off`` never batches (``on`` batches at any seed count): the mode reaches the
+    runner instead of the default ``auto``."""
+    from torchbandits.reproduce.cmm import main
+
+    calls = []
+    real = batch_module.simulate_batch
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(len(args[3]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(batch_module, "simulate_batch", spy)
+    monkeypatch.setattr(batch_module, "batch_pays_from", lambda policy, device=None: 2)
+    assert main(["--quick", "--parts", "table1", "--batch", mode, "--out", str(tmp_path),
+                 "--no-progress"]) == 0
+    assert (len(calls) >= 1) == (mode == "on")
+
+
 def test_ekucb_small_batched_equals_sequential(monkeypatch, tmp_path) -> None:
     from torchbandits.reproduce.ekucb import main
 

@@ -33,7 +33,7 @@ from matplotlib.figure import Figure
 
 from ..confidence import AMMBound, AYBeta, CMMBound, DMMBound, IGPBeta, default_c
 from ..envs.rkhs import RKHSFunctionEnv
-from ..experiments.batch import Job, run_jobs_batched
+from ..experiments.batch import BatchMode, Job, run_jobs_batched
 from ..experiments.figures import (
     CUM_REGRET,
     ROUND,
@@ -97,12 +97,15 @@ def make_policies(kernel: str, lengthscale: float, d: int, horizon: int, *, nois
 
 def _run(out: Path, env_name: str, make_env: Callable[[], RKHSFunctionEnv],
          policies: dict[str, Callable[[], Policy]], horizons: dict[str, int], seeds: Sequence[int],
-         desc: str, progress: bool = True, extra: dict[str, Any] | None = None) -> list[RunResult]:
+         desc: str, progress: bool = True, extra: dict[str, Any] | None = None,
+         batch: BatchMode = "auto") -> list[RunResult]:
     """Every seed × policy through the runner: one JSON per run under ``out/runs/``, finished
-    runs read back (resume). The same seed gives every policy the same ``f*``, arms and noise."""
+    runs read back (resume). The same seed gives every policy the same ``f*``, arms and noise;
+    ``batch`` is the ``--batch`` mode (the seeds of a policy as one batch, the same results)."""
     jobs = [Job(env_name, name, seed, horizons[name], make_env, lambda env, f=factory: f(), extra)
             for seed in seeds for name, factory in policies.items()]
-    return run_jobs_batched(jobs, out=out, progress=progress, diagnostics_every=0, desc=desc)
+    return run_jobs_batched(jobs, batch=batch, out=out, progress=progress, diagnostics_every=0,
+                            desc=desc)
 
 
 def _env(kernel: str, d: int, ls: float, args: argparse.Namespace) -> Callable[[], RKHSFunctionEnv]:
@@ -122,7 +125,7 @@ def _grid(args: argparse.Namespace, out: Path, d: int, title: str) -> tuple[list
             env_name = f"d{d}_{kname}_l{ls}"
             columns.append(env_name)
             results += _run(out, env_name, _env(kname, d, ls, args), pols, horizons, args.seeds,
-                            f"{title} {label} ℓ={ls}", not args.no_progress)
+                            f"{title} {label} ℓ={ls}", not args.no_progress, batch=args.batch)
     return results, columns
 
 
@@ -337,7 +340,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                              methods=("CMM", "CMM-SOCP", "DMM", "AMM", "AY", "IGP"))
         horizons = {m: (args.socp_horizon if m == "CMM-SOCP" else args.horizon) for m in pols}
         res = _run(out / "fig4", "d3_matern52_l0.5", _env("matern52", 3, 0.5, args), pols, horizons,
-                   args.seeds[:1], "Figure 4", progress)
+                   args.seeds[:1], "Figure 4", progress, batch=args.batch)
         plot_time(res, out / "figure4_time.png",
                   _setting(args, "Figure 4: agent time per round", 3, 1, cmm=False)
                   + f", CMM-SOCP to T = {args.socp_horizon}, Matérn-5/2 ℓ = 0.5")
@@ -367,7 +370,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 pols = {f"{m} σ={s_used} B={b_used:g}": f for m, f in pols.items()}
                 horizons = {m: (args.cmm_horizon if m.startswith("CMM") else args.horizon) for m in pols}
                 res += _run(out / "fig7", "d3_matern52_l0.5", _env("matern52", 3, 0.5, args), pols,
-                            horizons, extra, f"Figure 7 σ={s_used} B={b_used:g}", progress)
+                            horizons, extra, f"Figure 7 σ={s_used} B={b_used:g}", progress, batch=args.batch)
         rows = summarize(res)
         (out / "figure7_table.md").write_text(quick_head + markdown_table(rows) + "\n")
         _plot_loose(res, out / "figure7_loose.png",
