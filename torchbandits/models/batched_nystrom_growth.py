@@ -160,8 +160,9 @@ def grow_compacted(model: BatchedNystrom, runs: Tensor, f: Tensor, omega: Tensor
 def _border_runs(model: BatchedNystrom, idx: Tensor, f: Tensor, omega: Tensor, w: int) -> None:
     """:func:`grow_compacted` of the growing runs ``idx`` (``f`` ``[k, w]``): their blocks of
     ``Q`` are gathered and written back, ``P`` gets its new row in place. ``Q`` is bordered as
-    one rank-one update of its ``[w+1, w+1]`` block, ``Q ← Q + u uᵀ/s`` with ``u = Qb − e_pos`` (``Qb`` is zero from ``pos`` on): the
-    update ``Qb bᵀQ/s``, the border ``−Qb/s`` and the corner ``1/s`` in one write."""
+    one rank-one update of its ``[w+1, w+1]`` block, ``Q ← Q + u uᵀ/s`` with ``u = Qb − e_pos``
+    (``Qb`` is zero from ``pos`` on): the update ``Qb bᵀQ/s``, the border ``−Qb/s`` and the
+    corner ``1/s`` in one write."""
     n, lam = model.n, model.lam
     model._flush_q(idx)   # then Q's rows idx are current
     z = model._x[idx, n - 1]                                                 # [k, d]
