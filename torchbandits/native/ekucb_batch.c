@@ -219,6 +219,74 @@ static inline double dot(const double *x, const double *y, int64_t m) {
     return s;
 }
 
+/* The three sums of the scores of one group of candidates, from the transposed scratch (ft[i][c]
+ * = e(x_c)_i, qt[i][c] = (Q e(x_c))_i, qt[i][nc] = (Q g)_i when with_w): for every column c < CW
+ * at once, in order over i, each term rounded and then added (no fused multiply-add: the numbers
+ * of `dot`, whose in-order reductions the compiler does not fuse either),
+ *   ff[c] = sum_i ft[i][c]^2,   fq[c] = sum_i ft[i][c] qt[i][c],   fw[c] = sum_i ft[i][c] qt[i][nc].
+ * The columns are independent chains (vectorised across c), where `dot` is one serial chain of
+ * additions per candidate and sum. (The library is built with -std=c99, where the compiler does
+ * not contract a * b + c into an FMA: only the explicit fma/_fmadd_ calls fuse.) */
+static void column_sums(const double *ft, const double *qt, int64_t m, int64_t nc, int with_w,
+                        double *ff, double *fq, double *fw) {
+#ifdef EKUCB_AVX2
+    __m256d f0, f1, f2, w;
+    __m256d s0 = _mm256_setzero_pd(), s1 = s0, s2 = s0, q0 = s0, q1 = s0, q2 = s0;
+    __m256d u0 = s0, u1 = s0, u2 = s0;
+    for (int64_t i = 0; i < m; ++i) {
+        const double *f = ft + i * CW, *q = qt + i * CW;
+        f0 = _mm256_loadu_pd(f);
+        f1 = _mm256_loadu_pd(f + 4);
+        f2 = _mm256_loadu_pd(f + 8);
+        s0 = _mm256_add_pd(s0, _mm256_mul_pd(f0, f0));
+        s1 = _mm256_add_pd(s1, _mm256_mul_pd(f1, f1));
+        s2 = _mm256_add_pd(s2, _mm256_mul_pd(f2, f2));
+        q0 = _mm256_add_pd(q0, _mm256_mul_pd(f0, _mm256_loadu_pd(q)));
+        q1 = _mm256_add_pd(q1, _mm256_mul_pd(f1, _mm256_loadu_pd(q + 4)));
+        q2 = _mm256_add_pd(q2, _mm256_mul_pd(f2, _mm256_loadu_pd(q + 8)));
+        w = _mm256_set1_pd(with_w ? q[nc] : 0.0);
+        u0 = _mm256_add_pd(u0, _mm256_mul_pd(f0, w));
+        u1 = _mm256_add_pd(u1, _mm256_mul_pd(f1, w));
+        u2 = _mm256_add_pd(u2, _mm256_mul_pd(f2, w));
+    }
+    _mm256_storeu_pd(ff, s0);
+    _mm256_storeu_pd(ff + 4, s1);
+    _mm256_storeu_pd(ff + 8, s2);
+    _mm256_storeu_pd(fq, q0);
+    _mm256_storeu_pd(fq + 4, q1);
+    _mm256_storeu_pd(fq + 8, q2);
+    _mm256_storeu_pd(fw, u0);
+    _mm256_storeu_pd(fw + 4, u1);
+    _mm256_storeu_pd(fw + 8, u2);
+#else
+    double aff[CW] = {0.0}, afq[CW] = {0.0}, afw[CW] = {0.0};
+    for (int64_t i = 0; i < m; ++i) {
+        const double *f = ft + i * CW, *q = qt + i * CW;
+        const double w = with_w ? q[nc] : 0.0;
+        for (int c = 0; c < CW; ++c) {
+            double t0 = f[c] * f[c], t1 = f[c] * q[c], t2 = f[c] * w;
+            aff[c] += t0;
+            afq[c] += t1;
+            afw[c] += t2;
+        }
+    }
+    for (int c = 0; c < CW; ++c) {
+        ff[c] = aff[c];
+        fq[c] = afq[c];
+        fw[c] = afw[c];
+    }
+#endif
+}
+
+/* var of one candidate from its sums, as before them: ((k - ff)_+ + lam fq)_+ */
+static void finish(double kd, double lam, double ff, double fq, double *var) {
+    double v = kd - ff;
+    v = v > 0.0 ? v : 0.0;
+    double t = lam * fq;
+    v += t;
+    *var = v > 0.0 ? v : 0.0;
+}
+
 /* The scores of a batched EK-UCB round (Zenati et al. 2022, Prop. 4.2; the UCB of Algorithm 2),
  * for R runs of A candidates with kernel columns kz [R, A, W] (contiguous; W >= every m_r):
  *   f  = e(x) = P_r k_Z(x)       f[r, a, i]  = sum_{j<m_r} P_r[i, j] kz[r, a, j]
@@ -243,6 +311,7 @@ void ekucb_score(int64_t R, int64_t A, int64_t W, const int64_t *sizes, const do
                  const int64_t *pending, const double *ua, const double *ub, int64_t u_rs,
                  int64_t u_w) {
     double *xt = work, *ft = work + W * CW, *qt = work + 2 * W * CW;
+    double ff[CW], fq[CW], fw[CW];
     for (int64_t r = 0; r < R; ++r) {
         int64_t m = sizes[r] < W ? sizes[r] : W;
         const double *kzr = kz + r * A * W;
@@ -265,6 +334,7 @@ void ekucb_score(int64_t R, int64_t A, int64_t W, const int64_t *sizes, const do
             continue;
         }
         /* groups of up to CW - 1 candidates; the last group also carries g (column nc) */
+        int64_t pend_lo = -1, pend_hi = 0;    /* the candidates whose means wait for Q g */
         for (int64_t a0 = 0; a0 < A; ) {
             int64_t nc = A - a0 < CW - 1 ? A - a0 : CW - 1;
             int last = a0 + nc == A;
@@ -287,16 +357,17 @@ void ekucb_score(int64_t R, int64_t A, int64_t W, const int64_t *sizes, const do
             }
             if (last)
                 for (int64_t i = 0; i < m; ++i) wr[i] = qt[i * CW + nc];
+            column_sums(ft, qt, m, nc, last, ff, fq, fw);
+            for (int64_t c = 0; c < nc; ++c) {
+                finish(kdiag[r * A + a0 + c], lam, ff[c], fq[c], var + r * A + a0 + c);
+                if (last) mean[r * A + a0 + c] = fw[c];
+            }
+            if (!last)   /* Q g comes with the last group: these means are taken then */
+                pend_lo = pend_lo < 0 ? a0 : pend_lo, pend_hi = a0 + nc;
             a0 += nc;
         }
-        for (int64_t a = 0; a < A; ++a) {
-            const double *fa = fr + a * W, *qa = qfr + a * W;
-            double v = kdiag[r * A + a] - dot(fa, fa, m);
-            v = v > 0.0 ? v : 0.0;
-            v += lam * dot(fa, qa, m);
-            var[r * A + a] = v > 0.0 ? v : 0.0;
-            mean[r * A + a] = dot(fa, wr, m);
-        }
+        for (int64_t a = pend_lo < 0 ? 0 : pend_lo; a < pend_hi; ++a)
+            mean[r * A + a] = dot(fr + a * W, wr, m);
     }
 }
 
