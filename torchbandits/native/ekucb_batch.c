@@ -420,7 +420,37 @@ void ekucb_quad(int64_t R, int64_t W, const int64_t *sizes, const double *k, int
         int64_t m = sizes[r] < W ? sizes[r] : W;
         const double *kr = k + r * k_rs, *nr = N + r * n_rs;
         double s = 0.0;
-        for (int64_t i = 0; i < m; ++i) {
+        int64_t i = 0;
+#ifdef EKUCB_AVX2
+        /* rows 4k..4k+3 together: their dot4 share the vector part (j < 4k), so four independent
+         * FMA chains run at once; each row's sum is still dot4's, and s is added in row order */
+        for (; i + 4 <= m; i += 4) {
+            const double *r0 = nr + i * n_ld, *r1 = r0 + n_ld, *r2 = r1 + n_ld, *r3 = r2 + n_ld;
+            const double *nx = i + 8 <= m ? r0 + 4 * n_ld : N + (r + 1 < R ? r + 1 : r) * n_rs;
+            fetch_row(nx, i + 8);
+            fetch_row(nx + n_ld, i + 8);
+            fetch_row(nx + 2 * n_ld, i + 8);
+            fetch_row(nx + 3 * n_ld, i + 8);
+            __m256d c0 = _mm256_setzero_pd(), c1 = c0, c2 = c0, c3 = c0;
+            for (int64_t j = 0; j < i; j += 4) {
+                __m256d x = _mm256_loadu_pd(kr + j);
+                c0 = _mm256_fmadd_pd(_mm256_loadu_pd(r0 + j), x, c0);
+                c1 = _mm256_fmadd_pd(_mm256_loadu_pd(r1 + j), x, c1);
+                c2 = _mm256_fmadd_pd(_mm256_loadu_pd(r2 + j), x, c2);
+                c3 = _mm256_fmadd_pd(_mm256_loadu_pd(r3 + j), x, c3);
+            }
+            __m256d cs[4] = {c0, c1, c2, c3};
+            for (int k = 0; k < 4; ++k) {
+                const double *row = r0 + k * n_ld;
+                __m128d lo = _mm256_castpd256_pd128(cs[k]), hi = _mm256_extractf128_pd(cs[k], 1);
+                lo = _mm_add_pd(lo, hi);
+                double d = _mm_cvtsd_f64(_mm_add_sd(lo, _mm_unpackhi_pd(lo, lo)));
+                for (int64_t j = i; j < i + k; ++j) d += row[j] * kr[j];   /* dot4's tail */
+                s += kr[i + k] * (row[i + k] * kr[i + k] + 2.0 * d);
+            }
+        }
+#endif
+        for (; i < m; ++i) {
             const double *row = nr + i * n_ld;
             fetch_row(i + 1 < m ? row + n_ld : N + (r + 1 < R ? r + 1 : r) * n_rs, i + 2);
             s += kr[i] * (row[i] * kr[i] + 2.0 * dot4(row, kr, i));
