@@ -43,6 +43,24 @@ def _padded(sizes: list[int], cap: int, lower: bool, seed: int = 0
     return p, q, n, g
 
 
+#: the score tests' run sizes (padded capacity 24, width 17) and λ
+SCORE_SIZES, SCORE_LAM = [0, 1, 5, 13, 17], 3.0
+
+
+def _scored(n_cand: int, lower: bool, seed: int, seed_kz: int
+            ) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
+    """Random ``(P, Q, g, k_Z, k(x, x))`` at :data:`SCORE_SIZES` and the compiled score's
+    ``(mean, var, f, qf)`` of them."""
+    p, q, _, g = _padded(SCORE_SIZES, 24, lower, seed=seed)
+    gen = torch.Generator().manual_seed(seed_kz)
+    kz = torch.rand(len(SCORE_SIZES), n_cand, 17, generator=gen, dtype=F64)
+    kdiag = 5.0 + torch.rand(len(SCORE_SIZES), n_cand, generator=gen, dtype=F64)
+    out = native_ekucb.score(kz, p, q, g, torch.tensor(SCORE_SIZES), kdiag, SCORE_LAM,
+                             p_lower=lower)
+    assert out is not None
+    return (p, q, g, kz, kdiag), out
+
+
 @pytest.mark.parametrize("lower", [True, False])
 @pytest.mark.parametrize("n_cand", [1, 10, 11, 12, 25])
 def test_score_kernel_equals_the_torch_products(lower: bool, n_cand: int) -> None:
@@ -50,14 +68,8 @@ def test_score_kernel_equals_the_torch_products(lower: bool, n_cand: int) -> Non
     sizes 0, 1, 5, 13 and the full width 17 (padded capacity 24): equal to the torch products
     to rounding, exactly zero beyond each size, and the mean 0 / variance ``k`` of an empty
     dictionary."""
-    sizes, cap, width, lam = [0, 1, 5, 13, 17], 24, 17, 3.0
-    p, q, _, g = _padded(sizes, cap, lower)
-    gen = torch.Generator().manual_seed(1)
-    kz = torch.rand(len(sizes), n_cand, width, generator=gen, dtype=F64)
-    kdiag = 5.0 + torch.rand(len(sizes), n_cand, generator=gen, dtype=F64)
-    out = native_ekucb.score(kz, p, q, g, torch.tensor(sizes), kdiag, lam, p_lower=lower)
-    assert out is not None
-    mean, var, f, qf = out
+    sizes, width, lam = SCORE_SIZES, 17, SCORE_LAM
+    (p, q, g, kz, kdiag), (mean, var, f, qf) = _scored(n_cand, lower, 0, 1)
     assert f.shape == (5, n_cand, width) and qf.shape == (5, n_cand + 1, width)
     for r, m in enumerate(sizes):
         f_ref = kz[r, :, :m] @ p[r, :m, :m].mT
@@ -92,14 +104,8 @@ def test_score_sums_are_the_in_order_sums_to_the_bit(n_cand: int) -> None:
     across them) are, bit for bit, each candidate's sum in order with rounded products, from the
     returned ``f`` and ``[Qf; Qg]``; ``((k − ‖f‖²)₊ + λ fᵀQf)₊`` likewise. 25 candidates: three
     groups, the first two waiting for ``Qg``."""
-    sizes, cap, width, lam = [0, 1, 5, 13, 17], 24, 17, 3.0
-    p, q, _, g = _padded(sizes, cap, True, seed=3)
-    gen = torch.Generator().manual_seed(4)
-    kz = torch.rand(len(sizes), n_cand, width, generator=gen, dtype=F64)
-    kdiag = 5.0 + torch.rand(len(sizes), n_cand, generator=gen, dtype=F64)
-    out = native_ekucb.score(kz, p, q, g, torch.tensor(sizes), kdiag, lam, p_lower=True)
-    assert out is not None
-    mean, var, f, qf = out
+    sizes, lam = SCORE_SIZES, SCORE_LAM
+    (_, _, _, _, kdiag), (mean, var, f, qf) = _scored(n_cand, True, 3, 4)
     for r, m in enumerate(sizes[1:], start=1):
         w = qf[r, n_cand, :m].tolist()
         for a in range(n_cand):
