@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from fractions import Fraction
 
 import pytest
 import torch
@@ -42,6 +43,24 @@ def _padded(sizes: list[int], cap: int, lower: bool, seed: int = 0
     return p, q, n, g
 
 
+#: the score tests' run sizes (padded capacity 24, width 17) and λ
+SCORE_SIZES, SCORE_LAM = [0, 1, 5, 13, 17], 3.0
+
+
+def _scored(n_cand: int, lower: bool, seed: int, seed_kz: int
+            ) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
+    """Random ``(P, Q, g, k_Z, k(x, x))`` at :data:`SCORE_SIZES` and the compiled score's
+    ``(mean, var, f, qf)`` of them."""
+    p, q, _, g = _padded(SCORE_SIZES, 24, lower, seed=seed)
+    gen = torch.Generator().manual_seed(seed_kz)
+    kz = torch.rand(len(SCORE_SIZES), n_cand, 17, generator=gen, dtype=F64)
+    kdiag = 5.0 + torch.rand(len(SCORE_SIZES), n_cand, generator=gen, dtype=F64)
+    out = native_ekucb.score(kz, p, q, g, torch.tensor(SCORE_SIZES), kdiag, SCORE_LAM,
+                             p_lower=lower)
+    assert out is not None
+    return (p, q, g, kz, kdiag), out
+
+
 @pytest.mark.parametrize("lower", [True, False])
 @pytest.mark.parametrize("n_cand", [1, 10, 11, 12, 25])
 def test_score_kernel_equals_the_torch_products(lower: bool, n_cand: int) -> None:
@@ -49,14 +68,8 @@ def test_score_kernel_equals_the_torch_products(lower: bool, n_cand: int) -> Non
     sizes 0, 1, 5, 13 and the full width 17 (padded capacity 24): equal to the torch products
     to rounding, exactly zero beyond each size, and the mean 0 / variance ``k`` of an empty
     dictionary."""
-    sizes, cap, width, lam = [0, 1, 5, 13, 17], 24, 17, 3.0
-    p, q, _, g = _padded(sizes, cap, lower)
-    gen = torch.Generator().manual_seed(1)
-    kz = torch.rand(len(sizes), n_cand, width, generator=gen, dtype=F64)
-    kdiag = 5.0 + torch.rand(len(sizes), n_cand, generator=gen, dtype=F64)
-    out = native_ekucb.score(kz, p, q, g, torch.tensor(sizes), kdiag, lam, p_lower=lower)
-    assert out is not None
-    mean, var, f, qf = out
+    sizes, width, lam = SCORE_SIZES, 17, SCORE_LAM
+    (p, q, g, kz, kdiag), (mean, var, f, qf) = _scored(n_cand, lower, 0, 1)
     assert f.shape == (5, n_cand, width) and qf.shape == (5, n_cand + 1, width)
     for r, m in enumerate(sizes):
         f_ref = kz[r, :, :m] @ p[r, :m, :m].mT
@@ -70,6 +83,61 @@ def test_score_kernel_equals_the_torch_products(lower: bool, n_cand: int) -> Non
         torch.testing.assert_close(var[r], var_ref, atol=1e-10, rtol=1e-13)
         assert not f[r, :, m:].any() and not qf[r, :, m:].any()
     assert not mean[0].any() and torch.equal(var[0], kdiag[0])
+
+
+def _fma(a: float, b: float, c: float) -> float:
+    """``a·b + c`` rounded once (exact rationals, then one correctly rounded division)."""
+    return float(Fraction(a) * Fraction(b) + Fraction(c))
+
+
+def _in_order(x: list[float], y: list[float]) -> float:
+    """``Σ_j x_j y_j`` in order, each product rounded, then added (no FMA)."""
+    s = 0.0
+    for a, b in zip(x, y, strict=True):
+        s += a * b
+    return s
+
+
+@pytest.mark.parametrize("n_cand", [10, 25])
+def test_score_sums_are_the_in_order_sums_to_the_bit(n_cand: int) -> None:
+    """The score's ``‖f‖²``, ``fᵀQf`` and ``fᵀQg`` (taken for a group of candidates at once,
+    across them) are, bit for bit, each candidate's sum in order with rounded products, from the
+    returned ``f`` and ``[Qf; Qg]``; ``((k − ‖f‖²)₊ + λ fᵀQf)₊`` likewise. 25 candidates: three
+    groups, the first two waiting for ``Qg``."""
+    sizes, lam = SCORE_SIZES, SCORE_LAM
+    (_, _, _, _, kdiag), (mean, var, f, qf) = _scored(n_cand, True, 3, 4)
+    for r, m in enumerate(sizes[1:], start=1):
+        w = qf[r, n_cand, :m].tolist()
+        for a in range(n_cand):
+            fa, qa = f[r, a, :m].tolist(), qf[r, a, :m].tolist()
+            v = max(float(kdiag[r, a]) - _in_order(fa, fa), 0.0)
+            v = max(v + lam * _in_order(fa, qa), 0.0)
+            assert float(var[r, a]) == v
+            assert float(mean[r, a]) == _in_order(fa, w)
+
+
+def test_quadratic_form_is_dot4_in_row_order_to_the_bit() -> None:
+    """KORS's ``u = Σ_i k_i (N_ii k_i + 2 Σ_{j<i} N_ij k_j)`` (rows four at a time on AVX2):
+    bit for bit the rows' sums in order, each inner sum in four interleaved fused lanes
+    (``j mod 4``) added ``(l0 + l2) + (l1 + l3)``, then its last ``i mod 4`` terms in order."""
+    sizes, cap = [0, 1, 3, 4, 6, 9, 13], 16
+    _, _, n, _ = _padded(sizes, cap, False, seed=5)
+    n = n + n.mT
+    k = torch.randn(len(sizes), 13, dtype=F64)
+    u = native_ekucb.kors_quadratic(k, n, torch.tensor(sizes))
+    assert u is not None
+    for r, m in enumerate(sizes):
+        kr, s = k[r].tolist(), 0.0
+        for i in range(m):
+            row, n4 = n[r, i].tolist(), i - i % 4
+            lanes = [0.0] * 4
+            for j in range(n4):
+                lanes[j % 4] = _fma(row[j], kr[j], lanes[j % 4])
+            d = (lanes[0] + lanes[2]) + (lanes[1] + lanes[3])
+            for j in range(n4, i):
+                d += row[j] * kr[j]
+            s += kr[i] * (row[i] * kr[i] + 2.0 * d)
+        assert float(u[r]) == s
 
 
 def test_quadratic_form_and_rank_one_step_equal_torch() -> None:

@@ -158,20 +158,19 @@ def grow_compacted(model: BatchedNystrom, runs: Tensor, f: Tensor, omega: Tensor
 
 
 def _border_runs(model: BatchedNystrom, idx: Tensor, f: Tensor, omega: Tensor, w: int) -> None:
-    """:func:`grow_compacted` of the growing runs ``idx`` (``f`` ``[k, w]``): their blocks are
-    gathered and written back. ``Q`` is bordered as one rank-one update of its ``[w+1, w+1]``
-    block, ``Q ← Q + u uᵀ/s`` with ``u = Qb − e_pos`` (``Qb`` is zero from ``pos`` on): the
-    update ``Qb bᵀQ/s``, the border ``−Qb/s`` and the corner ``1/s`` in one write."""
+    """:func:`grow_compacted` of the growing runs ``idx`` (``f`` ``[k, w]``): their blocks of
+    ``Q`` are gathered and written back, ``P`` gets its new row in place. ``Q`` is bordered as
+    one rank-one update of its ``[w+1, w+1]`` block, ``Q ← Q + u uᵀ/s`` with ``u = Qb − e_pos``
+    (``Qb`` is zero from ``pos`` on): the update ``Qb bᵀQ/s``, the border ``−Qb/s`` and the
+    corner ``1/s`` in one write."""
     n, lam = model.n, model.lam
     model._flush_q(idx)   # then Q's rows idx are current
-    k = idx.shape[0]
     z = model._x[idx, n - 1]                                                 # [k, d]
     d = torch.sqrt(omega)
     pos = model._m[idx]
-    ar = model._rows(slice(0, k))
-    p = model._p[idx, : w + 1, : w + 1]
+    p = model._p[idx, :w, :w]     # only row pos of P changes: written in place below
     q = model._q_stored()[idx, : w + 1, : w + 1]
-    row = -(p[:, :w, :w].mT @ f[..., None])[..., 0] / d[:, None]            # −Pᵀf/d
+    row = -(p.mT @ f[..., None])[..., 0] / d[:, None]            # −Pᵀf/d
     e_old = model._e[idx, :n, :w]
     gs = model._k.block(model._x[idx, :n], z[:, None])[..., 0]              # k_S(z) [k, n]
     e_new = (gs - (e_old @ f[..., None])[..., 0]) / d[:, None]               # [k, n]
@@ -184,9 +183,8 @@ def _border_runs(model: BatchedNystrom, idx: Tensor, f: Tensor, omega: Tensor, w
                lambda r: f"add_last: a Schur complement is not positive (run {r})")
     u = torch.nn.functional.pad(qb, (0, 1)) - model._unit(pos, w + 1)       # Qb − e_pos
     q.addcmul_(u[:, :, None], (u * (1.0 / schur)[:, None])[:, None, :])
-    p[ar, pos, :w] = row
-    p[ar, pos, pos] = 1.0 / d
-    model._p[idx, : w + 1, : w + 1] = p
+    model._p[idx, pos, :w] = row
+    model._p[idx, pos, pos] = 1.0 / d
     model._q_stored()[idx, : w + 1, : w + 1] = q
     model._g[idx, pos] = (e_new * model._s[idx, :n]).sum(-1)
     model._e[idx, :n, pos] = e_new

@@ -44,7 +44,63 @@
 #define MADD(w, x, acc) ((acc) + (w) * (x))
 #endif
 
-#ifdef EKUCB_AVX2
+#if defined(EKUCB_AVX2) && defined(__AVX512F__)
+/* AVX-512: the 12 columns as one 8-wide and one 4-wide vector (two FMAs a row and term instead of
+ * three). Every lane is still its own sum over j in order, one FMA per term: the same numbers as
+ * the AVX2 tiles below. */
+#define MULADD2(acc0, acc1, w) \
+    acc0 = _mm512_fmadd_pd(w, x0, acc0); \
+    acc1 = _mm256_fmadd_pd(_mm512_castpd512_pd256(w), x1, acc1)
+
+/* rows 0..3 of out = B xt (see the AVX2 tile4 below; the next tile's rows fetched meanwhile) */
+static void tile4(const double *b, int64_t ldb, const double *xt, int64_t m, double *out,
+                  const double *next, int64_t nld) {
+    __m512d a00 = _mm512_setzero_pd(), a10 = a00, a20 = a00, a30 = a00;
+    __m256d a01 = _mm256_setzero_pd(), a11 = a01, a21 = a01, a31 = a01;
+    const double *b0 = b, *b1 = b + ldb, *b2 = b + 2 * ldb, *b3 = b + 3 * ldb;
+    for (int64_t j = 0; j < m; ++j) {
+        const double *x = xt + j * CW;
+        __m512d x0 = _mm512_loadu_pd(x), w;
+        __m256d x1 = _mm256_loadu_pd(x + 8);
+        if ((j & 7) == 0) {
+            _mm_prefetch((const char *)(next + j), _MM_HINT_T0);
+            _mm_prefetch((const char *)(next + nld + j), _MM_HINT_T0);
+            _mm_prefetch((const char *)(next + 2 * nld + j), _MM_HINT_T0);
+            _mm_prefetch((const char *)(next + 3 * nld + j), _MM_HINT_T0);
+        }
+        w = _mm512_set1_pd(b0[j]);
+        MULADD2(a00, a01, w);
+        w = _mm512_set1_pd(b1[j]);
+        MULADD2(a10, a11, w);
+        w = _mm512_set1_pd(b2[j]);
+        MULADD2(a20, a21, w);
+        w = _mm512_set1_pd(b3[j]);
+        MULADD2(a30, a31, w);
+    }
+    _mm512_storeu_pd(out, a00);
+    _mm256_storeu_pd(out + 8, a01);
+    _mm512_storeu_pd(out + CW, a10);
+    _mm256_storeu_pd(out + CW + 8, a11);
+    _mm512_storeu_pd(out + 2 * CW, a20);
+    _mm256_storeu_pd(out + 2 * CW + 8, a21);
+    _mm512_storeu_pd(out + 3 * CW, a30);
+    _mm256_storeu_pd(out + 3 * CW + 8, a31);
+}
+
+/* one row of out = B xt */
+static void tile1(const double *b, const double *xt, int64_t m, double *out) {
+    __m512d a0 = _mm512_setzero_pd();
+    __m256d a1 = _mm256_setzero_pd();
+    for (int64_t j = 0; j < m; ++j) {
+        const double *x = xt + j * CW;
+        __m512d x0 = _mm512_loadu_pd(x), w = _mm512_set1_pd(b[j]);
+        __m256d x1 = _mm256_loadu_pd(x + 8);
+        MULADD2(a0, a1, w);
+    }
+    _mm512_storeu_pd(out, a0);
+    _mm256_storeu_pd(out + 8, a1);
+}
+#elif defined(EKUCB_AVX2)
 /* acc += w * x (fused multiply-add), three vectors */
 #define MULADD3(acc0, acc1, acc2, w) \
     acc0 = _mm256_fmadd_pd(w, x0, acc0); \
@@ -163,6 +219,74 @@ static inline double dot(const double *x, const double *y, int64_t m) {
     return s;
 }
 
+/* The three sums of the scores of one group of candidates, from the transposed scratch (ft[i][c]
+ * = e(x_c)_i, qt[i][c] = (Q e(x_c))_i, qt[i][nc] = (Q g)_i when with_w): for every column c < CW
+ * at once, in order over i, each term rounded and then added (no fused multiply-add: the numbers
+ * of `dot`, whose in-order reductions the compiler does not fuse either),
+ *   ff[c] = sum_i ft[i][c]^2,   fq[c] = sum_i ft[i][c] qt[i][c],   fw[c] = sum_i ft[i][c] qt[i][nc].
+ * The columns are independent chains (vectorised across c), where `dot` is one serial chain of
+ * additions per candidate and sum. (The library is built with -std=c99, where the compiler does
+ * not contract a * b + c into an FMA: only the explicit fma/_fmadd_ calls fuse.) */
+static void column_sums(const double *ft, const double *qt, int64_t m, int64_t nc, int with_w,
+                        double *ff, double *fq, double *fw) {
+#ifdef EKUCB_AVX2
+    __m256d f0, f1, f2, w;
+    __m256d s0 = _mm256_setzero_pd(), s1 = s0, s2 = s0, q0 = s0, q1 = s0, q2 = s0;
+    __m256d u0 = s0, u1 = s0, u2 = s0;
+    for (int64_t i = 0; i < m; ++i) {
+        const double *f = ft + i * CW, *q = qt + i * CW;
+        f0 = _mm256_loadu_pd(f);
+        f1 = _mm256_loadu_pd(f + 4);
+        f2 = _mm256_loadu_pd(f + 8);
+        s0 = _mm256_add_pd(s0, _mm256_mul_pd(f0, f0));
+        s1 = _mm256_add_pd(s1, _mm256_mul_pd(f1, f1));
+        s2 = _mm256_add_pd(s2, _mm256_mul_pd(f2, f2));
+        q0 = _mm256_add_pd(q0, _mm256_mul_pd(f0, _mm256_loadu_pd(q)));
+        q1 = _mm256_add_pd(q1, _mm256_mul_pd(f1, _mm256_loadu_pd(q + 4)));
+        q2 = _mm256_add_pd(q2, _mm256_mul_pd(f2, _mm256_loadu_pd(q + 8)));
+        w = _mm256_set1_pd(with_w ? q[nc] : 0.0);
+        u0 = _mm256_add_pd(u0, _mm256_mul_pd(f0, w));
+        u1 = _mm256_add_pd(u1, _mm256_mul_pd(f1, w));
+        u2 = _mm256_add_pd(u2, _mm256_mul_pd(f2, w));
+    }
+    _mm256_storeu_pd(ff, s0);
+    _mm256_storeu_pd(ff + 4, s1);
+    _mm256_storeu_pd(ff + 8, s2);
+    _mm256_storeu_pd(fq, q0);
+    _mm256_storeu_pd(fq + 4, q1);
+    _mm256_storeu_pd(fq + 8, q2);
+    _mm256_storeu_pd(fw, u0);
+    _mm256_storeu_pd(fw + 4, u1);
+    _mm256_storeu_pd(fw + 8, u2);
+#else
+    double aff[CW] = {0.0}, afq[CW] = {0.0}, afw[CW] = {0.0};
+    for (int64_t i = 0; i < m; ++i) {
+        const double *f = ft + i * CW, *q = qt + i * CW;
+        const double w = with_w ? q[nc] : 0.0;
+        for (int c = 0; c < CW; ++c) {
+            double t0 = f[c] * f[c], t1 = f[c] * q[c], t2 = f[c] * w;
+            aff[c] += t0;
+            afq[c] += t1;
+            afw[c] += t2;
+        }
+    }
+    for (int c = 0; c < CW; ++c) {
+        ff[c] = aff[c];
+        fq[c] = afq[c];
+        fw[c] = afw[c];
+    }
+#endif
+}
+
+/* var of one candidate from its sums, as before them: ((k - ff)_+ + lam fq)_+ */
+static void finish(double kd, double lam, double ff, double fq, double *var) {
+    double v = kd - ff;
+    v = v > 0.0 ? v : 0.0;
+    double t = lam * fq;
+    v += t;
+    *var = v > 0.0 ? v : 0.0;
+}
+
 /* The scores of a batched EK-UCB round (Zenati et al. 2022, Prop. 4.2; the UCB of Algorithm 2),
  * for R runs of A candidates with kernel columns kz [R, A, W] (contiguous; W >= every m_r):
  *   f  = e(x) = P_r k_Z(x)       f[r, a, i]  = sum_{j<m_r} P_r[i, j] kz[r, a, j]
@@ -187,6 +311,7 @@ void ekucb_score(int64_t R, int64_t A, int64_t W, const int64_t *sizes, const do
                  const int64_t *pending, const double *ua, const double *ub, int64_t u_rs,
                  int64_t u_w) {
     double *xt = work, *ft = work + W * CW, *qt = work + 2 * W * CW;
+    double ff[CW], fq[CW], fw[CW];
     for (int64_t r = 0; r < R; ++r) {
         int64_t m = sizes[r] < W ? sizes[r] : W;
         const double *kzr = kz + r * A * W;
@@ -209,6 +334,7 @@ void ekucb_score(int64_t R, int64_t A, int64_t W, const int64_t *sizes, const do
             continue;
         }
         /* groups of up to CW - 1 candidates; the last group also carries g (column nc) */
+        int64_t pend_lo = -1, pend_hi = 0;    /* the candidates whose means wait for Q g */
         for (int64_t a0 = 0; a0 < A; ) {
             int64_t nc = A - a0 < CW - 1 ? A - a0 : CW - 1;
             int last = a0 + nc == A;
@@ -231,16 +357,17 @@ void ekucb_score(int64_t R, int64_t A, int64_t W, const int64_t *sizes, const do
             }
             if (last)
                 for (int64_t i = 0; i < m; ++i) wr[i] = qt[i * CW + nc];
+            column_sums(ft, qt, m, nc, last, ff, fq, fw);
+            for (int64_t c = 0; c < nc; ++c) {
+                finish(kdiag[r * A + a0 + c], lam, ff[c], fq[c], var + r * A + a0 + c);
+                if (last) mean[r * A + a0 + c] = fw[c];
+            }
+            if (!last)   /* Q g comes with the last group: these means are taken then */
+                pend_lo = pend_lo < 0 ? a0 : pend_lo, pend_hi = a0 + nc;
             a0 += nc;
         }
-        for (int64_t a = 0; a < A; ++a) {
-            const double *fa = fr + a * W, *qa = qfr + a * W;
-            double v = kdiag[r * A + a] - dot(fa, fa, m);
-            v = v > 0.0 ? v : 0.0;
-            v += lam * dot(fa, qa, m);
-            var[r * A + a] = v > 0.0 ? v : 0.0;
-            mean[r * A + a] = dot(fa, wr, m);
-        }
+        for (int64_t a = pend_lo < 0 ? 0 : pend_lo; a < pend_hi; ++a)
+            mean[r * A + a] = dot(fr + a * W, wr, m);
     }
 }
 
@@ -293,7 +420,37 @@ void ekucb_quad(int64_t R, int64_t W, const int64_t *sizes, const double *k, int
         int64_t m = sizes[r] < W ? sizes[r] : W;
         const double *kr = k + r * k_rs, *nr = N + r * n_rs;
         double s = 0.0;
-        for (int64_t i = 0; i < m; ++i) {
+        int64_t i = 0;
+#ifdef EKUCB_AVX2
+        /* rows 4k..4k+3 together: their dot4 share the vector part (j < 4k), so four independent
+         * FMA chains run at once; each row's sum is still dot4's, and s is added in row order */
+        for (; i + 4 <= m; i += 4) {
+            const double *r0 = nr + i * n_ld, *r1 = r0 + n_ld, *r2 = r1 + n_ld, *r3 = r2 + n_ld;
+            const double *nx = i + 8 <= m ? r0 + 4 * n_ld : N + (r + 1 < R ? r + 1 : r) * n_rs;
+            fetch_row(nx, i + 8);
+            fetch_row(nx + n_ld, i + 8);
+            fetch_row(nx + 2 * n_ld, i + 8);
+            fetch_row(nx + 3 * n_ld, i + 8);
+            __m256d c0 = _mm256_setzero_pd(), c1 = c0, c2 = c0, c3 = c0;
+            for (int64_t j = 0; j < i; j += 4) {
+                __m256d x = _mm256_loadu_pd(kr + j);
+                c0 = _mm256_fmadd_pd(_mm256_loadu_pd(r0 + j), x, c0);
+                c1 = _mm256_fmadd_pd(_mm256_loadu_pd(r1 + j), x, c1);
+                c2 = _mm256_fmadd_pd(_mm256_loadu_pd(r2 + j), x, c2);
+                c3 = _mm256_fmadd_pd(_mm256_loadu_pd(r3 + j), x, c3);
+            }
+            __m256d cs[4] = {c0, c1, c2, c3};
+            for (int k = 0; k < 4; ++k) {
+                const double *row = r0 + k * n_ld;
+                __m128d lo = _mm256_castpd256_pd128(cs[k]), hi = _mm256_extractf128_pd(cs[k], 1);
+                lo = _mm_add_pd(lo, hi);
+                double d = _mm_cvtsd_f64(_mm_add_sd(lo, _mm_unpackhi_pd(lo, lo)));
+                for (int64_t j = i; j < i + k; ++j) d += row[j] * kr[j];   /* dot4's tail */
+                s += kr[i + k] * (row[i + k] * kr[i + k] + 2.0 * d);
+            }
+        }
+#endif
+        for (; i < m; ++i) {
             const double *row = nr + i * n_ld;
             fetch_row(i + 1 < m ? row + n_ld : N + (r + 1 < R ? r + 1 : r) * n_rs, i + 2);
             s += kr[i] * (row[i] * kr[i] + 2.0 * dot4(row, kr, i));
