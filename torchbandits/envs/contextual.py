@@ -36,7 +36,7 @@ from ..deferred_checks import to_device
 from ..kernels import make_kernel
 from ..validation import check_positive
 from .base import gaussian_reward, joint
-from .batched import BatchedEnv, gaussian_noise, stack_to
+from .batched import BatchedEnv, gaussian_noise, stack_to, tensor_version
 
 __all__ = [
     "ACTION_GRID",
@@ -265,10 +265,22 @@ class ChessboardEnv(ContextualGridEnv):
         self.cells = to_device(self.cells, self.device)
 
     def f(self, contexts: Tensor, actions: Tensor) -> Tensor:
-        cells = self.cells.to(device=contexts.device, dtype=contexts.dtype)   # no copy if there
+        """``CELLS[c(x), c(a)]`` ``[N, A]`` of contexts ``[N, d_x]`` and actions ``[A]``, ``c(u) =
+        clamp(⌊4u⌋, 0, 3)``: the rows of the action columns ``CELLS[:, c(a)]`` ``[4, A]``, which
+        are kept while ``actions`` is the same unchanged tensor (the fixed action grid: one gather
+        a round instead of six operators)."""
         ci = torch.clamp((contexts[:, 0] * 4).floor().long(), 0, 3)
-        ai = torch.clamp((actions.reshape(-1) * 4).floor().long(), 0, 3)
-        return cells[ci[:, None], ai[None, :]]
+        return self._action_columns(actions, contexts).index_select(0, ci)
+
+    def _action_columns(self, actions: Tensor, like: Tensor) -> Tensor:
+        kept, version = getattr(self, "_columns", None), tensor_version(actions)
+        if (kept is None or kept[0] is not actions or version is None or kept[1] != version
+                or kept[3] is not self.cells or kept[2].device != like.device
+                or kept[2].dtype != like.dtype):
+            cells = self.cells.to(device=like.device, dtype=like.dtype)   # no copy if there
+            ai = torch.clamp((actions.reshape(-1) * 4).floor().long(), 0, 3)
+            kept = self._columns = (actions, version, cells[:, ai], self.cells)
+        return kept[2]
 
     def code_best(self, contexts: Tensor) -> Tensor:
         return torch.ones(contexts.shape[0], dtype=contexts.dtype, device=contexts.device)

@@ -35,16 +35,19 @@ _SIGNATURES = {
 #: the input dimensions where :func:`rbf_exponent` is torch's ``cdist`` to the bit (its loop sums
 #: the coordinates' squares in order there; for some larger dimensions it does not, measured)
 RBF_MAX_DIM = 2
+_SIGNED_ARGS = {name: (args, None) for name, args in _SIGNATURES.items()}  # built once: hot path
 
 
 def _lib() -> ctypes.CDLL | None:
     """The library with its signatures set (once per loaded library), or ``None``."""
-    return signed("ekucb_batch", {name: (args, None) for name, args in _SIGNATURES.items()})
+    return signed("ekucb_batch", _SIGNED_ARGS)
 
 
 def _ok(*tensors: Tensor) -> bool:
-    return all(t.device.type == "cpu" and t.dtype == torch.float64 and t.stride(-1) == 1
-               for t in tensors)
+    for t in tensors:   # a plain loop: called ~30 times a round
+        if t.dtype != torch.float64 or not t.is_cpu or t.stride(-1) != 1:
+            return False
+    return True
 
 
 def _sizes_ok(sizes: Tensor, runs: int) -> bool:
