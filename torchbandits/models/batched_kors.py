@@ -97,8 +97,9 @@ class BatchedKORS(ResizableModule):
 
     def reserve(self, m: int) -> None:
         """Capacity for ``m`` anchors per run (zero padding)."""
-        self._nz = grow_rows(self._nz, m, dims=(1, 2))
-        self._p = grow_rows(self._p, m, dims=(1,))
+        nz, p = grow_rows(self._nz, m, dims=(1, 2)), grow_rows(self._p, m, dims=(1,))
+        if nz is not self._nz or p is not self._p:   # (a module's buffer assignment is slow)
+            self._nz, self._p = nz, p
 
     def add(self, kz: Tensor, kss: Tensor | float, p: Tensor, accept: Tensor,
             chunks: list[tuple[int, int, int]] | None = None, runs: Tensor | None = None) -> None:
