@@ -132,3 +132,25 @@ def test_ucb_methods_well_below_random(cls, lam: float) -> None:
     for pol in (KernelUCB(kernel, lam=lam, beta=0.1), EKUCB(kernel, lam=lam, beta=0.1, kors_gamma=1.0)):
         reg = simulate(pol, cls(), horizon, seed=0).final_regret
         assert reg < 0.7 * rnd, (type(pol).__name__, reg, rnd)
+
+
+def test_chessboard_kept_action_columns_are_the_cell_lookup() -> None:
+    """``f`` with its action columns kept (a fixed grid) is ``CELLS[c(x), c(a)]`` to the bit, and
+    an in-place write to the actions or another actions tensor is seen."""
+    env = ChessboardEnv()
+    ctx = torch.rand(50, env.context_dim, generator=torch.Generator().manual_seed(3),
+                     dtype=torch.float64)
+
+    def lookup(actions: torch.Tensor) -> torch.Tensor:
+        ci = torch.clamp((ctx[:, 0] * 4).floor().long(), 0, 3)
+        ai = torch.clamp((actions.reshape(-1) * 4).floor().long(), 0, 3)
+        return env.cells[ci[:, None], ai[None, :]]
+
+    acts = env.actions.clone()
+    for _ in range(2):   # computed, then kept
+        assert torch.equal(env.f(ctx, acts), lookup(acts))
+    acts.mul_(0.5)       # in place: the kept columns are stale, recomputed
+    assert torch.equal(env.f(ctx, acts), lookup(acts))
+    other = torch.tensor([0.9, 0.1, 0.6], dtype=torch.float64)
+    assert torch.equal(env.f(ctx, other), lookup(other))
+    assert not torch.equal(lookup(acts), lookup(env.actions))   # the write changed the values
