@@ -99,13 +99,11 @@ def _run(out: Path, env_name: str, make_env: Callable[[], RKHSFunctionEnv],
          policies: dict[str, Callable[[], Policy]], horizons: dict[str, int], seeds: Sequence[int],
          desc: str, progress: bool = True, extra: dict[str, Any] | None = None,
          batch: BatchMode = "auto") -> list[RunResult]:
-    """Every seed × policy through the runner: one JSON per run under ``out/runs/``, finished
-    runs read back (resume). The same seed gives every policy the same ``f*``, arms and noise;
-    ``batch`` is the ``--batch`` mode (the seeds of a policy as one batch, the same results)."""
+    """Every seed × policy through the runner (``batch``: the ``--batch`` mode), one JSON per run
+    under ``out/runs/``, finished runs read back; a seed gives every policy the same f*, arms, noise."""
     jobs = [Job(env_name, name, seed, horizons[name], make_env, lambda env, f=factory: f(), extra)
             for seed in seeds for name, factory in policies.items()]
-    return run_jobs_batched(jobs, batch=batch, out=out, progress=progress, diagnostics_every=0,
-                            desc=desc)
+    return run_jobs_batched(jobs, batch=batch, out=out, progress=progress, diagnostics_every=0, desc=desc)
 
 
 def _env(kernel: str, d: int, ls: float, args: argparse.Namespace) -> Callable[[], RKHSFunctionEnv]:
@@ -167,8 +165,7 @@ def _table(results: list[RunResult], d: int, with_paper: bool) -> str:
     return "\n".join(lines)
 
 
-def _setting(args: argparse.Namespace, what: str, d: int | None, seeds: int,
-             cmm: bool = True) -> str:
+def _setting(args: argparse.Namespace, what: str, d: int | None, seeds: int, cmm: bool = True) -> str:
     extra = f"{args.arms} fresh arms per round, ‖f*‖ = 10, σ = 0.1"
     if cmm and args.cmm_horizon != args.horizon:
         extra += f", CMM to T = {args.cmm_horizon}"
