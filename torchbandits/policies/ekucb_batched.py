@@ -307,12 +307,11 @@ class EKUCBBatchMixin(BatchModeMixin):
         with torch.no_grad():
             xv, y = self._to_slots(xv), self._to_slots(y)    # storage order from here on
             first = None if self._all_have_anchors() else model.sizes == 0
-            cols = model.scored_columns(xv)   # the played candidates of the last select
-            kz = model.kernel_columns(xv) if cols is None else cols[0]
             const = model.kernel_constant    # k(x, x) a float when constant: no tensor
             kss = const if const is not None else model.prior_variance(xv)
             chunks = model.chunks()
-            f, omega = model.append(xv, y, cols)
+            # the played candidates' columns come from the last select's score
+            kz, f, omega = model.append_scored(xv, y)
             p = kors.probability(kz, kss, chunks)
             if first is not None:
                 p = torch.where(first, 1.0, p)
