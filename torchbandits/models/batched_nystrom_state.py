@@ -28,7 +28,7 @@ import torch
 from gpytorch.kernels import Kernel, RBFKernel
 from torch import Tensor
 
-from ..buffers import ResizableModule, grow_rows
+from ..buffers import ResizableModule, grow_rows, set_plain
 from ..kernels import kernel_bound, kernel_diag, kernel_matrix
 from ..native import ekucb as native_ekucb
 
@@ -122,6 +122,17 @@ class BatchedNystromState(ResizableModule):
         self._unit_counts = True   # every count is 1 (EK-UCB's; not after a rebuild with counts)
         self._scored: tuple[int, Tensor, list[Any]] | None = None   # (columns per chunk)
         self._scored_full: tuple[Tensor, Tensor, Tensor] | None = None   # (compiled score's)
+
+    #: plain attributes set every round: stored past ``nn.Module.__setattr__``'s checks
+    #: (:func:`~torchbandits.buffers.set_plain`; a dozen such sets a round)
+    _PLAIN = frozenset({"_version", "_n", "_pending", "_q_kept", "_scored", "_scored_full",
+                        "_mmax", "_chunks"})
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self._PLAIN:
+            set_plain(self, name, value)
+        else:
+            super().__setattr__(name, value)
 
     # ------------------------------------------------------------------ sizes / state
     @property

@@ -42,6 +42,7 @@ from ..batching import (
     check_batch_rewards,
     check_batched_candidates,
 )
+from ..buffers import set_plain
 from ..confidence import ConstantBeta
 from ..models.batched_kors import BatchedKORS
 from ..models.batched_nystrom import BatchedNystrom
@@ -333,8 +334,8 @@ class EKUCBBatchMixin(BatchModeMixin):
             else:                  # sync-free: every run, masked writes, KORS's border with it
                 grow_masked(model, f, omega, accept, kors, kz, kss, p)
             self._check_sizes()
-        self.dim = xv.shape[1]
-        self.t += 1  # type: ignore[attr-defined]
+        set_plain(self, "dim", xv.shape[1])   # (plain attributes: past nn.Module's checks)
+        set_plain(self, "t", self.t + 1)  # type: ignore[attr-defined]
 
     def batch_diagnostics(self) -> dict[str, Any]:
         """Per-run ``[R]`` tensors: dictionary size, KORS counters, refused anchors; ``n``, β."""
