@@ -60,7 +60,7 @@ from torch import Tensor
 
 from ..deferred_checks import active_checks, check_runs
 from ..native import ekucb as native_ekucb
-from ..native import ekucb_append as native_append
+from .batched_nystrom_append import append_compiled
 from .batched_nystrom_growth import grow_compacted, grow_masked
 from .batched_nystrom_state import BatchedNystromState, batched_kernel
 from .nystrom_updates import PIVOT_TOL, whitening
@@ -240,40 +240,13 @@ class BatchedNystrom(BatchedNystromState):
         (``[R, M]``, ``[R, M]``, ``[R]``). After a compiled score, one compiled call
         (:func:`torchbandits.native.ekucb_append.append_played`: the numbers of
         :meth:`scored_columns` + :meth:`append` up to the rounding of two sums); else those two."""
-        fused = self._append_compiled(x, y)
+        fused = append_compiled(self, x, y)
         if fused is not None:
             return fused
         cols = self.scored_columns(x)
         kz = self.kernel_columns(x) if cols is None else cols[0]
         f, omega = self.append(x, y, cols)
         return kz, f, omega
-
-    def _append_compiled(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor] | None:
-        last, n, mm = self._scored, self._n, self._mmax
-        if last is None or last[0] != self._version or mm == 0 or self._pending is not None \
-                or self._q_kept is not None or len(last[2]) != 1:
-            return None
-        full = self._scored_full   # (set by the compiled score, with the columns in last[2])
-        if full is None or not isinstance(last[2][0], tuple) or full[0] is not last[2][0][0] \
-                or full[1].shape[-1] != mm:
-            return None
-        kz, f, qf = full
-        self._ensure(n + 1, mm, x.shape[1])
-        const = self._k.const
-        deferred = active_checks() is not None
-        got = native_append.append_played(
-            last[1], x, y, kz, f, qf, const if const is not None else self._k.diag(x),
-            self.jitter, self._g, self._e, self._x, self._s, n, self._logdet,
-            write_missing=deferred)
-        if got is None or (got.n_missing and not deferred):
-            return None    # nothing written: the torch path (fresh columns for a missing x)
-        if got.n_missing:
-            check_runs("x must be a candidate of the last select", got.missing,
-                       lambda r: f"x of run {r} is not a candidate of the last select")
-        self._version += 1
-        self._defer_q_step(got.a, got.b)
-        self._n = n + 1
-        return got.kz, got.f, got.omega
 
     def append(self, x: Tensor, y: Tensor,
                columns: tuple[Tensor, Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
@@ -317,6 +290,17 @@ class BatchedNystrom(BatchedNystromState):
         self._s[:, n] = y
         self._n = n + 1
         return f, omega
+
+    def guard(self, omega: Tensor, accept: Tensor) -> Tensor:
+        """The runs ``[R]`` that accept the last appended point (``accept``) and pass the
+        ``min_residual`` guard (``ω > min_residual·k(z,z)``, ``omega`` ``[R]``); the refusals are
+        counted in :attr:`refused`. The CPU's compacted growth gathers only these runs (those
+        that accept with ``p̃ ≥ 1`` late in a run are mostly refused here)."""
+        const = self._k.const
+        kzz = const if const is not None else self._k.diag(self._x[:, self._n - 1])
+        ok = (omega > self.min_residual * kzz) & accept
+        self._refused.add_(ok ^ accept)
+        return ok
 
     def add_last(self, f: Tensor, omega: Tensor, accept: Tensor, runs: Tensor | None = None
                  ) -> Tensor:

@@ -325,8 +325,8 @@ class EKUCBBatchMixin(BatchModeMixin):
             stats["sum_p"].add_(p if first is None else p.masked_fill(first, 0.0))
             stats["sum_pq"].add_(p * (1.0 - p))   # 0 at a first point (p̃ = 1)
             stats["last_p"] = p
-            if self._compacts():   # CPU: one read, only the accepting runs are bordered
-                runs = accept.nonzero()[:, 0]
+            if self._compacts():   # CPU: one read, only the runs that grow are bordered
+                runs = model.guard(omega, accept).nonzero()[:, 0]
                 if runs.numel():
                     added = model.add_last(f[runs], omega[runs], accept[runs], runs)
                     kors.add(kz[runs], kss if isinstance(kss, float) else kss[runs], p[runs],
