@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from ..buffers import ResizableModule, grow_rows
-from ..deferred_checks import check_runs
+from ..deferred_checks import active_checks, check_runs
 from ..native import ekucb as native_ekucb
 
 __all__ = ["BatchedKORS"]
@@ -116,8 +116,9 @@ class BatchedKORS(ResizableModule):
         if runs is not None:
             keep = accept.nonzero()[:, 0]   # the compacted path reads: only the growing runs
             if keep.numel():
-                self._border(runs[keep], kz[keep], kss if isinstance(kss, float) else kss[keep],
-                             p[keep], accept[keep], mm)
+                idx, kk, sk = runs[keep], kz[keep], kss if isinstance(kss, float) else kss[keep]
+                if not self._border_compiled(idx, kk, sk, p[keep]):
+                    self._border(idx, kk, sk, p[keep], accept[keep], mm)
             return
         for a, b, w in chunks if chunks is not None else [(0, kz.shape[0], mm)]:
             self._border(slice(a, b), kz[a:b, :w], kss if isinstance(kss, float) else kss[a:b],
@@ -152,6 +153,24 @@ class BatchedKORS(ResizableModule):
             self._m[idx] = pos + ok
         else:
             pos.add_(ok)          # a view of the sizes
+
+    def _border_compiled(self, idx: Tensor, kz: Tensor, kss: Tensor | float, p: Tensor) -> bool:
+        """:meth:`_border` of the distinct growing runs ``idx`` by the compiled border
+        (:func:`torchbandits.native.ekucb.kors_grow`: each run's ``N`` in place at its own size,
+        no gather), or ``False`` (nothing done) where it does not apply. ``N k_Z`` and
+        ``k_Zᵀ N k_Z`` are summed in another order than the torch border's batched product: the
+        same to rounding, not bit for bit. A Schur complement that is not positive raises
+        (nothing written) or is flagged under deferred checks (written, as the torch path)."""
+        strict = active_checks() is None
+        out = native_ekucb.kors_grow(idx, kz.contiguous(), kss, p.contiguous(), self._nz, self._p,
+                                     self._m, self.mu, strict)
+        if out is None:
+            return False
+        failed, bad = out
+        if failed or not strict:
+            check_runs("KORS add: a Schur complement must be positive", bad,
+                       lambda r: f"KORS add: a Schur complement is not positive (run {r})")
+        return True
 
     def _arange(self, start: int, stop: int) -> Tensor:
         """``arange(start, stop)`` on the device (cached)."""

@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from ..deferred_checks import check_runs
+from ..deferred_checks import active_checks, check_runs
+from ..native import ekucb as native_ekucb
 
 if TYPE_CHECKING:
     from .batched_kors import BatchedKORS
@@ -165,6 +166,8 @@ def _border_runs(model: BatchedNystrom, idx: Tensor, f: Tensor, omega: Tensor, w
     corner ``1/s`` in one write."""
     n, lam = model.n, model.lam
     model._flush_q(idx)   # then Q's rows idx are current
+    if _border_compiled(model, idx, f, omega):
+        return
     z = model._x[idx, n - 1]                                                 # [k, d]
     d = torch.sqrt(omega)
     pos = model._m[idx]
@@ -191,3 +194,32 @@ def _border_runs(model: BatchedNystrom, idx: Tensor, f: Tensor, omega: Tensor, w
     model._z[idx, pos] = z
     model._logdet[idx] += torch.log(schur)
     model._m[idx] = pos + 1
+
+
+def _border_compiled(model: BatchedNystrom, idx: Tensor, f: Tensor, omega: Tensor) -> bool:
+    """:func:`_border_runs` by the compiled border (:func:`torchbandits.native.ekucb.grow`: each
+    run in place at its own size, ``E`` read once, no gather), or ``False`` (nothing done: the
+    torch path runs) where it does not apply (not float64 CPU tensors, no compiler). Its sums run
+    in another order than the batched torch products: the state agrees with the torch border to
+    rounding, not bit for bit (~1e-12 relative; amplified on ill-conditioned dictionaries, as
+    between the batched and the sequential models). A Schur complement that is not positive
+    raises (nothing written) or, under :func:`~torchbandits.deferred_checks.deferred_checks`,
+    is flagged (the border written, as the torch path does)."""
+    kern = model._k
+    if not native_ekucb.available(model._e):
+        return False
+    n = model.n
+    krow = kern.rbf_c if kern.rbf_c is not None else (
+        kern.block(model._x[idx, :n], model._x[idx, n - 1, None])[..., 0].contiguous())
+    strict = active_checks() is None
+    out = native_ekucb.grow(idx, f.contiguous(), omega.contiguous(), n, model._x, krow, model._e,
+                            model._p, model._p_lower, model._q_stored(), model._g, model._s,
+                            None if model._unit_counts else model._c, model._z, model._logdet,
+                            model._m, model.lam, strict)
+    if out is None:
+        return False
+    failed, bad = out
+    if failed or not strict:
+        check_runs("add_last: a Schur complement must be positive", bad,
+                   lambda r: f"add_last: a Schur complement is not positive (run {r})")
+    return True

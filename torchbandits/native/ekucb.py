@@ -18,8 +18,8 @@ from torch import Tensor
 
 from . import pointer, signed
 
-__all__ = ["RBF_MAX_DIM", "available", "kors_quadratic", "rank_one_sub", "rbf_block", "rbf_exponent",
-           "score"]
+__all__ = ["RBF_MAX_DIM", "available", "grow", "kors_grow", "kors_quadratic", "rank_one_sub",
+           "rbf_block", "rbf_exponent", "score"]
 
 _I64, _PTR, _F64 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_double
 #: columns of a tile of ``ekucb_score`` (its scratch is ``3·W·TILE_COLUMNS`` doubles)
@@ -32,10 +32,19 @@ _SIGNATURES = {
     "ekucb_rbf_exponent": [_I64, _I64, _I64, _I64, _PTR, _I64, _I64, _PTR, _I64, _I64, _F64, _PTR],
     "ekucb_rbf_block": [_I64, _I64, _I64, _I64, _PTR, _I64, _I64, _PTR, _I64, _I64, _F64, _PTR],
 }
+_GROWERS = {   # (argument types, result type): these return the number of failed runs
+    "ekucb_grow": ([_I64, _PTR, _I64, _I64, _I64, _PTR, _I64, _I64, _PTR, _I64, _F64,
+                    _PTR, _I64, _I64, _PTR, _I64, _I64, _I64, _PTR, _I64, _I64,
+                    _PTR, _I64, _PTR, _I64, _PTR, _I64, _PTR, _I64, _I64, _PTR, _PTR,
+                    _PTR, _I64, _PTR, _F64, _I64, _PTR, _PTR, _PTR], _I64),
+    "ekucb_kors_grow": ([_I64, _PTR, _I64, _PTR, _I64, _I64, _PTR, _I64, _PTR, _PTR, _I64, _PTR,
+                         _F64, _PTR, _F64, _I64, _PTR, _PTR, _PTR], _I64),
+}
 #: the input dimensions where :func:`rbf_exponent` is torch's ``cdist`` to the bit (its loop sums
 #: the coordinates' squares in order there; for some larger dimensions it does not, measured)
 RBF_MAX_DIM = 2
-_SIGNED_ARGS = {name: (args, None) for name, args in _SIGNATURES.items()}  # built once: hot path
+_SIGNED_ARGS = {**{name: (args, None) for name, args in _SIGNATURES.items()},
+                **_GROWERS}  # built once: hot path
 
 
 def _lib() -> ctypes.CDLL | None:
@@ -175,3 +184,98 @@ def _rbf(name: str, a: Tensor, b: Tensor, c: float, max_dim: int | None) -> Tens
         getattr(lib, name)(r, na, nb, d, pointer(a), a.stride(0), a.stride(1), pointer(b),
                            b.stride(0), b.stride(1), float(c), pointer(out))
     return out
+
+
+def _runs_ok(runs: Tensor) -> bool:
+    return (runs.device.type == "cpu" and runs.dtype == torch.int64 and runs.dim() == 1
+            and runs.is_contiguous())
+
+
+def grow(runs: Tensor, f: Tensor, omega: Tensor, n: int, x: Tensor, krow: Tensor | float,
+         e: Tensor, p: Tensor, p_lower: bool, q: Tensor, g: Tensor, s: Tensor, c: Tensor | None,
+         z: Tensor, logdet: Tensor, sizes: Tensor, lam: float, strict: bool
+         ) -> tuple[int, Tensor] | None:
+    """The posterior's border of the distinct growing ``runs`` (int64 ``[k]``) in place
+    (``ekucb_grow``; Zenati et al. 2022, Algorithm 4), each at its own size ``m_r``: the last
+    point ``z = x_{n−1}`` joins run ``r``'s dictionary with ``f = e(z)`` ``f[j, :m_r]`` (``f``
+    ``[k, W]``, ``W ≥ m_r``) and ``d = √ω_j`` (``omega`` ``[k]``). ``krow``: the kernel rows
+    ``k_S(z)`` ``[k, n]``, or the RBF constant ``c`` (``k = exp(c‖x − z‖²)``, computed in C as
+    :func:`rbf_block` does). Writes ``E[r, :n, m_r]`` ``= e = (k_S(z) − E f)/d``, ``Q ← Q + u uᵀ/s``
+    (``u = [Q b; −1]``, ``b = Eᵀ C e``, ``s = eᵀCe + λ − bᵀQb``), ``P[r, m_r] = [−Pᵀf/d, 1/d]``,
+    ``g[r, m_r] = eᵀs``, ``z[r, m_r]``, ``log det += log s``, ``m_r += 1`` — unless ``strict`` and
+    some ``s`` is not positive (then nothing). ``x`` ``[R, ≥n, d]``, ``E`` ``[R, ≥n, ≥W+1]``,
+    ``P``, ``Q`` ``[R, ≥W+1, ≥W+1]``, ``g`` ``[R, ≥W+1]``, reward sums ``s`` and counts ``c``
+    ``[R, ≥n]`` (``None``: unit counts), anchors ``z`` ``[R, ≥W+1, d]``, ``logdet`` ``[R]``
+    (contiguous), ``sizes`` int64 ``[R]``. Returns ``(failed, bad)``: the number of runs whose
+    ``s`` is not positive and their flags ``[R]`` (bool); ``None`` where the compiled path
+    does not apply (nothing written).
+
+    Rounding: each row of ``E`` is read once (``E f`` by :func:`dot4`'s four partial sums, then
+    ``Eᵀ C e`` accumulated row by row with one FMA a term, while the row is in L1), ``Qb`` by
+    ``dot4`` rows, ``Pᵀf`` by ``P``'s rows in order, the RBF's exponential ``exp4`` (within about
+    an ulp of torch's) — not the batched torch products' order: the state agrees with the torch
+    border to rounding (~1e-12 relative on well-conditioned runs), not bit for bit."""
+    k, w = f.shape
+    r, d = x.shape[0], x.shape[2]
+    const = not isinstance(krow, Tensor)
+    if (k == 0 or not _ok(f, omega, x, e, p, q, g, s, z, logdet) or not _runs_ok(runs)
+            or not _sizes_ok(sizes, r) or runs.shape[0] != k or omega.shape[0] != k
+            or not (f.is_contiguous() and omega.is_contiguous() and logdet.is_contiguous())
+            or min(e.shape[2], p.shape[1], p.shape[2], q.shape[1], q.shape[2], g.shape[1],
+                   z.shape[1]) < w + 1 or min(e.shape[1], x.shape[1], s.shape[1]) < n or n < 1
+            or (c is not None and (not _ok(c) or c.shape[1] < n))
+            or (not const and (not _ok(krow) or tuple(krow.shape) != (k, n)))  # type: ignore[union-attr]
+            or not (e.shape[0] == p.shape[0] == q.shape[0] == g.shape[0] == s.shape[0]
+                    == z.shape[0] == logdet.shape[0] == r)):
+        return None
+    lib = _lib()
+    if lib is None:
+        return None
+    work = f.new_empty(n + w + 1 + k * (2 * w + 2))
+    schur = f.new_empty(k)
+    bad = torch.zeros(r, dtype=torch.bool)
+    failed = lib.ekucb_grow(
+        k, pointer(runs), w, n, d, pointer(x), x.stride(0), x.stride(1),
+        None if const else pointer(krow), 0 if const else krow.stride(0),  # type: ignore[union-attr]
+        float(krow) if const else 0.0,  # type: ignore[arg-type]
+        pointer(e), e.stride(0), e.stride(1), pointer(p), p.stride(0), p.stride(1),
+        int(bool(p_lower)), pointer(q), q.stride(0), q.stride(1), pointer(g), g.stride(0),
+        pointer(s), s.stride(0), None if c is None else pointer(c), 0 if c is None else c.stride(0),
+        pointer(z), z.stride(0), z.stride(1), pointer(logdet), pointer(sizes), pointer(f),
+        f.stride(0), pointer(omega), float(lam), int(bool(strict)), pointer(work), pointer(schur),
+        pointer(bad))
+    return None if failed < 0 else (failed, bad)
+
+
+def kors_grow(runs: Tensor, kz: Tensor, kss: Tensor | float, p: Tensor, nz: Tensor, pt: Tensor,
+              sizes: Tensor, mu: float, strict: bool) -> tuple[int, Tensor] | None:
+    """KORS's border of the distinct growing ``runs`` (int64 ``[k]``) in place
+    (``ekucb_kors_grow``; Zenati et al. 2022, §4.2), each at its own size ``m_r``: with
+    ``k = kz[j, :m_r]`` (``kz`` ``[k, W]``, ``W ≥ m_r``), ``u = [N k; −1]`` and
+    ``s = k(z,z) + μ p̃ − kᵀNk`` (``kss`` ``[k]`` or a float), ``N ← N + u uᵀ/s`` on
+    ``[:m_r+1, :m_r+1]``, ``p̃[r, m_r] = p[j]``, ``m_r += 1`` — unless ``strict`` and some ``s``
+    is not positive (then nothing). ``N`` ``[R, ≥W+1, ≥W+1]``, ``pt`` ``[R, ≥W+1]``, ``sizes``
+    int64 ``[R]``. Returns ``(failed, bad)`` as :func:`grow`, or ``None`` (nothing written).
+    Rounding: ``N k`` by ``dot4`` rows and ``kᵀNk`` in order (the torch border's batched
+    product sums in another order: the same to rounding)."""
+    k, w = kz.shape
+    r = nz.shape[0]
+    const = not isinstance(kss, Tensor)
+    if (k == 0 or not _ok(kz, p, nz, pt) or not _runs_ok(runs) or not _sizes_ok(sizes, r)
+            or runs.shape[0] != k or p.shape[0] != k or not p.is_contiguous()
+            or (not const and (not _ok(kss) or not kss.is_contiguous()  # type: ignore[arg-type]
+                               or kss.shape != (k,)))  # type: ignore[union-attr]
+            or min(nz.shape[1], nz.shape[2], pt.shape[1]) < w + 1 or pt.shape[0] != r):
+        return None
+    lib = _lib()
+    if lib is None:
+        return None
+    work = kz.new_empty((k + 1) * (w + 1))
+    schur = kz.new_empty(k)
+    bad = torch.zeros(r, dtype=torch.bool)
+    failed = lib.ekucb_kors_grow(
+        k, pointer(runs), w, pointer(nz), nz.stride(0), nz.stride(1), pointer(pt), pt.stride(0),
+        pointer(sizes), pointer(kz), kz.stride(0), None if const else pointer(kss),  # type: ignore[arg-type]
+        float(kss) if const else 0.0, pointer(p), float(mu), int(bool(strict)),  # type: ignore[arg-type]
+        pointer(work), pointer(schur), pointer(bad))
+    return None if failed < 0 else (failed, bad)

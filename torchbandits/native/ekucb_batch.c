@@ -630,3 +630,164 @@ void ekucb_rbf_block(int64_t R, int64_t na, int64_t nb, int64_t d, const double 
                      double *out) {
     rbf(R, na, nb, d, a, a_rs, a_ld, b, b_rs, b_ld, c, out, 1);
 }
+
+/* ---------------------------------------------------------------------------------------------
+ * The compacted growth of the dictionaries (Zenati et al. 2022, Algorithms 2 and 4 for the
+ * posterior, Algorithm 5 / §4.2 for KORS), run by run in place: no gather of a run's blocks.
+ * --------------------------------------------------------------------------------------------- */
+
+/* x[j] += a * y[j] for j < m, one fused multiply-add per entry (each x[j] its own sum) */
+static inline void axpy(double *x, double a, const double *y, int64_t m) {
+    int64_t j = 0;
+#ifdef EKUCB_AVX2
+    const __m256d av = _mm256_set1_pd(a);
+    for (; j + 4 <= m; j += 4)
+        _mm256_storeu_pd(x + j, _mm256_fmadd_pd(av, _mm256_loadu_pd(y + j),
+                                                _mm256_loadu_pd(x + j)));
+#endif
+    for (; j < m; ++j) x[j] = MADD(a, y[j], x[j]);
+}
+
+/* M[i][j] += u_i v_j for i, j <= m (row stride ld): a bordered inverse's rank-one update,
+ * u = [N k; -1], v = u / s (the update, the border and the corner at once) */
+static void border_update(double *M, int64_t ld, const double *u, const double *v, int64_t m) {
+    for (int64_t i = 0; i <= m; ++i) axpy(M + i * ld, u[i], v, m + 1);
+}
+
+/* u[i] = sum_{j<m} M[i][j] x[j] (dot4) for i < m, u[m] = -1; returns sum_{i<m} x[i] u[i] in
+ * order: the bordered vector [M x; -1] and the quadratic form x^T M x */
+static double bordered_vector(const double *M, int64_t ld, const double *x, int64_t m, double *u) {
+    double quad = 0.0;
+    for (int64_t i = 0; i < m; ++i) {
+        u[i] = dot4(M + i * ld, x, m);
+        quad += x[i] * u[i];
+    }
+    u[m] = -1.0;
+    return quad;
+}
+
+/* The posterior's growth of the K distinct runs runs[k] (Zenati et al. 2022, Algorithm 4: the
+ * last appended point z = x_{n-1} of run r joins its dictionary; the guard was passed). With
+ * m = m_r (at most W), f = e(z) = f[k, :m], d = sqrt(omega[k]) and the kernel row k_S(z) [n]
+ * (krow[k] if krow != NULL, else the RBF exp(c |x_i - z|^2) of rbf):
+ *   e_i   = (k_S(z)_i - E_i f) / d       (E_i row i of E_r; dot4)              i < n
+ *   b     = E^T C e                       (b += C_i e_i E_i, rows in order)
+ *   eCe   = sum_i e_i C_i e_i,  es = sum_i e_i s_i         (in order over i)
+ *   u     = [Q b; -1]  (dot4 rows),  s = (eCe + lam) - b^T Q b                 (the Schur)
+ *   row   = -(P^T f) / d                  (P's rows in order, the zeros above a lower P skipped)
+ * E's new column e_i is written in the same pass over E_r as E f and E^T C e (each row read
+ * once, while it is in L1). Then, if no s is <= 0 (or !strict):
+ *   Q <- Q + u u^T / s on [:m+1, :m+1];  P[m] = [row, 1/d];  g[m] = es;  z[m] = x_{n-1};
+ *   logdet += log s;  m_r <- m + 1.
+ * Otherwise (strict) no state is changed (the columns of E written are zeroed back: they were
+ * the zero padding). bad[r] = 1 where s is not > 0 (NaN included). C == NULL: unit counts.
+ * Returns the number of such runs, or -1 (nothing done) if some m_r > W. Work: n + W + 1 +
+ * K (2W + 2) doubles. */
+int64_t ekucb_grow(int64_t K, const int64_t *runs, int64_t W, int64_t n, int64_t d,
+                   const double *X, int64_t x_rs, int64_t x_ld,
+                   const double *krow, int64_t k_rs, double c,
+                   double *E, int64_t e_rs, int64_t e_ld,
+                   double *P, int64_t p_rs, int64_t p_ld, int64_t p_lower,
+                   double *Q, int64_t q_rs, int64_t q_ld,
+                   double *g, int64_t g_rs, const double *S, int64_t s_rs,
+                   const double *C, int64_t c_rs,
+                   double *Z, int64_t z_rs, int64_t z_ld,
+                   double *logdet, int64_t *sizes,
+                   const double *f, int64_t f_rs, const double *omega, double lam,
+                   int64_t strict, double *work, double *schur, uint8_t *bad) {
+    for (int64_t k = 0; k < K; ++k)
+        if (sizes[runs[k]] > W || sizes[runs[k]] < 0) return -1;
+    double *ks = work, *b = work + n, *U = b + W + 1, *rows = U + K * (W + 1), *G = rows + K * W;
+    int64_t nbad = 0;
+    for (int64_t k = 0; k < K; ++k) {
+        const int64_t r = runs[k], m = sizes[r];
+        const double dd = sqrt(omega[k]), *fk = f + k * f_rs, *Sr = S + r * s_rs;
+        const double *Cr = C ? C + r * c_rs : NULL, *Pr = P + r * p_rs;
+        const double *kr = ks;
+        double *Er = E + r * e_rs, *u = U + k * (W + 1), *row = rows + k * W;
+        if (krow)
+            kr = krow + k * k_rs;
+        else
+            rbf(1, 1, n, d, X + r * x_rs + (n - 1) * x_ld, 0, d, X + r * x_rs, 0, x_ld, c, ks, 1);
+        for (int64_t j = 0; j < m; ++j) b[j] = 0.0;
+        double ece = 0.0, es = 0.0;
+        for (int64_t i = 0; i < n; ++i) {                  /* one pass over E_r */
+            double *ei = Er + i * e_ld;
+            fetch_row(i + 8 < n ? ei + 8 * e_ld : ei, m + 1);
+            double e = (kr[i] - dot4(ei, fk, m)) / dd, ce = Cr ? Cr[i] * e : e;
+            axpy(b, ce, ei, m);
+            ei[m] = e;
+            ece += e * ce;
+            es += e * Sr[i];
+        }
+        for (int64_t j = 0; j < m; ++j) row[j] = 0.0;      /* P^T f, P's rows in order */
+        for (int64_t i = 0; i < m; ++i)
+            axpy(row, fk[i], Pr + i * p_ld, p_lower && i + 1 < m ? i + 1 : m);
+        for (int64_t j = 0; j < m; ++j) row[j] = -row[j] / dd;
+        double s = (ece + lam) - bordered_vector(Q + r * q_rs, q_ld, b, m, u);
+        schur[k] = s;
+        G[k] = es;
+        if (!(s > 0.0)) {
+            bad[r] = 1;
+            ++nbad;
+        }
+    }
+    if (strict && nbad) {                                   /* nothing changes: E back to 0 */
+        for (int64_t k = 0; k < K; ++k) {
+            double *Er = E + runs[k] * e_rs;
+            for (int64_t i = 0; i < n; ++i) Er[i * e_ld + sizes[runs[k]]] = 0.0;
+        }
+        return nbad;
+    }
+    for (int64_t k = 0; k < K; ++k) {
+        const int64_t r = runs[k], m = sizes[r];
+        const double s = schur[k], inv = 1.0 / s, *u = U + k * (W + 1), *row = rows + k * W;
+        double *Pm = P + r * p_rs + m * p_ld, *zr = Z + r * z_rs + m * z_ld;
+        const double *xl = X + r * x_rs + (n - 1) * x_ld;
+        for (int64_t j = 0; j <= m; ++j) b[j] = u[j] * inv;
+        border_update(Q + r * q_rs, q_ld, u, b, m);
+        for (int64_t j = 0; j < m; ++j) Pm[j] = row[j];
+        Pm[m] = 1.0 / sqrt(omega[k]);
+        g[r * g_rs + m] = G[k];
+        for (int64_t j = 0; j < d; ++j) zr[j] = xl[j];
+        logdet[r] += log(s);
+        sizes[r] = m + 1;
+    }
+    return nbad;
+}
+
+/* KORS's growth of the K distinct runs runs[k] (Zenati et al. 2022, §4.2: N = (K_ZZ +
+ * mu diag(p))^{-1} bordered with the new anchor): with m = m_r (at most W) and k = kz[k, :m],
+ *   u = [N k; -1] (dot4 rows),  s = (kss + mu p) - k^T N k  (kss[k], or kss_c if kss == NULL),
+ * then, if no s is <= 0 (or !strict): N <- N + u u^T / s on [:m+1, :m+1], p~[m] = p[k],
+ * m_r <- m + 1. bad[r] = 1 where s is not > 0; returns their number (strict: then nothing is
+ * changed), or -1 (nothing done) if some m_r > W. Work: (K + 1)(W + 1) doubles. */
+int64_t ekucb_kors_grow(int64_t K, const int64_t *runs, int64_t W, double *N, int64_t n_rs,
+                        int64_t n_ld, double *pt, int64_t p_rs, int64_t *sizes, const double *kz,
+                        int64_t kz_rs, const double *kss, double kss_c, const double *p, double mu,
+                        int64_t strict, double *work, double *schur, uint8_t *bad) {
+    for (int64_t k = 0; k < K; ++k)
+        if (sizes[runs[k]] > W || sizes[runs[k]] < 0) return -1;
+    double *v = work, *U = work + W + 1;
+    int64_t nbad = 0;
+    for (int64_t k = 0; k < K; ++k) {
+        const int64_t r = runs[k], m = sizes[r];
+        double quad = bordered_vector(N + r * n_rs, n_ld, kz + k * kz_rs, m, U + k * (W + 1));
+        double s = ((kss ? kss[k] : kss_c) + mu * p[k]) - quad;
+        schur[k] = s;
+        if (!(s > 0.0)) {
+            bad[r] = 1;
+            ++nbad;
+        }
+    }
+    if (strict && nbad) return nbad;
+    for (int64_t k = 0; k < K; ++k) {
+        const int64_t r = runs[k], m = sizes[r];
+        const double inv = 1.0 / schur[k], *u = U + k * (W + 1);
+        for (int64_t j = 0; j <= m; ++j) v[j] = u[j] * inv;
+        border_update(N + r * n_rs, n_ld, u, v, m);
+        pt[r * p_rs + m] = p[k];
+        sizes[r] = m + 1;
+    }
+    return nbad;
+}
