@@ -143,17 +143,57 @@ def grow_compacted(model: BatchedNystrom, runs: Tensor, f: Tensor, omega: Tensor
     """The posterior's growth of the distinct ``runs`` (a LongTensor ``[k]``, compacted by the
     caller; ``f`` ``[k, M]``, ``omega`` and ``accept`` ``[k]``): the guard, then only the runs
     that pass are gathered, bordered and written back (one host read), and the widths refreshed.
-    Returns the mask ``[k]`` of the runs that grew."""
+    On the CPU in float64 the guard and the border are one compiled call instead
+    (:func:`_grow_compiled`). Returns the mask ``[k]`` of the runs that grew."""
     model._ensure(model.n, model.max_size + 1, model._x.shape[2])
     model._version += 1
     kern = model._k
-    want = accept
     kzz = kern.const if kern.const is not None else kern.diag(model._x[runs, model.n - 1])
+    ok = _grow_compiled(model, runs, f, omega, accept, kzz)
+    if ok is not None:
+        return ok
+    want = accept
     ok = want & (omega > model.min_residual * kzz)
     model._refused[runs] += want & ~ok
     keep = ok.nonzero()[:, 0]          # the compacted path reads: only the runs that grow
     if keep.numel():
         _border_runs(model, runs[keep], f[keep], omega[keep], model.max_size)
+        model.refresh_widths()
+    return ok
+
+
+def _grow_compiled(model: BatchedNystrom, runs: Tensor, f: Tensor, omega: Tensor, accept: Tensor,
+                   kzz: Tensor | float) -> Tensor | None:
+    """:func:`grow_compacted` by the compiled growth (:func:`torchbandits.native.ekucb.grow`:
+    the guard, the deferred step of ``Q`` and the border of each growing run in place at its own
+    size — ``E`` read once, nothing gathered), or ``None`` (nothing done: the torch path runs)
+    where it does not apply (not float64 CPU tensors, no compiler). Its sums run in another order than the batched torch products: the state agrees
+    with the torch border to rounding, not bit for bit (~1e-12 relative; amplified on
+    ill-conditioned dictionaries, as between the batched and the sequential models). A Schur
+    complement that is not positive raises (nothing bordered) or, under
+    :func:`~torchbandits.deferred_checks.deferred_checks`, is flagged (the border written, as
+    the torch path does)."""
+    kern = model._k
+    if not native_ekucb.available(model._e):
+        return None
+    if model._q_kept is not None:   # debug_stale_q: Q's values back (the same numbers as in C)
+        model._flush_q(runs)
+    n = model.n
+    krow = kern.rbf_c if kern.rbf_c is not None else (
+        kern.block(model._x[runs, :n], model._x[runs, n - 1, None])[..., 0].contiguous())
+    strict = active_checks() is None
+    out = native_ekucb.grow(
+        runs, f.contiguous(), omega.contiguous(), accept.contiguous(), kzz, model.min_residual,
+        n, model._x, krow, model._e, model._p, model._p_lower, model._q_stored(), model._pending,
+        model._g, model._s, None if model._unit_counts else model._c, model._z, model._logdet,
+        model._m, model._refused, model.lam, strict)
+    if out is None:
+        return None
+    ok, failed, bad, grown = out
+    if failed or not strict:
+        check_runs("add_last: a Schur complement must be positive", bad,
+                   lambda r: f"add_last: a Schur complement is not positive (run {r})")
+    if grown:
         model.refresh_widths()
     return ok
 
@@ -166,8 +206,6 @@ def _border_runs(model: BatchedNystrom, idx: Tensor, f: Tensor, omega: Tensor, w
     corner ``1/s`` in one write."""
     n, lam = model.n, model.lam
     model._flush_q(idx)   # then Q's rows idx are current
-    if _border_compiled(model, idx, f, omega):
-        return
     z = model._x[idx, n - 1]                                                 # [k, d]
     d = torch.sqrt(omega)
     pos = model._m[idx]
@@ -194,32 +232,3 @@ def _border_runs(model: BatchedNystrom, idx: Tensor, f: Tensor, omega: Tensor, w
     model._z[idx, pos] = z
     model._logdet[idx] += torch.log(schur)
     model._m[idx] = pos + 1
-
-
-def _border_compiled(model: BatchedNystrom, idx: Tensor, f: Tensor, omega: Tensor) -> bool:
-    """:func:`_border_runs` by the compiled border (:func:`torchbandits.native.ekucb.grow`: each
-    run in place at its own size, ``E`` read once, no gather), or ``False`` (nothing done: the
-    torch path runs) where it does not apply (not float64 CPU tensors, no compiler). Its sums run
-    in another order than the batched torch products: the state agrees with the torch border to
-    rounding, not bit for bit (~1e-12 relative; amplified on ill-conditioned dictionaries, as
-    between the batched and the sequential models). A Schur complement that is not positive
-    raises (nothing written) or, under :func:`~torchbandits.deferred_checks.deferred_checks`,
-    is flagged (the border written, as the torch path does)."""
-    kern = model._k
-    if not native_ekucb.available(model._e):
-        return False
-    n = model.n
-    krow = kern.rbf_c if kern.rbf_c is not None else (
-        kern.block(model._x[idx, :n], model._x[idx, n - 1, None])[..., 0].contiguous())
-    strict = active_checks() is None
-    out = native_ekucb.grow(idx, f.contiguous(), omega.contiguous(), n, model._x, krow, model._e,
-                            model._p, model._p_lower, model._q_stored(), model._g, model._s,
-                            None if model._unit_counts else model._c, model._z, model._logdet,
-                            model._m, model.lam, strict)
-    if out is None:
-        return False
-    failed, bad = out
-    if failed or not strict:
-        check_runs("add_last: a Schur complement must be positive", bad,
-                   lambda r: f"add_last: a Schur complement is not positive (run {r})")
-    return True

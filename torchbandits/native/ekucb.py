@@ -12,6 +12,8 @@ path multiplies padded chunks: the padding is zero, so the results agree up to r
 from __future__ import annotations
 
 import ctypes
+import functools
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -33,10 +35,12 @@ _SIGNATURES = {
     "ekucb_rbf_block": [_I64, _I64, _I64, _I64, _PTR, _I64, _I64, _PTR, _I64, _I64, _F64, _PTR],
 }
 _GROWERS = {   # (argument types, result type): these return the number of failed runs
-    "ekucb_grow": ([_I64, _PTR, _I64, _I64, _I64, _PTR, _I64, _I64, _PTR, _I64, _F64,
+    "ekucb_grow": ([_I64, _PTR, _I64, _I64, _I64, _PTR, _PTR, _F64, _F64, _PTR, _PTR,
+                    _PTR, _I64, _I64, _PTR, _I64, _F64,
                     _PTR, _I64, _I64, _PTR, _I64, _I64, _I64, _PTR, _I64, _I64,
+                    _PTR, _PTR, _PTR, _I64, _I64,
                     _PTR, _I64, _PTR, _I64, _PTR, _I64, _PTR, _I64, _I64, _PTR, _PTR,
-                    _PTR, _I64, _PTR, _F64, _I64, _PTR, _PTR, _PTR], _I64),
+                    _PTR, _I64, _PTR, _F64, _I64, _PTR, _PTR, _PTR, _PTR], _I64),
     "ekucb_kors_grow": ([_I64, _PTR, _I64, _PTR, _I64, _I64, _PTR, _I64, _PTR, _PTR, _I64, _PTR,
                          _F64, _PTR, _F64, _I64, _PTR, _PTR, _PTR], _I64),
 }
@@ -47,9 +51,9 @@ _SIGNED_ARGS = {**{name: (args, None) for name, args in _SIGNATURES.items()},
                 **_GROWERS}  # built once: hot path
 
 
-def _lib() -> ctypes.CDLL | None:
-    """The library with its signatures set (once per loaded library), or ``None``."""
-    return signed("ekucb_batch", _SIGNED_ARGS)
+#: the library with its signatures set (once per loaded library), or ``None`` (a partial: one
+#: Python frame fewer on a lookup made ~10 times a round)
+_lib: Callable[[], ctypes.CDLL | None] = functools.partial(signed, "ekucb_batch", _SIGNED_ARGS)
 
 
 def _ok(*tensors: Tensor) -> bool:
@@ -191,24 +195,29 @@ def _runs_ok(runs: Tensor) -> bool:
             and runs.is_contiguous())
 
 
-def grow(runs: Tensor, f: Tensor, omega: Tensor, n: int, x: Tensor, krow: Tensor | float,
-         e: Tensor, p: Tensor, p_lower: bool, q: Tensor, g: Tensor, s: Tensor, c: Tensor | None,
-         z: Tensor, logdet: Tensor, sizes: Tensor, lam: float, strict: bool
-         ) -> tuple[int, Tensor] | None:
-    """The posterior's border of the distinct growing ``runs`` (int64 ``[k]``) in place
-    (``ekucb_grow``; Zenati et al. 2022, Algorithm 4), each at its own size ``m_r``: the last
-    point ``z = x_{n−1}`` joins run ``r``'s dictionary with ``f = e(z)`` ``f[j, :m_r]`` (``f``
-    ``[k, W]``, ``W ≥ m_r``) and ``d = √ω_j`` (``omega`` ``[k]``). ``krow``: the kernel rows
-    ``k_S(z)`` ``[k, n]``, or the RBF constant ``c`` (``k = exp(c‖x − z‖²)``, computed in C as
-    :func:`rbf_block` does). Writes ``E[r, :n, m_r]`` ``= e = (k_S(z) − E f)/d``, ``Q ← Q + u uᵀ/s``
-    (``u = [Q b; −1]``, ``b = Eᵀ C e``, ``s = eᵀCe + λ − bᵀQb``), ``P[r, m_r] = [−Pᵀf/d, 1/d]``,
-    ``g[r, m_r] = eᵀs``, ``z[r, m_r]``, ``log det += log s``, ``m_r += 1`` — unless ``strict`` and
-    some ``s`` is not positive (then nothing). ``x`` ``[R, ≥n, d]``, ``E`` ``[R, ≥n, ≥W+1]``,
-    ``P``, ``Q`` ``[R, ≥W+1, ≥W+1]``, ``g`` ``[R, ≥W+1]``, reward sums ``s`` and counts ``c``
-    ``[R, ≥n]`` (``None``: unit counts), anchors ``z`` ``[R, ≥W+1, d]``, ``logdet`` ``[R]``
-    (contiguous), ``sizes`` int64 ``[R]``. Returns ``(failed, bad)``: the number of runs whose
-    ``s`` is not positive and their flags ``[R]`` (bool); ``None`` where the compiled path
-    does not apply (nothing written).
+def grow(runs: Tensor, f: Tensor, omega: Tensor, accept: Tensor, kzz: Tensor | float,
+         min_residual: float, n: int, x: Tensor, krow: Tensor | float, e: Tensor, p: Tensor,
+         p_lower: bool, q: Tensor, pending: tuple[Tensor, Tensor, Tensor] | None, g: Tensor,
+         s: Tensor, c: Tensor | None, z: Tensor, logdet: Tensor, sizes: Tensor, refused: Tensor,
+         lam: float, strict: bool) -> tuple[Tensor, int, Tensor, int] | None:
+    """The posterior's growth of the distinct ``runs`` (int64 ``[k]``) in place (``ekucb_grow``;
+    Zenati et al. 2022, Algorithm 4), each at its own size ``m_r``: the last point
+    ``z = x_{n−1}`` joins run ``r``'s dictionary where ``accept`` (bool ``[k]``) holds and the
+    guard ``ω > min_residual·k(z,z)`` passes (``omega`` ``[k]``, ``kzz`` ``[k]`` or a float;
+    ``refused[r]`` ``+= 1`` where it fails), with ``f = e(z)`` ``f[j, :m_r]`` (``f`` ``[k, W]``,
+    ``W ≥ m_r``) and ``d = √ω``. ``krow``: the kernel rows ``k_S(z)`` ``[k, n]``, or the RBF
+    constant ``c`` (``k = exp(c‖x − z‖²)``, computed in C as :func:`rbf_block` does). A growing
+    run first takes its ``pending`` Sherman–Morrison step of ``Q`` (``(a, b, flags)`` as the
+    model defers it; then ``flags[r] = 0``, ``a[r] = 0``). Writes ``E[r, :n, m_r]`` ``= e =
+    (k_S(z) − E f)/d``, ``Q ← Q + u uᵀ/s`` (``u = [Q b; −1]``, ``b = Eᵀ C e``, ``s = eᵀCe + λ −
+    bᵀQb``), ``P[r, m_r] = [−Pᵀf/d, 1/d]``, ``g[r, m_r] = eᵀs``, ``z[r, m_r]``, ``log det += log
+    s``, ``m_r += 1`` — unless ``strict`` and some ``s`` is not positive (then none of these).
+    ``x`` ``[R, ≥n, d]``, ``E`` ``[R, ≥n, ≥W+1]``, ``P``, ``Q`` ``[R, ≥W+1, ≥W+1]``, ``g``
+    ``[R, ≥W+1]``, reward sums ``s`` and counts ``c`` ``[R, ≥n]`` (``None``: unit counts),
+    anchors ``z`` ``[R, ≥W+1, d]``, ``logdet`` ``[R]``, ``sizes`` and ``refused`` int64 ``[R]``.
+    Returns ``(ok, failed, bad, grown)``: the mask ``[k]`` of the runs that passed the guard,
+    the number of runs whose ``s`` is not positive and their flags ``[R]``, the number of runs
+    that grew; ``None`` where the compiled path does not apply (nothing written).
 
     Rounding: each row of ``E`` is read once (``E f`` by :func:`dot4`'s four partial sums, then
     ``Eᵀ C e`` accumulated row by row with one FMA a term, while the row is in L1), ``Qb`` by
@@ -217,34 +226,51 @@ def grow(runs: Tensor, f: Tensor, omega: Tensor, n: int, x: Tensor, krow: Tensor
     border to rounding (~1e-12 relative on well-conditioned runs), not bit for bit."""
     k, w = f.shape
     r, d = x.shape[0], x.shape[2]
-    const = not isinstance(krow, Tensor)
+    const, kconst = not isinstance(krow, Tensor), not isinstance(kzz, Tensor)
     if (k == 0 or not _ok(f, omega, x, e, p, q, g, s, z, logdet) or not _runs_ok(runs)
-            or not _sizes_ok(sizes, r) or runs.shape[0] != k or omega.shape[0] != k
-            or not (f.is_contiguous() and omega.is_contiguous() and logdet.is_contiguous())
+            or not _sizes_ok(sizes, r) or not _sizes_ok(refused, r) or runs.shape[0] != k
+            or omega.shape[0] != k or accept.dtype != torch.bool or accept.shape != (k,)
+            or not (f.is_contiguous() and omega.is_contiguous() and logdet.is_contiguous()
+                    and accept.is_contiguous() and accept.is_cpu)
             or min(e.shape[2], p.shape[1], p.shape[2], q.shape[1], q.shape[2], g.shape[1],
                    z.shape[1]) < w + 1 or min(e.shape[1], x.shape[1], s.shape[1]) < n or n < 1
             or (c is not None and (not _ok(c) or c.shape[1] < n))
-            or (not const and (not _ok(krow) or tuple(krow.shape) != (k, n)))  # type: ignore[union-attr]
+            or (not const and (not _ok(krow) or krow.shape != (k, n)))  # type: ignore[union-attr]
+            or (not kconst and (not _ok(kzz) or not kzz.is_contiguous()  # type: ignore[arg-type]
+                                or kzz.shape != (k,)))  # type: ignore[union-attr]
             or not (e.shape[0] == p.shape[0] == q.shape[0] == g.shape[0] == s.shape[0]
                     == z.shape[0] == logdet.shape[0] == r)):
+        return None
+    if pending is not None and (not _ok(pending[0], pending[1]) or not _sizes_ok(pending[2], r)
+                                or not pending[0].is_contiguous() or pending[0].shape[0] != r
+                                or pending[1].stride() != pending[0].stride()
+                                or pending[1].shape != pending[0].shape):
         return None
     lib = _lib()
     if lib is None:
         return None
     work = f.new_empty(n + w + 1 + k * (2 * w + 2))
     schur = f.new_empty(k)
+    ok = torch.empty(k, dtype=torch.bool)
     bad = torch.zeros(r, dtype=torch.bool)
+    grown = sizes.new_empty(1)
+    pa, pb, flags = pending if pending is not None else (None, None, None)
     failed = lib.ekucb_grow(
-        k, pointer(runs), w, n, d, pointer(x), x.stride(0), x.stride(1),
+        k, pointer(runs), w, n, d, pointer(accept), None if kconst else pointer(kzz),  # type: ignore[arg-type]
+        float(kzz) if kconst else 0.0, float(min_residual), pointer(refused),  # type: ignore[arg-type]
+        pointer(ok), pointer(x), x.stride(0), x.stride(1),
         None if const else pointer(krow), 0 if const else krow.stride(0),  # type: ignore[union-attr]
         float(krow) if const else 0.0,  # type: ignore[arg-type]
         pointer(e), e.stride(0), e.stride(1), pointer(p), p.stride(0), p.stride(1),
-        int(bool(p_lower)), pointer(q), q.stride(0), q.stride(1), pointer(g), g.stride(0),
+        int(bool(p_lower)), pointer(q), q.stride(0), q.stride(1),
+        None if flags is None else pointer(flags), None if pa is None else pointer(pa),
+        None if pb is None else pointer(pb), 0 if pa is None else pa.stride(0),
+        0 if pa is None else pa.shape[1], pointer(g), g.stride(0),
         pointer(s), s.stride(0), None if c is None else pointer(c), 0 if c is None else c.stride(0),
         pointer(z), z.stride(0), z.stride(1), pointer(logdet), pointer(sizes), pointer(f),
         f.stride(0), pointer(omega), float(lam), int(bool(strict)), pointer(work), pointer(schur),
-        pointer(bad))
-    return None if failed < 0 else (failed, bad)
+        pointer(bad), pointer(grown))
+    return None if failed < 0 else (ok, failed, bad, int(grown[0]))
 
 
 def kors_grow(runs: Tensor, kz: Tensor, kss: Tensor | float, p: Tensor, nz: Tensor, pt: Tensor,

@@ -667,44 +667,70 @@ static double bordered_vector(const double *M, int64_t ld, const double *x, int6
 }
 
 /* The posterior's growth of the K distinct runs runs[k] (Zenati et al. 2022, Algorithm 4: the
- * last appended point z = x_{n-1} of run r joins its dictionary; the guard was passed). With
- * m = m_r (at most W), f = e(z) = f[k, :m], d = sqrt(omega[k]) and the kernel row k_S(z) [n]
- * (krow[k] if krow != NULL, else the RBF exp(c |x_i - z|^2) of rbf):
- *   e_i   = (k_S(z)_i - E_i f) / d       (E_i row i of E_r; dot4)              i < n
- *   b     = E^T C e                       (b += C_i e_i E_i, rows in order)
- *   eCe   = sum_i e_i C_i e_i,  es = sum_i e_i s_i         (in order over i)
- *   u     = [Q b; -1]  (dot4 rows),  s = (eCe + lam) - b^T Q b                 (the Schur)
- *   row   = -(P^T f) / d                  (P's rows in order, the zeros above a lower P skipped)
- * E's new column e_i is written in the same pass over E_r as E f and E^T C e (each row read
- * once, while it is in L1). Then, if no s is <= 0 (or !strict):
- *   Q <- Q + u u^T / s on [:m+1, :m+1];  P[m] = [row, 1/d];  g[m] = es;  z[m] = x_{n-1};
- *   logdet += log s;  m_r <- m + 1.
- * Otherwise (strict) no state is changed (the columns of E written are zeroed back: they were
- * the zero padding). bad[r] = 1 where s is not > 0 (NaN included). C == NULL: unit counts.
- * Returns the number of such runs, or -1 (nothing done) if some m_r > W. Work: n + W + 1 +
- * K (2W + 2) doubles. */
+ * last appended point z = x_{n-1} of run r joins its dictionary where accept[k] holds).
+ * 0. The guard: run k grows iff accept[k] and omega[k] > min_res * k(z,z) (kzz[k], or kzz_c if
+ *    kzz == NULL); ok[k] says so, refused[r] += accept[k] && !ok[k].
+ * 1. For every run that grows, with m = m_r (at most W), f = e(z) = f[k, :m], d = sqrt(omega[k])
+ *    and the kernel row k_S(z) [n] (krow[k] if krow != NULL, else the RBF exp(c |x_i - z|^2) of
+ *    rbf): first a pending Sherman-Morrison step of Q (pflags != NULL and pflags[r] != 0: Q <-
+ *    Q - pa_r pb_r^T on [:m, :m], the numbers of ekucb_rank1_sub; then pflags[r] = 0 and pa_r = 0,
+ *    a zero step for a later pass over every run), then
+ *      e_i   = (k_S(z)_i - E_i f) / d       (E_i row i of E_r; dot4)              i < n
+ *      b     = E^T C e                       (b += C_i e_i E_i, rows in order)
+ *      eCe   = sum_i e_i C_i e_i,  es = sum_i e_i s_i         (in order over i)
+ *      u     = [Q b; -1]  (dot4 rows),  s = (eCe + lam) - b^T Q b                 (the Schur)
+ *      row   = -(P^T f) / d               (P's rows in order, the zeros above a lower P skipped)
+ *    E's new column e_i is written in the same pass over E_r as E f and E^T C e (each row read
+ *    once, while it is in L1).
+ * 2. Then, if no s is <= 0 (or !strict), for every run that grows:
+ *      Q <- Q + u u^T / s on [:m+1, :m+1];  P[m] = [row, 1/d];  g[m] = es;  z[m] = x_{n-1};
+ *      logdet += log s;  m_r <- m + 1.
+ *    Otherwise (strict) nothing more is changed (the columns of E written are zeroed back: they
+ *    were the zero padding; the guard's counts and the pending steps stay, as on the torch path).
+ * bad[r] = 1 where s is not > 0 (NaN included); C == NULL: unit counts; grown[0] = the number of
+ * runs that grew. Returns the number of bad runs, or -1 (nothing done) if some m_r > W or > u_w
+ * with a pending step. Work: n + W + 1 + K (2W + 2) doubles. */
 int64_t ekucb_grow(int64_t K, const int64_t *runs, int64_t W, int64_t n, int64_t d,
+                   const uint8_t *accept, const double *kzz, double kzz_c, double min_res,
+                   int64_t *refused, uint8_t *ok,
                    const double *X, int64_t x_rs, int64_t x_ld,
                    const double *krow, int64_t k_rs, double c,
                    double *E, int64_t e_rs, int64_t e_ld,
                    double *P, int64_t p_rs, int64_t p_ld, int64_t p_lower,
                    double *Q, int64_t q_rs, int64_t q_ld,
+                   int64_t *pflags, double *pa, const double *pb, int64_t pu_rs, int64_t u_w,
                    double *g, int64_t g_rs, const double *S, int64_t s_rs,
                    const double *C, int64_t c_rs,
                    double *Z, int64_t z_rs, int64_t z_ld,
                    double *logdet, int64_t *sizes,
                    const double *f, int64_t f_rs, const double *omega, double lam,
-                   int64_t strict, double *work, double *schur, uint8_t *bad) {
-    for (int64_t k = 0; k < K; ++k)
-        if (sizes[runs[k]] > W || sizes[runs[k]] < 0) return -1;
-    double *ks = work, *b = work + n, *U = b + W + 1, *rows = U + K * (W + 1), *G = rows + K * W;
-    int64_t nbad = 0;
+                   int64_t strict, double *work, double *schur, uint8_t *bad, int64_t *grown) {
     for (int64_t k = 0; k < K; ++k) {
+        int64_t m = sizes[runs[k]];
+        if (m > W || m < 0 || (pflags && pflags[runs[k]] && m > u_w)) return -1;
+    }
+    double *ks = work, *b = work + n, *U = b + W + 1, *rows = U + K * (W + 1), *G = rows + K * W;
+    int64_t nbad = 0, ngrow = 0;
+    for (int64_t k = 0; k < K; ++k) {                      /* 0. the guard */
+        ok[k] = accept[k] && omega[k] > min_res * (kzz ? kzz[k] : kzz_c);
+        refused[runs[k]] += accept[k] && !ok[k];
+        ngrow += ok[k];
+    }
+    grown[0] = ngrow;
+    for (int64_t k = 0; k < K; ++k) {                      /* 1. the border's terms, E's column */
+        if (!ok[k]) continue;
         const int64_t r = runs[k], m = sizes[r];
         const double dd = sqrt(omega[k]), *fk = f + k * f_rs, *Sr = S + r * s_rs;
         const double *Cr = C ? C + r * c_rs : NULL, *Pr = P + r * p_rs;
         const double *kr = ks;
-        double *Er = E + r * e_rs, *u = U + k * (W + 1), *row = rows + k * W;
+        double *Er = E + r * e_rs, *Qr = Q + r * q_rs, *u = U + k * (W + 1), *row = rows + k * W;
+        if (pflags && pflags[r]) {                         /* the deferred step of Q first */
+            double *ar = pa + r * pu_rs;
+            const double *br = pb + r * pu_rs;
+            for (int64_t i = 0; i < m; ++i) rank1_row(Qr + i * q_ld, ar[i], br, m);
+            for (int64_t i = 0; i < u_w; ++i) ar[i] = 0.0;
+            pflags[r] = 0;
+        }
         if (krow)
             kr = krow + k * k_rs;
         else
@@ -724,7 +750,7 @@ int64_t ekucb_grow(int64_t K, const int64_t *runs, int64_t W, int64_t n, int64_t
         for (int64_t i = 0; i < m; ++i)
             axpy(row, fk[i], Pr + i * p_ld, p_lower && i + 1 < m ? i + 1 : m);
         for (int64_t j = 0; j < m; ++j) row[j] = -row[j] / dd;
-        double s = (ece + lam) - bordered_vector(Q + r * q_rs, q_ld, b, m, u);
+        double s = (ece + lam) - bordered_vector(Qr, q_ld, b, m, u);
         schur[k] = s;
         G[k] = es;
         if (!(s > 0.0)) {
@@ -734,12 +760,14 @@ int64_t ekucb_grow(int64_t K, const int64_t *runs, int64_t W, int64_t n, int64_t
     }
     if (strict && nbad) {                                   /* nothing changes: E back to 0 */
         for (int64_t k = 0; k < K; ++k) {
+            if (!ok[k]) continue;
             double *Er = E + runs[k] * e_rs;
             for (int64_t i = 0; i < n; ++i) Er[i * e_ld + sizes[runs[k]]] = 0.0;
         }
         return nbad;
     }
-    for (int64_t k = 0; k < K; ++k) {
+    for (int64_t k = 0; k < K; ++k) {                      /* 2. the writes */
+        if (!ok[k]) continue;
         const int64_t r = runs[k], m = sizes[r];
         const double s = schur[k], inv = 1.0 / s, *u = U + k * (W + 1), *row = rows + k * W;
         double *Pm = P + r * p_rs + m * p_ld, *zr = Z + r * z_rs + m * z_ld;
