@@ -63,8 +63,12 @@ class BatchedKORS(ResizableModule):
         capacity; padded entries are cancelled) and ``k(s,s) = kss`` ``[R]`` (or a float). ``chunks``:
         ``(a, b, M_g)`` runs ``a..b−1`` whose dictionaries fit in ``M_g`` (computed on that slice)."""
         mm = kz.shape[1]
-        u = native_ekucb.kors_quadratic(kz, self._nz, self._m)   # compiled, each run at m_r
         self._probed = None
+        p = native_ekucb.kors_probability(kz, self._nz, self._m, kss, self.mu, self.eps,
+                                          self.gamma, self.score == "reference")
+        if p is not None:   # compiled, each run at m_r: the numbers of the lines below on its u
+            return p
+        u = native_ekucb.kors_quadratic(kz, self._nz, self._m)   # (None where the above is)
         if u is None:   # N k_Z as the sequential KORS (and the border) orients it, kept
             spans = chunks if chunks is not None else [(0, kz.shape[0], mm)]
             if len(spans) == 1 and spans[0][2] == mm:   # one program: no scatter
@@ -114,11 +118,12 @@ class BatchedKORS(ResizableModule):
         mm = kz.shape[1]
         self.reserve(mm + 1)
         if runs is not None:
+            if self._border_compiled(runs, accept, kz, kss, p):
+                return
             keep = accept.nonzero()[:, 0]   # the compacted path reads: only the growing runs
             if keep.numel():
-                idx, kk, sk = runs[keep], kz[keep], kss if isinstance(kss, float) else kss[keep]
-                if not self._border_compiled(idx, kk, sk, p[keep]):
-                    self._border(idx, kk, sk, p[keep], accept[keep], mm)
+                self._border(runs[keep], kz[keep], kss if isinstance(kss, float) else kss[keep],
+                             p[keep], accept[keep], mm)
             return
         for a, b, w in chunks if chunks is not None else [(0, kz.shape[0], mm)]:
             self._border(slice(a, b), kz[a:b, :w], kss if isinstance(kss, float) else kss[a:b],
@@ -154,16 +159,17 @@ class BatchedKORS(ResizableModule):
         else:
             pos.add_(ok)          # a view of the sizes
 
-    def _border_compiled(self, idx: Tensor, kz: Tensor, kss: Tensor | float, p: Tensor) -> bool:
-        """:meth:`_border` of the distinct growing runs ``idx`` by the compiled border
+    def _border_compiled(self, runs: Tensor, accept: Tensor, kz: Tensor, kss: Tensor | float,
+                         p: Tensor) -> bool:
+        """:meth:`add` of the distinct ``runs`` where ``accept`` holds by the compiled border
         (:func:`torchbandits.native.ekucb.kors_grow`: each run's ``N`` in place at its own size,
-        no gather), or ``False`` (nothing done) where it does not apply. ``N k_Z`` and
+        nothing gathered, no read), or ``False`` (nothing done) where it does not apply. ``N k_Z`` and
         ``k_Zᵀ N k_Z`` are summed in another order than the torch border's batched product: the
         same to rounding, not bit for bit. A Schur complement that is not positive raises
         (nothing written) or is flagged under deferred checks (written, as the torch path)."""
         strict = active_checks() is None
-        out = native_ekucb.kors_grow(idx, kz.contiguous(), kss, p.contiguous(), self._nz, self._p,
-                                     self._m, self.mu, strict)
+        out = native_ekucb.kors_grow(runs, accept, kz, kss, p, self._nz, self._p, self._m,
+                                     self.mu, strict)
         if out is None:
             return False
         failed, bad = out

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from array import array
 from collections.abc import Callable
 
 import torch
@@ -20,8 +21,8 @@ from torch import Tensor
 
 from . import pointer, signed
 
-__all__ = ["RBF_MAX_DIM", "available", "grow", "kors_grow", "kors_quadratic", "rank_one_sub",
-           "rbf_block", "rbf_exponent", "score"]
+__all__ = ["RBF_MAX_DIM", "available", "grow", "kors_grow", "kors_probability", "kors_quadratic",
+           "rank_one_sub", "rbf_block", "rbf_exponent", "score"]
 
 _I64, _PTR, _F64 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_double
 #: columns of a tile of ``ekucb_score`` (its scratch is ``3·W·TILE_COLUMNS`` doubles)
@@ -34,21 +35,16 @@ _SIGNATURES = {
     "ekucb_rbf_exponent": [_I64, _I64, _I64, _I64, _PTR, _I64, _I64, _PTR, _I64, _I64, _F64, _PTR],
     "ekucb_rbf_block": [_I64, _I64, _I64, _I64, _PTR, _I64, _I64, _PTR, _I64, _I64, _F64, _PTR],
 }
-_GROWERS = {   # (argument types, result type): these return the number of failed runs
-    "ekucb_grow": ([_I64, _PTR, _I64, _I64, _I64, _PTR, _PTR, _F64, _F64, _PTR, _PTR,
-                    _PTR, _I64, _I64, _PTR, _I64, _F64,
-                    _PTR, _I64, _I64, _PTR, _I64, _I64, _I64, _PTR, _I64, _I64,
-                    _PTR, _PTR, _PTR, _I64, _I64,
-                    _PTR, _I64, _PTR, _I64, _PTR, _I64, _PTR, _I64, _I64, _PTR, _PTR,
-                    _PTR, _I64, _PTR, _F64, _I64, _PTR, _PTR, _PTR, _PTR], _I64),
-    "ekucb_kors_grow": ([_I64, _PTR, _I64, _PTR, _I64, _I64, _PTR, _I64, _PTR, _PTR, _I64, _PTR,
-                         _F64, _PTR, _F64, _I64, _PTR, _PTR, _PTR], _I64),
+_PACKED = {   # packed arguments (int64 and double arrays): (argument types, result type)
+    "ekucb_grow": ([_PTR, _PTR], _I64),
+    "ekucb_kors_grow": ([_PTR, _PTR], _I64),
+    "ekucb_kors_prob": ([_PTR, _PTR], None),
 }
 #: the input dimensions where :func:`rbf_exponent` is torch's ``cdist`` to the bit (its loop sums
 #: the coordinates' squares in order there; for some larger dimensions it does not, measured)
 RBF_MAX_DIM = 2
 _SIGNED_ARGS = {**{name: (args, None) for name, args in _SIGNATURES.items()},
-                **_GROWERS}  # built once: hot path
+                **_PACKED}  # built once: hot path
 
 
 #: the library with its signatures set (once per loaded library), or ``None`` (a partial: one
@@ -195,6 +191,10 @@ def _runs_ok(runs: Tensor) -> bool:
             and runs.is_contiguous())
 
 
+def _address(t: Tensor | None) -> int:
+    return 0 if t is None else t.data_ptr()
+
+
 def grow(runs: Tensor, f: Tensor, omega: Tensor, accept: Tensor, kzz: Tensor | float,
          min_residual: float, n: int, x: Tensor, krow: Tensor | float, e: Tensor, p: Tensor,
          p_lower: bool, q: Tensor, pending: tuple[Tensor, Tensor, Tensor] | None, g: Tensor,
@@ -241,54 +241,54 @@ def grow(runs: Tensor, f: Tensor, omega: Tensor, accept: Tensor, kzz: Tensor | f
             or not (e.shape[0] == p.shape[0] == q.shape[0] == g.shape[0] == s.shape[0]
                     == z.shape[0] == logdet.shape[0] == r)):
         return None
-    if pending is not None and (not _ok(pending[0], pending[1]) or not _sizes_ok(pending[2], r)
-                                or not pending[0].is_contiguous() or pending[0].shape[0] != r
-                                or pending[1].stride() != pending[0].stride()
-                                or pending[1].shape != pending[0].shape):
+    pa, pb, flags = pending if pending is not None else (None, None, None)
+    if pa is not None and (not _ok(pa, pb) or not _sizes_ok(flags, r)  # type: ignore[arg-type]
+                           or not pa.is_contiguous() or pa.shape[0] != r
+                           or pb.stride() != pa.stride() or pb.shape != pa.shape):  # type: ignore[union-attr]
         return None
     lib = _lib()
     if lib is None:
         return None
-    work = f.new_empty(n + w + 1 + k * (2 * w + 2))
-    schur = f.new_empty(k)
+    work = f.new_empty(n + w + 1 + k * (2 * w + 3))
     ok = torch.empty(k, dtype=torch.bool)
     bad = torch.zeros(r, dtype=torch.bool)
-    grown = sizes.new_empty(1)
-    pa, pb, flags = pending if pending is not None else (None, None, None)
-    failed = lib.ekucb_grow(
-        k, pointer(runs), w, n, d, pointer(accept), None if kconst else pointer(kzz),  # type: ignore[arg-type]
-        float(kzz) if kconst else 0.0, float(min_residual), pointer(refused),  # type: ignore[arg-type]
-        pointer(ok), pointer(x), x.stride(0), x.stride(1),
-        None if const else pointer(krow), 0 if const else krow.stride(0),  # type: ignore[union-attr]
-        float(krow) if const else 0.0,  # type: ignore[arg-type]
-        pointer(e), e.stride(0), e.stride(1), pointer(p), p.stride(0), p.stride(1),
-        int(bool(p_lower)), pointer(q), q.stride(0), q.stride(1),
-        None if flags is None else pointer(flags), None if pa is None else pointer(pa),
-        None if pb is None else pointer(pb), 0 if pa is None else pa.stride(0),
-        0 if pa is None else pa.shape[1], pointer(g), g.stride(0),
-        pointer(s), s.stride(0), None if c is None else pointer(c), 0 if c is None else c.stride(0),
-        pointer(z), z.stride(0), z.stride(1), pointer(logdet), pointer(sizes), pointer(f),
-        f.stride(0), pointer(omega), float(lam), int(bool(strict)), pointer(work), pointer(schur),
-        pointer(bad), pointer(grown))
-    return None if failed < 0 else (ok, failed, bad, int(grown[0]))
+    iv = array("q", (
+        k, runs.data_ptr(), w, n, d, accept.data_ptr(), 0 if kconst else kzz.data_ptr(),  # type: ignore[union-attr]
+        refused.data_ptr(), ok.data_ptr(), x.data_ptr(), x.stride(0), x.stride(1),
+        0 if const else krow.data_ptr(), 0 if const else krow.stride(0),  # type: ignore[union-attr]
+        e.data_ptr(), e.stride(0), e.stride(1), p.data_ptr(), p.stride(0), p.stride(1),
+        int(bool(p_lower)), q.data_ptr(), q.stride(0), q.stride(1), _address(flags),
+        _address(pa), _address(pb), 0 if pa is None else pa.stride(0),
+        0 if pa is None else pa.shape[1], g.data_ptr(), g.stride(0), s.data_ptr(), s.stride(0),
+        _address(c), 0 if c is None else c.stride(0), z.data_ptr(), z.stride(0), z.stride(1),
+        logdet.data_ptr(), sizes.data_ptr(), f.data_ptr(), f.stride(0), omega.data_ptr(),
+        int(bool(strict)), work.data_ptr(), bad.data_ptr(), 0))
+    dv = array("d", (float(kzz) if kconst else 0.0, float(min_residual),  # type: ignore[arg-type]
+                     float(krow) if const else 0.0, float(lam)))  # type: ignore[arg-type]
+    failed = lib.ekucb_grow(iv.buffer_info()[0], dv.buffer_info()[0])
+    return None if failed < 0 else (ok, failed, bad, iv[46])
 
 
-def kors_grow(runs: Tensor, kz: Tensor, kss: Tensor | float, p: Tensor, nz: Tensor, pt: Tensor,
-              sizes: Tensor, mu: float, strict: bool) -> tuple[int, Tensor] | None:
-    """KORS's border of the distinct growing ``runs`` (int64 ``[k]``) in place
-    (``ekucb_kors_grow``; Zenati et al. 2022, §4.2), each at its own size ``m_r``: with
-    ``k = kz[j, :m_r]`` (``kz`` ``[k, W]``, ``W ≥ m_r``), ``u = [N k; −1]`` and
-    ``s = k(z,z) + μ p̃ − kᵀNk`` (``kss`` ``[k]`` or a float), ``N ← N + u uᵀ/s`` on
-    ``[:m_r+1, :m_r+1]``, ``p̃[r, m_r] = p[j]``, ``m_r += 1`` — unless ``strict`` and some ``s``
-    is not positive (then nothing). ``N`` ``[R, ≥W+1, ≥W+1]``, ``pt`` ``[R, ≥W+1]``, ``sizes``
-    int64 ``[R]``. Returns ``(failed, bad)`` as :func:`grow`, or ``None`` (nothing written).
-    Rounding: ``N k`` by ``dot4`` rows and ``kᵀNk`` in order (the torch border's batched
-    product sums in another order: the same to rounding)."""
+def kors_grow(runs: Tensor, accept: Tensor, kz: Tensor, kss: Tensor | float, p: Tensor,
+              nz: Tensor, pt: Tensor, sizes: Tensor, mu: float, strict: bool
+              ) -> tuple[int, Tensor] | None:
+    """KORS's border of the distinct ``runs`` (int64 ``[k]``) where ``accept`` (bool ``[k]``)
+    holds, in place (``ekucb_kors_grow``; Zenati et al. 2022, §4.2), each at its own size
+    ``m_r``: with ``k = kz[j, :m_r]`` (``kz`` ``[k, W]``, ``W ≥ m_r``), ``u = [N k; −1]`` and
+    ``s = k(z,z) + μ p̃ − kᵀNk`` (``kss`` ``[k]`` or a float, ``p`` ``[k]``), ``N ← N + u uᵀ/s``
+    on ``[:m_r+1, :m_r+1]``, ``p̃[r, m_r] = p[j]``, ``m_r += 1`` — unless ``strict`` and some
+    ``s`` is not positive (then nothing). ``N`` ``[R, ≥W+1, ≥W+1]``, ``pt`` ``[R, ≥W+1]``,
+    ``sizes`` int64 ``[R]``. Returns ``(failed, bad)``: the number of runs whose ``s`` is not
+    positive and their flags ``[R]``; ``None`` (nothing written) where the compiled path does
+    not apply. Rounding: ``N k`` by ``dot4`` rows and ``kᵀNk`` in order (the torch border's
+    batched product sums in another order: the same to rounding)."""
     k, w = kz.shape
     r = nz.shape[0]
     const = not isinstance(kss, Tensor)
     if (k == 0 or not _ok(kz, p, nz, pt) or not _runs_ok(runs) or not _sizes_ok(sizes, r)
-            or runs.shape[0] != k or p.shape[0] != k or not p.is_contiguous()
+            or runs.shape[0] != k or p.shape != (k,) or not p.is_contiguous()
+            or accept.dtype != torch.bool or accept.shape != (k,) or not accept.is_contiguous()
+            or not accept.is_cpu
             or (not const and (not _ok(kss) or not kss.is_contiguous()  # type: ignore[arg-type]
                                or kss.shape != (k,)))  # type: ignore[union-attr]
             or min(nz.shape[1], nz.shape[2], pt.shape[1]) < w + 1 or pt.shape[0] != r):
@@ -296,12 +296,43 @@ def kors_grow(runs: Tensor, kz: Tensor, kss: Tensor | float, p: Tensor, nz: Tens
     lib = _lib()
     if lib is None:
         return None
-    work = kz.new_empty((k + 1) * (w + 1))
-    schur = kz.new_empty(k)
+    work = kz.new_empty((k + 1) * (w + 1) + k)
     bad = torch.zeros(r, dtype=torch.bool)
-    failed = lib.ekucb_kors_grow(
-        k, pointer(runs), w, pointer(nz), nz.stride(0), nz.stride(1), pointer(pt), pt.stride(0),
-        pointer(sizes), pointer(kz), kz.stride(0), None if const else pointer(kss),  # type: ignore[arg-type]
-        float(kss) if const else 0.0, pointer(p), float(mu), int(bool(strict)),  # type: ignore[arg-type]
-        pointer(work), pointer(schur), pointer(bad))
+    iv = array("q", (
+        k, runs.data_ptr(), accept.data_ptr(), w, nz.data_ptr(), nz.stride(0), nz.stride(1),
+        pt.data_ptr(), pt.stride(0), sizes.data_ptr(), kz.data_ptr(), kz.stride(0),
+        0 if const else kss.data_ptr(), p.data_ptr(), int(bool(strict)),  # type: ignore[union-attr]
+        work.data_ptr(), bad.data_ptr()))
+    dv = array("d", (float(kss) if const else 0.0, float(mu)))  # type: ignore[arg-type]
+    failed = lib.ekucb_kors_grow(iv.buffer_info()[0], dv.buffer_info()[0])
     return None if failed < 0 else (failed, bad)
+
+
+def kors_probability(kz: Tensor, n: Tensor, sizes: Tensor, kss: Tensor | float, mu: float,
+                     eps: float, gamma: float, reference: bool) -> Tensor | None:
+    """KORS's ``p̃ = min(γ τ̃, 1)`` ``[R]`` (``ekucb_kors_prob``; Zenati et al. 2022, §4.2, eq. 41
+    in closed form) of points with kernel columns ``kz`` ``[R, ≥m]`` against ``N`` ``[R, ≥m,
+    ≥m]`` at the sizes ``m_r``: ``u = kᵀNk`` as :func:`kors_quadratic`, then ``ρ = (k(s,s) −
+    u)₊``, ``τ̃ = (1 + ε)ρ/(ρ + μ)`` (``reference``: ``((1 + ε)k(s,s)/μ − τ̃)₊``) — the numbers
+    of :meth:`~torchbandits.models.batched_kors.BatchedKORS.probability`'s tensor operations on
+    that ``u``, to the bit, in one call. ``kss`` ``[R]`` or a float. ``None`` where the compiled
+    path does not apply."""
+    r = kz.shape[0]
+    const = not isinstance(kss, Tensor)
+    if (not _ok(kz, n) or not _sizes_ok(sizes, r) or n.shape[0] != r
+            or (not const and (not _ok(kss) or not kss.is_contiguous()  # type: ignore[arg-type]
+                               or kss.shape != (r,)))):  # type: ignore[union-attr]
+        return None
+    lib = _lib()
+    if lib is None:
+        return None
+    out = kz.new_empty(2, r)   # u, p̃
+    width = min(kz.shape[1], n.shape[1], n.shape[2])   # a size beyond the tensors is cut there
+    iv = array("q", (r, width, sizes.data_ptr(), kz.data_ptr(), kz.stride(0), n.data_ptr(),
+                     n.stride(0), n.stride(1), out.data_ptr(),
+                     0 if const else kss.data_ptr(), int(bool(reference)),  # type: ignore[union-attr]
+                     out.data_ptr() + 8 * r))
+    dv = array("d", (float(kss) if const else 0.0, 1.0 + float(eps), float(mu),  # type: ignore[arg-type]
+                     float(gamma)))
+    lib.ekucb_kors_prob(iv.buffer_info()[0], dv.buffer_info()[0])
+    return out[1]

@@ -689,8 +689,9 @@ static double bordered_vector(const double *M, int64_t ld, const double *x, int6
  *    were the zero padding; the guard's counts and the pending steps stay, as on the torch path).
  * bad[r] = 1 where s is not > 0 (NaN included); C == NULL: unit counts; grown[0] = the number of
  * runs that grew. Returns the number of bad runs, or -1 (nothing done) if some m_r > W or > u_w
- * with a pending step. Work: n + W + 1 + K (2W + 2) doubles. */
-int64_t ekucb_grow(int64_t K, const int64_t *runs, int64_t W, int64_t n, int64_t d,
+ * with a pending step. Work: n + W + 1 + K (2W + 3) doubles (the last K: the Schur complements).
+ * (Exported as ekucb_grow with its arguments packed, below.) */
+static int64_t grow(int64_t K, const int64_t *runs, int64_t W, int64_t n, int64_t d,
                    const uint8_t *accept, const double *kzz, double kzz_c, double min_res,
                    int64_t *refused, uint8_t *ok,
                    const double *X, int64_t x_rs, int64_t x_ld,
@@ -704,7 +705,8 @@ int64_t ekucb_grow(int64_t K, const int64_t *runs, int64_t W, int64_t n, int64_t
                    double *Z, int64_t z_rs, int64_t z_ld,
                    double *logdet, int64_t *sizes,
                    const double *f, int64_t f_rs, const double *omega, double lam,
-                   int64_t strict, double *work, double *schur, uint8_t *bad, int64_t *grown) {
+                   int64_t strict, double *work, uint8_t *bad, int64_t *grown) {
+    double *schur = work + n + W + 1 + K * (2 * W + 2);
     for (int64_t k = 0; k < K; ++k) {
         int64_t m = sizes[runs[k]];
         if (m > W || m < 0 || (pflags && pflags[runs[k]] && m > u_w)) return -1;
@@ -784,21 +786,49 @@ int64_t ekucb_grow(int64_t K, const int64_t *runs, int64_t W, int64_t n, int64_t
     return nbad;
 }
 
-/* KORS's growth of the K distinct runs runs[k] (Zenati et al. 2022, §4.2: N = (K_ZZ +
- * mu diag(p))^{-1} bordered with the new anchor): with m = m_r (at most W) and k = kz[k, :m],
+/* The arguments of a packed call: iv[i] as a pointer / an integer */
+#define PTR(T, i) ((T *)(intptr_t)iv[i])
+
+/* grow with its arguments packed (one ctypes argument each instead of fifty: a ctypes call
+ * converts each argument, ~0.25 us apiece). iv, in this order:
+ *   0 K, 1 runs, 2 W, 3 n, 4 d, 5 accept, 6 kzz (0: kzz_c), 7 refused, 8 ok,
+ *   9 X, 10 x_rs, 11 x_ld, 12 krow (0: the RBF of c), 13 k_rs,
+ *   14 E, 15 e_rs, 16 e_ld, 17 P, 18 p_rs, 19 p_ld, 20 p_lower, 21 Q, 22 q_rs, 23 q_ld,
+ *   24 pflags (0: no pending step), 25 pa, 26 pb, 27 pu_rs, 28 u_w,
+ *   29 g, 30 g_rs, 31 S, 32 s_rs, 33 C (0: unit counts), 34 c_rs, 35 Z, 36 z_rs, 37 z_ld,
+ *   38 logdet, 39 sizes, 40 f, 41 f_rs, 42 omega, 43 strict, 44 work, 45 bad,
+ *   46 (out) the number of runs that grew;
+ * dv: 0 kzz_c, 1 min_res, 2 c, 3 lam. */
+int64_t ekucb_grow(int64_t *iv, const double *dv) {
+    return grow(iv[0], PTR(const int64_t, 1), iv[2], iv[3], iv[4], PTR(const uint8_t, 5),
+                PTR(const double, 6), dv[0], dv[1], PTR(int64_t, 7), PTR(uint8_t, 8),
+                PTR(const double, 9), iv[10], iv[11], PTR(const double, 12), iv[13], dv[2],
+                PTR(double, 14), iv[15], iv[16], PTR(double, 17), iv[18], iv[19], iv[20],
+                PTR(double, 21), iv[22], iv[23], PTR(int64_t, 24), PTR(double, 25),
+                PTR(const double, 26), iv[27], iv[28], PTR(double, 29), iv[30],
+                PTR(const double, 31), iv[32], PTR(const double, 33), iv[34], PTR(double, 35),
+                iv[36], iv[37], PTR(double, 38), PTR(int64_t, 39), PTR(const double, 40), iv[41],
+                PTR(const double, 42), dv[3], iv[43], PTR(double, 44), PTR(uint8_t, 45), iv + 46);
+}
+
+/* KORS's growth (Zenati et al. 2022, §4.2: N = (K_ZZ + mu diag(p))^{-1} bordered with the new
+ * anchor) of the K distinct runs runs[k] where accept[k] holds: with m = m_r (at most W) and
+ * k = kz[k, :m],
  *   u = [N k; -1] (dot4 rows),  s = (kss + mu p) - k^T N k  (kss[k], or kss_c if kss == NULL),
  * then, if no s is <= 0 (or !strict): N <- N + u u^T / s on [:m+1, :m+1], p~[m] = p[k],
  * m_r <- m + 1. bad[r] = 1 where s is not > 0; returns their number (strict: then nothing is
- * changed), or -1 (nothing done) if some m_r > W. Work: (K + 1)(W + 1) doubles. */
-int64_t ekucb_kors_grow(int64_t K, const int64_t *runs, int64_t W, double *N, int64_t n_rs,
-                        int64_t n_ld, double *pt, int64_t p_rs, int64_t *sizes, const double *kz,
-                        int64_t kz_rs, const double *kss, double kss_c, const double *p, double mu,
-                        int64_t strict, double *work, double *schur, uint8_t *bad) {
+ * changed), or -1 (nothing done) if some m_r > W. Work: (K + 1)(W + 1) + K doubles. */
+static int64_t kors_grow(int64_t K, const int64_t *runs, const uint8_t *accept, int64_t W,
+                         double *N, int64_t n_rs, int64_t n_ld, double *pt, int64_t p_rs,
+                         int64_t *sizes, const double *kz, int64_t kz_rs, const double *kss,
+                         double kss_c, const double *p, double mu, int64_t strict, double *work,
+                         uint8_t *bad) {
     for (int64_t k = 0; k < K; ++k)
-        if (sizes[runs[k]] > W || sizes[runs[k]] < 0) return -1;
-    double *v = work, *U = work + W + 1;
+        if (accept[k] && (sizes[runs[k]] > W || sizes[runs[k]] < 0)) return -1;
+    double *v = work, *U = work + W + 1, *schur = U + K * (W + 1);
     int64_t nbad = 0;
     for (int64_t k = 0; k < K; ++k) {
+        if (!accept[k]) continue;
         const int64_t r = runs[k], m = sizes[r];
         double quad = bordered_vector(N + r * n_rs, n_ld, kz + k * kz_rs, m, U + k * (W + 1));
         double s = ((kss ? kss[k] : kss_c) + mu * p[k]) - quad;
@@ -810,6 +840,7 @@ int64_t ekucb_kors_grow(int64_t K, const int64_t *runs, int64_t W, double *N, in
     }
     if (strict && nbad) return nbad;
     for (int64_t k = 0; k < K; ++k) {
+        if (!accept[k]) continue;
         const int64_t r = runs[k], m = sizes[r];
         const double inv = 1.0 / schur[k], *u = U + k * (W + 1);
         for (int64_t j = 0; j <= m; ++j) v[j] = u[j] * inv;
@@ -818,4 +849,42 @@ int64_t ekucb_kors_grow(int64_t K, const int64_t *runs, int64_t W, double *N, in
         sizes[r] = m + 1;
     }
     return nbad;
+}
+
+/* kors_grow packed. iv: 0 K, 1 runs, 2 accept, 3 W, 4 N, 5 n_rs, 6 n_ld, 7 pt, 8 p_rs, 9 sizes,
+ * 10 kz, 11 kz_rs, 12 kss (0: kss_c), 13 p, 14 strict, 15 work, 16 bad; dv: 0 kss_c, 1 mu. */
+int64_t ekucb_kors_grow(const int64_t *iv, const double *dv) {
+    return kors_grow(iv[0], PTR(const int64_t, 1), PTR(const uint8_t, 2), iv[3], PTR(double, 4),
+                     iv[5], iv[6], PTR(double, 7), iv[8], PTR(int64_t, 9), PTR(const double, 10),
+                     iv[11], PTR(const double, 12), dv[0], PTR(const double, 13), dv[1], iv[14],
+                     PTR(double, 15), PTR(uint8_t, 16));
+}
+
+/* KORS's acceptance probabilities (Zenati et al. 2022, §4.2, eq. 41 in closed form) of R points:
+ * u_r = k_r^T N_r k_r (ekucb_quad, written to u), then
+ *   rho = (kss - u)_+,  tau = ((1 + eps) rho) / (rho + mu)
+ *   (reference != 0: tau = (((1 + eps) kss) / mu - tau)_+),  p = min(gamma tau, 1)
+ * each operation rounded once, in the order of the torch path's tensor operations (BatchedKORS.
+ * probability): the same numbers to the bit (a NaN stays NaN, as torch's clamp keeps it).
+ * kss [R] (kss == NULL: kss_c). iv: 0 R, 1 W, 2 sizes, 3 k, 4 k_rs, 5 N, 6 n_rs, 7 n_ld, 8 u,
+ * 9 kss, 10 reference, 11 p; dv: 0 kss_c, 1 1 + eps, 2 mu, 3 gamma. */
+void ekucb_kors_prob(const int64_t *iv, const double *dv) {
+    const int64_t R = iv[0];
+    const double *kss = PTR(const double, 9), *u = PTR(const double, 8);
+    double *p = PTR(double, 11);
+    const double one_eps = dv[1], mu = dv[2], gamma = dv[3];
+    ekucb_quad(R, iv[1], PTR(const int64_t, 2), PTR(const double, 3), iv[4], PTR(const double, 5),
+               iv[6], iv[7], PTR(double, 8));
+    for (int64_t r = 0; r < R; ++r) {
+        const double kr = kss ? kss[r] : dv[0];
+        double rho = kr - u[r];
+        rho = rho < 0.0 ? 0.0 : rho;
+        double tau = (one_eps * rho) / (rho + mu);
+        if (iv[10]) {
+            tau = ((one_eps * kr) / mu) - tau;
+            tau = tau < 0.0 ? 0.0 : tau;
+        }
+        double q = gamma * tau;
+        p[r] = q > 1.0 ? 1.0 : q;
+    }
 }
