@@ -38,14 +38,19 @@ def _leaves(module: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.parametrize("use_native", NATIVE)
-def test_masked_growth_equals_the_compacted_border_and_a_rebuild(use_native: bool) -> None:
+def test_masked_growth_equals_the_compacted_border_and_a_rebuild(
+        use_native: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """R = 6 runs, 40 rounds of random points (every fifth round run 0 replays its last point:
     ω ≈ 0, refused by the guard; run 5 never accepts), KORS probabilities from the model's
     columns: each round the masked growth of every run (posterior and KORS together) and the
     compacted border of the accepting runs (``add_last(runs=…)``, ``BatchedKORS.add(runs=…)``)
     from the same state give the same mask and every state tensor bit for bit. At the end the
     posterior scores as a from-scratch rebuild of each run's dictionary and KORS's ``N`` is
-    ``(K_ZZ + μ diag(p̃))⁻¹`` (to 1e-9 relative)."""
+    ``(K_ZZ + μ diag(p̃))⁻¹`` (to 1e-9 relative). (``use_native``: the compiled score, append
+    step and probabilities; the compacted border on its torch program — the compiled border sums
+    in another order: ``test_ekucb_growth_native.py`` holds it to this one to rounding.)"""
+    monkeypatch.setattr(growth, "_grow_compiled", lambda *args: None)
+    monkeypatch.setattr(BatchedKORS, "_border_compiled", lambda *args: False)
     torch.manual_seed(3)
     kernel = make_kernel("rbf", 0.3)
     r, d, rounds = 6, 2, 40
