@@ -37,6 +37,24 @@ def _leaves(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v for k, v in module.state_dict().items() if isinstance(v, torch.Tensor)}
 
 
+def random_round(model: BatchedNystrom, kors: BatchedKORS, t: int
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Round ``t`` of a random batch of 6 runs in ``[0, 1]²``: one random point per run appended
+    (run 0 replays its last point every fifth round: ω ≈ 0, refused by the guard), its KORS
+    probabilities, random acceptance (run 5 accepts only at ``t = 0``). Returns
+    ``(k_Z, f, ω, p̃, accept)``."""
+    r = model.n_runs
+    x = torch.rand(r, 2, dtype=F64)
+    if t % 5 == 4:
+        x[0] = model.x[0, -1]
+    kz = model.kernel_columns(x)
+    f, omega = model.append(x, torch.randn(r, dtype=F64))
+    p = kors.probability(kz, 1.0, model.chunks())
+    accept = (torch.rand(r) < 0.7) | (t == 0)
+    accept[5] = t == 0
+    return kz, f, omega, p, accept
+
+
 @pytest.mark.parametrize("use_native", NATIVE)
 def test_masked_growth_equals_the_compacted_border_and_a_rebuild(
         use_native: bool, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -59,14 +77,7 @@ def test_masked_growth_equals_the_compacted_border_and_a_rebuild(
         kors = BatchedKORS(0.5, 0.5, 1.0, "correct", r)
         refused = 0
         for t in range(rounds):
-            x = torch.rand(r, d, dtype=F64)
-            if t % 5 == 4:
-                x[0] = model.x[0, -1]
-            kz = model.kernel_columns(x)
-            f, omega = model.append(x, torch.randn(r, dtype=F64))
-            p = kors.probability(kz, 1.0, model.chunks())
-            accept = (torch.rand(r) < 0.7) | (t == 0)
-            accept[5] = t == 0
+            kz, f, omega, p, accept = random_round(model, kors, t)
             twin, twin_kors = copy.deepcopy(model), copy.deepcopy(kors)
             added = growth.grow_masked(model, f, omega, accept, kors, kz, 1.0, p)
             runs = accept.nonzero()[:, 0]

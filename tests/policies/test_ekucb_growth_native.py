@@ -26,6 +26,7 @@ from torchbandits.models.batched_nystrom import BatchedNystrom
 from torchbandits.native import ekucb as native_ekucb
 
 from ..batch_checks import lockstep, seeded
+from .test_ekucb_growth import random_round
 
 F64 = torch.float64
 pytestmark = pytest.mark.skipif(native.library("ekucb_batch") is None,
@@ -62,22 +63,6 @@ def _batch(kernel_name: str, r: int = 6) -> tuple[BatchedNystrom, BatchedKORS]:
             BatchedKORS(0.5, 0.5, 1.0, "correct", r))
 
 
-def _round(model: BatchedNystrom, kors: BatchedKORS, t: int
-           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Append one random point per run (run 0 replays its last point every fifth round: ω ≈ 0,
-    refused by the guard); KORS probabilities; random acceptance (run 5 only at t = 0)."""
-    r = model.n_runs
-    x = torch.rand(r, 2, dtype=F64)
-    if t % 5 == 4:
-        x[0] = model.x[0, -1]
-    kz = model.kernel_columns(x)
-    f, omega = model.append(x, torch.randn(r, dtype=F64))
-    p = kors.probability(kz, 1.0, model.chunks())
-    accept = (torch.rand(r) < 0.7) | (t == 0)
-    accept[5] = t == 0
-    return kz, f, omega, p, accept
-
-
 @pytest.mark.parametrize(("kernel_name", "counts"), [("rbf", False), ("rbf", True),
                                                      ("matern52", False)])
 def test_compiled_border_equals_the_torch_border(kernel_name: str, counts: bool,
@@ -105,7 +90,7 @@ def test_compiled_border_equals_the_torch_border(kernel_name: str, counts: bool,
             model.rebuild(dicts, sizes, model.x.clone(), model._s[:, :n].clone(),
                           torch.randint(1, 4, (6, n)).to(F64))
             assert not model._unit_counts
-        kz, f, omega, p, accept = _round(model, kors, t)
+        kz, f, omega, p, accept = random_round(model, kors, t)
         runs = accept.nonzero()[:, 0]
         twin, twin_kors = copy.deepcopy(model), copy.deepcopy(kors)
         with _counting(calls):
@@ -138,11 +123,11 @@ def _failing(kind: str) -> tuple[BatchedNystrom, BatchedKORS, tuple[torch.Tensor
     torch.manual_seed(2)
     model, kors = _batch("rbf")
     for t in range(8):
-        kz, f, omega, p, accept = _round(model, kors, t)
+        kz, f, omega, p, accept = random_round(model, kors, t)
         runs = accept.nonzero()[:, 0]
         kors.add(kz[runs], 1.0, p[runs], model.add_last(f[runs], omega[runs], accept[runs], runs),
                  runs=runs)
-    kz, f, omega, p, _ = _round(model, kors, 8)
+    kz, f, omega, p, _ = random_round(model, kors, 8)
     if kind == "posterior":
         model.lam = -1e6   # s = eᵀe + λ − bᵀQb < 0 in every growing run
     else:
