@@ -61,7 +61,10 @@ class BatchedKORS(ResizableModule):
                     chunks: list[tuple[int, int, int]] | None = None) -> Tensor:
         """``p̃ = min(γ τ̃, 1)`` ``[R]`` of points with ``k_Z = kz`` ``[R, M]`` (``M`` at most the
         capacity; padded entries are cancelled) and ``k(s,s) = kss`` ``[R]`` (or a float). ``chunks``:
-        ``(a, b, M_g)`` runs ``a..b−1`` whose dictionaries fit in ``M_g`` (computed on that slice)."""
+        ``(a, b, M_g)`` runs ``a..b−1`` whose dictionaries fit in ``M_g`` (computed on that slice).
+        On the CPU in float64 one compiled call
+        (:func:`torchbandits.native.ekucb.kors_probability`: ``k_Zᵀ N k_Z`` from ``N``'s lower
+        triangle, then the operations below, the same numbers to the bit on that ``u``)."""
         mm = kz.shape[1]
         self._probed = None
         p = native_ekucb.kors_probability(kz, self._nz, self._m, kss, self.mu, self.eps,

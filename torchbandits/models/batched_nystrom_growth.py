@@ -27,6 +27,14 @@ and one indexed write; ``P``'s row is one write; ``KORS``'s ``N k_Z`` and ``k_Z�
 those of the round's probability (:meth:`~torchbandits.models.batched_kors.BatchedKORS.border_terms`);
 ``−Pᵀf`` is one product with ``α = −1`` (an exact negation), so ``P``'s row is ``[−Pᵀf; 1]/d``;
 with unit counts (EK-UCB's) ``C e`` is ``e``.
+
+On the CPU in float64 (from
+:attr:`~torchbandits.models.batched_nystrom.BatchedNystrom.COMPILED_MIN_WIDTH` anchors on)
+:func:`grow_compacted` is one compiled call instead (:func:`_grow_compiled`,
+:func:`torchbandits.native.ekucb.grow`): the guard, the deferred step of ``Q`` and each growing
+run's border in place, ``E`` read once, nothing gathered — the same quantities summed in another
+order (the state agrees with the torch border to rounding, not bit for bit); the torch border
+stays the reference and the masked path is untouched.
 """
 
 from __future__ import annotations

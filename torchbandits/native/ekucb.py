@@ -1,5 +1,8 @@
 """The compiled CPU products of a batched EK-UCB round (``ekucb_batch.c``; Zenati et al. 2022,
-Prop. 4.2 and Algorithms 2, 4 and 5), run by run at each run's own dictionary size.
+Prop. 4.2 and Algorithms 2, 4 and 5), run by run at each run's own dictionary size: the scores,
+the KORS quadratic form and probabilities, the deferred Sherman–Morrison step, the RBF blocks and
+the compacted growth of the posterior and of KORS (:func:`grow`, :func:`kors_grow`, whose
+arguments reach C packed in two arrays).
 
 Each function returns ``None`` (the caller takes its torch path, the reference) when compiled
 kernels are off or unavailable (:func:`torchbandits.native.library`) or when a tensor does not

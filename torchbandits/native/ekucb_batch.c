@@ -19,6 +19,10 @@
  * are amplified to ~1e-10 in the UCBs and can flip a `min_residual` refusal right at the
  * threshold, as between the batched and the sequential torch paths (docs/batch.md).
  *
+ * The compacted growth of the dictionaries (ekucb_grow, ekucb_kors_grow; at the end of the file)
+ * borders each growing run's P, Q, E and KORS's N in place: its sums run in another order than
+ * the batched torch border's products (the same numbers to rounding, not to the bit).
+ *
  * No global state; no pointer is kept between calls. Sizes are int64 (the tensors' `long`).
  */
 #include <math.h>
