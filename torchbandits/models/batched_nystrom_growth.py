@@ -28,9 +28,7 @@ those of the round's probability (:meth:`~torchbandits.models.batched_kors.Batch
 ``−Pᵀf`` is one product with ``α = −1`` (an exact negation), so ``P``'s row is ``[−Pᵀf; 1]/d``;
 with unit counts (EK-UCB's) ``C e`` is ``e``.
 
-On the CPU in float64 (from
-:attr:`~torchbandits.models.batched_nystrom.BatchedNystrom.COMPILED_MIN_WIDTH` anchors on)
-:func:`grow_compacted` is one compiled call instead (:func:`_grow_compiled`,
+On the CPU in float64 :func:`grow_compacted` is one compiled call instead (:func:`_grow_compiled`,
 :func:`torchbandits.native.ekucb.grow`): the guard, the deferred step of ``Q`` and each growing
 run's border in place, ``E`` read once, nothing gathered — the same quantities summed in another
 order (the state agrees with the torch border to rounding, not bit for bit); the torch border
@@ -175,19 +173,16 @@ def _grow_compiled(model: BatchedNystrom, runs: Tensor, f: Tensor, omega: Tensor
     """:func:`grow_compacted` by the compiled growth (:func:`torchbandits.native.ekucb.grow`:
     the guard, the deferred step of ``Q`` and the border of each growing run in place at its own
     size — ``E`` read once, nothing gathered), or ``None`` (nothing done: the torch path runs)
-    where it does not apply (not float64 CPU tensors, no compiler) and below
-    :attr:`~torchbandits.models.batched_nystrom.BatchedNystrom.COMPILED_MIN_WIDTH` anchors, as
-    the compiled score. Its sums run in another order than the batched torch products: the state
-    agrees with the torch border to rounding, not bit for bit (~1e-12 relative; amplified on
-    ill-conditioned dictionaries, as between the batched and the sequential models: on
-    Chessboard, 96 seeds × 300 rounds, the dictionary sizes first differ from the sequential
-    runs' in 10 runs, 9 with the torch border, 13 with this one from the first anchor; the
-    actions the same in all). A Schur
+    where it does not apply (not float64 CPU tensors, no compiler). Its sums run in another
+    order than the batched torch products: the state agrees with the torch border to rounding,
+    not bit for bit (~1e-12 relative; amplified on ill-conditioned dictionaries, as between the
+    batched and the sequential models: on Chessboard a ``min_residual`` refusal at its threshold
+    can flip — about as often as with the torch border, docs/batch.md). A Schur
     complement that is not positive raises (nothing bordered) or, under
     :func:`~torchbandits.deferred_checks.deferred_checks`, is flagged (the border written, as
     the torch path does)."""
     kern = model._k
-    if model.max_size < model.COMPILED_MIN_WIDTH or not native_ekucb.available(model._e):
+    if not native_ekucb.available(model._e):
         return None
     if model._q_kept is not None:   # debug_stale_q: Q's values back (the same numbers as in C)
         model._flush_q(runs)
