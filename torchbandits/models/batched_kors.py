@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..buffers import ResizableModule, grow_rows
+from ..buffers import SLOW_GROWTH, ResizableModule, grow_rows
 from ..deferred_checks import active_checks, check_runs
 from ..native import ekucb as native_ekucb
 
@@ -104,7 +104,8 @@ class BatchedKORS(ResizableModule):
 
     def reserve(self, m: int) -> None:
         """Capacity for ``m`` anchors per run (zero padding)."""
-        nz, p = grow_rows(self._nz, m, dims=(1, 2)), grow_rows(self._p, m, dims=(1,))
+        nz = grow_rows(self._nz, m, dims=(1, 2), **SLOW_GROWTH)
+        p = grow_rows(self._p, m, dims=(1,), **SLOW_GROWTH)
         if nz is not self._nz or p is not self._p:   # (a module's buffer assignment is slow)
             self._nz, self._p = nz, p
 

@@ -28,7 +28,7 @@ import torch
 from gpytorch.kernels import Kernel, RBFKernel
 from torch import Tensor
 
-from ..buffers import ResizableModule, grow_rows, set_plain
+from ..buffers import SLOW_GROWTH, ResizableModule, grow_rows, set_plain
 from ..kernels import kernel_bound, kernel_diag, kernel_matrix
 from ..native import ekucb as native_ekucb
 
@@ -392,8 +392,8 @@ class BatchedNystromState(ResizableModule):
         self._c[:, old:] = 1.0
         self._s = grow_rows(self._s, n, dims=(1,))
         self._e = grow_rows(self._e, n, dims=(1,))
-        self._z = grow_rows(self._z, m, dims=(1,))
-        self._p = grow_rows(self._p, m, dims=(1, 2))
-        self._q = grow_rows(self._q, m, dims=(1, 2))
-        self._g = grow_rows(self._g, m, dims=(1,))
-        self._e = grow_rows(self._e, m, dims=(2,))
+        self._z = grow_rows(self._z, m, dims=(1,), **SLOW_GROWTH)
+        self._p = grow_rows(self._p, m, dims=(1, 2), **SLOW_GROWTH)
+        self._q = grow_rows(self._q, m, dims=(1, 2), **SLOW_GROWTH)
+        self._g = grow_rows(self._g, m, dims=(1,), **SLOW_GROWTH)
+        self._e = grow_rows(self._e, m, dims=(2,), **SLOW_GROWTH)

@@ -574,6 +574,58 @@ static void exp_row(double *v, int64_t n) {
 }
 #endif
 
+#if defined(EKUCB_AVX2) && defined(__AVX512F__)
+#define EKUCB_AVX512 1
+/* sq_dist of x and eight points z_j..z_{j+7} (row stride ld, all eight present): the operations
+ * of sq_dist4 lane by lane (unfused), so the same numbers; d = 2 with ld = 2 deinterleaved by two
+ * permutes */
+static inline __m512d sq_dist8(const double *x, const double *z, int64_t ld, int64_t d) {
+    if (d == 2 && ld == 2) {
+        const __m512i even = _mm512_set_epi64(14, 12, 10, 8, 6, 4, 2, 0);
+        const __m512i odd = _mm512_set_epi64(15, 13, 11, 9, 7, 5, 3, 1);
+        __m512d p0 = _mm512_loadu_pd(z), p1 = _mm512_loadu_pd(z + 8);
+        __m512d t0 = _mm512_sub_pd(_mm512_set1_pd(x[0]), _mm512_permutex2var_pd(p0, even, p1));
+        __m512d t1 = _mm512_sub_pd(_mm512_set1_pd(x[1]), _mm512_permutex2var_pd(p0, odd, p1));
+        return _mm512_add_pd(_mm512_mul_pd(t0, t0), _mm512_mul_pd(t1, t1));
+    }
+    const __m512i rows = _mm512_set_epi64(7 * ld, 6 * ld, 5 * ld, 4 * ld, 3 * ld, 2 * ld, ld, 0);
+    __m512d s = _mm512_setzero_pd();
+    for (int64_t k = 0; k < d; ++k) {
+        __m512d t = _mm512_sub_pd(_mm512_set1_pd(x[k]), _mm512_i64gather_pd(rows, z + k, 8));
+        s = _mm512_add_pd(s, _mm512_mul_pd(t, t));
+    }
+    return s;
+}
+
+/* exp4 on eight lanes (the same operations lane by lane: the same numbers), those below EXP_MIN
+ * by libm's exp */
+static inline __m512d exp8_all(__m512d x) {
+    const __m512d lo = _mm512_set1_pd(EXP_MIN);
+    __m512d xc = _mm512_max_pd(x, lo);
+    __m512d n = _mm512_roundscale_pd(_mm512_mul_pd(xc, _mm512_set1_pd(1.4426950408889634074)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512d t = _mm512_fnmadd_pd(n, _mm512_set1_pd(6.93147180369123816490e-01), xc);
+    t = _mm512_fnmadd_pd(n, _mm512_set1_pd(1.90821492927058770002e-10), t);
+    static const double inv_fact[14] = {
+        1.0, 1.0, 1.0 / 2, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720, 1.0 / 5040, 1.0 / 40320,
+        1.0 / 362880, 1.0 / 3628800, 1.0 / 39916800, 1.0 / 479001600, 1.0 / 6227020800.0};
+    __m512d p = _mm512_set1_pd(inv_fact[13]);
+    for (int k = 12; k >= 0; --k) p = _mm512_fmadd_pd(p, t, _mm512_set1_pd(inv_fact[k]));
+    __m512i e = _mm512_cvtepi32_epi64(_mm512_cvtpd_epi32(n));
+    e = _mm512_slli_epi64(_mm512_add_epi64(e, _mm512_set1_epi64(1023)), 52);
+    __m512d r = _mm512_mul_pd(p, _mm512_castsi512_pd(e));
+    if (_mm512_cmp_pd_mask(x, lo, _CMP_LT_OQ)) {
+        double xv[8], rv[8];
+        _mm512_storeu_pd(xv, x);
+        _mm512_storeu_pd(rv, r);
+        for (int l = 0; l < 8; ++l)
+            if (xv[l] < EXP_MIN) rv[l] = exp(xv[l]);
+        r = _mm512_loadu_pd(rv);
+    }
+    return r;
+}
+#endif
+
 /* The exponent of the RBF kernel block, k(x, z) = exp(c |x - z|^2) with c = -1/(2 l^2)
  * (Zenati et al. 2022, §5: the Gaussian kernel of the agents), for R runs:
  *     out[r, i, j] = c * (sqrt(sum_{k<d} (a[r, i, k] - b[r, j, k])^2))^2
@@ -596,6 +648,17 @@ static void rbf(int64_t R, int64_t na, int64_t nb, int64_t d, const double *a, i
             const double *x = ar + i * a_ld;
             double *oi = o + i * nb;
             int64_t j = 0;
+#ifdef EKUCB_AVX512
+            const __m512d cv8 = _mm512_set1_pd(c);
+            for (; j + 8 <= nb; j += 8) {   /* eight at a time, the exponential in registers */
+                __m512d dist = _mm512_sqrt_pd(sq_dist8(x, br + j * b_ld, b_ld, d));
+                __m512d e = _mm512_mul_pd(_mm512_mul_pd(dist, dist), cv8);
+                _mm512_storeu_pd(oi + j, exp_block ? exp8_all(e) : e);
+            }
+            const int64_t j8 = j;            /* the rest (fewer than 8) as below */
+#else
+            const int64_t j8 = 0;
+#endif
 #ifdef EKUCB_AVX2
             const __m256d cv = _mm256_set1_pd(c);
             for (; j < nb; j += 4) {                 /* the exponents of the row, 4 at a time */
@@ -610,7 +673,7 @@ static void rbf(int64_t R, int64_t na, int64_t nb, int64_t d, const double *a, i
                     for (int l = 0; l < lanes; ++l) oi[j + l] = v[l];
                 }
             }
-            if (exp_block) exp_row(oi, nb);         /* then their exponentials, a second pass */
+            if (exp_block) exp_row(oi + j8, nb - j8);   /* then their exponentials, a second pass */
             continue;
 #endif
             for (; j < nb; ++j) {
