@@ -526,17 +526,18 @@ static inline __m256d sq_dist4(const double *x, const double *z, int64_t ld, int
  * FMA), times 2^n built in the exponent bits. Within about one
  * ulp of exp — not bit for bit torch's exp, nor libm's. */
 #define EXP_MIN (-708.0)
+/* the Taylor coefficients 1/k! of exp4 and exp8_all */
+static const double EXP_INV_FACT[14] = {
+    1.0, 1.0, 1.0 / 2, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720, 1.0 / 5040, 1.0 / 40320,
+    1.0 / 362880, 1.0 / 3628800, 1.0 / 39916800, 1.0 / 479001600, 1.0 / 6227020800.0};
 static inline __m256d exp4(__m256d x) {
     const __m256d log2e = _mm256_set1_pd(1.4426950408889634074);
     __m256d n = _mm256_round_pd(_mm256_mul_pd(x, log2e),
                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256d t = _mm256_fnmadd_pd(n, _mm256_set1_pd(6.93147180369123816490e-01), x);
     t = _mm256_fnmadd_pd(n, _mm256_set1_pd(1.90821492927058770002e-10), t);
-    static const double inv_fact[14] = {
-        1.0, 1.0, 1.0 / 2, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720, 1.0 / 5040, 1.0 / 40320,
-        1.0 / 362880, 1.0 / 3628800, 1.0 / 39916800, 1.0 / 479001600, 1.0 / 6227020800.0};
-    __m256d p = _mm256_set1_pd(inv_fact[13]);   /* Horner (Estrin's shorter chain lost an ulp) */
-    for (int k = 12; k >= 0; --k) p = _mm256_fmadd_pd(p, t, _mm256_set1_pd(inv_fact[k]));
+    __m256d p = _mm256_set1_pd(EXP_INV_FACT[13]);   /* Horner (Estrin's shorter chain lost an ulp) */
+    for (int k = 12; k >= 0; --k) p = _mm256_fmadd_pd(p, t, _mm256_set1_pd(EXP_INV_FACT[k]));
     __m256i e = _mm256_cvtepi32_epi64(_mm256_cvtpd_epi32(n));          /* n as int64 */
     e = _mm256_slli_epi64(_mm256_add_epi64(e, _mm256_set1_epi64x(1023)), 52);
     return _mm256_mul_pd(p, _mm256_castsi256_pd(e));                   /* e^t 2^n */
@@ -606,11 +607,8 @@ static inline __m512d exp8_all(__m512d x) {
                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512d t = _mm512_fnmadd_pd(n, _mm512_set1_pd(6.93147180369123816490e-01), xc);
     t = _mm512_fnmadd_pd(n, _mm512_set1_pd(1.90821492927058770002e-10), t);
-    static const double inv_fact[14] = {
-        1.0, 1.0, 1.0 / 2, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720, 1.0 / 5040, 1.0 / 40320,
-        1.0 / 362880, 1.0 / 3628800, 1.0 / 39916800, 1.0 / 479001600, 1.0 / 6227020800.0};
-    __m512d p = _mm512_set1_pd(inv_fact[13]);
-    for (int k = 12; k >= 0; --k) p = _mm512_fmadd_pd(p, t, _mm512_set1_pd(inv_fact[k]));
+    __m512d p = _mm512_set1_pd(EXP_INV_FACT[13]);
+    for (int k = 12; k >= 0; --k) p = _mm512_fmadd_pd(p, t, _mm512_set1_pd(EXP_INV_FACT[k]));
     __m512i e = _mm512_cvtepi32_epi64(_mm512_cvtpd_epi32(n));
     e = _mm512_slli_epi64(_mm512_add_epi64(e, _mm512_set1_epi64(1023)), 52);
     __m512d r = _mm512_mul_pd(p, _mm512_castsi512_pd(e));
@@ -656,7 +654,7 @@ static void rbf(int64_t R, int64_t na, int64_t nb, int64_t d, const double *a, i
                 _mm512_storeu_pd(oi + j, exp_block ? exp8_all(e) : e);
             }
             const int64_t j8 = j;            /* the rest (fewer than 8) as below */
-#else
+#elif defined(EKUCB_AVX2)
             const int64_t j8 = 0;
 #endif
 #ifdef EKUCB_AVX2
