@@ -111,7 +111,11 @@ def gaussian_noise(b: BatchedEnv, noise_std: float, dtype: torch.dtype,
     """``N(0, noise_std²)`` noise ``[R]`` (float64) from each run's ``stream``: the draw of
     :func:`~torchbandits.envs.base.gaussian_reward` (one ``dtype`` scalar per run, scaled in
     double precision as there)."""
-    return b.streams[stream].normal(dtype=dtype).to(b.device, torch.float64) * noise_std
+    def scaled(z: Tensor) -> tuple[Tensor]:   # a chunk [K, R] at once (elementwise)
+        return (z.to(b.device, torch.float64) * noise_std,)
+
+    return b.streams[stream].mapped(scaled, ("gaussian", noise_std, b.device), "normal",
+                                    dtype=dtype)[0]
 
 
 def stack_to(rows: Sequence[Tensor], device: torch.device) -> Tensor:

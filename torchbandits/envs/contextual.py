@@ -202,8 +202,22 @@ class ContextualGridEnv:
         per run; candidates ``[x_r; a]`` ``[R, A, d_x + 1]``, means ``f(x_r, a)`` ``[R, A]``."""
         if b.t == 0:
             return b.fields["_cands"], b.fields["_means"]
-        ctx = b.streams["context"].uniform(self.context_dim, dtype=self.dtype).to(self.device)
-        return self._batch_candidates(ctx)
+        cands, means = b.streams["context"].mapped(self._chunk_candidates, self._chunk_key(),
+                                                   "uniform", self.context_dim, dtype=self.dtype)
+        return cands, means
+
+    def _chunk_key(self) -> tuple[object, ...]:
+        """What the kept candidates of a chunk depend on besides its contexts: the action grid
+        (the same unchanged tensor) and the device."""
+        return (id(self.actions), tensor_version(self.actions), self.device, type(self).f)
+
+    def _chunk_candidates(self, ctx: Tensor) -> tuple[Tensor, Tensor]:
+        """:meth:`_batch_candidates` of a chunk's contexts ``[K, R, d_x]`` at once: candidates
+        ``[K, R, A, d_x + 1]``, means ``[K, R, A]`` (``f`` is row-wise in the contexts, so each
+        round's rows are those of its own call)."""
+        k, r = ctx.shape[:2]
+        cands, means = self._batch_candidates(ctx.to(self.device).reshape(k * r, -1))
+        return cands.reshape(k, r, *cands.shape[1:]), means.reshape(k, r, -1)
 
     def batch_noise(self, b: BatchedEnv, means: Tensor) -> Tensor:
         """Gaussian noise ``[R]`` (float64) for the chosen means ``[R]`` of every run, one draw per run."""
