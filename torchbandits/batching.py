@@ -181,7 +181,8 @@ class RunStreams:
                ) -> tuple[Tensor, ...]:
         """This round's draws (what ``uniform``/``normal``/``randint(high, …)`` of ``kind`` would
         hand out, consumed alike) passed through ``fn``, which is applied once per chunk: to the
-        chunk's draws ``[K, R, *shape]`` (round-major), returning tensors of leading size ``K``
+        chunk's draws ``[K, R, *shape]`` (round-major; a view of the buffer: read only, its row
+        ``k`` laid out as the plain draw of round ``k``), returning tensors of leading size ``K``
         whose row ``k`` is round ``k``'s result (made contiguous, so a row is contiguous too).
         ``fn`` must treat the rounds (and runs) independently — elementwise or row-wise
         arithmetic — so that row ``k`` is, to the bit, ``fn`` of round ``k``'s draws alone.
