@@ -216,13 +216,14 @@ class RunStreams:
             host = torch.empty(self.n_runs, rounds * numel, pin_memory=self.device.type == "cuda",
                                dtype=torch.int64 if kind == "randint" else dtype)
             self._states = [None] * self.n_runs
+            rows = host.view(self.n_runs * calls, width).unbind(0)   # call c of run r: r·calls + c
 
             def fill(lo: int, hi: int) -> None:   # runs lo..hi-1, each generator in order
                 for r in range(lo, hi):
                     g = self.generators[r]
                     self._states[r] = g.get_state()
-                    for c in range(calls):
-                        _draw(g, kind, width, dtype, high, out=host[r, c * width:(c + 1) * width])
+                    for out in rows[r * calls:(r + 1) * calls]:
+                        _draw(g, kind, width, dtype, high, out=out)
 
             run_sliced(fill, self.n_runs, self._threads(width))
             self._buffer = to_device(host.reshape(self.n_runs, rounds, numel), self.device)

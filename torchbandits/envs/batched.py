@@ -13,6 +13,10 @@ An environment class takes part by declaring
   rounds played) from ``b.fields`` and ``b.streams``;
 * ``batch_noise(b, means)`` — the noise ``[R]`` (float64) added to the chosen means ``[R]``;
 * ``why_not_batched()`` — ``None``, or why this configuration cannot be batched;
+* optionally ``batch_fresh = True`` (in the class defining ``batch_round``) — its candidates
+  and means are never written after ``batch_round`` returns them (fresh tensors, or views of
+  chunks nobody writes), so the runner may keep them unreduced until it folds its finite checks
+  (:attr:`BatchedEnv.fresh`);
 * optionally ``batch_reset(seeds)`` — the whole batch's setup at once: ``(fields, generators)``,
   the stacked ``batch_fields`` ``[R, ...]`` on the device and, per generator name, the ``R``
   generators as ``reset`` leaves them. Each run's draws still come from its own CPU generators in
@@ -219,6 +223,15 @@ class BatchedEnv:
         if self._copies is None:
             self._copies = _reset_copies(self.template, self.seeds)
         return self._copies
+
+    @property
+    def fresh(self) -> bool:
+        """Whether the class defining the template's ``batch_round`` declares ``batch_fresh``
+        (this round's candidates are never written afterwards; not for a ``batch_round`` set on
+        the instance)."""
+        home = _defining_class(type(self.template), "batch_round")
+        return (home is not None and bool(vars(home).get("batch_fresh", False))
+                and "batch_round" not in vars(self.template))
 
     # ------------------------------------------------------------------ shape and place
     @property

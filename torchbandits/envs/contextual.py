@@ -163,6 +163,7 @@ class ContextualGridEnv:
 
     # ------------------------------------------------------------------ batched runs
     batch_fields = ("_cands", "_means")
+    batch_fresh = True   # rows of chunk tensors that nobody writes
 
     def why_not_batched(self) -> str | None:
         """Why :class:`~torchbandits.envs.batched.BatchedEnv` refuses this configuration (``None``: it

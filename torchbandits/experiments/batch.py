@@ -196,6 +196,7 @@ def simulate_batch(
     with deferred_checks() as checks:
         checks.inputs_checked = True   # candidates and rewards flagged here, once per round
         flagged: tuple[Any, int | None] = (None, None)   # the candidates last flagged
+        fresh = benv.fresh   # candidates never written afterwards: kept unreduced till the fold
         for t in range(int(horizon)):
             checks.round = t
             cand = benv.candidates()
@@ -203,13 +204,13 @@ def simulate_batch(
             # (a new tensor or an in-place write), as its flags could not differ
             version = tensor_version(cand)
             if cand is not flagged[0] or version is None or version != flagged[1]:
-                checks.flag_finite("candidates must be finite", cand)
+                checks.flag_finite("candidates must be finite", cand, kept=fresh)
                 flagged = (cand, version)
             clock.mark()
             idx = policy.select(cand)
             clock.mark()
             reward, regret = benv.pull(idx)
-            checks.flag_finite("reward must be finite", reward)
+            checks.flag_finite("reward must be finite", reward, kept=True)   # made by pull
             clock.mark()
             gather = idx.to(cand.device)[:, None, None].expand(-1, 1, cand.shape[2])
             policy.update(cand.gather(1, gather)[:, 0], reward)

@@ -94,7 +94,13 @@ class DiagnosticsLog:
                 for r in range(n):
                     out[r][k] = nested[r][j]
                 continue
-            columns = [per_run(others[k], n) for _, _, _, others in self._rounds]   # [T][R]
+            values = [others[k] for _, _, _, others in self._rounds]
+            if not any(isinstance(v, Tensor) for v in values):   # numbers shared by all runs
+                shared = [float(v) for v in values]
+                for r in range(n):
+                    out[r][k] = list(shared)
+                continue
+            columns = [per_run(v, n) for v in values]                         # [T][R]
             for r, values in enumerate(zip(*columns, strict=True)):
                 out[r][k] = list(values)
         return out
