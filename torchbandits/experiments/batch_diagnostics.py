@@ -51,16 +51,24 @@ class DiagnosticsLog:
 
     def add(self, step: int, values: Mapping[str, Any]) -> None:
         """Keep the diagnostics ``values`` of round ``step`` (copies of its tensors)."""
-        runs = tuple(k for k, v in values.items() if _stackable(v, self.n_runs))
-        kinds = {(values[k].dtype, values[k].device) for k in runs}
-        if len(kinds) > 1:   # mixed dtypes or devices: each kept alone
-            runs = ()
-        block = torch.stack([values[k] for k in runs]) if runs else None
+        n, runs, tensors = self.n_runs, [], []
+        kind: tuple[Any, Any] | None = None
+        mixed = False
+        for k, v in values.items():
+            if _stackable(v, n):
+                runs.append(k)
+                tensors.append(v)
+                if kind is None:
+                    kind = (v.dtype, v.device)
+                mixed = mixed or kind != (v.dtype, v.device)
+        if mixed:   # mixed dtypes or devices: each kept alone
+            runs, tensors, kind = [], [], None
+        block = torch.stack(tensors) if tensors else None
         others = {k: v.clone() if isinstance(v, Tensor) else v
                   for k, v in values.items() if k not in runs}
-        keys = tuple(values)
-        self._rounds.append((keys, runs, block, others))
-        signature = (keys, runs, next(iter(kinds)) if runs else None)
+        keys, stacked = tuple(values), tuple(runs)
+        self._rounds.append((keys, stacked, block, others))
+        signature = (keys, stacked, kind)
         if self._signature is None:
             self._signature = signature
         elif signature != self._signature:
