@@ -118,7 +118,7 @@ class RunDrawsAhead:
         self.device = torch.device("cpu" if device is None else device)
         self._start: list[Tensor] | None = None   # the generators' states at the first value
         self._buf: Tensor | None = None           # [R, D] on the device
-        self._used: Tensor | None = None          # [R] int64 on the device
+        self._pos: Tensor | None = None           # [R] int64: r·D + values used by run r
         self._calls = 0                           # host: take() calls since the first value
 
     @property
@@ -135,29 +135,38 @@ class RunDrawsAhead:
             have = 0 if self._buf is None else self._buf.shape[1]
             fresh = to_device(torch.stack([self._sample(g, max(self.block, have))
                                            for g in self.generators]), self.device)
+            used = self._used()
             self._buf = fresh if self._buf is None else torch.cat([self._buf, fresh], dim=1)
-            if self._used is None:
-                self._used = torch.zeros(self.n_runs, dtype=torch.int64, device=self.device)
-        assert self._used is not None
+            self._pos = used + self._rows() * self._buf.shape[1]
+        assert self._pos is not None
         self._calls += 1
-        out = self._buf.gather(1, self._used[:, None])[:, 0]
-        self._used = self._used + need.to(self._used.device)
+        out = self._buf.take(self._pos)   # run r's value at its own count: one operator
+        self._pos = self._pos + need.to(self._pos.device)
         return out
+
+    def _rows(self) -> Tensor:
+        return torch.arange(self.n_runs, dtype=torch.int64, device=self.device)
+
+    def _used(self) -> Tensor:
+        """Values used per run ``[R]`` (int64, on the device)."""
+        if self._pos is None or self._buf is None:
+            return torch.zeros(self.n_runs, dtype=torch.int64, device=self.device)
+        return self._pos - self._rows().to(self._pos.device) * self._buf.shape[1]
 
     def move_to(self, device: torch.device | str) -> None:
         """Hand out the values on ``device`` from now on (their dtype kept)."""
         self.device = torch.device(device)
-        if self._buf is not None and self._used is not None:
-            self._buf, self._used = self._buf.to(self.device), self._used.to(self.device)
+        if self._buf is not None and self._pos is not None:
+            self._buf, self._pos = self._buf.to(self.device), self._pos.to(self.device)
 
     def sync(self) -> list[torch.Generator]:
         """The generators rewound to exactly the values used (one host read of the counters),
         the buffer dropped: for a state save or a draw of another kind."""
-        if self._start is not None and self._used is not None:
-            for g, state, used in zip(self.generators, self._start, self._used.tolist(),
+        if self._start is not None and self._pos is not None:
+            for g, state, used in zip(self.generators, self._start, self._used().tolist(),
                                       strict=True):
                 g.set_state(state)
                 if used:
                     self._sample(g, int(used))
-        self._start, self._buf, self._used, self._calls = None, None, None, 0
+        self._start, self._buf, self._pos, self._calls = None, None, None, 0
         return self.generators

@@ -270,6 +270,11 @@ class BatchedEnv:
         self._cands, self._means = self.template.batch_round(self)
         return reward, regret
 
+    def keep_best(self, means: Tensor, best: Tensor) -> None:
+        """For ``batch_round``: ``best`` ``[R]`` is ``max_a`` of ``means`` ``[R, A]`` (made with
+        them, e.g. once per chunk), so :meth:`pull` reads it instead of reducing the means."""
+        self._best = (means, tensor_version(means), best)
+
     def _best_means(self) -> Tensor:
         """``max_a`` of this round's means ``[R]``, kept while the means are the same unchanged
         tensor (a fixed arm set: one reduction per batch instead of one per round)."""

@@ -218,8 +218,10 @@ class ContextualGridEnv:
         per run; candidates ``[x_r; a]`` ``[R, A, d_x + 1]``, means ``f(x_r, a)`` ``[R, A]``."""
         if b.t == 0:
             return b.fields["_cands"], b.fields["_means"]
-        cands, means = b.streams["context"].mapped(self._chunk_candidates, self._chunk_key(),
-                                                   "uniform", self.context_dim, dtype=self.dtype)
+        cands, means, best = b.streams["context"].mapped(
+            self._chunk_candidates, self._chunk_key(), "uniform", self.context_dim,
+            dtype=self.dtype)
+        b.keep_best(means, best)
         return cands, means
 
     def _chunk_key(self) -> tuple[object, ...]:
@@ -227,9 +229,11 @@ class ContextualGridEnv:
         (the same unchanged tensor) and the device."""
         return (id(self.actions), tensor_version(self.actions), self.device, type(self).f)
 
-    def _chunk_candidates(self, ctx: Tensor) -> tuple[Tensor, Tensor]:
-        """:meth:`_batch_candidates` of a chunk's contexts ``[K, R, d_x]`` at once."""
-        return self._batch_candidates(ctx.to(self.device))
+    def _chunk_candidates(self, ctx: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """:meth:`_batch_candidates` of a chunk's contexts ``[K, R, d_x]`` at once, and the
+        best means ``max_a f(x, a)`` ``[K, R]``."""
+        cands, means = self._batch_candidates(ctx.to(self.device))
+        return cands, means, means.max(dim=-1).values
 
     def batch_noise(self, b: BatchedEnv, means: Tensor) -> Tensor:
         """Gaussian noise ``[R]`` (float64) for the chosen means ``[R]`` of every run, one draw per run."""
