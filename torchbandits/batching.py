@@ -342,7 +342,8 @@ def check_batch_index(name: str, value: Any, n_runs: int, n_candidates: int,
         raise ValueError(f"{name} must be integers, got dtype {i.dtype}")
     if i.shape != (n_runs,):
         raise ValueError(f"{name} must be [R] with R = {n_runs}, got shape {tuple(i.shape)}")
-    i = i.to(device=device, dtype=torch.long)
+    if i.dtype != torch.long or i.device != device:
+        i = i.to(device=device, dtype=torch.long)
     checks = active_checks()
     if checks is not None:   # flagged, and clamped so that a gather stays in range until then
         inside = i.clamp(0, n_candidates - 1)
