@@ -8,9 +8,11 @@ per-generator call overhead is paid once per chunk instead of once per round.
 Chunks are exact because of how the CPU generators fill a tensor (checked in
 ``tests/test_batch_streams.py``): ``rand`` and ``randint`` fill element by element, so one call
 for ``K`` rounds returns the ``K`` per-round draws back to back; ``randn`` does so only for fewer
-than 16 elements per call (16 and more take a vectorised Box–Muller path whose order differs), so
-normal draws are made by calls of at most 15 elements, and a round of 16 or more normals is drawn
-alone. When the spec of a stream changes (another shape, range or dtype), the stream rewinds to
+than 16 elements per call or into a non-contiguous output (a contiguous call of 16 and more
+takes a vectorised Box–Muller path whose order differs), so a chunk of rounds of at most 15
+normals is drawn by one call into a strided scratch row (the serial path: one Box–Muller draw
+after another, as the per-round calls), and a round of 16 or more normals is drawn alone. When
+the spec of a stream changes (another shape, range or dtype), the stream rewinds to
 the state saved at the start of its chunk and redraws only what was consumed, so no draw is lost
 or invented.
 
@@ -65,7 +67,7 @@ __all__ = [
     "to_device",
 ]
 
-_NORMAL_SERIAL = 15  # randn fills at most this many elements per call in generator order
+_NORMAL_SERIAL = 15  # a round's randn of at most this many elements takes the serial path
 
 
 def check_seeds(seeds: Any) -> list[int]:
@@ -90,7 +92,7 @@ def _draw(gen: torch.Generator, kind: str, n: int, dtype: torch.dtype, high: int
         return torch.rand(n, generator=gen, dtype=dtype, out=out)
     if kind == "randint":
         return torch.randint(high, (n,), generator=gen, out=out)
-    return torch.randn(n, generator=gen, dtype=dtype, out=out)   # callers keep n <= 15 to chunk
+    return torch.randn(n, generator=gen, dtype=dtype, out=out)   # serial: n <= 15 or strided out
 
 
 class RunStreams:
@@ -209,14 +211,19 @@ class RunStreams:
         if spec != self._spec:
             self._flush()
         if self._buffer is None or self._used == self._buffer.shape[1]:
-            # rounds per generator call, and calls per refill
-            per_call = self.chunk if kind != "normal" else max(_NORMAL_SERIAL // numel, 1)
-            calls = 1 if kind != "normal" else max(self.chunk // per_call, 1)
+            # rounds per generator call, and calls per refill (a round of 16 normals or more:
+            # one call each, contiguous, as the sequential call)
+            serial = kind == "normal" and numel <= _NORMAL_SERIAL
+            per_call = self.chunk if kind != "normal" or serial else 1
+            calls = self.chunk // per_call
             rounds, width = per_call * calls, per_call * numel
             host = torch.empty(self.n_runs, rounds * numel, pin_memory=self.device.type == "cuda",
                                dtype=torch.int64 if kind == "randint" else dtype)
+            # normals drawn into every other element of a scratch (non-contiguous: serial)
+            into = torch.empty(self.n_runs, rounds * numel, 2, dtype=dtype)[..., 0] if serial \
+                else host
             self._states = [None] * self.n_runs
-            rows = host.view(self.n_runs * calls, width).unbind(0)   # call c of run r: r·calls + c
+            rows = into.view(self.n_runs * calls, width).unbind(0)   # call c of run r: r·calls + c
 
             def fill(lo: int, hi: int) -> None:   # runs lo..hi-1, each generator in order
                 for r in range(lo, hi):
@@ -226,6 +233,8 @@ class RunStreams:
                         _draw(g, kind, width, dtype, high, out=out)
 
             run_sliced(fill, self.n_runs, self._threads(width))
+            if into is not host:
+                host.copy_(into)
             self._buffer = to_device(host.reshape(self.n_runs, rounds, numel), self.device)
             self._spec, self._used = spec, 0
         self._used += 1

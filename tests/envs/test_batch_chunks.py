@@ -107,14 +107,16 @@ def test_chunked_lookup_rounds_equal_the_sequential_rounds_to_the_bit(make) -> N
     record = _play(env, 64, picks)
     for r, seed in enumerate(SEEDS):
         env.reset(seed)
-        for t, idx in enumerate(picks):
-            cand, means, reward, regret = record[t]
-            i = int(idx[r])
-            assert torch.equal(env.candidates(), cand[r]), (seed, t)
-            assert torch.equal(env.mean_rewards(), means[r]), (seed, t)
-            m = env.mean_rewards()
-            assert float(m.max() - m[i]) == float(regret[r])
-            assert env.pull(i) == float(reward[r])
+        rows = []
+        for idx in picks:
+            cand, means = env.candidates(), env.mean_rewards()
+            regret = means.max() - means[int(idx[r])]
+            rows.append((cand, means, torch.tensor(env.pull(int(idx[r])), dtype=torch.float64),
+                         regret))
+        for part in range(4):
+            seq = torch.stack([row[part] for row in rows])
+            batched = torch.stack([rec[part][r] for rec in record])
+            assert torch.equal(seq.to(batched.dtype), batched), (seed, part)
 
 
 def test_a_fresh_batch_round_is_declared_by_its_class_only() -> None:
