@@ -282,7 +282,7 @@ class ChessboardEnv(ContextualGridEnv):
     with values 1, 0.5, 0."""
 
     name = "chessboard"
-    f_rowwise = True   # a lookup per context (see ContextualGridEnv._chunk_candidates)
+    f_rowwise = True   # a lookup per context (see ContextualGridEnv._batch_means)
     #: cell values, rows = context cell (0..3), columns = action cell (0..3)
     CELLS = ((0.0, 0.5, 0.0, 0.0),
              (1.0, 0.0, 1.0, 0.0),
