@@ -103,7 +103,7 @@ class DeferredChecks:
                 for x in kept):
             bads = _finite_sums(torch.stack(kept)).reshape(len(kept), -1)      # [K, R]
         else:
-            bads = torch.stack([_finite_sums(x[None])[0] if k else x.reshape(-1)
+            bads = torch.stack([_finite_sums(x[None]).reshape(-1) if k else x.reshape(-1)
                                 for _, x, k in pending])
         if bads.dtype != torch.bool:
             bads = bads.ne(0)

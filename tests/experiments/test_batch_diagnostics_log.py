@@ -93,6 +93,17 @@ def test_kept_finite_flags_name_the_first_failing_round() -> None:
         ("x", 1, 3), ("x", 3, 70), ("y", 2, 100)]
 
 
+def test_kept_values_fold_beside_masks_and_scalars() -> None:
+    """One label holding kept values, bool masks and a one-run scalar: the same failures."""
+    checks = DeferredChecks()
+    for t in range(5):
+        checks.round = t
+        checks.flag_finite("z", torch.tensor([1.0, float("nan") if t == 2 else 0.0]), kept=True)
+        checks.flag("z", torch.tensor([t == 4, False]))
+        checks.flag_finite("one", torch.tensor(float("inf") if t == 3 else 1.0), kept=True)
+    assert sorted(checks.failures()) == [("one", 0, 3), ("z", 0, 4), ("z", 1, 2)]
+
+
 class _NaNRoundChessboard(ChessboardEnv):
     """Chessboard whose candidates of run 2 hold a NaN at round 12 (in the chunk's tensor: the
     class keeps ``batch_round``, so the runner keeps them unreduced until the fold)."""
