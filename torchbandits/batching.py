@@ -8,9 +8,11 @@ per-generator call overhead is paid once per chunk instead of once per round.
 Chunks are exact because of how the CPU generators fill a tensor (checked in
 ``tests/test_batch_streams.py``): ``rand`` and ``randint`` fill element by element, so one call
 for ``K`` rounds returns the ``K`` per-round draws back to back; ``randn`` does so only for fewer
-than 16 elements per call (16 and more take a vectorised Box–Muller path whose order differs), so
-normal draws are made by calls of at most 15 elements, and a round of 16 or more normals is drawn
-alone. When the spec of a stream changes (another shape, range or dtype), the stream rewinds to
+than 16 elements per call or into a non-contiguous output (a contiguous call of 16 and more
+takes a vectorised Box–Muller path whose order differs), so a chunk of rounds of at most 15
+normals is drawn by one call into a strided scratch row (the serial path: one Box–Muller draw
+after another, as the per-round calls), and a round of 16 or more normals is drawn alone. When
+the spec of a stream changes (another shape, range or dtype), the stream rewinds to
 the state saved at the start of its chunk and redraws only what was consumed, so no draw is lost
 or invented.
 
@@ -47,7 +49,7 @@ from .deferred_checks import (
     deferred_checks,
     to_device,
 )
-from .run_draw_threads import default_draw_threads, run_sliced
+from .run_draw_threads import RunDrawsAhead, default_draw_threads, run_sliced
 
 __all__ = [
     "BatchCheckError",
@@ -65,7 +67,7 @@ __all__ = [
     "to_device",
 ]
 
-_NORMAL_SERIAL = 15  # randn fills at most this many elements per call in generator order
+_NORMAL_SERIAL = 15  # a round's randn of at most this many elements takes the serial path
 
 
 def check_seeds(seeds: Any) -> list[int]:
@@ -90,7 +92,7 @@ def _draw(gen: torch.Generator, kind: str, n: int, dtype: torch.dtype, high: int
         return torch.rand(n, generator=gen, dtype=dtype, out=out)
     if kind == "randint":
         return torch.randint(high, (n,), generator=gen, out=out)
-    return torch.randn(n, generator=gen, dtype=dtype, out=out)   # callers keep n <= 15 to chunk
+    return torch.randn(n, generator=gen, dtype=dtype, out=out)   # serial: n <= 15 or strided out
 
 
 class RunStreams:
@@ -125,6 +127,7 @@ class RunStreams:
         self._buffer: Tensor | None = None   # [R, K, numel]
         self._used = 0
         self._states: list[Tensor | None] = []
+        self._mapped: tuple[Tensor, Any, tuple[Tensor, ...]] | None = None   # :meth:`mapped`
 
     @classmethod
     def from_seeds(cls, seeds: Sequence[int], *, chunk: int = 64,
@@ -168,35 +171,74 @@ class RunStreams:
                     _draw(g, kind, numel, dtype, high)
 
         run_sliced(rewind, self.n_runs, self._threads(numel))
-        self._spec, self._buffer, self._used = None, None, 0
+        self._spec, self._buffer, self._used, self._mapped = None, None, 0, None
 
     def _take(self, kind: str, shape: tuple[int, ...], dtype: torch.dtype, high: int) -> Tensor:
+        j = self._next(kind, shape, dtype, high)
+        assert self._buffer is not None
+        return self._buffer[:, j].reshape(self.n_runs, *shape)
+
+    def mapped(self, fn: Callable[[Tensor], Sequence[Tensor]], key: Any, kind: str,
+               *shape: int, dtype: torch.dtype = torch.float64, high: int = 0
+               ) -> tuple[Tensor, ...]:
+        """This round's draws (what ``uniform``/``normal``/``randint(high, …)`` of ``kind`` would
+        hand out, consumed alike) passed through ``fn``, which is applied once per chunk: to the
+        chunk's draws ``[K, R, *shape]`` (round-major; a view of the buffer: read only, its row
+        ``k`` laid out as the plain draw of round ``k``), returning tensors of leading size ``K``
+        whose row ``k`` is round ``k``'s result (made contiguous, so a row is contiguous too).
+        ``fn`` must treat the rounds (and runs) independently — elementwise or row-wise
+        arithmetic — so that row ``k`` is, to the bit, ``fn`` of round ``k``'s draws alone.
+        ``key`` (compared with ``==``) names ``fn`` and its parameters: the kept results are
+        reused while the chunk and the key are the same. A round then costs one index per result
+        instead of ``fn``'s operators; draws made and never handed out are mapped too."""
+        if kind not in ("uniform", "normal", "randint"):
+            raise ValueError(f"kind must be 'uniform', 'normal' or 'randint', got {kind!r}")
+        j = (self._next(kind, tuple(shape), dtype, 0) if kind != "randint" else
+             self._next(kind, tuple(shape), torch.int64, int(high)))
+        kept = self._mapped
+        if kept is None or kept[0] is not self._buffer or kept[1] != key:
+            assert self._buffer is not None
+            block = self._buffer.transpose(0, 1).reshape(-1, self.n_runs, *shape)
+            kept = self._mapped = (self._buffer, key,
+                                   tuple(m.contiguous() for m in fn(block)))
+        return tuple(m[j] for m in kept[2])
+
+    def _next(self, kind: str, shape: tuple[int, ...], dtype: torch.dtype, high: int) -> int:
+        """Consume one round of draws of this spec (refilling as needed); its row in the
+        buffer ``[R, K, numel]``."""
         numel = math.prod(shape)
         spec = (kind, numel, dtype, high)
         if spec != self._spec:
             self._flush()
         if self._buffer is None or self._used == self._buffer.shape[1]:
-            # rounds per generator call, and calls per refill
-            per_call = self.chunk if kind != "normal" else max(_NORMAL_SERIAL // numel, 1)
-            calls = 1 if kind != "normal" else max(self.chunk // per_call, 1)
+            # rounds per generator call, and calls per refill (a round of 16 normals or more:
+            # one call each, contiguous, as the sequential call)
+            serial = kind == "normal" and numel <= _NORMAL_SERIAL
+            per_call = self.chunk if kind != "normal" or serial else 1
+            calls = self.chunk // per_call
             rounds, width = per_call * calls, per_call * numel
             host = torch.empty(self.n_runs, rounds * numel, pin_memory=self.device.type == "cuda",
                                dtype=torch.int64 if kind == "randint" else dtype)
+            # normals drawn into every other element of a scratch (non-contiguous: serial)
+            into = torch.empty(self.n_runs, rounds * numel, 2, dtype=dtype)[..., 0] if serial \
+                else host
             self._states = [None] * self.n_runs
+            rows = into.view(self.n_runs * calls, width).unbind(0)   # call c of run r: r·calls + c
 
             def fill(lo: int, hi: int) -> None:   # runs lo..hi-1, each generator in order
                 for r in range(lo, hi):
                     g = self.generators[r]
                     self._states[r] = g.get_state()
-                    for c in range(calls):
-                        _draw(g, kind, width, dtype, high, out=host[r, c * width:(c + 1) * width])
+                    for out in rows[r * calls:(r + 1) * calls]:
+                        _draw(g, kind, width, dtype, high, out=out)
 
             run_sliced(fill, self.n_runs, self._threads(width))
+            if into is not host:
+                host.copy_(into)
             self._buffer = to_device(host.reshape(self.n_runs, rounds, numel), self.device)
             self._spec, self._used = spec, 0
-        out = self._buffer[:, self._used]
         self._used += 1
-        return out.reshape(self.n_runs, *shape)
+        return self._used - 1
 
     def _threads(self, per_call: int) -> int:
         return self.draw_threads or default_draw_threads(self.n_runs, per_call)
@@ -309,7 +351,8 @@ def check_batch_index(name: str, value: Any, n_runs: int, n_candidates: int,
         raise ValueError(f"{name} must be integers, got dtype {i.dtype}")
     if i.shape != (n_runs,):
         raise ValueError(f"{name} must be [R] with R = {n_runs}, got shape {tuple(i.shape)}")
-    i = i.to(device=device, dtype=torch.long)
+    if i.dtype != torch.long or i.device != device:
+        i = i.to(device=device, dtype=torch.long)
     checks = active_checks()
     if checks is not None:   # flagged, and clamped so that a gather stays in range until then
         inside = i.clamp(0, n_candidates - 1)
@@ -319,82 +362,3 @@ def check_batch_index(name: str, value: Any, n_runs: int, n_candidates: int,
     if int(lo) < 0 or int(hi) >= n_candidates:
         raise ValueError(f"{name} must lie in [0, {n_candidates}), got {i.tolist()}")
     return i
-
-
-class RunDrawsAhead:
-    """Per-run draws made ahead on the host and consumed on the device only where a run needs one.
-
-    For draws that a sequential run makes in some rounds only (EK-UCB's KORS coins, a random
-    tie-break): run ``r``'s ``j``-th value is its generator's ``j``-th draw, whatever the other
-    runs do. The draws of every run are made ahead on the host, ``draw(g, k)`` giving the next
-    ``k`` values of ``g`` (the same numbers, and the same generator state, as ``k`` single
-    draws), kept as a device tensor ``[R, D]``, and handed out by a device counter ``[R]``
-    (:meth:`take`): no host read in a round. A run uses at most one value per call, so ``D``
-    only has to stay above the number of calls (a host count); it grows by doubling, at least
-    ``block`` at a time. :meth:`sync` rewinds every generator to exactly the values used (one
-    host read of the counters, outside the rounds) and drops the buffer.
-
-    Args:
-        generators: one ``torch.Generator`` per run (CPU), used from their current state; the
-            caller does not draw from them until :meth:`sync`.
-        draw: ``draw(generator, k)`` → the next ``k`` values ``[k]``.
-        device: where the values and the counters live.
-        block: the least number of values drawn per run at a refill (64).
-    """
-
-    def __init__(self, generators: Sequence[torch.Generator],
-                 draw: Callable[[torch.Generator, int], Tensor], *,
-                 device: torch.device | str | None = None, block: int = 64) -> None:
-        self.generators = list(generators)
-        if not self.generators:
-            raise ValueError("generators must hold at least one generator")
-        if int(block) < 1:
-            raise ValueError(f"block must be >= 1, got {block}")
-        self._sample = draw
-        self.block = int(block)
-        self.device = torch.device("cpu" if device is None else device)
-        self._start: list[Tensor] | None = None   # the generators' states at the first value
-        self._buf: Tensor | None = None           # [R, D] on the device
-        self._used: Tensor | None = None          # [R] int64 on the device
-        self._calls = 0                           # host: take() calls since the first value
-
-    @property
-    def n_runs(self) -> int:
-        """Number of runs R."""
-        return len(self.generators)
-
-    def take(self, need: Tensor) -> Tensor:
-        """Every run's next value ``[R]`` (on the device); it is consumed where ``need`` ``[R]``
-        (bool) is set and handed out again at the next call elsewhere. No host read."""
-        if self._buf is None or self._calls >= self._buf.shape[1]:
-            if self._start is None:
-                self._start = [g.get_state() for g in self.generators]
-            have = 0 if self._buf is None else self._buf.shape[1]
-            fresh = to_device(torch.stack([self._sample(g, max(self.block, have))
-                                           for g in self.generators]), self.device)
-            self._buf = fresh if self._buf is None else torch.cat([self._buf, fresh], dim=1)
-            if self._used is None:
-                self._used = torch.zeros(self.n_runs, dtype=torch.int64, device=self.device)
-        assert self._used is not None
-        self._calls += 1
-        out = self._buf.gather(1, self._used[:, None])[:, 0]
-        self._used = self._used + need.to(self._used.device)
-        return out
-
-    def move_to(self, device: torch.device | str) -> None:
-        """Hand out the values on ``device`` from now on (their dtype kept)."""
-        self.device = torch.device(device)
-        if self._buf is not None and self._used is not None:
-            self._buf, self._used = self._buf.to(self.device), self._used.to(self.device)
-
-    def sync(self) -> list[torch.Generator]:
-        """The generators rewound to exactly the values used (one host read of the counters),
-        the buffer dropped: for a state save or a draw of another kind."""
-        if self._start is not None and self._used is not None:
-            for g, state, used in zip(self.generators, self._start, self._used.tolist(),
-                                      strict=True):
-                g.set_state(state)
-                if used:
-                    self._sample(g, int(used))
-        self._start, self._buf, self._used, self._calls = None, None, None, 0
-        return self.generators

@@ -46,36 +46,49 @@ class DeferredChecks:
 
     #: masks of one check filed before they are folded (one fold = a few device operations)
     FOLD = 64
+    #: the most entries of a tensor that :meth:`flag_finite` files as is (``kept=True``)
+    KEEP_MAX = 1 << 15
 
     def __init__(self) -> None:
         self.round = 0
         self.inputs_checked = False
         self._first: dict[str, Tensor] = {}
-        self._pending: dict[str, list[tuple[int, Tensor]]] = {}
+        #: per check: (round, mask ``[R]`` — or, ``kept``, the values ``[R, ...]`` —, kept)
+        self._pending: dict[str, list[tuple[int, Tensor, bool]]] = {}
 
     def flag(self, check: str, bad: Tensor) -> None:
         """Record the runs where ``bad`` ``[R]`` holds, under the label ``check`` (a bool mask,
         or numbers that are nonzero — NaN included — exactly where a run fails)."""
-        bad = bad.reshape(-1)
+        self._file(check, bad.reshape(-1), False)
+
+    def _file(self, check: str, x: Tensor, kept: bool) -> None:
+        runs = (x.shape[0] if x.ndim else 1) if kept else x.numel()
         known = self._first.get(check)
         pending = self._pending.get(check)
         size = known.numel() if known is not None else (
-            pending[0][1].numel() if pending else bad.numel())
-        if size != bad.numel():
+            _runs(pending[0]) if pending else runs)
+        if size != runs:
             # a model of another run count under the same label (e.g. DMM's companion of R·G
             # runs at its regulariser grid, run r·G + g): its own entry
-            check = f"{check} [{bad.numel()} runs]"
+            check = f"{check} [{runs} runs]"
             pending = self._pending.get(check)
         if pending is None:
             pending = self._pending[check] = []
-        pending.append((self.round, bad))
+        pending.append((self.round, x, kept))
         if len(pending) >= self.FOLD:
             self._fold(check)
 
-    def flag_finite(self, check: str, x: Tensor) -> None:
+    def flag_finite(self, check: str, x: Tensor, *, kept: bool = False) -> None:
         """Flag the runs of ``x`` ``[R, ...]`` holding a NaN or ±inf: ``x·0`` is 0 where finite
         and NaN elsewhere (no overflow of large finite values), summed per run — two device
-        operations; the comparison with 0 is made when the masks are folded."""
+        operations; the comparison with 0 is made when the masks are folded. ``kept``: the
+        caller does not write into ``x`` until the fold (the runner's fresh candidates and
+        rewards), so ``x`` itself is filed — no device operation now — and the kept tensors of
+        the check are stacked and reduced at once when folded (up to :attr:`KEEP_MAX` entries;
+        a larger ``x`` is reduced now)."""
+        if kept and x.numel() <= self.KEEP_MAX:
+            self._file(check, x, True)
+            return
         zero = x * 0
         self.flag(check, zero.sum(tuple(range(1, x.ndim))) if x.ndim > 1 else zero)
 
@@ -83,10 +96,18 @@ class DeferredChecks:
         pending = self._pending.pop(check, None)
         if not pending:
             return
-        bads = torch.stack([b for _, b in pending])                          # [K, R]
+        kept = [x for _, x, k in pending if k]
+        like = kept[0] if kept else None
+        if like is not None and len(kept) == len(pending) and all(
+                x.shape == like.shape and x.dtype == like.dtype and x.device == like.device
+                for x in kept):
+            bads = _finite_sums(torch.stack(kept)).reshape(len(kept), -1)      # [K, R]
+        else:
+            bads = torch.stack([_finite_sums(x[None]).reshape(-1) if k else x.reshape(-1)
+                                for _, x, k in pending])
         if bads.dtype != torch.bool:
             bads = bads.ne(0)
-        rounds = to_device(torch.tensor([t for t, _ in pending]), bads.device)
+        rounds = to_device(torch.tensor([t for t, _, _ in pending]), bads.device)
         hit = bads.any(0)
         at = rounds[bads.to(torch.uint8).argmax(0)]                         # first True per run
         first = self._first.get(check)
@@ -118,6 +139,19 @@ class DeferredChecks:
             seed = f" (seed {seeds[run]})" if seeds is not None else ""
             raise BatchCheckError(f"{check}: failed in run {run}{seed} at round {t} "
                                   f"({len(bad)} failing (check, run) pairs in all)")
+
+
+def _runs(entry: tuple[int, Tensor, bool]) -> int:
+    """The run count of a filed entry (a mask ``[R]``, or kept values ``[R, ...]``)."""
+    _, x, kept = entry
+    return (x.shape[0] if x.ndim else 1) if kept else x.numel()
+
+
+def _finite_sums(x: Tensor) -> Tensor:
+    """``Σ x·0`` over the dimensions after the first two of ``x`` ``[K, R, ...]``: ``[K, R]``,
+    0 where finite, NaN where a run holds a NaN or ±inf."""
+    zero = x * 0
+    return zero.sum(tuple(range(2, x.ndim))) if x.ndim > 2 else zero
 
 
 _ACTIVE: ContextVar[DeferredChecks | None] = ContextVar("torchbandits_deferred_checks",

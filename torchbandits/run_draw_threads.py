@@ -1,4 +1,5 @@
-"""A small thread pool for the per-run generator draws of :class:`~torchbandits.batching.RunStreams`.
+"""Per-run host draws of a batch: the thread pool of :class:`~torchbandits.batching.RunStreams`
+refills, and :class:`RunDrawsAhead` (draws that a run makes in some rounds only).
 
 A batch of ``R`` runs refills its streams with one ``torch.rand`` / ``randn`` / ``randint`` call
 (or a few) per run and generator; PyTorch releases the GIL while an operator runs, so the runs
@@ -12,10 +13,15 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-__all__ = ["MIN_RUNS_FOR_THREADS", "default_draw_threads", "run_sliced"]
+import torch
+from torch import Tensor
+
+from .deferred_checks import to_device
+
+__all__ = ["MIN_RUNS_FOR_THREADS", "RunDrawsAhead", "default_draw_threads", "run_sliced"]
 
 #: below this many runs a refill is drawn by the calling thread alone (``draw_threads=None``)
 MIN_RUNS_FOR_THREADS = 256
@@ -76,3 +82,91 @@ def run_sliced(fn: Callable[[int, int], None], n: int, threads: int) -> None:
     for err in errors:
         if err is not None:
             raise err
+
+
+class RunDrawsAhead:
+    """Per-run draws made ahead on the host and consumed on the device only where a run needs one.
+
+    For draws that a sequential run makes in some rounds only (EK-UCB's KORS coins, a random
+    tie-break): run ``r``'s ``j``-th value is its generator's ``j``-th draw, whatever the other
+    runs do. The draws of every run are made ahead on the host, ``draw(g, k)`` giving the next
+    ``k`` values of ``g`` (the same numbers, and the same generator state, as ``k`` single
+    draws), kept as a device tensor ``[R, D]``, and handed out by a device counter ``[R]``
+    (:meth:`take`): no host read in a round. A run uses at most one value per call, so ``D``
+    only has to stay above the number of calls (a host count); it grows by doubling, at least
+    ``block`` at a time. :meth:`sync` rewinds every generator to exactly the values used (one
+    host read of the counters, outside the rounds) and drops the buffer.
+
+    Args:
+        generators: one ``torch.Generator`` per run (CPU), used from their current state; the
+            caller does not draw from them until :meth:`sync`.
+        draw: ``draw(generator, k)`` → the next ``k`` values ``[k]``.
+        device: where the values and the counters live.
+        block: the least number of values drawn per run at a refill (64).
+    """
+
+    def __init__(self, generators: Sequence[torch.Generator],
+                 draw: Callable[[torch.Generator, int], Tensor], *,
+                 device: torch.device | str | None = None, block: int = 64) -> None:
+        self.generators = list(generators)
+        if not self.generators:
+            raise ValueError("generators must hold at least one generator")
+        if int(block) < 1:
+            raise ValueError(f"block must be >= 1, got {block}")
+        self._sample = draw
+        self.block = int(block)
+        self.device = torch.device("cpu" if device is None else device)
+        self._start: list[Tensor] | None = None   # the generators' states at the first value
+        self._buf: Tensor | None = None           # [R, D] on the device
+        self._pos: Tensor | None = None           # [R] int64: r·D + values used by run r
+        self._calls = 0                           # host: take() calls since the first value
+
+    @property
+    def n_runs(self) -> int:
+        """Number of runs R."""
+        return len(self.generators)
+
+    def take(self, need: Tensor) -> Tensor:
+        """Every run's next value ``[R]`` (on the device); it is consumed where ``need`` ``[R]``
+        (bool) is set and handed out again at the next call elsewhere. No host read."""
+        if self._buf is None or self._calls >= self._buf.shape[1]:
+            if self._start is None:
+                self._start = [g.get_state() for g in self.generators]
+            have = 0 if self._buf is None else self._buf.shape[1]
+            fresh = to_device(torch.stack([self._sample(g, max(self.block, have))
+                                           for g in self.generators]), self.device)
+            used = self._used()
+            self._buf = fresh if self._buf is None else torch.cat([self._buf, fresh], dim=1)
+            self._pos = used + self._rows() * self._buf.shape[1]
+        assert self._pos is not None
+        self._calls += 1
+        out = self._buf.take(self._pos)   # run r's value at its own count: one operator
+        self._pos = self._pos + need.to(self._pos.device)
+        return out
+
+    def _rows(self) -> Tensor:
+        return torch.arange(self.n_runs, dtype=torch.int64, device=self.device)
+
+    def _used(self) -> Tensor:
+        """Values used per run ``[R]`` (int64, on the device)."""
+        if self._pos is None or self._buf is None:
+            return torch.zeros(self.n_runs, dtype=torch.int64, device=self.device)
+        return self._pos - self._rows().to(self._pos.device) * self._buf.shape[1]
+
+    def move_to(self, device: torch.device | str) -> None:
+        """Hand out the values on ``device`` from now on (their dtype kept)."""
+        self.device = torch.device(device)
+        if self._buf is not None and self._pos is not None:
+            self._buf, self._pos = self._buf.to(self.device), self._pos.to(self.device)
+
+    def sync(self) -> list[torch.Generator]:
+        """The generators rewound to exactly the values used (one host read of the counters),
+        the buffer dropped: for a state save or a draw of another kind."""
+        if self._start is not None and self._pos is not None:
+            for g, state, used in zip(self.generators, self._start, self._used().tolist(),
+                                      strict=True):
+                g.set_state(state)
+                if used:
+                    self._sample(g, int(used))
+        self._start, self._buf, self._pos, self._calls = None, None, None, 0
+        return self.generators

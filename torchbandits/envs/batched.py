@@ -13,6 +13,10 @@ An environment class takes part by declaring
   rounds played) from ``b.fields`` and ``b.streams``;
 * ``batch_noise(b, means)`` — the noise ``[R]`` (float64) added to the chosen means ``[R]``;
 * ``why_not_batched()`` — ``None``, or why this configuration cannot be batched;
+* optionally ``batch_fresh = True`` (in the class defining ``batch_round``) — its candidates
+  and means are never written after ``batch_round`` returns them (fresh tensors, or views of
+  chunks nobody writes), so the runner may keep them unreduced until it folds its finite checks
+  (:attr:`BatchedEnv.fresh`);
 * optionally ``batch_reset(seeds)`` — the whole batch's setup at once: ``(fields, generators)``,
   the stacked ``batch_fields`` ``[R, ...]`` on the device and, per generator name, the ``R``
   generators as ``reset`` leaves them. Each run's draws still come from its own CPU generators in
@@ -111,7 +115,11 @@ def gaussian_noise(b: BatchedEnv, noise_std: float, dtype: torch.dtype,
     """``N(0, noise_std²)`` noise ``[R]`` (float64) from each run's ``stream``: the draw of
     :func:`~torchbandits.envs.base.gaussian_reward` (one ``dtype`` scalar per run, scaled in
     double precision as there)."""
-    return b.streams[stream].normal(dtype=dtype).to(b.device, torch.float64) * noise_std
+    def scaled(z: Tensor) -> tuple[Tensor]:   # a chunk [K, R] at once (elementwise)
+        return (z.to(b.device, torch.float64) * noise_std,)
+
+    return b.streams[stream].mapped(scaled, ("gaussian", noise_std, b.device), "normal",
+                                    dtype=dtype)[0]
 
 
 def stack_to(rows: Sequence[Tensor], device: torch.device) -> Tensor:
@@ -216,6 +224,15 @@ class BatchedEnv:
             self._copies = _reset_copies(self.template, self.seeds)
         return self._copies
 
+    @property
+    def fresh(self) -> bool:
+        """Whether the class defining the template's ``batch_round`` declares ``batch_fresh``
+        (this round's candidates are never written afterwards; not for a ``batch_round`` set on
+        the instance)."""
+        home = _defining_class(type(self.template), "batch_round")
+        return (home is not None and bool(vars(home).get("batch_fresh", False))
+                and "batch_round" not in vars(self.template))
+
     # ------------------------------------------------------------------ shape and place
     @property
     def n_runs(self) -> int:
@@ -252,6 +269,11 @@ class BatchedEnv:
         self.t += 1
         self._cands, self._means = self.template.batch_round(self)
         return reward, regret
+
+    def keep_best(self, means: Tensor, best: Tensor) -> None:
+        """For ``batch_round``: ``best`` ``[R]`` is ``max_a`` of ``means`` ``[R, A]`` (made with
+        them, e.g. once per chunk), so :meth:`pull` reads it instead of reducing the means."""
+        self._best = (means, tensor_version(means), best)
 
     def _best_means(self) -> Tensor:
         """``max_a`` of this round's means ``[R]``, kept while the means are the same unchanged

@@ -163,6 +163,7 @@ class ContextualGridEnv:
 
     # ------------------------------------------------------------------ batched runs
     batch_fields = ("_cands", "_means")
+    batch_fresh = True   # rows of chunk tensors that nobody writes
 
     def why_not_batched(self) -> str | None:
         """Why :class:`~torchbandits.envs.batched.BatchedEnv` refuses this configuration (``None``: it
@@ -191,19 +192,48 @@ class ContextualGridEnv:
                 {name: [g[name] for g in gens] for name in ("context", "noise")})
 
     def _batch_candidates(self, ctx: Tensor) -> tuple[Tensor, Tensor]:
-        """Candidates ``[x_r; a]`` ``[R, A, d_x + 1]`` and means ``f(x_r, a)`` ``[R, A]`` of the
-        contexts ``ctx`` ``[R, d_x]``."""
-        acts = self.actions.reshape(1, -1, 1).expand(ctx.shape[0], -1, 1)
-        cands = torch.cat([ctx[:, None, :].expand(-1, acts.shape[1], -1), acts], dim=-1)
-        return cands, self.f(ctx, self.actions)
+        """Candidates ``[x; a]`` ``[*B, A, d_x + 1]`` and means ``f(x, a)`` ``[*B, A]`` of the
+        contexts ``ctx`` ``[*B, d_x]`` (``B = (R,)`` at reset, ``(K, R)`` for a chunk of ``K``
+        rounds: :meth:`_batch_means`)."""
+        lead = ctx.shape[:-1]
+        acts = self.actions.reshape(*(1,) * len(lead), -1, 1).expand(*lead, -1, 1)
+        cands = torch.cat([ctx[..., None, :].expand(*lead, acts.shape[-2], -1), acts], dim=-1)
+        return cands, self._batch_means(ctx)
+
+    def _batch_means(self, ctx: Tensor) -> Tensor:
+        """``f(x, a)`` ``[*B, A]`` of contexts ``[*B, d_x]``: one call of ``f`` over all of
+        them where the class defining ``f`` declares it row-wise to the bit (``f_rowwise``:
+        elementwise arithmetic and lookups), else one call per ``[R, d_x]`` round, as a round
+        alone makes it (a matrix product's rounding may depend on the row count)."""
+        if ctx.ndim == 2:
+            return self.f(ctx, self.actions)
+        home = next(c for c in type(self).__mro__ if "f" in vars(c))
+        if vars(home).get("f_rowwise", False):
+            return self.f(ctx.reshape(-1, ctx.shape[-1]), self.actions).reshape(
+                *ctx.shape[:-1], -1)
+        return torch.stack([self._batch_means(c) for c in ctx])
 
     def batch_round(self, b: BatchedEnv) -> tuple[Tensor, Tensor]:
         """Round ``b.t``: the contexts drawn by ``reset`` first, then one ``U[0,1]^{d_x}`` context
         per run; candidates ``[x_r; a]`` ``[R, A, d_x + 1]``, means ``f(x_r, a)`` ``[R, A]``."""
         if b.t == 0:
             return b.fields["_cands"], b.fields["_means"]
-        ctx = b.streams["context"].uniform(self.context_dim, dtype=self.dtype).to(self.device)
-        return self._batch_candidates(ctx)
+        cands, means, best = b.streams["context"].mapped(
+            self._chunk_candidates, self._chunk_key(), "uniform", self.context_dim,
+            dtype=self.dtype)
+        b.keep_best(means, best)
+        return cands, means
+
+    def _chunk_key(self) -> tuple[object, ...]:
+        """What the kept candidates of a chunk depend on besides its contexts: the action grid
+        (the same unchanged tensor) and the device."""
+        return (id(self.actions), tensor_version(self.actions), self.device, type(self).f)
+
+    def _chunk_candidates(self, ctx: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """:meth:`_batch_candidates` of a chunk's contexts ``[K, R, d_x]`` at once, and the
+        best means ``max_a f(x, a)`` ``[K, R]``."""
+        cands, means = self._batch_candidates(ctx.to(self.device))
+        return cands, means, means.max(dim=-1).values
 
     def batch_noise(self, b: BatchedEnv, means: Tensor) -> Tensor:
         """Gaussian noise ``[R]`` (float64) for the chosen means ``[R]`` of every run, one draw per run."""
@@ -252,6 +282,7 @@ class ChessboardEnv(ContextualGridEnv):
     with values 1, 0.5, 0."""
 
     name = "chessboard"
+    f_rowwise = True   # a lookup per context (see ContextualGridEnv._batch_means)
     #: cell values, rows = context cell (0..3), columns = action cell (0..3)
     CELLS = ((0.0, 0.5, 0.0, 0.0),
              (1.0, 0.0, 1.0, 0.0),
@@ -291,6 +322,7 @@ class StepDiagonalEnv(ContextualGridEnv):
     else 0.5 on ``|x − (a − 0.15)| < 0.1``, else 0."""
 
     name = "step_diagonal"
+    f_rowwise = True   # elementwise in the contexts
 
     def f(self, contexts: Tensor, actions: Tensor) -> Tensor:
         x = contexts[:, :1]

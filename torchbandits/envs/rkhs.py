@@ -133,6 +133,7 @@ class RKHSFunctionEnv:
 
     # ------------------------------------------------------------------ batched runs
     batch_fields = ("inducing", "coefficients", "_arms", "_means")
+    batch_fresh = True   # stacked fields, or views of stream chunks that nobody writes
 
     def why_not_batched(self) -> str | None:
         """Always ``None``: every configuration runs under

@@ -22,6 +22,7 @@ import torch
 
 from ..batching import check_seeds, deferred_checks
 from ..envs.batched import BatchedEnv, tensor_version, why_not_batchable
+from .batch_diagnostics import DiagnosticsLog
 from .results import RunResult, resumable_run
 from .runner import (
     EnvFactory,
@@ -132,13 +133,6 @@ class _StepClock:
         return [(m[i + 1] - m[i]) + (m[i + 3] - m[i + 2]) for i in range(0, len(m), 4)]
 
 
-def _per_run(value: Any, n_runs: int) -> list[float]:
-    """A diagnostic as one float per run (a ``[R]`` tensor, or one number shared by all)."""
-    if isinstance(value, torch.Tensor) and value.numel() == n_runs:
-        return [float(v) for v in value.reshape(-1).tolist()]
-    return [float(value)] * n_runs
-
-
 def simulate_batch(
     policy: Any,
     env: Any,
@@ -192,8 +186,7 @@ def simulate_batch(
     policy.reset(seed=seeds)
     actions, rewards, regrets = [], [], []
     clock = _StepClock(device)
-    diag_steps: list[int] = []
-    raw_diags: list[dict[str, Any]] = []
+    diags = DiagnosticsLog(n)
     bar = progress if isinstance(progress, tqdm) else None
     own_bar = None
     if progress is True:
@@ -203,6 +196,7 @@ def simulate_batch(
     with deferred_checks() as checks:
         checks.inputs_checked = True   # candidates and rewards flagged here, once per round
         flagged: tuple[Any, int | None] = (None, None)   # the candidates last flagged
+        fresh = benv.fresh   # candidates never written afterwards: kept unreduced till the fold
         for t in range(int(horizon)):
             checks.round = t
             cand = benv.candidates()
@@ -210,13 +204,13 @@ def simulate_batch(
             # (a new tensor or an in-place write), as its flags could not differ
             version = tensor_version(cand)
             if cand is not flagged[0] or version is None or version != flagged[1]:
-                checks.flag_finite("candidates must be finite", cand)
+                checks.flag_finite("candidates must be finite", cand, kept=fresh)
                 flagged = (cand, version)
             clock.mark()
             idx = policy.select(cand)
             clock.mark()
             reward, regret = benv.pull(idx)
-            checks.flag_finite("reward must be finite", reward)
+            checks.flag_finite("reward must be finite", reward, kept=True)   # made by pull
             clock.mark()
             gather = idx.to(cand.device)[:, None, None].expand(-1, 1, cand.shape[2])
             policy.update(cand.gather(1, gather)[:, 0], reward)
@@ -225,10 +219,7 @@ def simulate_batch(
             rewards.append(reward)
             regrets.append(regret)
             if diagnostics_every and (t + 1) % diagnostics_every == 0:
-                diag_steps.append(t + 1)
-                # a policy may hand out live buffers (running sums): keep this round's values
-                raw_diags.append({k: v.clone() if isinstance(v, torch.Tensor) else v
-                                  for k, v in policy.diagnostics().items()})
+                diags.add(t + 1, policy.diagnostics())   # copies: live buffers move on
             if bar is not None:
                 bar.update(n)
             if sync_every and (t + 1) % int(sync_every) == 0:
@@ -242,11 +233,7 @@ def simulate_batch(
     acts = torch.stack(actions, dim=1).cpu().tolist()
     rews = torch.stack(rewards, dim=1).cpu().tolist()
     regs = torch.stack(regrets, dim=1).to(torch.float64).cpu().tolist()
-    diags: list[dict[str, list[float]]] = [{} for _ in range(n)]
-    for raw in raw_diags:
-        for k, v in raw.items():
-            for r, value in enumerate(_per_run(v, n)):
-                diags[r].setdefault(k, []).append(value)
+    per_run = diags.per_run()
     results = []
     for r, seed in enumerate(seeds):
         cfg = {"horizon": int(horizon), "device": str(device), "dtype": str(policy.dtype),
@@ -255,7 +242,7 @@ def simulate_batch(
         results.append(RunResult(
             policy=policy_name or type(policy).__name__, env=env_name or type(env).__name__,
             seed=int(seed), rewards=rews[r], regret=regs[r], agent_seconds=list(seconds),
-            actions=acts[r], diagnostic_steps=list(diag_steps), diagnostics=diags[r], config=cfg,
+            actions=acts[r], diagnostic_steps=list(diags.steps), diagnostics=per_run[r], config=cfg,
             memory_bytes=memory))
     return results
 
