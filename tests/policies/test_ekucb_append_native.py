@@ -1,7 +1,7 @@
 """The compiled data update of a batched EK-UCB round (``torchbandits/native/ekucb_append.c``:
 Zenati et al. 2022, Algorithm 2 in the whitened form of Prop. 4.2) against the torch path it
 replaces (:meth:`BatchedNystrom.scored_columns` + :meth:`BatchedNystrom.append`; the model's
-``append_compiled``): the returned
+``_append_compiled``): the returned
 columns and residuals, and every state tensor after the append, to rounding; a played point that
 is not a candidate of the last score falls back to the torch path with nothing written by C
 (user code), or is flagged naming its run (under deferred checks)."""
@@ -18,7 +18,6 @@ from torchbandits.batching import BatchCheckError
 from torchbandits.deferred_checks import deferred_checks
 from torchbandits.envs.batched import BatchedEnv
 from torchbandits.experiments.registry import make_env, make_policy
-from torchbandits.models import batched_nystrom as append_module
 from torchbandits.models.batched_nystrom import BatchedNystrom
 from torchbandits.native import ekucb_append as native_append
 
@@ -62,9 +61,7 @@ def _state(model: BatchedNystrom) -> dict[str, torch.Tensor]:
 def _twins(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     policy, played, reward = _scored_batch(monkeypatch)
     fused, torch_path = policy.batch_model, copy.deepcopy(policy.batch_model)
-    real = append_module.append_compiled
-    monkeypatch.setattr(append_module, "append_compiled",
-                        lambda model, x, y: None if model is torch_path else real(model, x, y))
+    monkeypatch.setattr(torch_path, "_append_compiled", lambda x, y: None)
     return fused, torch_path, played, reward
 
 

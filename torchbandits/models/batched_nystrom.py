@@ -60,7 +60,7 @@ from torch import Tensor
 
 from ..deferred_checks import active_checks, check_runs
 from ..native import ekucb as native_ekucb
-from .batched_nystrom_append import append_compiled
+from .batched_nystrom_append import CompiledAppend
 from .batched_nystrom_growth import grow_compacted, grow_masked
 from .batched_nystrom_state import BatchedNystromState, batched_kernel
 from .nystrom_updates import PIVOT_TOL, whitening
@@ -68,7 +68,7 @@ from .nystrom_updates import PIVOT_TOL, whitening
 __all__ = ["BatchedNystrom", "batched_kernel"]
 
 
-class BatchedNystrom(BatchedNystromState):
+class BatchedNystrom(BatchedNystromState, CompiledAppend):
     """Whitened Nyström posterior of ``R`` runs, each on its own dictionary (module docstring).
 
     Args:
@@ -240,7 +240,7 @@ class BatchedNystrom(BatchedNystromState):
         (``[R, M]``, ``[R, M]``, ``[R]``). After a compiled score, one compiled call
         (:func:`torchbandits.native.ekucb_append.append_played`: the numbers of
         :meth:`scored_columns` + :meth:`append` up to the rounding of two sums); else those two."""
-        fused = append_compiled(self, x, y)
+        fused = self._append_compiled(x, y)
         if fused is not None:
             return fused
         cols = self.scored_columns(x)

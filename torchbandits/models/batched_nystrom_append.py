@@ -12,49 +12,65 @@ sums ``eᵀQe`` and ``‖e‖²``, in one call instead of about twenty tensor op
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from torch import Tensor
 
 from ..deferred_checks import active_checks, check_runs
 from ..native import ekucb_append as native_append
 
-if TYPE_CHECKING:
-    from .batched_nystrom import BatchedNystrom
-
-__all__ = ["append_compiled"]
+__all__ = ["CompiledAppend"]
 
 
-def append_compiled(model: BatchedNystrom, x: Tensor, y: Tensor
-                    ) -> tuple[Tensor, Tensor, Tensor] | None:
-    """Append the played candidates ``x`` ``[R, d]`` with rewards ``y`` ``[R]`` by the compiled
-    call: ``(k_Z(x), e(x), ω)`` (``[R, M]``, ``[R, M]``, ``[R]``), or ``None`` with nothing
-    changed (the caller's torch path): no compiled score since the last change, a deferred step
-    still pending, compiled kernels unavailable, or (user code) some ``x_r`` that is not one of
-    the last candidates. Under deferred checks such a run is flagged instead (it takes candidate
-    0's columns, as the torch path does)."""
-    last, n, mm = model._scored, model._n, model._mmax
-    if last is None or last[0] != model._version or mm == 0 or model._pending is not None \
-            or model._q_kept is not None or len(last[2]) != 1:
-        return None
-    full = model._scored_full   # (set by the compiled score, with the columns in last[2])
-    if full is None or not isinstance(last[2][0], tuple) or full[0] is not last[2][0][0] \
-            or full[1].shape[-1] != mm:
-        return None
-    kz, f, qf = full
-    model._ensure(n + 1, mm, x.shape[1])
-    const = model.kernel_constant
-    deferred = active_checks() is not None
-    got = native_append.append_played(
-        last[1], x, y, kz, f, qf, const if const is not None else model.prior_variance(x),
-        model.jitter, model._g, model._e, model._x, model._s, n, model._logdet,
-        write_missing=deferred)
-    if got is None or (got.n_missing and not deferred):
-        return None    # nothing written: the torch path (fresh columns for a missing x)
-    if got.n_missing:
-        check_runs("x must be a candidate of the last select", got.missing,
-                   lambda r: f"x of run {r} is not a candidate of the last select")
-    model._version += 1
-    model._defer_q_step(got.a, got.b)
-    model._n = n + 1
-    return got.kz, got.f, got.omega
+class CompiledAppend:
+    """The compiled append of :class:`~torchbandits.models.batched_nystrom.BatchedNystrom` (a
+    mixin: the model's own state, read and written through ``self``)."""
+
+    _scored: Any
+    _scored_full: Any
+    _version: int
+    _n: int
+    _mmax: int
+    _pending: Any
+    _q_kept: Any
+    _g: Tensor
+    _e: Tensor
+    _x: Tensor
+    _s: Tensor
+    _logdet: Tensor
+    jitter: float
+    kernel_constant: float | None
+
+    def _append_compiled(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor] | None:
+        """Append the played candidates ``x`` ``[R, d]`` with rewards ``y`` ``[R]`` by the
+        compiled call: ``(k_Z(x), e(x), ω)`` (``[R, M]``, ``[R, M]``, ``[R]``), or ``None`` with
+        nothing changed (the caller's torch path): no compiled score since the last change, a
+        deferred step still pending, compiled kernels unavailable, or (user code) some ``x_r``
+        that is not one of the last candidates. Under deferred checks such a run is flagged
+        instead (it takes candidate 0's columns, as the torch path does)."""
+        last, n, mm = self._scored, self._n, self._mmax
+        if last is None or last[0] != self._version or mm == 0 or self._pending is not None \
+                or self._q_kept is not None or len(last[2]) != 1:
+            return None
+        full = self._scored_full   # (set by the compiled score, with the columns in last[2])
+        if full is None or not isinstance(last[2][0], tuple) or full[0] is not last[2][0][0] \
+                or full[1].shape[-1] != mm:
+            return None
+        kz, f, qf = full
+        self._ensure(n + 1, mm, x.shape[1])  # type: ignore[attr-defined]
+        const = self.kernel_constant
+        deferred = active_checks() is not None
+        got = native_append.append_played(
+            last[1], x, y, kz, f, qf,
+            const if const is not None else self.prior_variance(x),  # type: ignore[attr-defined]
+            self.jitter, self._g, self._e, self._x, self._s, n, self._logdet,
+            write_missing=deferred)
+        if got is None or (got.n_missing and not deferred):
+            return None    # nothing written: the torch path (fresh columns for a missing x)
+        if got.n_missing:
+            check_runs("x must be a candidate of the last select", got.missing,
+                       lambda r: f"x of run {r} is not a candidate of the last select")
+        self._version += 1
+        self._defer_q_step(got.a, got.b)  # type: ignore[attr-defined]
+        self._n = n + 1
+        return got.kz, got.f, got.omega
