@@ -24,7 +24,7 @@ from torch import Tensor
 
 from . import pointer, signed
 
-__all__ = ["RBF_MAX_DIM", "available", "grow", "kors_grow", "kors_probability", "kors_quadratic",
+__all__ = ["RBF_MAX_DIM", "available", "f64_rows", "grow", "kors_grow", "kors_probability", "kors_quadratic",
            "rank_one_sub", "rbf_block", "rbf_exponent", "score"]
 
 _I64, _PTR, _F64 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_double
@@ -55,7 +55,9 @@ _SIGNED_ARGS = {**{name: (args, None) for name, args in _SIGNATURES.items()},
 _lib: Callable[[], ctypes.CDLL | None] = functools.partial(signed, "ekucb_batch", _SIGNED_ARGS)
 
 
-def _ok(*tensors: Tensor) -> bool:
+def f64_rows(*tensors: Tensor) -> bool:
+    """Whether every tensor is a float64 CPU tensor with a contiguous last dimension (what the
+    compiled EK-UCB kernels take: run and row strides are passed)."""
     for t in tensors:   # a plain loop: called ~30 times a round
         if t.dtype != torch.float64 or not t.is_cpu or t.stride(-1) != 1:
             return False
@@ -70,7 +72,7 @@ def _sizes_ok(sizes: Tensor, runs: int) -> bool:
 def available(*tensors: Tensor) -> bool:
     """Whether the compiled path would run on ``tensors`` (float64 CPU, last dimension
     contiguous) — no build is attempted when they do not qualify."""
-    return _ok(*tensors) and _lib() is not None
+    return f64_rows(*tensors) and _lib() is not None
 
 
 def score(kz: Tensor, p: Tensor, q: Tensor, g: Tensor, sizes: Tensor, kdiag: Tensor, lam: float,
@@ -88,12 +90,12 @@ def score(kz: Tensor, p: Tensor, q: Tensor, g: Tensor, sizes: Tensor, kdiag: Ten
     flagged run's size where it was at the append; the numbers of :func:`rank_one_sub`), fused
     into the pass over ``Q`` (``Q`` is written)."""
     r, a, w = kz.shape
-    if (a == 0 or not _ok(kz, p, q, g, kdiag) or not _sizes_ok(sizes, r)
+    if (a == 0 or not f64_rows(kz, p, q, g, kdiag) or not _sizes_ok(sizes, r)
             or min(p.shape[1], p.shape[2], q.shape[1], q.shape[2], g.shape[1]) < w
             or p.shape[0] != r or q.shape[0] != r or g.shape[0] != r
             or tuple(kdiag.shape) != (r, a)):
         return None
-    if pending is not None and (not _ok(pending[0], pending[1]) or not _sizes_ok(pending[2], r)
+    if pending is not None and (not f64_rows(pending[0], pending[1]) or not _sizes_ok(pending[2], r)
                                 or pending[0].shape[0] != r or pending[1].shape[0] != r):
         return None
     lib = _lib()
@@ -122,7 +124,7 @@ def kors_quadratic(kz: Tensor, n: Tensor, sizes: Tensor) -> Tensor | None:
     """``u_r = k_rᵀ N_r k_r`` ``[R]`` over each run's ``m_r`` anchors (``ekucb_quad``): ``kz``
     ``[R, ≥m]``, ``N`` ``[R, ≥m, ≥m]``; ``None`` where the compiled path does not apply."""
     r = kz.shape[0]
-    if not _ok(kz, n) or not _sizes_ok(sizes, r):
+    if not f64_rows(kz, n) or not _sizes_ok(sizes, r):
         return None
     lib = _lib()
     if lib is None:
@@ -140,7 +142,7 @@ def rank_one_sub(q: Tensor, a: Tensor, b: Tensor, sizes: Tensor, runs: Tensor | 
     ``a``, ``b`` ``[R, ≥m]``, for every run or only the distinct ``runs`` (int64 ``[k]``).
     Returns whether it ran (else the caller does it in torch)."""
     r = q.shape[0]
-    if not _ok(q, a, b) or not _sizes_ok(sizes, r):
+    if not f64_rows(q, a, b) or not _sizes_ok(sizes, r):
         return False
     if runs is not None and not (runs.device.type == "cpu" and runs.dtype == torch.int64
                                  and runs.dim() == 1 and runs.is_contiguous()):
@@ -175,7 +177,7 @@ def rbf_block(a: Tensor, b: Tensor, c: float) -> Tensor | None:
 
 def _rbf(name: str, a: Tensor, b: Tensor, c: float, max_dim: int | None) -> Tensor | None:
     if (a.dim() != 3 or b.dim() != 3 or a.shape[0] != b.shape[0] or a.shape[2] != b.shape[2]
-            or (max_dim is not None and a.shape[2] > max_dim) or not _ok(a, b)):
+            or (max_dim is not None and a.shape[2] > max_dim) or not f64_rows(a, b)):
         return None
     lib = _lib()
     if lib is None:
@@ -230,22 +232,22 @@ def grow(runs: Tensor, f: Tensor, omega: Tensor, accept: Tensor, kzz: Tensor | f
     k, w = f.shape
     r, d = x.shape[0], x.shape[2]
     const, kconst = not isinstance(krow, Tensor), not isinstance(kzz, Tensor)
-    if (k == 0 or not _ok(f, omega, x, e, p, q, g, s, z, logdet) or not _runs_ok(runs)
+    if (k == 0 or not f64_rows(f, omega, x, e, p, q, g, s, z, logdet) or not _runs_ok(runs)
             or not _sizes_ok(sizes, r) or not _sizes_ok(refused, r) or runs.shape[0] != k
             or omega.shape[0] != k or accept.dtype != torch.bool or accept.shape != (k,)
             or not (f.is_contiguous() and omega.is_contiguous() and logdet.is_contiguous()
                     and accept.is_contiguous() and accept.is_cpu)
             or min(e.shape[2], p.shape[1], p.shape[2], q.shape[1], q.shape[2], g.shape[1],
                    z.shape[1]) < w + 1 or min(e.shape[1], x.shape[1], s.shape[1]) < n or n < 1
-            or (c is not None and (not _ok(c) or c.shape[1] < n))
-            or (not const and (not _ok(krow) or krow.shape != (k, n)))  # type: ignore[union-attr]
-            or (not kconst and (not _ok(kzz) or not kzz.is_contiguous()  # type: ignore[arg-type]
+            or (c is not None and (not f64_rows(c) or c.shape[1] < n))
+            or (not const and (not f64_rows(krow) or krow.shape != (k, n)))  # type: ignore[union-attr]
+            or (not kconst and (not f64_rows(kzz) or not kzz.is_contiguous()  # type: ignore[arg-type]
                                 or kzz.shape != (k,)))  # type: ignore[union-attr]
             or not (e.shape[0] == p.shape[0] == q.shape[0] == g.shape[0] == s.shape[0]
                     == z.shape[0] == logdet.shape[0] == r)):
         return None
     pa, pb, flags = pending if pending is not None else (None, None, None)
-    if pa is not None and (not _ok(pa, pb) or not _sizes_ok(flags, r)  # type: ignore[arg-type]
+    if pa is not None and (not f64_rows(pa, pb) or not _sizes_ok(flags, r)  # type: ignore[arg-type]
                            or not pa.is_contiguous() or pa.shape[0] != r
                            or pb.stride() != pa.stride() or pb.shape != pa.shape):  # type: ignore[union-attr]
         return None
@@ -288,11 +290,11 @@ def kors_grow(runs: Tensor, accept: Tensor, kz: Tensor, kss: Tensor | float, p: 
     k, w = kz.shape
     r = nz.shape[0]
     const = not isinstance(kss, Tensor)
-    if (k == 0 or not _ok(kz, p, nz, pt) or not _runs_ok(runs) or not _sizes_ok(sizes, r)
+    if (k == 0 or not f64_rows(kz, p, nz, pt) or not _runs_ok(runs) or not _sizes_ok(sizes, r)
             or runs.shape[0] != k or p.shape != (k,) or not p.is_contiguous()
             or accept.dtype != torch.bool or accept.shape != (k,) or not accept.is_contiguous()
             or not accept.is_cpu
-            or (not const and (not _ok(kss) or not kss.is_contiguous()  # type: ignore[arg-type]
+            or (not const and (not f64_rows(kss) or not kss.is_contiguous()  # type: ignore[arg-type]
                                or kss.shape != (k,)))  # type: ignore[union-attr]
             or min(nz.shape[1], nz.shape[2], pt.shape[1]) < w + 1 or pt.shape[0] != r):
         return None
@@ -322,8 +324,8 @@ def kors_probability(kz: Tensor, n: Tensor, sizes: Tensor, kss: Tensor | float, 
     path does not apply."""
     r = kz.shape[0]
     const = not isinstance(kss, Tensor)
-    if (not _ok(kz, n) or not _sizes_ok(sizes, r) or n.shape[0] != r
-            or (not const and (not _ok(kss) or not kss.is_contiguous()  # type: ignore[arg-type]
+    if (not f64_rows(kz, n) or not _sizes_ok(sizes, r) or n.shape[0] != r
+            or (not const and (not f64_rows(kss) or not kss.is_contiguous()  # type: ignore[arg-type]
                                or kss.shape != (r,)))):  # type: ignore[union-attr]
         return None
     lib = _lib()

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from . import signed
+from .ekucb import f64_rows
 
 __all__ = ["Appended", "append_played"]
 
@@ -40,13 +41,6 @@ class Appended(NamedTuple):
     n_missing: int
 
 
-def _ok(*tensors: Tensor) -> bool:
-    for t in tensors:
-        if t.dtype != torch.float64 or not t.is_cpu or t.stride(-1) != 1:
-            return False
-    return True
-
-
 def append_played(cand: Tensor, x: Tensor, y: Tensor, kz: Tensor, f: Tensor, qf: Tensor,
                   kxx: Tensor | float, jitter: float, g: Tensor, e: Tensor, xs: Tensor,
                   s: Tensor, n: int, logdet: Tensor, *, write_missing: bool) -> Appended | None:
@@ -63,14 +57,14 @@ def append_played(cand: Tensor, x: Tensor, y: Tensor, kz: Tensor, f: Tensor, qf:
     r, na, w = f.shape
     d = x.shape[1]
     const = isinstance(kxx, float)
-    if (w == 0 or na == 0 or not _ok(cand, x, y, kz, f, qf, g, e, xs, s, logdet)
+    if (w == 0 or na == 0 or not f64_rows(cand, x, y, kz, f, qf, g, e, xs, s, logdet)
             or cand.shape != (r, na, d) or kz.shape != f.shape
             or qf.shape[0] != r or qf.shape[1] < na or qf.shape[2] != w
             or x.shape[0] != r or y.shape != (r,) or logdet.shape != (r,)
             or g.shape[0] != r or g.shape[1] < w or e.shape[0] != r or e.shape[2] < w
             or xs.shape[0] != r or xs.shape[2] != d or s.shape[0] != r
             or not (n < e.shape[1] and n < xs.shape[1] and n < s.shape[1])
-            or (not const and (not _ok(kxx) or kxx.shape != (r,)))):  # type: ignore[union-attr]
+            or (not const and (not f64_rows(kxx) or kxx.shape != (r,)))):  # type: ignore[union-attr]
         return None
     lib = signed("ekucb_append", _SIGNED_ARGS)
     if lib is None:
