@@ -71,20 +71,19 @@ class BatchedKORS(ResizableModule):
                                           self.gamma, self.score == "reference")
         if p is not None:   # compiled, each run at m_r: the numbers of the lines below on its u
             return p
-        u = native_ekucb.kors_quadratic(kz, self._nz, self._m)   # (None where the above is)
-        if u is None:   # N k_Z as the sequential KORS (and the border) orients it, kept
-            spans = chunks if chunks is not None else [(0, kz.shape[0], mm)]
-            if len(spans) == 1 and spans[0][2] == mm:   # one program: no scatter
-                q = (self._nz[:, :mm, :mm] @ kz[..., None])[..., 0]
-                u = (kz * q).sum(-1)
-            else:
-                u, q = kz.new_zeros(kz.shape[0]), torch.zeros_like(kz)
-                for a, b, mg in spans:
-                    if mg:
-                        qc = (self._nz[a:b, :mg, :mg] @ kz[a:b, :mg, None])[..., 0]
-                        q[a:b, :mg] = qc
-                        u[a:b] = (kz[a:b, :mg] * qc).sum(-1)
-            self._probed = (kz, q, u)
+        # the torch path: N k_Z as the sequential KORS (and the border) orients it, kept
+        spans = chunks if chunks is not None else [(0, kz.shape[0], mm)]
+        if len(spans) == 1 and spans[0][2] == mm:   # one program: no scatter
+            q = (self._nz[:, :mm, :mm] @ kz[..., None])[..., 0]
+            u = (kz * q).sum(-1)
+        else:
+            u, q = kz.new_zeros(kz.shape[0]), torch.zeros_like(kz)
+            for a, b, mg in spans:
+                if mg:
+                    qc = (self._nz[a:b, :mg, :mg] @ kz[a:b, :mg, None])[..., 0]
+                    q[a:b, :mg] = qc
+                    u[a:b] = (kz[a:b, :mg] * qc).sum(-1)
+        self._probed = (kz, q, u)
         rho = (kss - u).clamp_(min=0.0)
         tau = (1.0 + self.eps) * rho / (rho + self.mu)
         if self.score == "reference":

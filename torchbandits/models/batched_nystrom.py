@@ -171,7 +171,7 @@ class BatchedNystrom(BatchedNystromState, CompiledAppend):
         self._drop_pending()   # the deferred step of Q is applied
         mean, var, f, qf = out
         self._scored = (self._version, cand, [(kz, f, qf[:, :-1])])   # one full-width "chunk"
-        self._scored_full = (kz, f, qf)   # (qf with its row Q g: contiguous, for the fused append)
+        self._scored_full = (self._version, cand, kz, f, qf)   # (qf whole: for the fused append)
         return mean, var
 
     def _score_chunk(self, cand: Tensor, kdiag: Tensor | float, a: int, b: int, mg: int

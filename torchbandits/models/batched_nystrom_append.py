@@ -26,7 +26,6 @@ class CompiledAppend:
     """The compiled append of :class:`~torchbandits.models.batched_nystrom.BatchedNystrom` (a
     mixin: the model's own state, read and written through ``self``)."""
 
-    _scored: Any
     _scored_full: Any
     _version: int
     _n: int
@@ -48,20 +47,17 @@ class CompiledAppend:
         deferred step still pending, compiled kernels unavailable, or (user code) some ``x_r``
         that is not one of the last candidates. Under deferred checks such a run is flagged
         instead (it takes candidate 0's columns, as the torch path does)."""
-        last, n, mm = self._scored, self._n, self._mmax
-        if last is None or last[0] != self._version or mm == 0 or self._pending is not None \
-                or self._q_kept is not None or len(last[2]) != 1:
+        full, n, mm = self._scored_full, self._n, self._mmax
+        # the compiled score's columns, current (no change since) and at the round's width
+        if full is None or full[0] != self._version or self._pending is not None \
+                or self._q_kept is not None or mm == 0 or full[3].shape[-1] != mm:
             return None
-        full = self._scored_full   # (set by the compiled score, with the columns in last[2])
-        if full is None or not isinstance(last[2][0], tuple) or full[0] is not last[2][0][0] \
-                or full[1].shape[-1] != mm:
-            return None
-        kz, f, qf = full
+        _, cand, kz, f, qf = full
         self._ensure(n + 1, mm, x.shape[1])  # type: ignore[attr-defined]
         const = self.kernel_constant
         deferred = active_checks() is not None
         got = native_append.append_played(
-            last[1], x, y, kz, f, qf,
+            cand, x, y, kz, f, qf,
             const if const is not None else self.prior_variance(x),  # type: ignore[attr-defined]
             self.jitter, self._g, self._e, self._x, self._s, n, self._logdet,
             write_missing=deferred)

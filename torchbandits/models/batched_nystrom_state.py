@@ -121,7 +121,7 @@ class BatchedNystromState(ResizableModule):
         self._p_lower = True   # every P_r lower triangular (not after a pivoted rebuild)
         self._unit_counts = True   # every count is 1 (EK-UCB's; not after a rebuild with counts)
         self._scored: tuple[int, Tensor, list[Any]] | None = None   # (columns per chunk)
-        self._scored_full: tuple[Tensor, Tensor, Tensor] | None = None   # (compiled score's)
+        self._scored_full: tuple[int, Tensor, Tensor, Tensor, Tensor] | None = None   # (compiled)
 
     #: plain attributes set every round: stored past ``nn.Module.__setattr__``'s checks
     #: (:func:`~torchbandits.buffers.set_plain`; a dozen such sets a round)

@@ -50,21 +50,10 @@ _LIBS: dict[str, ctypes.CDLL | None] = {}
 _OFF: list[bool] = []  # a stack of :func:`disabled` scopes
 
 
-# The switch ``TORCHBANDITS_NATIVE`` is read at every call (callers look a library up ~10 times
-# a round): from the dict behind ``os.environ`` (which its writes update, ``monkeypatch.setenv``
-# included), ~40 ns against ~500 ns for ``os.environ.get``; ``os.environ.get`` where that dict
-# is not there (another Python).
-try:
-    _ENV_DATA: Mapping[Any, Any] = os.environ._data  # type: ignore[attr-defined]
-    _ENV_KEY, _ENV_OFF = os.environ.encodekey("TORCHBANDITS_NATIVE"), os.environ.encodevalue("0")  # type: ignore[attr-defined]
-except AttributeError:  # pragma: no cover
-    _ENV_DATA, _ENV_KEY, _ENV_OFF = os.environ, "TORCHBANDITS_NATIVE", "0"
-
-
 def enabled() -> bool:
     """Whether compiled kernels may be used now (not ``TORCHBANDITS_NATIVE=0``, not inside
-    :func:`disabled`)."""
-    return not _OFF and _ENV_DATA.get(_ENV_KEY) != _ENV_OFF
+    :func:`disabled`; the variable is read at every call, so setting it takes effect at once)."""
+    return not _OFF and os.environ.get("TORCHBANDITS_NATIVE", "1") != "0"
 
 
 @contextlib.contextmanager
@@ -170,8 +159,9 @@ _SIGNED: dict[str, ctypes.CDLL] = {}   # name -> the loaded library whose signat
 def signed(name: str, signatures: Mapping[str, tuple[Sequence[Any], Any]]) -> ctypes.CDLL | None:
     """:func:`library` ``(name)`` with the argument and result types of its functions set from
     ``signatures`` (``{function: (argtypes, restype)}``) once per loaded library, or ``None``.
-    The hot path (a library already loaded and signed, switched on) is two dict lookups."""
-    if _OFF or _ENV_DATA.get(_ENV_KEY) == _ENV_OFF:
+    The hot path (a library already loaded and signed, switched on) is the switch and two dict
+    lookups."""
+    if not enabled():
         return None
     lib = _SIGNED.get(name)
     if lib is not None and _LIBS.get(name) is lib:

@@ -122,7 +122,9 @@ def score(kz: Tensor, p: Tensor, q: Tensor, g: Tensor, sizes: Tensor, kdiag: Ten
 
 def kors_quadratic(kz: Tensor, n: Tensor, sizes: Tensor) -> Tensor | None:
     """``u_r = k_rᵀ N_r k_r`` ``[R]`` over each run's ``m_r`` anchors (``ekucb_quad``): ``kz``
-    ``[R, ≥m]``, ``N`` ``[R, ≥m, ≥m]``; ``None`` where the compiled path does not apply."""
+    ``[R, ≥m]``, ``N`` ``[R, ≥m, ≥m]``; ``None`` where the compiled path does not apply. The
+    quadratic form alone (the model takes :func:`kors_probability`, which computes it by the
+    same C function and goes on to ``p̃``)."""
     r = kz.shape[0]
     if not f64_rows(kz, n) or not _sizes_ok(sizes, r):
         return None
@@ -324,9 +326,10 @@ def kors_probability(kz: Tensor, n: Tensor, sizes: Tensor, kss: Tensor | float, 
     path does not apply."""
     r = kz.shape[0]
     const = not isinstance(kss, Tensor)
+    if not const:
+        kss = kss.contiguous()  # type: ignore[union-attr]
     if (not f64_rows(kz, n) or not _sizes_ok(sizes, r) or n.shape[0] != r
-            or (not const and (not f64_rows(kss) or not kss.is_contiguous()  # type: ignore[arg-type]
-                               or kss.shape != (r,)))):  # type: ignore[union-attr]
+            or (not const and (not f64_rows(kss) or kss.shape != (r,)))):  # type: ignore[arg-type,union-attr]
         return None
     lib = _lib()
     if lib is None:

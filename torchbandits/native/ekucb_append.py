@@ -83,4 +83,4 @@ def append_played(cand: Tensor, x: Tensor, y: Tensor, kz: Tensor, f: Tensor, qf:
     dv = array("d", (kxx if const else 0.0, float(jitter)))  # type: ignore[arg-type]
     count = lib.ekucb_append(iv.buffer_info()[0], dv.buffer_info()[0])
     kz_out, f_out, a, b = out.unbind(0)
-    return Appended(kz_out, f_out, a, b, omega, flags[:r] if count else flags, int(count))
+    return Appended(kz_out, f_out, a, b, omega, flags[:r], int(count))
