@@ -12,6 +12,7 @@
 #    refills drawn by 1 and by the default number of threads, at R = 1024;
 # 5. benchmarks/profile_batch.py --device cuda: where an AMM round goes at R = 1024 (torch.profiler);
 # 6. benchmarks/ekucb_ops.py --device cuda: batched EK-UCB's launching operators per round by part.
+# 7. benchmarks/profile_batch.py --policy ekucb --device cuda: where an EK-UCB round goes at R = 1024.
 # Each step is time-boxed (`timeout`), writes its log (and bench.json / table.md) under ${WORK:-$OUT/work} and
 # prints its tail; after each step everything is packed into $OUT/cuda_check.tgz (one file: a
 # device machine may return only a few), so a call stopped part-way keeps what finished.
@@ -57,3 +58,5 @@ step setup 60 $PY benchmarks/profile_batch.py --setup --device cuda --runs 1024 
 step profile_amm 60 $PY benchmarks/profile_batch.py --policy amm-ucb --env rkhs --runs 1024 \
   --horizon 100 --device cuda
 step ekucb_ops 30 $PY benchmarks/ekucb_ops.py --device cuda --runs 64
+step profile_ekucb 60 $PY benchmarks/profile_batch.py --policy ekucb --env chessboard --runs 1024 \
+  --horizon 300 --device cuda
