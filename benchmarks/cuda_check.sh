@@ -44,7 +44,7 @@ TAIL_LINES=12 step tests 300 $PY -m pytest -q -p no:cacheprovider -rs -k "cuda o
   tests/policies/test_policies.py tests/policies/test_time_varying.py \
   tests/benchmarks/test_batch_bench.py tests/envs/test_batch_reset.py \
   tests/policies/test_batched_ekucb.py tests/models/test_native_exact.py \
-  tests/policies/test_bkb_batched.py tests/policies/test_ekucb_batch_native.py
+  tests/policies/test_bkb_batched.py tests/policies/test_ekucb_batch_native.py tests/test_kernels.py
 [ "$1" = quick ] && exit 0
 B="$PY benchmarks/bench_batch.py --device cuda --repeats 1 --max-sequential 4"
 step bounds 150 $B --policies amm-ucb,dmm-ucb,igp-ucb --envs rkhs --learning-horizon 200 --out "$W/bounds"

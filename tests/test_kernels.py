@@ -9,7 +9,13 @@ import gpytorch
 import pytest
 import torch
 
-from torchbandits.kernels import kernel_diag, kernel_matrix, make_kernel, product_kernel
+from torchbandits.kernels import (
+    kernel_diag,
+    kernel_matrix,
+    make_kernel,
+    pairwise_sq_dist,
+    product_kernel,
+)
 
 from .conftest import rand
 
@@ -57,3 +63,33 @@ def test_bad_lengthscale(bad):
 def test_unknown_kernel():
     with pytest.raises(ValueError, match="kernel name"):
         make_kernel("cosine", 1.0)
+
+
+@pytest.mark.parametrize("dim", [1, 2, 5])
+def test_pairwise_sq_dist_broadcast_equals_cdist(dim: int) -> None:
+    """The broadcast differences (the non-CPU way) equal ``cdist`` squared (the CPU way) to
+    rounding, batched, and each is what ``broadcast`` picks."""
+    g = torch.Generator().manual_seed(dim)
+    a = torch.rand(3, 7, dim, generator=g, dtype=torch.float64)
+    b = torch.rand(3, 5, dim, generator=g, dtype=torch.float64)
+    b[0, 0] = a[0, 0]                                     # one zero distance
+    ref = ((a[:, :, None] - b[:, None]) ** 2).sum(-1)
+    via_cdist = pairwise_sq_dist(a, b)
+    via_broadcast = pairwise_sq_dist(a, b, broadcast=True)
+    assert via_cdist.shape == via_broadcast.shape == (3, 7, 5)
+    torch.testing.assert_close(via_broadcast, ref, rtol=0, atol=0)
+    torch.testing.assert_close(via_cdist, ref, rtol=1e-14, atol=1e-300)
+    assert via_broadcast[0, 0, 0] == 0.0 == via_cdist[0, 0, 0]
+    want = torch.cdist(a, b, compute_mode="donot_use_mm_for_euclid_dist").square_()
+    assert torch.equal(via_cdist, want)
+    assert torch.equal(pairwise_sq_dist(a, b, broadcast=False), want)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_pairwise_sq_dist_cuda_equals_cpu() -> None:
+    """On CUDA the broadcast differences equal the CPU's ``cdist`` to rounding."""
+    g = torch.Generator().manual_seed(0)
+    a = torch.rand(4, 30, 2, generator=g, dtype=torch.float64)
+    b = torch.rand(4, 20, 2, generator=g, dtype=torch.float64)
+    got = pairwise_sq_dist(a.cuda(), b.cuda()).cpu()
+    torch.testing.assert_close(got, pairwise_sq_dist(a, b), rtol=1e-14, atol=1e-300)

@@ -86,7 +86,8 @@ def _constants(model: BatchedNystrom, k: int) -> tuple[Tensor, Tensor]:
     got = model._row_cache.get(key)  # type: ignore[call-overload]
     if got is None or got.device != model.device or got.dtype != model.dtype:
         got = model._row_cache[key] = model._c.new_zeros(k + 3)  # type: ignore[index]
-        got[k:] = torch.tensor([1.0, -1.0, -1.0])
+        got[k] = 1.0      # (scalar fills: no host-to-device copy, which would synchronise)
+        got[k + 1:] = -1.0
     return got[:k, None], got[k:]
 
 

@@ -29,15 +29,15 @@ from gpytorch.kernels import Kernel, RBFKernel
 from torch import Tensor
 
 from ..buffers import SLOW_GROWTH, ResizableModule, grow_rows, set_plain
-from ..kernels import kernel_bound, kernel_diag, kernel_matrix
+from ..kernels import kernel_bound, kernel_diag, kernel_matrix, pairwise_sq_dist
 from ..native import ekucb as native_ekucb
 
 __all__ = ["BatchedNystromState", "batched_kernel"]
 
 
 class _Kernel:
-    """Batched kernel blocks ``[R, na, nb]``: an isotropic RBF by ``cdist`` as the sequential
-    model evaluates it (``exp(c·‖a − b‖²)``), any other kernel through
+    """Batched kernel blocks ``[R, na, nb]``: an isotropic RBF as the sequential model evaluates
+    it (``exp(c·‖a − b‖²)``, :func:`~torchbandits.kernels.pairwise_sq_dist`), any other kernel by
     :func:`~torchbandits.kernels.kernel_matrix`."""
 
     def __init__(self, kernel: Kernel) -> None:
@@ -55,8 +55,7 @@ class _Kernel:
         if self.rbf_c is not None:
             e = native_ekucb.rbf_exponent(a, b, self.rbf_c)
             if e is None:
-                e = torch.cdist(a, b, compute_mode="donot_use_mm_for_euclid_dist")
-                e = e.square_().mul_(self.rbf_c)
+                e = pairwise_sq_dist(a, b).mul_(self.rbf_c)
             return e.exp_()
         return kernel_matrix(self.kernel, a, b)
 

@@ -31,7 +31,7 @@ from gpytorch.kernels import Kernel, MaternKernel, RBFKernel, ScaleKernel
 from torch import Tensor
 
 from ..buffers import ResizableModule, grow_rows
-from ..kernels import kernel_bound, kernel_diag, kernel_matrix
+from ..kernels import kernel_bound, kernel_diag, kernel_matrix, pairwise_sq_dist
 from ..validation import as_point, check_positive
 
 __all__ = ["NystromScalars", "NystromState", "Parametrisation"]
@@ -136,10 +136,10 @@ class NystromState(ResizableModule):
     def kernel_block(self, a: Tensor, b: Tensor) -> Tensor:
         """``k(a, b)`` ``[na, nb]`` for trusted ``[na, d]``, ``[nb, d]`` tensors of the model's
         dtype/device (the one kernel evaluation path of the model: a plain isotropic RBF is
-        ``exp(−‖a_i − b_j‖²/(2ℓ²))`` by ``cdist``, anything else goes through GPyTorch)."""
+        ``exp(−‖a_i − b_j‖²/(2ℓ²))`` by
+        :func:`~torchbandits.kernels.pairwise_sq_dist`, anything else goes through GPyTorch)."""
         if self._rbf_c is not None:
-            d = torch.cdist(a, b, compute_mode="donot_use_mm_for_euclid_dist")
-            return d.square_().mul_(self._rbf_c).exp_()
+            return pairwise_sq_dist(a, b).mul_(self._rbf_c).exp_()
         return kernel_matrix(self.kernel, a, b)
 
     def kernel_column(self, x: Tensor) -> Tensor:
