@@ -120,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="what a GPU runs, on the CPU: --sync-free, one chunk of all runs, the "
                          "compiled CPU kernels off (the torch program)")
     ap.add_argument("--by-op", action="store_true", help="also list the operators of each part")
+    ap.add_argument("--device-profile", action="store_true",
+                    help="also the wall time of --rounds more rounds (synchronised) and, under "
+                         "torch.profiler, the device's kernel time per round and its top kernels")
     ap.add_argument("--rates", action="store_true",
                     help="also time the score's products alone: compiled, torch, GEMM (CPU)")
     args = ap.parse_args(argv)
@@ -197,7 +200,39 @@ def _count(args: argparse.Namespace) -> int:
             print(f"  {part:8s} {name:28s} {c / args.rounds:7.2f}")
     if args.rates and args.device == "cpu":
         _rates(model, benv.candidates())
+    if args.device_profile:
+        _device_profile(rounds, args.rounds, torch.device(args.device), model)
     return 0
+
+
+def _device_profile(rounds: Any, count: int, device: torch.device, model: Any) -> None:
+    """The wall time of ``count`` rounds (synchronised before and after), then the same number
+    of rounds under ``torch.profiler``: the device's kernel time per round (on CUDA) and the top
+    kernels by it. Wall above kernel time: the host bounds the round; about equal: the device."""
+    from torch.profiler import ProfilerActivity, profile
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    sync()
+    t0 = time.perf_counter()
+    rounds(count, False)
+    sync()
+    wall = (time.perf_counter() - t0) / count
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=acts) as prof:
+        rounds(count, False)
+        sync()
+    events = prof.key_averages()
+    attr = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    kernels = sorted(events, key=lambda e: getattr(e, attr, 0.0), reverse=True)
+    busy = sum(getattr(e, attr, 0.0) for e in events if not e.key.startswith("aten::"))
+    print(f"window: n = {model.n}, largest dictionary {model.max_size}; wall {1e3 * wall:.2f} ms "
+          f"a round; device kernels {busy / 1e3 / count:.2f} ms a round (profiled)")
+    for e in kernels[:12]:
+        print(f"  {getattr(e, attr, 0.0) / 1e3 / count:8.3f} ms/round  {e.count / count:6.1f}/round"
+              f"  {e.key[:90]}")
 
 
 def _best_ms(fn: Any, repeats: int = 30) -> float:
