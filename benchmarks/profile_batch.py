@@ -166,6 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--setup", action="store_true",
                     help="profile only the batch's setup (operator counts per run, CPU time)")
     ap.add_argument("--repeats", type=int, default=5, help="--setup: timed setups (median)")
+    ap.add_argument("--timeline", type=int, default=0, metavar="K",
+                    help="no profiler: the batched step's time (select + update) per K rounds "
+                         "of the plain run, against the loop's wall time")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     if args.setup:
@@ -175,17 +178,21 @@ def main(argv: list[str] | None = None) -> int:
     env = make_env(args.env, **env_kw)
     seeds = list(range(args.runs))
 
+    runs: list = []
+
     def run() -> float:
         policy = make_policy(args.policy, env, device=str(device))
         _sync(device)
         t0 = time.perf_counter()
-        simulate_batch(policy, env, args.horizon, seeds, diagnostics_every=0)
+        runs[:] = simulate_batch(policy, env, args.horizon, seeds, diagnostics_every=0)
         _sync(device)
         return time.perf_counter() - t0
 
     print(f"warm-up: {run():.3f} s")
     print(f"plain:   {run():.3f} s  ({args.policy}, {args.env}, R = {args.runs}, "
           f"T = {args.horizon}, {device})")
+    if args.timeline:
+        return _timeline(runs, args.timeline)
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=acts) as prof:
         wall = run()
@@ -195,6 +202,18 @@ def main(argv: list[str] | None = None) -> int:
     print(events.table(sort_by="self_cpu_time_total", row_limit=args.top))
     if device.type == "cuda":
         print(events.table(sort_by="self_cuda_time_total", row_limit=args.top))
+    return 0
+
+
+def _timeline(runs: list, k: int) -> int:
+    """The batched step's seconds per ``k`` rounds (a run's ``agent_seconds`` times R: CUDA
+    events on a GPU) and the loop's wall time (``wall_seconds`` times R)."""
+    step = [s * len(runs) for s in runs[0].agent_seconds]
+    wall = runs[0].config["wall_seconds"] * len(runs)
+    print(f"loop wall {wall:.3f} s, batched steps {sum(step):.3f} s (select + update)")
+    for a in range(0, len(step), k):
+        part = step[a:a + k]
+        print(f"  rounds {a:5d}-{a + len(part) - 1:5d}: {1e3 * sum(part) / len(part):7.3f} ms a step")
     return 0
 
 

@@ -335,7 +335,7 @@ class BatchedNystrom(BatchedNystromState, CompiledAppend):
         self._ensure(max(n, 1), max(mm, 1), d)
         self._x[:, :n] = x
         self._c[:, :n] = counts
-        self._c[:, n:] = 1.0
+        self._c[:, n:].fill_(1.0)
         self._s[:, :n] = target_sums
         self._unit_counts = bool((counts == 1).all())   # (this rebuild reads the host anyway)
         self._n = n

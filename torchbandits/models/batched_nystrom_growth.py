@@ -86,8 +86,8 @@ def _constants(model: BatchedNystrom, k: int) -> tuple[Tensor, Tensor]:
     got = model._row_cache.get(key)  # type: ignore[call-overload]
     if got is None or got.device != model.device or got.dtype != model.dtype:
         got = model._row_cache[key] = model._c.new_zeros(k + 3)  # type: ignore[index]
-        got[k] = 1.0      # (scalar fills: no host-to-device copy, which would synchronise)
-        got[k + 1:] = -1.0
+        got[k:k + 1].fill_(1.0)  # fill_: a kernel argument; a set item copies from the host,
+        got[k + 1:].fill_(-1.0)  # which synchronises on CUDA
     return got[:k, None], got[k:]
 
 

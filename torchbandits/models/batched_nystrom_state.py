@@ -388,7 +388,7 @@ class BatchedNystromState(ResizableModule):
         old = self._c.shape[1]
         self._x = grow_rows(self._x, n, dims=(1,))
         self._c = grow_rows(self._c, n, dims=(1,))
-        self._c[:, old:] = 1.0
+        self._c[:, old:].fill_(1.0)   # (fill_: a set item would copy from the host and sync)
         self._s = grow_rows(self._s, n, dims=(1,))
         self._e = grow_rows(self._e, n, dims=(1,))
         self._z = grow_rows(self._z, m, dims=(1,), **SLOW_GROWTH)
