@@ -41,7 +41,6 @@ import argparse  # noqa: E402
 import collections  # noqa: E402
 import contextlib  # noqa: E402
 import functools  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 from typing import Any  # noqa: E402
@@ -155,9 +154,8 @@ def _count(args: argparse.Namespace) -> int:
         _wrap(obj, method, part, mode)
     for obj, method in ((policy, "select"), (policy, "update")):
         _wrap(obj, method, "policy", mode)
-    policy_module = sys.modules[type(policy).__module__.rsplit(".", 1)[0] + ".ekucb_batched"]
-    if hasattr(policy_module, "grow_masked"):   # the posterior's and KORS's growth in one call
-        _wrap(policy_module, "grow_masked", "grow", mode)
+    if hasattr(model, "grow_masked"):   # the posterior's and KORS's growth in one call
+        _wrap(model, "grow_masked", "grow", mode)
 
     def rounds(count: int, counting: bool) -> float:
         t0 = time.process_time()

@@ -1,10 +1,10 @@
 """The sync-free growth of batched EK-UCB (Zenati et al. 2022, Algorithms 2 and 4;
-``torchbandits.models.batched_nystrom_growth``): the masked border of every run, posterior and
-KORS in one pass, writes the same numbers as the compacted border of the growing runs (bit for
-bit, every state tensor, refusals by the ``min_residual`` guard included), and its posterior and
-KORS inverse equal a from-scratch rebuild of each run's dictionary; the GPU's round (one padded
-program, sync-free, the torch program) stays under an operator budget (counted as the backend
-sees them, views and allocations left out).
+``torchbandits.models.batched_nystrom_growth``, a mixin of ``BatchedNystrom``): the masked
+border of every run, posterior and KORS in one pass, writes the same numbers as the compacted
+border of the growing runs (bit for bit, every state tensor, refusals by the ``min_residual``
+guard included), and its posterior and KORS inverse equal a from-scratch rebuild of each run's
+dictionary; the GPU's round (one padded program, sync-free, the torch program) stays under an
+operator budget (counted as the backend sees them, views and allocations left out).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from torchbandits.batching import deferred_checks
 from torchbandits.envs.batched import BatchedEnv
 from torchbandits.experiments.registry import make_env, make_policy
 from torchbandits.kernels import make_kernel
-from torchbandits.models import batched_nystrom_growth as growth
 from torchbandits.models.batched_kors import BatchedKORS
 from torchbandits.models.batched_nystrom import BatchedNystrom
 
@@ -67,7 +66,7 @@ def test_masked_growth_equals_the_compacted_border_and_a_rebuild(
     ``(K_ZZ + μ diag(p̃))⁻¹`` (to 1e-9 relative). (``use_native``: the compiled score, append
     step and probabilities; the compacted border on its torch program — the compiled border sums
     in another order: ``test_ekucb_growth_native.py`` holds it to this one to rounding.)"""
-    monkeypatch.setattr(growth, "_grow_compiled", lambda *args: None)
+    monkeypatch.setattr(BatchedNystrom, "_grow_compiled", lambda *args: None)
     monkeypatch.setattr(BatchedKORS, "_border_compiled", lambda *args: False)
     torch.manual_seed(3)
     kernel = make_kernel("rbf", 0.3)
@@ -79,7 +78,7 @@ def test_masked_growth_equals_the_compacted_border_and_a_rebuild(
         for t in range(rounds):
             kz, f, omega, p, accept = random_round(model, kors, t)
             twin, twin_kors = copy.deepcopy(model), copy.deepcopy(kors)
-            added = growth.grow_masked(model, f, omega, accept, kors, kz, 1.0, p)
+            added = model.grow_masked(f, omega, accept, kors, kz, 1.0, p)
             runs = accept.nonzero()[:, 0]
             ok = twin.add_last(f[runs], omega[runs], accept[runs], runs)
             twin_kors.add(kz[runs], 1.0, p[runs], ok, runs=runs)
@@ -137,18 +136,16 @@ def test_the_gpu_round_stays_under_its_operator_budget(monkeypatch: pytest.Monke
     update launch at most 105 operators a round (102 measured; 146 before this rework), of
     which the dictionaries' growth at most 50 (48 measured; 72 before, the posterior and KORS
     bordered separately); the same actions as the compacted CPU default."""
-    from torchbandits.policies import ekucb_batched
-
     env = make_env("chessboard")
     seeds = list(range(16))
     grow = _Count()
-    fused = growth.grow_masked
+    fused = BatchedNystrom.grow_masked
 
     def counted(*a, **k):  # type: ignore[no-untyped-def]
         with grow:
             return fused(*a, **k)
 
-    monkeypatch.setattr(ekucb_batched, "grow_masked", counted)
+    monkeypatch.setattr(BatchedNystrom, "grow_masked", counted)
     played = []
     with native.disabled():
         for sync_free in (True, False):

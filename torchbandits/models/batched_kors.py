@@ -101,6 +101,23 @@ class BatchedKORS(ResizableModule):
         q = (self._nz[runs, :w, :w] @ kc[..., None])[..., 0]
         return q, (kc * q).sum(-1)
 
+    def add_border(self, runs: slice, rows: Tensor, pos: Tensor, v: Tensor, scaled: Tensor,
+                   p: Tensor, ok: Tensor) -> None:
+        """The masked KORS border of the runs ``runs`` (``k`` of them; ``rows`` their indices
+        ``[k]``, ``pos`` their sizes ``[k]``) that the posterior's masked growth computed with its
+        own (:meth:`~torchbandits.models.batched_nystrom.BatchedNystrom.grow_masked`, one pass for
+        both): ``N ← N + v vᵀ/s'`` on the ``[w+1, w+1]`` blocks with ``v = [N k_Z; −1]`` and
+        ``scaled = v/s'`` ``[k, w+1]`` (zero where refused), ``p̃`` gains ``p`` ``[k]`` where
+        ``ok`` ``[k]`` holds (zero otherwise: the padding), and the sizes grow by ``ok``."""
+        w1 = v.shape[1]
+        self._nz[runs, :w1, :w1].addcmul_(v[:, :, None], scaled[:, None, :])
+        self._p[rows, pos] = torch.where(ok, p, 0.0)
+        self._m[runs].add_(ok)
+
+    def release_probe(self) -> None:
+        """Forget the last :meth:`probability`'s products (after a growth changed ``N``)."""
+        self._probed = None
+
     def reserve(self, m: int) -> None:
         """Capacity for ``m`` anchors per run (zero padding)."""
         nz = grow_rows(self._nz, m, dims=(1, 2), **SLOW_GROWTH)

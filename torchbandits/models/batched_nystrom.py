@@ -61,14 +61,14 @@ from torch import Tensor
 from ..deferred_checks import active_checks, check_runs
 from ..native import ekucb as native_ekucb
 from .batched_nystrom_append import CompiledAppend
-from .batched_nystrom_growth import grow_compacted, grow_masked
+from .batched_nystrom_growth import Growth
 from .batched_nystrom_state import BatchedNystromState, batched_kernel
 from .nystrom_updates import PIVOT_TOL, whitening
 
 __all__ = ["BatchedNystrom", "batched_kernel"]
 
 
-class BatchedNystrom(BatchedNystromState, CompiledAppend):
+class BatchedNystrom(BatchedNystromState, CompiledAppend, Growth):
     """Whitened Nyström posterior of ``R`` runs, each on its own dictionary (module docstring).
 
     Args:
@@ -317,8 +317,8 @@ class BatchedNystrom(BatchedNystromState, CompiledAppend):
         or ``[k]``). Per run: ``d = √ω``, new row of ``P``: ``[−Pᵀf/d, 1/d]``, new embedding
         column ``e = (k_S(z) − E f)/d``, ``Q`` bordered with ``b = Eᵀ C e`` and ``eᵀ C e + λ``."""
         if runs is None:   # every run, few operators (with KORS's border: the policy's call)
-            return grow_masked(self, f, omega, accept)
-        return grow_compacted(self, runs, f, omega, accept)
+            return self.grow_masked(f, omega, accept)
+        return self.grow_compacted(runs, f, omega, accept)
 
     @torch.no_grad()
     def rebuild(self, dictionary: Tensor, sizes: Tensor, x: Tensor, target_sums: Tensor,

@@ -14,8 +14,8 @@ embedding column ``e = (k_S(z) − E f)/d`` ``[n]``, ``b = Eᵀ C e``:
   ``p̃`` gains the entry ``p̃``.
 
 Two ways (:meth:`~torchbandits.models.batched_nystrom.BatchedNystrom.add_last`):
-:func:`grow_compacted` borders only the runs that grow, gathered by one host read (the CPU's
-way once the border is large); :func:`grow_masked` borders every run with masked writes (a GPU's
+:meth:`grow_compacted` borders only the runs that grow, gathered by one host read (the CPU's
+way once the border is large); :meth:`grow_masked` borders every run with masked writes (a GPU's
 way: no read). In the masked one a refused run has ``d = ∞`` and ``1/s = 1/s' = 0``: its row,
 column and rank-one terms are zero. Both compute each quantity by the same arithmetic on the
 same shapes (the sequential model's orientations of the products), so the numbers are the
@@ -28,7 +28,7 @@ those of the round's probability (:meth:`~torchbandits.models.batched_kors.Batch
 ``−Pᵀf`` is one product with ``α = −1`` (an exact negation), so ``P``'s row is ``[−Pᵀf; 1]/d``;
 with unit counts (EK-UCB's) ``C e`` is ``e``.
 
-On the CPU in float64 :func:`grow_compacted` is one compiled call instead (:func:`_grow_compiled`,
+On the CPU in float64 :meth:`grow_compacted` is one compiled call instead (:meth:`_grow_compiled`,
 :func:`torchbandits.native.ekucb.grow`): the guard, the deferred step of ``Q`` and each growing
 run's border in place, ``E`` read once, nothing gathered — the same quantities summed in another
 order (the state agrees with the torch border to rounding, not bit for bit); the torch border
@@ -38,7 +38,7 @@ stays the reference and the masked path is untouched.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -48,196 +48,217 @@ from ..native import ekucb as native_ekucb
 
 if TYPE_CHECKING:
     from .batched_kors import BatchedKORS
-    from .batched_nystrom import BatchedNystrom
 
-__all__ = ["grow_compacted", "grow_masked"]
-
-
-def grow_masked(model: BatchedNystrom, f: Tensor, omega: Tensor, accept: Tensor,
-                kors: BatchedKORS | None = None, kz: Tensor | None = None,
-                kss: Tensor | float | None = None, p: Tensor | None = None) -> Tensor:
-    """Grow every run's dictionary where ``accept`` ``[R]`` holds and the guard passes (module
-    docstring), chunk by chunk at the model's widths, then bump the widths (no read). ``f``
-    ``[R, M]`` and ``omega`` ``[R]`` as :meth:`BatchedNystrom.append` returned them; with
-    ``kors``: also its border, ``kz`` = ``k_Z(z)`` ``[R, M]``, ``kss`` = ``k(z,z)`` ``[R]`` (or a
-    float: a constant) and
-    ``p`` = ``p̃`` ``[R]``. Returns the mask ``[R]`` of the runs that grew."""
-    mm = model.max_size
-    model._ensure(model.n, mm + 1, model._x.shape[2])
-    model._version += 1
-    if kors is not None:
-        kors.reserve(mm + 1)
-    added = []
-    for a, b, w in model.chunks():
-        sl = slice(a, b)
-        sys = None if kors is None else (  # type: ignore[assignment]
-            kors, kz, kss if isinstance(kss, float) else kss[sl], p[sl])  # type: ignore[index]
-        added.append(_grow_chunk(model, sl, f[sl, :w], omega[sl], accept[sl], w, sys))
-    if kors is not None:
-        kors._probed = None
-    model.bump_widths()
-    return added[0] if len(added) == 1 else torch.cat(added)
+__all__ = ["Growth"]
 
 
-def _constants(model: BatchedNystrom, k: int) -> tuple[Tensor, Tensor]:
-    """A zero column ``[k, 1]`` and the corners ``(1, −1, −1)`` of the bordered vectors, on the
-    model's device (cached)."""
-    key = ("growth", k)
-    got = model._row_cache.get(key)  # type: ignore[call-overload]
-    if got is None or got.device != model.device or got.dtype != model.dtype:
-        got = model._row_cache[key] = model._c.new_zeros(k + 3)  # type: ignore[index]
-        got[k:k + 1].fill_(1.0)  # fill_: a kernel argument; a set item copies from the host,
-        got[k + 1:].fill_(-1.0)  # which synchronises on CUDA
-    return got[:k, None], got[k:]
+class Growth:
+    """The dictionary growth of :class:`~torchbandits.models.batched_nystrom.BatchedNystrom` (a
+    mixin: the model's own state, read and written through ``self``; KORS's border through
+    :meth:`~torchbandits.models.batched_kors.BatchedKORS.add_border`)."""
 
+    _k: Any
+    _x: Tensor
+    _e: Tensor
+    _p: Tensor
+    _q: Tensor
+    _g: Tensor
+    _s: Tensor
+    _c: Tensor
+    _z: Tensor
+    _m: Tensor
+    _logdet: Tensor
+    _refused: Tensor
+    _pending: Any
+    _q_kept: Any
+    _p_lower: bool
+    _unit_counts: bool
+    _version: int
+    _row_cache: dict[Any, Tensor]
+    lam: float
+    min_residual: float
+    n: int
+    max_size: int
+    device: torch.device
+    dtype: torch.dtype
 
-def _grow_chunk(model: BatchedNystrom, sl: slice, f: Tensor, omega: Tensor, accept: Tensor, w: int,
-                sys: tuple[BatchedKORS, Tensor, Tensor | float, Tensor] | None) -> Tensor:
-    """:func:`grow_masked` of the runs ``sl`` at width ``w`` (``f`` ``[k, w]``)."""
-    n, k, kern = model.n, sl.stop - sl.start, model._k
-    z = model._x[sl, n - 1]                                                  # [k, d]
-    kzz = kern.const if kern.const is not None else kern.diag(z)
-    ok = (omega > model.min_residual * kzz) & accept                         # the guard
-    model._refused[sl].add_(ok ^ accept)
-    d = torch.where(ok, omega, math.inf).sqrt_()                # d (∞ where refused)
-    rows, ar = model._rows(sl), model._rows(slice(0, k))
-    pw = model._p[sl, : w + 1, : w + 1]
-    qw = model._q[sl, : w + 1, : w + 1]      # (the property applies a deferred step of Q)
-    e_old = model._e[sl, :n, :w]
-    r1 = torch.baddbmm(f.new_empty(k, w, 1), pw[:, :w, :w].mT, f[..., None],  # −Pᵀf [k, w]
-                       beta=0.0, alpha=-1.0)[..., 0]
-    gs = kern.block(model._x[sl, :n], z[:, None])[..., 0]                    # k_S(z) [k, n]
-    e_new = gs.sub_((e_old @ f[..., None])[..., 0]).div_(d[:, None])         # e [k, n]
-    ce = e_new if model._unit_counts else model._c[sl, :n] * e_new
-    b = (e_old.mT @ ce[..., None])[..., 0]                                   # Eᵀ C e [k, w]
-    qb = (qw[:, :w, :w] @ b[..., None])[..., 0]   # the sequential model's orientations
-    dots = (e_new[:, None, :] * torch.stack([ce, model._s[sl, :n]], 1)).sum(-1)  # eᵀCe, eᵀs
-    schur = omega.new_empty(1 if sys is None else 2, k)                      # s, s'
-    torch.sub(dots[:, 0] + model.lam, (b * qb).sum(-1), out=schur[0])
-    vectors = [r1, qb]
-    if sys is not None:
-        kors, kz, kss, p = sys
-        kq, quad = kors.border_terms(kz, sl, w)                              # N k_Z, k_Zᵀ N k_Z
-        torch.sub(kss + kors.mu * p, quad, out=schur[1])
-        vectors.append(kq)
-    check_runs("add_last: a Schur complement (posterior or KORS) must be positive",
-               model._flags(sl, ok.gt(schur > 0).any(0)),
-               lambda r: f"add_last: a Schur complement is not positive (run {r})")
-    den = torch.where(ok, schur, 1.0)
-    inv_s = ok / den                                                         # 0 where refused
-    model._logdet[sl].add_(den[0].log())
-    zero, corner = _constants(model, k)
-    pos = model._m[sl]                                                       # a view
-    u = torch.cat([t for v in vectors for t in (v, zero)], -1).view(k, len(vectors), w + 1)
-    u.transpose(1, 2)[ar, pos] = corner[: len(vectors)]   # [−Pᵀf; 1], [Qb; −1], [N k_Z; −1]
-    pw[ar, pos] = u[:, 0] / d[:, None]                                       # [−Pᵀf/d, 1/d]
-    scaled = u[:, 1:] * inv_s.mT[:, :, None]
-    qw.addcmul_(u[:, 1, :, None], scaled[:, 0, None, :])
-    model._e[rows, :n, pos] = e_new
-    model._g[rows, pos] = dots[:, 1]
-    model._z[rows, pos] = torch.where(ok[:, None], z, 0.0)
-    if sys is not None:
-        nzw = kors._nz[sl, : w + 1, : w + 1]
-        nzw.addcmul_(u[:, 2, :, None], scaled[:, 1, None, :])
-        kors._p[rows, pos] = torch.where(ok, p, 0.0)
-        kors._m[sl].add_(ok)
-    pos.add_(ok)
-    return ok
+    def grow_masked(self, f: Tensor, omega: Tensor, accept: Tensor,
+                    kors: BatchedKORS | None = None, kz: Tensor | None = None,
+                    kss: Tensor | float | None = None, p: Tensor | None = None) -> Tensor:
+        """Grow every run's dictionary where ``accept`` ``[R]`` holds and the guard passes (module
+        docstring), chunk by chunk at the model's widths, then bump the widths (no read). ``f``
+        ``[R, M]`` and ``omega`` ``[R]`` as :meth:`BatchedNystrom.append` returned them; with
+        ``kors``: also its border, ``kz`` = ``k_Z(z)`` ``[R, M]``, ``kss`` = ``k(z,z)`` ``[R]`` (or a
+        float: a constant) and
+        ``p`` = ``p̃`` ``[R]``. Returns the mask ``[R]`` of the runs that grew."""
+        mm = self.max_size
+        self._ensure(self.n, mm + 1, self._x.shape[2])
+        self._version += 1
+        if kors is not None:
+            kors.reserve(mm + 1)
+        added = []
+        for a, b, w in self.chunks():
+            sl = slice(a, b)
+            sys = None if kors is None else (  # type: ignore[assignment]
+                kors, kz, kss if isinstance(kss, float) else kss[sl], p[sl])  # type: ignore[index]
+            added.append(self._grow_chunk(sl, f[sl, :w], omega[sl], accept[sl], w, sys))
+        if kors is not None:
+            kors.release_probe()
+        self.bump_widths()
+        return added[0] if len(added) == 1 else torch.cat(added)
 
+    def _grow_constants(self, k: int) -> tuple[Tensor, Tensor]:
+        """A zero column ``[k, 1]`` and the corners ``(1, −1, −1)`` of the bordered vectors, on the
+        model's device (cached)."""
+        key = ("growth", k)
+        got = self._row_cache.get(key)  # type: ignore[call-overload]
+        if got is None or got.device != self.device or got.dtype != self.dtype:
+            got = self._row_cache[key] = self._c.new_zeros(k + 3)  # type: ignore[index]
+            got[k:k + 1].fill_(1.0)  # fill_: a kernel argument; a set item copies from the host,
+            got[k + 1:].fill_(-1.0)  # which synchronises on CUDA
+        return got[:k, None], got[k:]
 
-def grow_compacted(model: BatchedNystrom, runs: Tensor, f: Tensor, omega: Tensor, accept: Tensor
-                   ) -> Tensor:
-    """The posterior's growth of the distinct ``runs`` (a LongTensor ``[k]``, compacted by the
-    caller; ``f`` ``[k, M]``, ``omega`` and ``accept`` ``[k]``): the guard, then only the runs
-    that pass are gathered, bordered and written back (one host read), and the widths refreshed.
-    On the CPU in float64 the guard and the border are one compiled call instead
-    (:func:`_grow_compiled`). Returns the mask ``[k]`` of the runs that grew."""
-    model._ensure(model.n, model.max_size + 1, model._x.shape[2])
-    model._version += 1
-    kern = model._k
-    kzz = kern.const if kern.const is not None else kern.diag(model._x[runs, model.n - 1])
-    ok = _grow_compiled(model, runs, f, omega, accept, kzz)
-    if ok is not None:
-        return ok
-    want = accept
-    ok = want & (omega > model.min_residual * kzz)
-    model._refused[runs] += want & ~ok
-    keep = ok.nonzero()[:, 0]          # the compacted path reads: only the runs that grow
-    if keep.numel():
-        _border_runs(model, runs[keep], f[keep], omega[keep], model.max_size)
-        model.refresh_widths()
-    return ok
-
-
-def _grow_compiled(model: BatchedNystrom, runs: Tensor, f: Tensor, omega: Tensor, accept: Tensor,
-                   kzz: Tensor | float) -> Tensor | None:
-    """:func:`grow_compacted` by the compiled growth (:func:`torchbandits.native.ekucb.grow`:
-    the guard, the deferred step of ``Q`` and the border of each growing run in place at its own
-    size — ``E`` read once, nothing gathered), or ``None`` (nothing done: the torch path runs)
-    where it does not apply (not float64 CPU tensors, no compiler). Its sums run in another
-    order than the batched torch products: the state agrees with the torch border to rounding,
-    not bit for bit (~1e-12 relative; amplified on ill-conditioned dictionaries, as between the
-    batched and the sequential models: on Chessboard a ``min_residual`` refusal at its threshold
-    can flip — about as often as with the torch border, docs/batch.md). A Schur
-    complement that is not positive raises (nothing bordered) or, under
-    :func:`~torchbandits.deferred_checks.deferred_checks`, is flagged (the border written, as
-    the torch path does)."""
-    kern = model._k
-    if not native_ekucb.available(model._e):
-        return None
-    if model._q_kept is not None:   # debug_stale_q: Q's values back (the same numbers as in C)
-        model._flush_q(runs)
-    n = model.n
-    krow = kern.rbf_c if kern.rbf_c is not None else (
-        kern.block(model._x[runs, :n], model._x[runs, n - 1, None])[..., 0].contiguous())
-    strict = active_checks() is None
-    out = native_ekucb.grow(
-        runs, f.contiguous(), omega.contiguous(), accept.contiguous(), kzz, model.min_residual,
-        n, model._x, krow, model._e, model._p, model._p_lower, model._q_stored(), model._pending,
-        model._g, model._s, None if model._unit_counts else model._c, model._z, model._logdet,
-        model._m, model._refused, model.lam, strict)
-    if out is None:
-        return None
-    ok, failed, bad, grown = out
-    if failed or not strict:
-        check_runs("add_last: a Schur complement must be positive", bad,
+    def _grow_chunk(self, sl: slice, f: Tensor, omega: Tensor, accept: Tensor, w: int,
+                    sys: tuple[BatchedKORS, Tensor, Tensor | float, Tensor] | None) -> Tensor:
+        """:meth:`grow_masked` of the runs ``sl`` at width ``w`` (``f`` ``[k, w]``)."""
+        n, k, kern = self.n, sl.stop - sl.start, self._k
+        z = self._x[sl, n - 1]                                                  # [k, d]
+        kzz = kern.const if kern.const is not None else kern.diag(z)
+        ok = (omega > self.min_residual * kzz) & accept                         # the guard
+        self._refused[sl].add_(ok ^ accept)
+        d = torch.where(ok, omega, math.inf).sqrt_()                # d (∞ where refused)
+        rows, ar = self._rows(sl), self._rows(slice(0, k))
+        pw = self._p[sl, : w + 1, : w + 1]
+        qw = self._q[sl, : w + 1, : w + 1]      # (the property applies a deferred step of Q)
+        e_old = self._e[sl, :n, :w]
+        r1 = torch.baddbmm(f.new_empty(k, w, 1), pw[:, :w, :w].mT, f[..., None],  # −Pᵀf [k, w]
+                           beta=0.0, alpha=-1.0)[..., 0]
+        gs = kern.block(self._x[sl, :n], z[:, None])[..., 0]                    # k_S(z) [k, n]
+        e_new = gs.sub_((e_old @ f[..., None])[..., 0]).div_(d[:, None])         # e [k, n]
+        ce = e_new if self._unit_counts else self._c[sl, :n] * e_new
+        b = (e_old.mT @ ce[..., None])[..., 0]                                   # Eᵀ C e [k, w]
+        qb = (qw[:, :w, :w] @ b[..., None])[..., 0]   # the sequential self's orientations
+        dots = (e_new[:, None, :] * torch.stack([ce, self._s[sl, :n]], 1)).sum(-1)  # eᵀCe, eᵀs
+        schur = omega.new_empty(1 if sys is None else 2, k)                      # s, s'
+        torch.sub(dots[:, 0] + self.lam, (b * qb).sum(-1), out=schur[0])
+        vectors = [r1, qb]
+        if sys is not None:
+            kors, kz, kss, p = sys
+            kq, quad = kors.border_terms(kz, sl, w)                              # N k_Z, k_Zᵀ N k_Z
+            torch.sub(kss + kors.mu * p, quad, out=schur[1])
+            vectors.append(kq)
+        check_runs("add_last: a Schur complement (posterior or KORS) must be positive",
+                   self._flags(sl, ok.gt(schur > 0).any(0)),
                    lambda r: f"add_last: a Schur complement is not positive (run {r})")
-    if grown:
-        model.refresh_widths()
-    return ok
+        den = torch.where(ok, schur, 1.0)
+        inv_s = ok / den                                                         # 0 where refused
+        self._logdet[sl].add_(den[0].log())
+        zero, corner = self._grow_constants(k)
+        pos = self._m[sl]                                                       # a view
+        u = torch.cat([t for v in vectors for t in (v, zero)], -1).view(k, len(vectors), w + 1)
+        u.transpose(1, 2)[ar, pos] = corner[: len(vectors)]   # [−Pᵀf; 1], [Qb; −1], [N k_Z; −1]
+        pw[ar, pos] = u[:, 0] / d[:, None]                                       # [−Pᵀf/d, 1/d]
+        scaled = u[:, 1:] * inv_s.mT[:, :, None]
+        qw.addcmul_(u[:, 1, :, None], scaled[:, 0, None, :])
+        self._e[rows, :n, pos] = e_new
+        self._g[rows, pos] = dots[:, 1]
+        self._z[rows, pos] = torch.where(ok[:, None], z, 0.0)
+        if sys is not None:
+            kors.add_border(sl, rows, pos, u[:, 2], scaled[:, 1], p, ok)
+        pos.add_(ok)
+        return ok
 
+    def grow_compacted(self, runs: Tensor, f: Tensor, omega: Tensor, accept: Tensor
+                       ) -> Tensor:
+        """The posterior's growth of the distinct ``runs`` (a LongTensor ``[k]``, compacted by the
+        caller; ``f`` ``[k, M]``, ``omega`` and ``accept`` ``[k]``): the guard, then only the runs
+        that pass are gathered, bordered and written back (one host read), and the widths refreshed.
+        On the CPU in float64 the guard and the border are one compiled call instead
+        (:meth:`_grow_compiled`). Returns the mask ``[k]`` of the runs that grew."""
+        self._ensure(self.n, self.max_size + 1, self._x.shape[2])
+        self._version += 1
+        kern = self._k
+        kzz = kern.const if kern.const is not None else kern.diag(self._x[runs, self.n - 1])
+        ok = self._grow_compiled(runs, f, omega, accept, kzz)
+        if ok is not None:
+            return ok
+        want = accept
+        ok = want & (omega > self.min_residual * kzz)
+        self._refused[runs] += want & ~ok
+        keep = ok.nonzero()[:, 0]          # the compacted path reads: only the runs that grow
+        if keep.numel():
+            self._border_runs(runs[keep], f[keep], omega[keep], self.max_size)
+            self.refresh_widths()
+        return ok
 
-def _border_runs(model: BatchedNystrom, idx: Tensor, f: Tensor, omega: Tensor, w: int) -> None:
-    """:func:`grow_compacted` of the growing runs ``idx`` (``f`` ``[k, w]``): their blocks of
-    ``Q`` are gathered and written back, ``P`` gets its new row in place. ``Q`` is bordered as
-    one rank-one update of its ``[w+1, w+1]`` block, ``Q ← Q + u uᵀ/s`` with ``u = Qb − e_pos``
-    (``Qb`` is zero from ``pos`` on): the update ``Qb bᵀQ/s``, the border ``−Qb/s`` and the
-    corner ``1/s`` in one write."""
-    n, lam = model.n, model.lam
-    model._flush_q(idx)   # then Q's rows idx are current
-    z = model._x[idx, n - 1]                                                 # [k, d]
-    d = torch.sqrt(omega)
-    pos = model._m[idx]
-    p = model._p[idx, :w, :w]     # only row pos of P changes: written in place below
-    q = model._q_stored()[idx, : w + 1, : w + 1]
-    row = -(p.mT @ f[..., None])[..., 0] / d[:, None]            # −Pᵀf/d
-    e_old = model._e[idx, :n, :w]
-    gs = model._k.block(model._x[idx, :n], z[:, None])[..., 0]              # k_S(z) [k, n]
-    e_new = (gs - (e_old @ f[..., None])[..., 0]) / d[:, None]               # [k, n]
-    ce = model._c[idx, :n] * e_new
-    b = (e_old.mT @ ce[..., None])[..., 0]                                   # Eᵀ C e [k, w]
-    qb = (q[:, :w, :w] @ b[..., None])[..., 0]  # the sequential model's orientations (rounding)
-    schur = (e_new * ce).sum(-1) + lam - (b * qb).sum(-1)
-    check_runs("add_last: a Schur complement must be positive",
-               model._flags(idx, ~(schur > 0)),
-               lambda r: f"add_last: a Schur complement is not positive (run {r})")
-    u = torch.nn.functional.pad(qb, (0, 1)) - model._unit(pos, w + 1)       # Qb − e_pos
-    q.addcmul_(u[:, :, None], (u * (1.0 / schur)[:, None])[:, None, :])
-    model._p[idx, pos, :w] = row
-    model._p[idx, pos, pos] = 1.0 / d
-    model._q_stored()[idx, : w + 1, : w + 1] = q
-    model._g[idx, pos] = (e_new * model._s[idx, :n]).sum(-1)
-    model._e[idx, :n, pos] = e_new
-    model._z[idx, pos] = z
-    model._logdet[idx] += torch.log(schur)
-    model._m[idx] = pos + 1
+    def _grow_compiled(self, runs: Tensor, f: Tensor, omega: Tensor, accept: Tensor,
+                       kzz: Tensor | float) -> Tensor | None:
+        """:meth:`grow_compacted` by the compiled growth (:func:`torchbandits.native.ekucb.grow`:
+        the guard, the deferred step of ``Q`` and the border of each growing run in place at its own
+        size — ``E`` read once, nothing gathered), or ``None`` (nothing done: the torch path runs)
+        where it does not apply (not float64 CPU tensors, no compiler). Its sums run in another
+        order than the batched torch products: the state agrees with the torch border to rounding,
+        not bit for bit (~1e-12 relative; amplified on ill-conditioned dictionaries, as between the
+        batched and the sequential models: on Chessboard a ``min_residual`` refusal at its threshold
+        can flip — about as often as with the torch border, docs/batch.md). A Schur
+        complement that is not positive raises (nothing bordered) or, under
+        :func:`~torchbandits.deferred_checks.deferred_checks`, is flagged (the border written, as
+        the torch path does)."""
+        kern = self._k
+        if not native_ekucb.available(self._e):
+            return None
+        if self._q_kept is not None:   # debug_stale_q: Q's values back (the same numbers as in C)
+            self._flush_q(runs)
+        n = self.n
+        krow = kern.rbf_c if kern.rbf_c is not None else (
+            kern.block(self._x[runs, :n], self._x[runs, n - 1, None])[..., 0].contiguous())
+        strict = active_checks() is None
+        out = native_ekucb.grow(
+            runs, f.contiguous(), omega.contiguous(), accept.contiguous(), kzz, self.min_residual,
+            n, self._x, krow, self._e, self._p, self._p_lower, self._q_stored(), self._pending,
+            self._g, self._s, None if self._unit_counts else self._c, self._z, self._logdet,
+            self._m, self._refused, self.lam, strict)
+        if out is None:
+            return None
+        ok, failed, bad, grown = out
+        if failed or not strict:
+            check_runs("add_last: a Schur complement must be positive", bad,
+                       lambda r: f"add_last: a Schur complement is not positive (run {r})")
+        if grown:
+            self.refresh_widths()
+        return ok
+
+    def _border_runs(self, idx: Tensor, f: Tensor, omega: Tensor, w: int) -> None:
+        """:meth:`grow_compacted` of the growing runs ``idx`` (``f`` ``[k, w]``): their blocks of
+        ``Q`` are gathered and written back, ``P`` gets its new row in place. ``Q`` is bordered as
+        one rank-one update of its ``[w+1, w+1]`` block, ``Q ← Q + u uᵀ/s`` with ``u = Qb − e_pos``
+        (``Qb`` is zero from ``pos`` on): the update ``Qb bᵀQ/s``, the border ``−Qb/s`` and the
+        corner ``1/s`` in one write."""
+        n, lam = self.n, self.lam
+        self._flush_q(idx)   # then Q's rows idx are current
+        z = self._x[idx, n - 1]                                                 # [k, d]
+        d = torch.sqrt(omega)
+        pos = self._m[idx]
+        p = self._p[idx, :w, :w]     # only row pos of P changes: written in place below
+        q = self._q_stored()[idx, : w + 1, : w + 1]
+        row = -(p.mT @ f[..., None])[..., 0] / d[:, None]            # −Pᵀf/d
+        e_old = self._e[idx, :n, :w]
+        gs = self._k.block(self._x[idx, :n], z[:, None])[..., 0]              # k_S(z) [k, n]
+        e_new = (gs - (e_old @ f[..., None])[..., 0]) / d[:, None]               # [k, n]
+        ce = self._c[idx, :n] * e_new
+        b = (e_old.mT @ ce[..., None])[..., 0]                                   # Eᵀ C e [k, w]
+        qb = (q[:, :w, :w] @ b[..., None])[..., 0]  # the sequential self's orientations (rounding)
+        schur = (e_new * ce).sum(-1) + lam - (b * qb).sum(-1)
+        check_runs("add_last: a Schur complement must be positive",
+                   self._flags(idx, ~(schur > 0)),
+                   lambda r: f"add_last: a Schur complement is not positive (run {r})")
+        u = torch.nn.functional.pad(qb, (0, 1)) - self._unit(pos, w + 1)       # Qb − e_pos
+        q.addcmul_(u[:, :, None], (u * (1.0 / schur)[:, None])[:, None, :])
+        self._p[idx, pos, :w] = row
+        self._p[idx, pos, pos] = 1.0 / d
+        self._q_stored()[idx, : w + 1, : w + 1] = q
+        self._g[idx, pos] = (e_new * self._s[idx, :n]).sum(-1)
+        self._e[idx, :n, pos] = e_new
+        self._z[idx, pos] = z
+        self._logdet[idx] += torch.log(schur)
+        self._m[idx] = pos + 1

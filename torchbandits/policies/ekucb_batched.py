@@ -46,7 +46,6 @@ from ..buffers import set_plain
 from ..confidence import ConstantBeta
 from ..models.batched_kors import BatchedKORS
 from ..models.batched_nystrom import BatchedNystrom
-from ..models.batched_nystrom_growth import grow_masked
 from .batch_mode import BatchModeMixin
 
 __all__ = ["CHECK_EVERY", "CPU_COMPACT_ABOVE", "RESORT_EVERY", "EKUCBBatchMixin", "RunCoins"]
@@ -332,7 +331,7 @@ class EKUCBBatchMixin(BatchModeMixin):
                     kors.add(kz[runs], kss if isinstance(kss, float) else kss[runs], p[runs],
                              added, runs=runs)
             else:                  # sync-free: every run, masked writes, KORS's border with it
-                grow_masked(model, f, omega, accept, kors, kz, kss, p)
+                model.grow_masked(f, omega, accept, kors, kz, kss, p)
             self._check_sizes()
         set_plain(self, "dim", xv.shape[1])   # (plain attributes: past nn.Module's checks)
         set_plain(self, "t", self.t + 1)  # type: ignore[attr-defined]
