@@ -7,6 +7,7 @@ nothing; ``state_dict`` round trip mid-batch; ``.to(dtype)``; the CLI's ``--batc
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 
-from torchbandits import make_kernel
+from torchbandits import make_kernel, native
 from torchbandits.envs.batched import BatchedEnv
 from torchbandits.experiments import simulate, simulate_batch
 from torchbandits.experiments.batch import why_not_batch
@@ -105,6 +106,55 @@ def test_groups_of_runs_sorted_by_dictionary_size() -> None:
     batch.reset(seed=seeds)
     assert batch.n_runs > CHUNK
     _lockstep(env, seeds, 80, batch, [seeded(make_policy("bkb", env), s) for s in seeds])
+
+
+@pytest.mark.parametrize("chunk_runs", [None, 20])
+def test_the_torch_program_in_groups_or_as_one_padded_program(chunk_runs: int | None) -> None:
+    """The batched torch program (the compiled rounds off): R = 20 in groups by dictionary size
+    (the CPU's default) or as one padded program scored in one product (``set_chunk_runs(20)``:
+    what a GPU runs); either way run ``r`` is the sequential run with seed ``r``."""
+    env = make_env("rkhs", **FIXED)
+    seeds = list(range(20))
+    with native.disabled():
+        batch = make_policy("bkb", env)
+        batch.set_chunk_runs(chunk_runs)
+        batch.reset(seed=seeds)
+        _lockstep(env, seeds, 60, batch, [seeded(make_policy("bkb", env), s) for s in seeds])
+
+
+def test_one_padded_program_launches_the_same_operators_at_any_r() -> None:
+    """The GPU's program (one padded group, one scoring product; the torch program on the CPU
+    here): a select launches as many operators at R = 24 as at R = 4 (in groups of
+    :data:`CHUNK` it grows with R), counted as the backend sees them."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            self.n += func.overloadpacket.__name__ not in {"view", "slice", "select", "expand",
+                                                           "unsqueeze", "as_strided", "t",
+                                                           "transpose", "_unsafe_view", "alias"}
+            return func(*args, **(kwargs or {}))
+
+    env = make_env("rkhs", **FIXED)
+    counted = {}
+    with native.disabled():
+        for r, chunk in ((4, 4), (24, 24), (24, None)):
+            batch = make_policy("bkb", env)
+            batch.set_chunk_runs(chunk)
+            benv = BatchedEnv(env, list(range(r)))
+            batch.reset(seed=list(range(r)))
+            for t in range(30):
+                cand = benv.candidates()
+                count = Count()
+                with count if t == 29 else contextlib.nullcontext():
+                    idx = batch.select(cand)
+                reward, _ = benv.pull(idx)
+                batch.update(cand[torch.arange(r), idx], reward)
+            counted[(r, chunk)] = count.n
+    assert counted[(24, 24)] == counted[(4, 4)]
+    assert counted[(24, None)] > counted[(24, 24)] + 20   # two groups of 16 and 8
 
 
 @pytest.mark.parametrize("sampler", ["linearized", "uniform", "all"])

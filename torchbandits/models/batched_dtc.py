@@ -113,6 +113,7 @@ class DTCSystem:
     fallback: list[int] = field(default_factory=list)
     chol_a: Tensor | None = None
     widths: list[int] | None = None
+    score_runs: int = SCORE_RUNS
 
     def a_inverse(self) -> Tensor:
         """``A⁻¹`` ``[R, M, M]`` (``cholesky_inverse`` of ``chol_a``, built on first use: the
@@ -171,15 +172,17 @@ class DTCSystem:
 
     def half_scores(self, kz: Tensor, kconst: float) -> tuple[Tensor, Tensor]:
         """``(μ̃, λσ̃²)`` ``([R, A], [R, A])`` by the half-width product ``[wᵀP; HᵀP] k_Z``:
-        ``λσ̃² = (k − ‖HᵀP k_Z‖²)₊`` (``≤ k``), :data:`SCORE_RUNS` runs at a time at their own
-        width (module docstring); the ``fallback`` runs by the full product on their live
+        ``λσ̃² = (k − ‖HᵀP k_Z‖²)₊`` (``≤ k``), :attr:`score_runs` runs at a time at their own
+        width (module docstring; :data:`SCORE_RUNS` on the CPU, every run at once on a GPU); the
+        ``fallback`` runs by the full product on their live
         block, as :func:`~torchbandits.models.nystrom_arms.dtc_round`."""
         assert self.half is not None and self.n_inv is not None and self.w is not None
         mm, r = kz.shape[1], kz.shape[0]
         mean, var = kz.new_empty(r, kz.shape[2]), kz.new_empty(r, kz.shape[2])
         sizes = self.widths
-        for i in range(0, r, SCORE_RUNS):      # a few runs at a time: the product stays in cache
-            j = min(i + SCORE_RUNS, r)
+        step = self.score_runs
+        for i in range(0, r, step):   # (CPU: a few runs at a time, the product stays in cache)
+            j = min(i + step, r)
             mc = mm if sizes is None else max(1, min(mm, max(sizes[i:j])))
             out = self.half[i:j, :mc + 1, :mc] @ kz[i:j, :mc]                # [s, m_c+1, A]
             mean[i:j] = out[:, 0]
@@ -223,7 +226,7 @@ def half_width(system: DTCSystem, chol_a: Tensor, et_s: Tensor) -> None:
 def dtc_system(kpz: Tensor, kzz: Tensor, live: Tensor, counts: Tensor, sums: Tensor, lam: Tensor,
                kconst: float | None, jitter: float = 0.0, m_range: tuple[int, int] | None = None,
                lam_scalar: float | None = None, half: bool = False,
-               widths: list[int] | None = None) -> DTCSystem:
+               widths: list[int] | None = None, score_runs: int | None = None) -> DTCSystem:
     """Rebuild every run's posterior from scratch (module docstring).
 
     Args:
@@ -239,6 +242,8 @@ def dtc_system(kpz: Tensor, kzz: Tensor, live: Tensor, counts: Tensor, sums: Ten
             :meth:`DTCSystem.scores` then uses for the candidates.
         widths: the dictionary sizes ``[R]`` on the host, if known (the half-width scoring then
             works at each chunk's own width).
+        score_runs: runs per product of the half-width scoring (default :data:`SCORE_RUNS`; a
+            GPU's round scores every run in one product: its time goes to launches).
     """
     mm = kzz.shape[-1]
     scale = (kzz.new_full((kzz.shape[0],), kconst) if kconst is not None
@@ -256,7 +261,7 @@ def dtc_system(kpz: Tensor, kzz: Tensor, live: Tensor, counts: Tensor, sums: Ten
         lo, hi = torch.aminmax(sizes)
         m_range = (int(lo), int(hi))
     system = DTCSystem(p, None, None, lam, sizes, m_range, lam_scalar, chol_a=chol_a,
-                       widths=widths)
+                       widths=widths, score_runs=SCORE_RUNS if score_runs is None else score_runs)
     if half and kconst is not None:
         half_width(system, chol_a, et_s)       # w from N = R⁻¹; A⁻¹ only if asked for
     else:

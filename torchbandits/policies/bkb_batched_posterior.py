@@ -49,22 +49,46 @@ class BKBBatchPosterior:
     up by :class:`~torchbandits.policies.bkb_batched.BKBBatchMixin`: ``batched``, ``_bk``,
     ``_lam64``, ``_lam_scalar``, ``_bcache``, ``_bmodel``, ``_last_key``, ``_last_cand``."""
 
+    #: runs per group of a round, if set (``None``: :data:`CHUNK` on the CPU, the whole batch
+    #: on any other device; :meth:`set_chunk_runs`)
+    chunk_runs: int | None = None
+
+    def set_chunk_runs(self, runs: int | None) -> None:
+        """Runs per group of a round. ``None`` (default): on the CPU :data:`CHUNK` runs sorted by
+        dictionary size, each group at its own width and scored a few runs a product (the work
+        stays in cache); on any other device the whole batch as one padded program, scored in
+        one product (a GPU's round is bound by its kernel launches, which groups multiply: at
+        R = 1024, 64 groups of some 30 launches and 256 scoring products a round). A number
+        forces groups of that size, scored in one product each (the GPU's program on the CPU)."""
+        if runs is not None and int(runs) < 1:
+            raise ValueError(f"runs must be >= 1 or None, got {runs}")
+        self.chunk_runs = None if runs is None else int(runs)
+
+    def _group(self) -> tuple[int, bool]:
+        """Runs per group and whether a group is scored in one product (module docstring)."""
+        st = self.batched
+        if self.chunk_runs is not None:
+            return self.chunk_runs, True
+        if st.counts.is_cpu:
+            return CHUNK, False
+        return st.n_runs, True
+
     def _lam(self) -> Tensor:
         return self._lam64.to(dtype=self.dtype, device=self.device)  # type: ignore[attr-defined]
 
     def _chunks(self, n: int) -> list[tuple[Tensor | None, list[int]]]:
         """The round's groups of runs ``(runs [k] or None for all, their dictionary sizes)``:
-        beyond :data:`CHUNK` runs, sorted by dictionary size in groups of :data:`CHUNK`, so that
-        each group works at its own width ``M_g`` (one host read of the sizes)."""
+        beyond a group's size (:meth:`set_chunk_runs`), sorted by dictionary size in groups, so
+        that each group works at its own width ``M_g`` (one host read of the sizes)."""
         st = self.batched
-        r = st.n_runs
+        r, group = st.n_runs, self._group()[0]
         sizes = st.in_dict[:, :n].sum(-1).tolist() if n else [0] * r
-        if r <= CHUNK:
+        if r <= group:
             return [(None, sizes)]
         order = sorted(range(r), key=sizes.__getitem__)
         dev = st.counts.device
-        return [(torch.tensor(order[i:i + CHUNK], device=dev), [sizes[j] for j in order[i:i + CHUNK]])
-                for i in range(0, r, CHUNK)]
+        return [(torch.tensor(order[i:i + group], device=dev), [sizes[j] for j in order[i:i + group]])
+                for i in range(0, r, group)]
 
     def _rows(self, cand: Tensor, n: int) -> dict[str, Any] | None:
         """The fixed arm set's cache: arm rows ``idx`` ``[R, cap]`` and kernel rows ``rows``
@@ -192,6 +216,7 @@ class BKBBatchPosterior:
         r, a, d = cand.shape
         parts: list[tuple[Tensor, Tensor, Tensor]] = []
         models = []
+        one_product = self._group()[1]
         for runs, sizes in self._chunks(n):
             def take(t: Tensor, runs: Tensor | None = runs) -> Tensor:
                 return t if runs is None else t[runs]
@@ -220,7 +245,8 @@ class BKBBatchPosterior:
                 kpz = kza.mT[ar, idx]                                            # [k, n, M]
                 kzz = kpz[ar, sel]
                 system = dtc_system(kpz, kzz, live, counts, sums, take(lam), kc, jit, (lo, hi),
-                                    self._lam_scalar, half=True, widths=sizes)
+                                    self._lam_scalar, half=True, widths=sizes,
+                                    score_runs=len(sizes) if one_product else None)
                 mean, var = system.scores(kza, kd, kc)
                 pvar = var.gather(1, idx)
             else:
