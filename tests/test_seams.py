@@ -1,7 +1,9 @@
 """The seams of the house (docs/design.md): what each layer may touch.
 
-* no module of ``policies/``, ``reproduce/``, ``benchmarks/`` or ``scripts/`` reads or writes
-  another object's ``_private`` name, or writes ``__dict__`` directly;
+* no module of the package ``torchbandits/`` (its models, environments and rules as well as its
+  consumers ``policies/`` and ``reproduce/``), of ``benchmarks/`` or of ``scripts/`` reads or
+  writes another object's ``_private`` name (torch's own tensor attributes ``_version`` and
+  ``_base`` aside), or writes ``__dict__`` directly;
 * ``experiments/`` never imports ``reproduce/``;
 * no package file is longer than ~400 lines;
 * no code cites a document the project does not contain (the papers are cited by authors, year
@@ -25,14 +27,20 @@ def _py(*dirs: Path) -> list[Path]:
     return sorted(p for d in dirs if d.exists() for p in d.rglob("*.py"))
 
 
+#: torch's own tensor attributes (a tensor's in-place write counter, the tensor a view views)
+TENSOR_ATTRIBUTES = frozenset({"_version", "_base"})
+
+
 def _private_touches(path: Path) -> list[str]:
-    """``obj._name`` where ``obj`` is not ``self``/``cls``/``super()``, and ``x.__dict__[...] = ...``."""
+    """``obj._name`` where ``obj`` is not ``self``/``cls``/``super()`` (``_name`` not one of
+    :data:`TENSOR_ATTRIBUTES`), and ``x.__dict__[...] = ...``."""
     tree = ast.parse(path.read_text(), filename=str(path))
     bad = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute):
             name = node.attr
-            if name.startswith("_") and not (name.startswith("__") and name.endswith("__")):
+            if name.startswith("_") and not (name.startswith("__") and name.endswith("__")) \
+                    and name not in TENSOR_ATTRIBUTES:
                 owner = node.value
                 if isinstance(owner, ast.Name) and owner.id in ("self", "cls"):
                     continue
@@ -49,21 +57,37 @@ def _private_touches(path: Path) -> list[str]:
     return bad
 
 
-CONSUMERS = _py(PACKAGE / "policies", PACKAGE / "reproduce", ROOT / "benchmarks", ROOT / "scripts")
+# TEMPORARY: the lead is converting this module into a mixin of the model whose state it
+# reads (the pattern of models/batched_nystrom_append.py); drop the entry when that lands
+PRIVATE_ACCESS_EXEMPT = {"torchbandits/models/batched_nystrom_growth.py"}
+
+CHECKED = [p for p in _py(PACKAGE, ROOT / "benchmarks", ROOT / "scripts")
+           if p.relative_to(ROOT).as_posix() not in PRIVATE_ACCESS_EXEMPT]
 
 
-@pytest.mark.parametrize("path", CONSUMERS, ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("path", CHECKED, ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_private_access_or_dict_writes(path):
     assert _private_touches(path) == []
 
 
+def test_the_private_access_check_covers_the_whole_package():
+    checked = {p.relative_to(ROOT).as_posix() for p in CHECKED}
+    for module in ("torchbandits/models/exact.py", "torchbandits/envs/switching_batch.py",
+                   "torchbandits/confidence/base.py", "torchbandits/linalg.py",
+                   "torchbandits/policies/kernel_ucb.py", "benchmarks/ekucb_ops.py"):
+        assert module in checked, module
+    assert not PRIVATE_ACCESS_EXEMPT & checked
+    assert len(PRIVATE_ACCESS_EXEMPT) == 1   # one temporary exemption, no more
+
+
 def test_the_private_access_check_can_fail(tmp_path):
     f = tmp_path / "x.py"
-    f.write_text("def g(self, m):\n    m._k(1)\n    self._ok = 1\n    m.__dict__['a'] = 2\n"
-                 "    super()._fine()\n")
+    f.write_text("def g(self, m, t):\n    m._k(1)\n    self._ok = 1\n    m.__dict__['a'] = 2\n"
+                 "    super()._fine()\n    t._version, t._base\n    cls.x, t._base_of, type(m)._c\n")
     f = f.rename(ROOT / ".seam_probe.py")
     try:
-        assert sorted(s.split(": ", 1)[1] for s in _private_touches(f)) == ["._k", "__dict__[...] ="]
+        assert sorted(s.split(": ", 1)[1] for s in _private_touches(f)) == [
+            "._base_of", "._c", "._k", "__dict__[...] ="]
     finally:
         f.unlink()
 

@@ -163,8 +163,10 @@ class RadiusRule(ConfidenceRule):
     def required_regularisers(self, lam: float) -> tuple[float, ...]:
         return () if self.reg is None or self.reg == lam else (self.reg,)
 
-    def _mean_sd(self, model: PosteriorModel, candidates: Tensor) -> tuple[Tensor, Tensor]:
-        """``(μ_reg, sd_reg)`` ``[A]`` each, ``sd`` per ``variance`` (a fresh tensor)."""
+    def mean_sd(self, model: PosteriorModel, candidates: Tensor) -> tuple[Tensor, Tensor]:
+        """``(μ_reg, sd_reg)`` ``[A]`` each for ``candidates`` ``[A, d]``: the posterior mean and
+        the width's ``sd`` per ``variance`` (``ρ_reg``, or ``ρ_reg/√reg`` for ``"ridge"``) at the
+        rule's regulariser ``reg`` (the model's ``λ`` if unset); ``sd`` a fresh tensor."""
         reg = model.lam if self.reg is None else self.reg
         mean, var = model.mean_var(candidates, reg=reg)
         if self.variance == "ridge":
@@ -173,14 +175,14 @@ class RadiusRule(ConfidenceRule):
 
     def bounds(self, model: PosteriorModel, candidates: Tensor, t: int) -> tuple[Tensor, Tensor]:
         """``(μ + β_t·sd, μ − β_t·sd)``, each ``[A]``, for ``candidates`` ``[A, d]`` at round ``t``."""
-        mean, width = self._mean_sd(model, candidates)
+        mean, width = self.mean_sd(model, candidates)
         width.mul_(self._beta(model, candidates.shape[0], t))
         return mean + width, mean - width
 
     def ucb(self, model: PosteriorModel, candidates: Tensor, t: int) -> Tensor:
         """``μ + β_t·sd`` ``[A]`` alone (what ``select`` needs; the same values as
         ``bounds(...)[0]``)."""
-        mean, width = self._mean_sd(model, candidates)
+        mean, width = self.mean_sd(model, candidates)
         return width.mul_(self._beta(model, candidates.shape[0], t)).add_(mean)
 
     def ucb_form(self, model: PosteriorModel, n_candidates: int, t: int) -> UCBForm | None:
@@ -188,7 +190,7 @@ class RadiusRule(ConfidenceRule):
         diagnostics) — or ``None`` where a subclass computes its bound otherwise (it overrides
         :meth:`ucb` or the posterior it reads)."""
         cls = type(self)
-        if cls.ucb is not RadiusRule.ucb or cls._mean_sd is not RadiusRule._mean_sd:
+        if cls.ucb is not RadiusRule.ucb or cls.mean_sd is not RadiusRule.mean_sd:
             return None
         reg = model.lam if self.reg is None else self.reg
         beta = self._beta(model, n_candidates, t)

@@ -14,7 +14,6 @@ then runs once over the batch: the Gram matrices ``K_r = k(Z_r, Z_r)`` ``[R, M, 
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -27,9 +26,9 @@ from ..kernels import kernel_matrix
 from .batched import BatchedEnv, stack_to
 
 if TYPE_CHECKING:
-    from .time_varying import SwitchingRKHSEnv
+    from gpytorch.kernels import Kernel
 
-__all__ = ["switching_batch_repr", "switching_batch_reset", "switching_coefficients"]
+__all__ = ["SwitchingBatch", "switching_coefficients"]
 
 
 def _quad(gram: Tensor, u: Tensor, v: Tensor) -> Tensor:
@@ -41,7 +40,7 @@ def switching_coefficients(gram: Tensor, blocks: Tensor, norm: float,
                            budget: float | None) -> Tensor:
     """The coefficients ``[R, S+1, M]`` of every run's ``S + 1`` segment functions from its Gram
     matrix ``gram`` ``[R, M, M]`` and its segment blocks ``blocks`` ``[R, S+1, m]`` (the
-    construction of ``SwitchingRKHSEnv._build``, over the batch)."""
+    construction of ``SwitchingRKHSEnv``'s ``reset``, over the batch)."""
     n_seg, m = blocks.shape[1], blocks.shape[2]
     S, B = n_seg - 1, norm
     phi = 2.0 * math.asin(budget / (2.0 * B * S)) if budget is not None and S else 0.0
@@ -58,38 +57,49 @@ def switching_coefficients(gram: Tensor, blocks: Tensor, norm: float,
     return torch.stack(rows, dim=1)
 
 
-def switching_batch_reset(env: SwitchingRKHSEnv, seeds: Sequence[int]) -> tuple[
-        dict[str, Tensor], dict[str, list[torch.Generator]]]:
-    """Every run's ``env.reset(seeds[r])`` at once. Fields ``[R, ...]``: ``arms`` ``[R, A, d]``,
-    ``_segment_means`` ``[R, A, S+1]`` and, for :func:`switching_batch_repr`, ``_switch_sq``
-    ``[R, S]`` (``‖g_k − g_j‖²_{K_r}`` of each switch; ``[R, 0]`` with a declared budget);
-    generators per name."""
-    env._check_switches()   # the checks of reset, before any draw
-    arms, anchors, blocks, noise = [], [], [], []
-    for s in seeds:
-        g_f, g_arms, g_noise = env._generators(s)
-        arms.append(env._make_arms(g_arms))
-        z, blk = env._switch_draws(g_f)
-        anchors.append(z)
-        blocks.append(blk)
-        noise.append(g_noise)
-    x, z, blk = (stack_to(t, env.device) for t in (arms, anchors, blocks))
-    gram = kernel_matrix(env.kernel, z, z)                                  # [R, M, M]
-    coef = switching_coefficients(gram, blk, env.norm, env._budget_arg)     # [R, S+1, M]
-    means = torch.matmul(kernel_matrix(env.kernel, x, z), coef.transpose(1, 2))
-    pairs = [(env.segment(s), env.segment(s + 1)) for s in env.switch_times]
-    diffs = [coef[:, k] - coef[:, j] for j, k in pairs if j != k and env._budget_arg is None]
-    sq = (torch.stack([_quad(gram, d, d) for d in diffs], dim=1) if diffs
-          else torch.zeros(len(seeds), 0, dtype=env.dtype, device=env.device))
-    return {"arms": x, "_segment_means": means, "_switch_sq": sq}, {"noise": noise}
+class SwitchingBatch:
+    """``batch_reset`` and ``batch_repr`` of
+    :class:`~torchbandits.envs.time_varying.SwitchingRKHSEnv` (a mixin: the environment's own
+    settings and draws, read through ``self``)."""
 
+    kernel: Kernel
+    norm: float
+    dtype: torch.dtype
+    device: torch.device
+    switch_times: list[int]
+    _budget_arg: float | None
 
-def switching_batch_repr(env: SwitchingRKHSEnv, b: BatchedEnv, r: int) -> str:
-    """``repr`` of run ``r`` (its realised budget ``Σ_k sqrt(max(q_k, 0))`` when ``env`` declares
-    none, summed in the order of the ``budget`` property: one host read)."""
-    if env._budget_arg is not None:
-        return repr(env)
-    run = copy.copy(env)   # shallow: the template's repr with this run's budget
-    steps = (math.sqrt(max(q, 0.0)) for q in b.fields["_switch_sq"][r].tolist())
-    run._budget_arg = float(sum(steps))
-    return repr(run)
+    def _switching_batch_reset(self, seeds: Sequence[int]) -> tuple[
+            dict[str, Tensor], dict[str, list[torch.Generator]]]:
+        """Every run's ``reset(seeds[r])`` at once. Fields ``[R, ...]``: ``arms`` ``[R, A, d]``,
+        ``_segment_means`` ``[R, A, S+1]`` and, for :meth:`_switching_batch_repr`, ``_switch_sq``
+        ``[R, S]`` (``‖g_k − g_j‖²_{K_r}`` of each switch; ``[R, 0]`` with a declared budget);
+        generators per name."""
+        self._check_switches()  # type: ignore[attr-defined]  # reset's checks, before any draw
+        arms, anchors, blocks, noise = [], [], [], []
+        for s in seeds:
+            g_f, g_arms, g_noise = self._generators(s)  # type: ignore[attr-defined]
+            arms.append(self._make_arms(g_arms))  # type: ignore[attr-defined]
+            z, blk = self._switch_draws(g_f)  # type: ignore[attr-defined]
+            anchors.append(z)
+            blocks.append(blk)
+            noise.append(g_noise)
+        x, z, blk = (stack_to(t, self.device) for t in (arms, anchors, blocks))
+        gram = kernel_matrix(self.kernel, z, z)                                 # [R, M, M]
+        coef = switching_coefficients(gram, blk, self.norm, self._budget_arg)   # [R, S+1, M]
+        means = torch.matmul(kernel_matrix(self.kernel, x, z), coef.transpose(1, 2))
+        seg = self.segment  # type: ignore[attr-defined]
+        pairs = [(seg(s), seg(s + 1)) for s in self.switch_times]
+        diffs = [coef[:, k] - coef[:, j] for j, k in pairs if j != k and self._budget_arg is None]
+        sq = (torch.stack([_quad(gram, d, d) for d in diffs], dim=1) if diffs
+              else torch.zeros(len(seeds), 0, dtype=self.dtype, device=self.device))
+        return {"arms": x, "_segment_means": means, "_switch_sq": sq}, {"noise": noise}
+
+    def _switching_batch_repr(self, b: BatchedEnv, r: int) -> str:
+        """``repr`` of run ``r`` (its realised budget ``Σ_k sqrt(max(q_k, 0))`` when the
+        environment declares none, summed in the order of the ``budget`` property: one host
+        read)."""
+        if self._budget_arg is not None:
+            return repr(self)
+        steps = (math.sqrt(max(q, 0.0)) for q in b.fields["_switch_sq"][r].tolist())
+        return self._describe(float(sum(steps)))  # type: ignore[attr-defined]

@@ -30,7 +30,7 @@ from torch import Tensor
 
 from ..kernels import kernel_matrix
 from .batched import BatchedEnv, stack_to
-from .switching_batch import switching_batch_repr, switching_batch_reset
+from .switching_batch import SwitchingBatch
 from .time_varying_base import TimeVaryingRKHSEnv, rkhs_distance
 
 __all__ = [
@@ -292,7 +292,7 @@ class MovingBumpEnv(TimeVaryingRKHSEnv):
         return self.norm * math.sqrt(max(2.0 - 2.0 * float(self._k_cc[t - 1]), 0.0))
 
 
-class SwitchingRKHSEnv(TimeVaryingRKHSEnv):
+class SwitchingRKHSEnv(SwitchingBatch, TimeVaryingRKHSEnv):
     """Abrupt switches: ``S + 1`` segments of equal length.
 
     ``budget=None``: independent random expansions (``n_anchors`` anchors each) normalised to
@@ -383,14 +383,14 @@ class SwitchingRKHSEnv(TimeVaryingRKHSEnv):
 
     def batch_reset(self, seeds: Sequence[int]) -> tuple[dict[str, Tensor],
                                                          dict[str, list[torch.Generator]]]:
-        """Every run's ``reset(seeds[r])`` at once (:func:`~torchbandits.envs.switching_batch.
-        switching_batch_reset`)."""
-        return switching_batch_reset(self, seeds)
+        """Every run's ``reset(seeds[r])`` at once (:class:`~torchbandits.envs.switching_batch.
+        SwitchingBatch`)."""
+        return self._switching_batch_reset(seeds)
 
     def batch_repr(self, b: BatchedEnv, r: int) -> str:
         """``repr`` of run ``r`` of a batch set up by :meth:`batch_reset` (with ``budget=None``
         the realised budget of that run: one host read of its ``S`` switch steps)."""
-        return switching_batch_repr(self, b, r)
+        return self._switching_batch_repr(b, r)
 
     def batch_means(self, b: BatchedEnv, t: int) -> Tensor:
         """Every run's segment ``segment(t)`` means ``[R, A]`` (switch times depend on T only)."""

@@ -146,6 +146,11 @@ class TimeVaryingRKHSEnv:
     def _means_at(self, t: int) -> Tensor:
         return self.f(self.arms, t)
 
+    def round_means(self, t: int) -> Tensor:
+        """``f_t`` on the arms ``[A]`` at round ``t ≥ 1`` (what :meth:`mean_rewards` returns
+        after ``t − 1`` pulls; the values of :meth:`_means_at`, which subclasses override)."""
+        return self._means_at(t)
+
     def rkhs_norm(self, t: int) -> float:
         """``‖f_t‖_H = sqrt(αᵀ K_Z α)``."""
         z, a = self.expansion(t)
@@ -198,8 +203,8 @@ class TimeVaryingRKHSEnv:
 
     def batch_means(self, b: BatchedEnv, t: int) -> Tensor:
         """``f_t`` of every run on its arms ``[R, A]`` (round ``t ≥ 1``). This default asks each
-        run's copy (:meth:`_means_at`); subclasses with stacked fields override it."""
-        return torch.stack([run._means_at(t) for run in b.copies])
+        run's copy (:meth:`round_means`); subclasses with stacked fields override it."""
+        return torch.stack([run.round_means(t) for run in b.copies])
 
     def batch_round(self, b: BatchedEnv) -> tuple[Tensor, Tensor]:
         """Fixed arms ``[R, A, d]`` and ``f_{t+1}`` on them for ``t = b.t`` rounds played."""
@@ -210,6 +215,10 @@ class TimeVaryingRKHSEnv:
         return gaussian_noise(b, self.noise_std, self.dtype)
 
     def __repr__(self) -> str:
+        return self._describe(self.budget)
+
+    def _describe(self, budget: float) -> str:
+        """The ``repr`` with ``budget`` in place of :attr:`budget` (a batch's run ``r``)."""
         return (f"{type(self).__name__}(kernel={self.kernel_name!r}, dim={self.dim}, "
-                f"horizon={self.horizon}, budget={self.budget:.4g}, norm={self.norm}, "
+                f"horizon={self.horizon}, budget={budget:.4g}, norm={self.norm}, "
                 f"noise_std={self.noise_std}, n_arms={self.n_arms})")

@@ -54,12 +54,12 @@ from .batched_exact_native import BatchedExactNative
 from .batched_groups import BatchedGroups
 from .batched_inverse import InverseFactor, Workspace
 from .batched_kernel import ScaledPoints, fast_kernel
-from .batched_solve import block_solve, check_run_values, factor_head, storage_key
+from .batched_solve import FactorHead, block_solve, check_run_values, storage_key
 
 __all__ = ["BatchedExactKernelRidge", "check_run_values"]
 
 
-class BatchedExactKernelRidge(BatchedExactNative, BatchedGroups, ResizableModule):
+class BatchedExactKernelRidge(BatchedExactNative, BatchedGroups, FactorHead, ResizableModule):
     """Exact kernel ridge regression / GP posterior of ``R`` runs with one kernel.
 
     Args:
@@ -211,7 +211,7 @@ class BatchedExactKernelRidge(BatchedExactNative, BatchedGroups, ResizableModule
             k_col = (self._scaled.column(self.kernel, self._x, n, *new) if new is not None
                      else kernel_matrix(self.kernel, self._x[:, :n], x[:, None]))  # [R, n, 1]
             row = (self._inverse.matvec(n, k_col) if with_inverse
-                   else block_solve(self._L, factor_head(self), n, k_col))[..., 0]
+                   else block_solve(self._L, self._factor_head(), n, k_col))[..., 0]
             d2 = kxx + self._lam - (row * row).sum(-1)
         else:
             row = x.new_zeros(r, 0)
@@ -312,7 +312,7 @@ class BatchedExactKernelRidge(BatchedExactNative, BatchedGroups, ResizableModule
             sumsq = torch.mul(vt, vt, out=kq_t).sum(-1)     # kq_t is spent: its memory reused
             return (vt.mT.contiguous() if owned else vt.mT), kdiag, sumsq
         kq = kernel_matrix(self.kernel, self._x[:, :n], cand)                  # [R, n, A]
-        v = block_solve(self._L, factor_head(self), n, kq)
+        v = block_solve(self._L, self._factor_head(), n, kq)
         return v, kdiag, (v * v).sum(1)
 
     @torch.no_grad()

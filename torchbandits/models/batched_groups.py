@@ -30,7 +30,7 @@ from ..buffers import grow_rows
 from ..kernels import kernel_matrix
 from .batched_inverse import inverse_max_n
 from .batched_kernel import kernel_rows_into
-from .batched_solve import block_solve, factor_head, storage_key
+from .batched_solve import block_solve, storage_key
 
 if TYPE_CHECKING:
     from .batched_exact import BatchedExactKernelRidge
@@ -123,7 +123,7 @@ class BatchedGroups:
         if n0:
             k_sx = _members(kernel_matrix(self.kernel, x_old, x), g)              # [R·G, n0, k]
             w = inv.matvec(n0, k_sx) if with_inverse else \
-                block_solve(self._L, factor_head(self), n0, k_sx)
+                block_solve(self._L, self._factor_head(), n0, k_sx)  # type: ignore[attr-defined]
             s = s - w.mT @ w
             rhs = y_g - (w.mT @ self._z[:, :n0, None])[..., 0]
         else:

@@ -5,15 +5,12 @@ Cholesky factors."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor
 
-if TYPE_CHECKING:
-    from .batched_exact import BatchedExactKernelRidge
-
-__all__ = ["HEAD_BLOCK", "block_solve", "check_run_values", "factor_head", "storage_key"]
+__all__ = ["HEAD_BLOCK", "FactorHead", "block_solve", "check_run_values", "storage_key"]
 
 
 def check_run_values(name: str, value: Any, n_runs: int, *, positive: bool,
@@ -68,16 +65,25 @@ def block_solve(chol: Tensor, head: Tensor, n: int, rhs: Tensor) -> Tensor:
     return torch.cat([x1, x2], dim=1)
 
 
-def factor_head(model: BatchedExactKernelRidge) -> Tensor:
-    """The contiguous copy ``[R, n0, n0]`` of the leading block of ``model``'s factors,
-    ``n0 = 64·⌊n/64⌋``: kept in the model's cache (dropped, like the candidate cache, by
-    ``reset``, a state load or a move) and re-copied when ``n0`` grows, an O(R·n²) copy every 64
-    appends. Rows below ``n0`` never change under appends, so the copy stays exact."""
-    n0 = (model.n // HEAD_BLOCK) * HEAD_BLOCK
-    if model._cache is None:
-        model._cache = {}
-    head = model._cache.get("head")
-    if head is None or head.shape[1] != n0:
-        head = model._L[:, :n0, :n0].contiguous()
-        model._cache["head"] = head
-    return head
+class FactorHead:
+    """The contiguous head of the Cholesky factors of
+    :class:`~torchbandits.models.batched_exact.BatchedExactKernelRidge` (a mixin: the model's own
+    factors and cache, read and written through ``self``)."""
+
+    _cache: dict[str, Any] | None
+    _L: Tensor
+    n: int
+
+    def _factor_head(self) -> Tensor:
+        """The contiguous copy ``[R, n0, n0]`` of the leading block of the model's factors,
+        ``n0 = 64·⌊n/64⌋``: kept in the model's cache (dropped, like the candidate cache, by
+        ``reset``, a state load or a move) and re-copied when ``n0`` grows, an O(R·n²) copy every
+        64 appends. Rows below ``n0`` never change under appends, so the copy stays exact."""
+        n0 = (self.n // HEAD_BLOCK) * HEAD_BLOCK
+        if self._cache is None:
+            self._cache = {}
+        head = self._cache.get("head")
+        if head is None or head.shape[1] != n0:
+            head = self._L[:, :n0, :n0].contiguous()
+            self._cache["head"] = head
+        return head

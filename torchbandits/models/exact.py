@@ -50,14 +50,14 @@ from ..kernels import kernel_diag, kernel_matrix
 from ..linalg import GrowingCholesky, safe_cholesky
 from ..validation import as_matrix, as_point, as_scalar_reward, check_positive
 from .exact_fused import ExactFused
-from .exact_rebuild import rescore_candidate_caches
+from .exact_rebuild import CandidateRescore
 from .exact_scoring import ExactQueries, ScoredSet
 from .posterior import CandidateCache, whitened_solve
 
 __all__ = ["ExactKernelRidge"]
 
 
-class ExactKernelRidge(ExactFused, ExactQueries, StoredData):
+class ExactKernelRidge(ExactFused, ExactQueries, CandidateRescore, StoredData):
     """Exact posterior of kernel ridge regression at one or more regularisers.
 
     Args:
@@ -311,7 +311,7 @@ class ExactKernelRidge(ExactFused, ExactQueries, StoredData):
         Used after a hyper-parameter refit (:mod:`torchbandits.policies.refit`); the candidate
         caches are dropped — or, with ``rescore=True`` (a caller that queries a fixed candidate
         set), rebuilt now into their own storage
-        (:func:`~torchbandits.models.exact_rebuild.rescore_candidate_caches`, same values); later
+        (:class:`~torchbandits.models.exact_rebuild.CandidateRescore`, same values); later
         appends are incremental again. Validates before changing state.
         """
         regs = self.regularisers if regularisers is None else tuple(
@@ -335,7 +335,7 @@ class ExactKernelRidge(ExactFused, ExactQueries, StoredData):
         self.refresh()
         self._invalidate()
         if stale:
-            rescore_candidate_caches(self, stale)
+            self._rescore_candidate_caches(stale)
 
     # ------------------------------------------------------------------ queries
     def _scratch_factor(self, reg: float) -> tuple[Tensor, Tensor]:

@@ -92,15 +92,6 @@ class FusedTable:
     def __reduce__(self) -> tuple:  # a copy or a pickle is None (its tensors live elsewhere)
         return (_dropped, ())
 
-    def current(self, model: ExactFused, bufs: dict) -> bool:
-        """Whether the table describes ``model`` now (the kernel's values are checked in C)."""
-        lean = model._lean
-        return (self.version == model._version and self.n == model._n and lean is self.lean
-                and model._modules["kernel"] is self.kernel  # type: ignore[attr-defined]
-                and self.ptrs == (bufs["_x"].data_ptr(), bufs["_y"].data_ptr(),
-                                  bufs["_z"].data_ptr(), lean[0].data_ptr())
-                and all(p.data_ptr() == a for p, a in self.params))
-
 
 class ExactFused:
     """The fused step, mixed into :class:`~torchbandits.models.ExactKernelRidge` (whose state it
@@ -112,6 +103,17 @@ class ExactFused:
     _fused: FusedTable | None = None
     cache_candidates: bool
     regularisers: tuple[float, ...]
+
+    def _fused_current(self, ft: FusedTable, bufs: dict) -> bool:
+        """Whether the table ``ft`` describes the model now (its data version, ``n``, scaled
+        rows, kernel and the addresses of its buffers ``bufs`` and of the kernel's parameters;
+        the kernel's values are checked in C)."""
+        lean = self._lean
+        return (ft.version == self._version and ft.n == self._n and lean is ft.lean
+                and self._modules["kernel"] is ft.kernel  # type: ignore[attr-defined]
+                and ft.ptrs == (bufs["_x"].data_ptr(), bufs["_y"].data_ptr(),
+                                bufs["_z"].data_ptr(), lean[0].data_ptr())
+                and all(p.data_ptr() == a for p, a in ft.params))
 
     def _fused_build(self) -> FusedTable | None:
         """A fresh table of the current state (``None`` if the step does not qualify)."""
@@ -192,7 +194,7 @@ class ExactFused:
                 or cand.shape[0] == 0:
             return None
         ft, bufs = self._fused, self._buffers  # type: ignore[attr-defined]
-        if ft is None or not ft.current(self, bufs):
+        if ft is None or not self._fused_current(ft, bufs):
             ft = self._fused_build()
             if ft is None:
                 return None
@@ -238,7 +240,7 @@ class ExactFused:
         if ft is None or lib is None or ft.chosen is None or ft.chosen[0] is not column[0] \
                 or ft.chosen[1] != column[1] or not _ok(x) or x.shape != (ft.tab[_T["d"]],):
             return False
-        if not ft.current(self, self._buffers):  # type: ignore[attr-defined]
+        if not self._fused_current(ft, self._buffers):  # type: ignore[attr-defined]
             return False
         y = as_scalar_reward("reward", reward)
         ft.chosen = None

@@ -37,7 +37,7 @@ import torch
 from gpytorch.kernels import Kernel
 from torch import Tensor
 
-from ..buffers import ResizableModule, grow_rows
+from ..buffers import ResizableModule, grow_rows, set_plain
 from ..kernels import kernel_matrix
 from ..validation import check_positive
 from .nystrom_updates import border_apply, border_prepare
@@ -117,7 +117,8 @@ class KORS(ResizableModule):
         if m:
             nz = self.__dict__.get("_nz_view")
             if nz is None or nz.shape[0] != m or nz.data_ptr() != self._nz.data_ptr():
-                nz = self.__dict__["_nz_view"] = self._nz[:m, :m]
+                nz = self._nz[:m, :m]
+                set_plain(self, "_nz_view", nz)  # (a plain attribute: no module checks)
             u = float(kz @ (nz @ kz))
         else:
             u = 0.0
