@@ -6,6 +6,8 @@
   ``_base`` aside), or writes ``__dict__`` directly;
 * ``experiments/`` never imports ``reproduce/``;
 * no package file is longer than ~400 lines;
+* the batched modules write no Python scalar through an index (on CUDA that copies from the
+  host and synchronises);
 * no code cites a document the project does not contain (the papers are cited by authors, year
   and section; working notes outside the repository are not).
 """
@@ -72,6 +74,41 @@ def test_the_private_access_check_covers_the_whole_package():
                    "torchbandits/policies/kernel_ucb.py", "benchmarks/ekucb_ops.py",
                    "torchbandits/models/batched_nystrom_growth.py"):
         assert module in checked, module
+
+
+def _scalar_item_writes(path: Path) -> list[str]:
+    """``x[...] = <a number or bool literal>``: on a CUDA tensor such a write copies the scalar
+    from pageable host memory, which synchronises (``fill_`` / ``zero_`` / ``index_fill_`` do
+    not)."""
+    bad = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Subscript) for t in node.targets):
+            value = node.value.operand if isinstance(node.value, ast.UnaryOp) else node.value
+            if isinstance(value, ast.Constant) and isinstance(value.value, (int, float, bool)):
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return bad
+
+
+BATCHED = [p for p in _py(PACKAGE) if "batch" in p.name]
+
+
+@pytest.mark.parametrize("path", BATCHED, ids=lambda p: str(p.relative_to(ROOT)))
+def test_batched_modules_write_no_python_scalar_through_an_index(path):
+    """The modules of the batched rounds (which run on a GPU without host synchronisation)."""
+    assert _scalar_item_writes(path) == []
+
+
+def test_the_scalar_write_check_can_fail(tmp_path):
+    f = tmp_path / "x.py"
+    f.write_text("def g(t, d):\n    t[0] = 1.0\n    t[1:] = -1\n    t[2].fill_(1.0)\n"
+                 "    d['k'] = 'v'\n")
+    f = f.rename(ROOT / ".scalar_probe.py")
+    try:
+        got = _scalar_item_writes(f)
+    finally:
+        f.unlink()
+    assert [g.rsplit(":", 1)[1] for g in got] == ["2", "3"]
+    assert len(BATCHED) > 20 and any(p.name == "batched_nystrom_growth.py" for p in BATCHED)
 
 
 def test_the_private_access_check_can_fail(tmp_path):

@@ -245,7 +245,7 @@ class GrowingCholesky(ResizableModule):
         n0, m = self.head.shape[0], self.m
         out = self._carve(n0 + m)
         out[:n0, :n0] = self.head
-        out[:n0, n0:] = 0.0
+        out[:n0, n0:].zero_()   # (zero_: a set item with a Python scalar syncs on CUDA)
         out[n0:, :] = self.tail[:m, : n0 + m]
         self._install(out)
 

@@ -84,7 +84,7 @@ def batched_whitening(kzz: Tensor, live: Tensor, scale: Tensor) -> Tensor:
         sizes = live.sum(-1)
         for run in bad.nonzero()[:, 0].tolist():   # numerically singular: pivoted, run alone
             m_r = int(sizes[run])
-            p[run] = 0.0
+            p[run].zero_()
             p[run, :m_r, :m_r] = whitening(kzz[run, :m_r, :m_r], eye[:m_r, :m_r], float(scale[run]))
     return p * pair
 

@@ -363,7 +363,7 @@ class BatchedNystrom(BatchedNystromState, CompiledAppend, Growth):
         for run in bad.nonzero()[:, 0].tolist():   # numerically singular: pivoted, run alone
             self._p_lower = False                  # (a pivoted factor is not triangular)
             m_r = int(sizes[run])
-            p[run] = 0.0
+            p[run].zero_()
             p[run, :m_r, :m_r] = whitening(kzz[run, :m_r, :m_r], eye[0, :m_r, :m_r])
         p = p * pair
         feat = self._k.block(x, dictionary) @ p.mT                                # E [R, n, M]

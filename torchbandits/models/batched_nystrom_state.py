@@ -359,8 +359,8 @@ class BatchedNystromState(ResizableModule):
         if runs is None:
             self._drop_pending()
         else:   # done: a zero step (Q − 0·bᵀ = Q) for a later pass over every run
-            flags[runs] = 0
-            pend[0][runs] = 0.0
+            flags.index_fill_(0, runs, 0)
+            pend[0].index_fill_(0, runs, 0.0)
 
     def apply_deferred(self) -> None:
         """Apply a deferred step of ``Q`` now: for a parent module's generic readers, which read

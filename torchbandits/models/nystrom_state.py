@@ -304,7 +304,7 @@ class NystromState(ResizableModule):
         self._x = grow_rows(self._x, n)
         old = self._c.shape[0]
         self._c = grow_rows(self._c, n)
-        self._c[old:] = 1.0
+        self._c[old:].fill_(1.0)
         self._s = grow_rows(self._s, n)
         self._feats = grow_rows(self._feats, n)
         sc.row_cap = None

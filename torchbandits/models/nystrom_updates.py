@@ -229,7 +229,7 @@ class NystromUpdates(NystromState):
                 hv[:n].sub_(e_new.square())
             self._ensure_anchors(m + 1, z.shape[0])
             self._coord_map[m, : m + 1] = new_row
-            self._coord_map[:m, m] = 0.0
+            self._coord_map[:m, m].zero_()
             border_apply(self._system_inv, m, *border_q)
             self._rhs[m] = e_new @ ss
             self._feats[:n, m] = e_new
@@ -321,7 +321,7 @@ class NystromUpdates(NystromState):
         self._ensure_rows(n, d)
         self._ensure_anchors(max(m, 1), d)
         if sc.n > n:  # rows beyond n count as one pull each (see _c)
-            self._c[n:] = 1.0
+            self._c[n:].fill_(1.0)
         self._x[:n] = x
         self._c[:n] = c
         self._s[:n] = s
