@@ -21,6 +21,12 @@ the GPU launches, and the milliseconds the host's CPU time, not the GPU's).
     python benchmarks/ekucb_ops.py --rates   # + the score's products: compiled vs torch vs GEMM,
                                              # and its RBF block: torch vs compiled
 
+``--device-profile`` also times ``--rounds`` more rounds by wall clock (synchronised) and, under
+``torch.profiler``, the device's kernel time per round and the top kernels — on a GPU, whether a
+late round is bound by the host (wall above kernel time) or by the device (about equal):
+
+    python benchmarks/ekucb_ops.py --device cuda --runs 1024 --start 1500 --rounds 20 --device-profile
+
 ``--rates`` also times, on the state reached (CPU), the posterior's score of one round alone —
 with the compiled per-run kernel (:mod:`torchbandits.native.ekucb`) and on the torch path
 (chunked batched products) — as dense-equivalent GFLOP/s, ``2·(2A + 1)·Σ_r m_r²`` flops

@@ -10,6 +10,10 @@ profiler (CPU activity, and CUDA activity on a GPU), and prints the wall time, t
 operator calls per round, and the top operators by self CPU time and, on CUDA, by device time.
 Threads are pinned to one.
 
+``--timeline K`` runs no profiler: after the warm-up batch it prints the batched step's time
+(``select`` + ``update``: CUDA events on a GPU) per ``K`` rounds of one plain batch, against the
+loop's wall time — where a GPU batch turns from host-bound to device-bound as the state grows.
+
 ``--setup`` profiles only the batch's setup (``BatchedEnv(env, seeds)``): per run, the operators
 that would run on the device (views excluded; counted under a ``TorchDispatchMode`` on a copy of
 the environment moved to PyTorch's ``meta`` device, where every operator with a device output
