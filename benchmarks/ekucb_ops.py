@@ -219,6 +219,7 @@ def _device_profile(rounds: Any, count: int, device: torch.device, model: Any) -
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
+    n0, m0 = model.n, model.max_size
     sync()
     t0 = time.perf_counter()
     rounds(count, False)
@@ -232,7 +233,7 @@ def _device_profile(rounds: Any, count: int, device: torch.device, model: Any) -
     attr = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
     kernels = sorted(events, key=lambda e: getattr(e, attr, 0.0), reverse=True)
     busy = sum(getattr(e, attr, 0.0) for e in events if not e.key.startswith("aten::"))
-    print(f"window: n = {model.n}, largest dictionary {model.max_size}; wall {1e3 * wall:.2f} ms "
+    print(f"window: from n = {n0}, largest dictionary {m0}; wall {1e3 * wall:.2f} ms "
           f"a round; device kernels {busy / 1e3 / count:.2f} ms a round (profiled)")
     for e in kernels[:12]:
         print(f"  {getattr(e, attr, 0.0) / 1e3 / count:8.3f} ms/round  {e.count / count:6.1f}/round"
