@@ -6,7 +6,8 @@
 #    sequential loop (4 runs timed, scaled): AMM, DMM, IGP at T = 200 on rkhs (d = 3, 100 fresh
 #    arms); K-UCB's whole run at T = 1000; EK-UCB on Chessboard at T = 2000 (R = 64, then 1024);
 # 3. benchmarks/bench_batch_bkb.py --device cuda: batched BKB (rkhs, 1000 fixed arms, d = 2,
-#    T = 1000) at R = 64 on the GPU against 4 sequential CPU runs (scaled; R = 1024 ran past 200 s);
+#    T = 1000) at R = 64, 1024 on the GPU against 4 sequential CPU runs (scaled; before the one
+#    padded program of 2026-11-27, R = 1024 ran past 200 s);
 # 4. benchmarks/profile_batch.py --setup --device cuda: the batch setup's operators per run
 #    (counted on the meta device), its time on the GPU and 128 environment rounds with the
 #    refills drawn by 1 and by the default number of threads, at R = 1024;
@@ -54,7 +55,7 @@ step bounds 150 $B --policies amm-ucb,dmm-ucb,igp-ucb --envs rkhs --learning-hor
 step kucb1000 150 $B --policies kucb --envs rkhs --learning-horizon 1000 --out "$W/kucb1000"
 step ekucb64 100 $B --policies ekucb --runs 64 --out "$W/ekucb64"
 step ekucb1024 100 $B --policies ekucb --runs 1024 --max-sequential 2 --out "$W/ekucb1024"
-step bkb 120 $PY benchmarks/bench_batch_bkb.py --device cuda --runs 64 --horizon 1000 \
+step bkb 150 $PY benchmarks/bench_batch_bkb.py --device cuda --runs 64 1024 --horizon 1000 \
   --max-sequential 4 --repeats 1 --out "$W/bkb"
 step setup 60 $PY benchmarks/profile_batch.py --setup --device cuda --runs 1024 \
   --env rkhs,chessboard,tv-rotation,tv-switch
