@@ -3,9 +3,11 @@ COLT 2019, §3.1 eq. 4, §3.2): the base of :class:`~torchbandits.policies.bkb_b
 that turns every run's count statistics and dictionary into ``(μ̃, σ̃²)`` at the candidates and
 at the pulled points.
 
-Runs are processed in groups (beyond :data:`CHUNK` runs, sorted by dictionary size, so that each
-group works at its own width ``M_g``: the padded work is ``Σ_g k_g (M_g + 1) M_g A`` instead of
-``R (M + 1) M A``). Two routes to the same numbers, as the sequential policy's:
+On the CPU runs are processed in groups (beyond :data:`CHUNK` runs, sorted by dictionary size, so
+that each group works at its own width ``M_g``: the padded work is ``Σ_g k_g (M_g + 1) M_g A``
+instead of ``R (M + 1) M A``); on a GPU the batch is one padded group scored in one product
+(fewer launches for more flops, :meth:`BKBBatchPosterior.set_chunk_runs`). Two routes to the
+same numbers, as the sequential policy's:
 
 * **cached** (the same candidate tensor as the round before, a fixed arm set): the kernel rows
   of every run's pulled arms over the arms ``[R, n, A]`` are computed once per pulled arm, and a
