@@ -291,17 +291,6 @@ class BatchedNystrom(BatchedNystromState, CompiledAppend, Growth):
         self._n = n + 1
         return f, omega
 
-    def guard(self, omega: Tensor, accept: Tensor) -> Tensor:
-        """The runs ``[R]`` that accept the last appended point (``accept``) and pass the
-        ``min_residual`` guard (``ω > min_residual·k(z,z)``, ``omega`` ``[R]``); the refusals are
-        counted in :attr:`refused`. The CPU's compacted growth gathers only these runs (those
-        that accept with ``p̃ ≥ 1`` late in a run are mostly refused here)."""
-        const = self._k.const
-        kzz = const if const is not None else self._k.diag(self._x[:, self._n - 1])
-        ok = (omega > self.min_residual * kzz) & accept
-        self._refused.add_(ok ^ accept)
-        return ok
-
     def add_last(self, f: Tensor, omega: Tensor, accept: Tensor, runs: Tensor | None = None
                  ) -> Tensor:
         """Make the last appended point an anchor of the runs where ``accept`` holds, ``f`` its

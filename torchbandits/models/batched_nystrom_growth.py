@@ -107,6 +107,33 @@ class Growth:
         self.bump_widths()
         return added[0] if len(added) == 1 else torch.cat(added)
 
+    def guard(self, omega: Tensor, accept: Tensor, runs: slice | Tensor | None = None,
+              kzz: Tensor | float | None = None) -> Tensor:
+        """The runs that accept the last appended point ``z`` (``accept``) and pass the
+        ``min_residual`` guard ``ω > min_residual·k(z,z)`` (``omega``); the refusals are counted
+        in :attr:`refused`. ``runs``: whose ``omega``, ``accept`` ``[k]`` these are (a slice, or
+        distinct int64 ``[k]``; ``None``: every run, ``[R]``); ``kzz``: their ``k(z,z)`` if known.
+        The CPU's compacted growth gathers only the runs that pass (those that accept with
+        ``p̃ ≥ 1`` late in a run are mostly refused here); the masked growth masks the others."""
+        if kzz is None:
+            kzz = self._last_prior(runs)
+        ok = (omega > self.min_residual * kzz) & accept
+        if runs is None:
+            self._refused.add_(ok ^ accept)
+        elif isinstance(runs, slice):
+            self._refused[runs].add_(ok ^ accept)
+        else:
+            self._refused.index_add_(0, runs, (ok ^ accept).to(self._refused.dtype))
+        return ok
+
+    def _last_prior(self, runs: slice | Tensor | None = None) -> Tensor | float:
+        """``k(z,z)`` of the last appended point of the runs ``runs`` (all if ``None``): the
+        kernel's constant when it has one (no tensor), else ``[k]``."""
+        kern = self._k
+        if kern.const is not None:
+            return kern.const
+        return kern.diag(self._x[slice(None) if runs is None else runs, self.n - 1])
+
     def _grow_constants(self, k: int) -> tuple[Tensor, Tensor]:
         """A zero column ``[k, 1]`` and the corners ``(1, −1, −1)`` of the bordered vectors, on the
         model's device (cached)."""
@@ -123,9 +150,7 @@ class Growth:
         """:meth:`grow_masked` of the runs ``sl`` at width ``w`` (``f`` ``[k, w]``)."""
         n, k, kern = self.n, sl.stop - sl.start, self._k
         z = self._x[sl, n - 1]                                                  # [k, d]
-        kzz = kern.const if kern.const is not None else kern.diag(z)
-        ok = (omega > self.min_residual * kzz) & accept                         # the guard
-        self._refused[sl].add_(ok ^ accept)
+        ok = self.guard(omega, accept, sl)                                      # the guard
         d = torch.where(ok, omega, math.inf).sqrt_()                # d (∞ where refused)
         rows, ar = self._rows(sl), self._rows(slice(0, k))
         pw = self._p[sl, : w + 1, : w + 1]
@@ -177,14 +202,11 @@ class Growth:
         (:meth:`_grow_compiled`). Returns the mask ``[k]`` of the runs that grew."""
         self._ensure(self.n, self.max_size + 1, self._x.shape[2])
         self._version += 1
-        kern = self._k
-        kzz = kern.const if kern.const is not None else kern.diag(self._x[runs, self.n - 1])
+        kzz = self._last_prior(runs)
         ok = self._grow_compiled(runs, f, omega, accept, kzz)
         if ok is not None:
             return ok
-        want = accept
-        ok = want & (omega > self.min_residual * kzz)
-        self._refused[runs] += want & ~ok
+        ok = self.guard(omega, accept, runs, kzz)
         keep = ok.nonzero()[:, 0]          # the compacted path reads: only the runs that grow
         if keep.numel():
             self._border_runs(runs[keep], f[keep], omega[keep], self.max_size)
