@@ -116,6 +116,14 @@ def test_score_sums_are_the_in_order_sums_to_the_bit(n_cand: int) -> None:
             assert float(mean[r, a]) == _in_order(fa, w)
 
 
+def _quadratic_form(k: torch.Tensor, n: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
+    """KORS's compiled ``u = kᵀNk`` ``[R]``, as :func:`native_ekucb.kors_probability` returns it
+    beside ``p̃`` (which does not enter ``u``)."""
+    got = native_ekucb.kors_probability(k, n, sizes, 1.0, 1.0, 0.5, 1.0, False)
+    assert got is not None
+    return got[0]
+
+
 def test_quadratic_form_is_dot4_in_row_order_to_the_bit() -> None:
     """KORS's ``u = Σ_i k_i (N_ii k_i + 2 Σ_{j<i} N_ij k_j)`` (rows four at a time on AVX2):
     bit for bit the rows' sums in order, each inner sum in four interleaved fused lanes
@@ -124,8 +132,7 @@ def test_quadratic_form_is_dot4_in_row_order_to_the_bit() -> None:
     _, _, n, _ = _padded(sizes, cap, False, seed=5)
     n = n + n.mT
     k = torch.randn(len(sizes), 13, dtype=F64)
-    u = native_ekucb.kors_quadratic(k, n, torch.tensor(sizes))
-    assert u is not None
+    u = _quadratic_form(k, n, torch.tensor(sizes))
     for r, m in enumerate(sizes):
         kr, s = k[r].tolist(), 0.0
         for i in range(m):
@@ -152,8 +159,7 @@ def test_quadratic_form_and_rank_one_step_equal_torch() -> None:
     for j, m in enumerate(sizes):
         a[j, m:] = 0.0
         b[j, m:] = 0.0
-    u = native_ekucb.kors_quadratic(k, n, torch.tensor(sizes))
-    assert u is not None
+    u = _quadratic_form(k, n, torch.tensor(sizes))
     for r, m in enumerate(sizes):
         ref = (k[r, :m] @ n[r, :m, :m]) @ k[r, :m]
         torch.testing.assert_close(u[r], ref, atol=1e-12, rtol=1e-13)
@@ -178,7 +184,8 @@ def test_tensors_that_do_not_qualify_take_the_torch_path() -> None:
     assert native_ekucb.score(kz, p, q, g, sizes.int(), kd, 1.0) is None
     assert native_ekucb.score(kz[:, :0], p, q, g, sizes, kd[:, :0], 1.0) is None
     assert native_ekucb.score(torch.rand(2, 5, 6, dtype=F64), p, q, g, sizes, kd, 1.0) is None
-    assert native_ekucb.kors_quadratic(kz[:, 0].float(), q.float(), sizes) is None
+    assert native_ekucb.kors_probability(kz[:, 0].float(), q.float(), sizes, 1.0, 1.0, 0.5, 1.0,
+                                         False) is None
     assert not native_ekucb.rank_one_sub(q.mT, kz[:, 0], kz[:, 0], sizes)
     with native.disabled():
         assert native_ekucb.score(kz, p, q, g, sizes, kd, 1.0) is None

@@ -191,8 +191,14 @@ def test_compiled_kors_probability_is_the_torch_operations_to_the_bit(score: str
     kors._nz[:, :w, :w] = n
     kors._m.copy_(sizes)
     got = kors.probability(kz, kss)
-    u = native_ekucb.kors_quadratic(kz, kors._nz, kors._m)
-    assert u is not None
+    compiled = native_ekucb.kors_probability(kz, kors._nz, kors._m, kss, kors.mu, kors.eps,
+                                             kors.gamma, score == "reference")
+    assert compiled is not None
+    u = compiled[0]
+    assert torch.equal(compiled[1], got)
+    # u: the quadratic form over each run's own size (zero at size 0), to rounding
+    want_u = torch.stack([kz[j, :m] @ n[j, :m, :m] @ kz[j, :m] for j, m in enumerate(sizes.tolist())])
+    torch.testing.assert_close(u, want_u, rtol=1e-13, atol=1e-13)
     rho = (kss - u).clamp_(min=0.0)
     tau = (1.0 + kors.eps) * rho / (rho + kors.mu)
     if score == "reference":

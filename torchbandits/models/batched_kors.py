@@ -67,10 +67,10 @@ class BatchedKORS(ResizableModule):
         triangle, then the operations below, the same numbers to the bit on that ``u``)."""
         mm = kz.shape[1]
         self._probed = None
-        p = native_ekucb.kors_probability(kz, self._nz, self._m, kss, self.mu, self.eps,
-                                          self.gamma, self.score == "reference")
-        if p is not None:   # compiled, each run at m_r: the numbers of the lines below on its u
-            return p
+        got = native_ekucb.kors_probability(kz, self._nz, self._m, kss, self.mu, self.eps,
+                                            self.gamma, self.score == "reference")
+        if got is not None:   # compiled, each run at m_r: the numbers of the lines below on its u
+            return got[1]
         # the torch path: N k_Z as the sequential KORS (and the border) orients it, kept
         spans = chunks if chunks is not None else [(0, kz.shape[0], mm)]
         if len(spans) == 1 and spans[0][2] == mm:   # one program: no scatter

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from . import pointer, signed
 
-__all__ = ["RBF_MAX_DIM", "available", "f64_rows", "grow", "kors_grow", "kors_probability", "kors_quadratic",
+__all__ = ["RBF_MAX_DIM", "available", "f64_rows", "grow", "kors_grow", "kors_probability",
            "rank_one_sub", "rbf_block", "rbf_exponent", "score"]
 
 _I64, _PTR, _F64 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_double
@@ -33,7 +33,6 @@ TILE_COLUMNS = 12
 _SIGNATURES = {
     "ekucb_score": [_I64, _I64, _I64, _PTR, _PTR, _PTR, _I64, _I64, _I64, _PTR, _I64, _I64, _PTR, _I64,
                     _PTR, _F64, _PTR, _PTR, _PTR, _PTR, _PTR, _PTR, _PTR, _PTR, _I64, _I64],
-    "ekucb_quad": [_I64, _I64, _PTR, _PTR, _I64, _PTR, _I64, _I64, _PTR],
     "ekucb_rank1_sub": [_I64, _I64, _PTR, _PTR, _I64, _I64, _PTR, _I64, _PTR, _I64, _PTR],
     "ekucb_rbf_exponent": [_I64, _I64, _I64, _I64, _PTR, _I64, _I64, _PTR, _I64, _I64, _F64, _PTR],
     "ekucb_rbf_block": [_I64, _I64, _I64, _I64, _PTR, _I64, _I64, _PTR, _I64, _I64, _F64, _PTR],
@@ -118,24 +117,6 @@ def score(kz: Tensor, p: Tensor, q: Tensor, g: Tensor, sizes: Tensor, kdiag: Ten
                     0 if pending is None else pending[0].stride(0),
                     0 if pending is None else min(pending[0].shape[1], pending[1].shape[1]))
     return mean, var, f, qf
-
-
-def kors_quadratic(kz: Tensor, n: Tensor, sizes: Tensor) -> Tensor | None:
-    """``u_r = k_rᵀ N_r k_r`` ``[R]`` over each run's ``m_r`` anchors (``ekucb_quad``): ``kz``
-    ``[R, ≥m]``, ``N`` ``[R, ≥m, ≥m]``; ``None`` where the compiled path does not apply. The
-    quadratic form alone (the model takes :func:`kors_probability`, which computes it by the
-    same C function and goes on to ``p̃``)."""
-    r = kz.shape[0]
-    if not f64_rows(kz, n) or not _sizes_ok(sizes, r):
-        return None
-    lib = _lib()
-    if lib is None:
-        return None
-    u = kz.new_empty(r)
-    width = min(kz.shape[1], n.shape[1], n.shape[2])   # a size beyond the tensors is cut there
-    lib.ekucb_quad(r, width, pointer(sizes), pointer(kz), kz.stride(0), pointer(n), n.stride(0),
-                   n.stride(1), pointer(u))
-    return u
 
 
 def rank_one_sub(q: Tensor, a: Tensor, b: Tensor, sizes: Tensor, runs: Tensor | None = None
@@ -316,10 +297,11 @@ def kors_grow(runs: Tensor, accept: Tensor, kz: Tensor, kss: Tensor | float, p: 
 
 
 def kors_probability(kz: Tensor, n: Tensor, sizes: Tensor, kss: Tensor | float, mu: float,
-                     eps: float, gamma: float, reference: bool) -> Tensor | None:
-    """KORS's ``p̃ = min(γ τ̃, 1)`` ``[R]`` (``ekucb_kors_prob``; Zenati et al. 2022, §4.2, eq. 41
-    in closed form) of points with kernel columns ``kz`` ``[R, ≥m]`` against ``N`` ``[R, ≥m,
-    ≥m]`` at the sizes ``m_r``: ``u = kᵀNk`` as :func:`kors_quadratic`, then ``ρ = (k(s,s) −
+                     eps: float, gamma: float, reference: bool) -> tuple[Tensor, Tensor] | None:
+    """KORS's quadratic form ``u`` and ``p̃ = min(γ τ̃, 1)``, each ``[R]`` (``ekucb_kors_prob``;
+    Zenati et al. 2022, §4.2, eq. 41 in closed form), of points with kernel columns ``kz``
+    ``[R, ≥m]`` against ``N`` ``[R, ≥m, ≥m]`` at the sizes ``m_r``: ``u = kᵀNk`` over each
+    run's ``m_r`` anchors (``ekucb_quad``, from ``N``'s lower triangle), then ``ρ = (k(s,s) −
     u)₊``, ``τ̃ = (1 + ε)ρ/(ρ + μ)`` (``reference``: ``((1 + ε)k(s,s)/μ − τ̃)₊``) — the numbers
     of :meth:`~torchbandits.models.batched_kors.BatchedKORS.probability`'s tensor operations on
     that ``u``, to the bit, in one call. ``kss`` ``[R]`` or a float. ``None`` where the compiled
@@ -343,4 +325,4 @@ def kors_probability(kz: Tensor, n: Tensor, sizes: Tensor, kss: Tensor | float, 
     dv = array("d", (float(kss) if const else 0.0, 1.0 + float(eps), float(mu),  # type: ignore[arg-type]
                      float(gamma)))
     lib.ekucb_kors_prob(iv.buffer_info()[0], dv.buffer_info()[0])
-    return out[1]
+    return out[0], out[1]
