@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -98,29 +99,29 @@ def test_batched_modules_write_no_python_scalar_through_an_index(path):
     assert _scalar_item_writes(path) == []
 
 
-def test_the_scalar_write_check_can_fail(tmp_path):
-    f = tmp_path / "x.py"
-    f.write_text("def g(t, d):\n    t[0] = 1.0\n    t[1:] = -1\n    t[2].fill_(1.0)\n"
-                 "    d['k'] = 'v'\n")
-    f = f.rename(ROOT / ".scalar_probe.py")
+def _probe(check: Callable[[Path], list[str]], source: str) -> list[str]:
+    """``check`` of a throw-away module holding ``source`` (inside the repository: the checks
+    name paths relative to it)."""
+    f = ROOT / ".seam_probe.py"
+    f.write_text(source)
     try:
-        got = _scalar_item_writes(f)
+        return check(f)
     finally:
         f.unlink()
+
+
+def test_the_scalar_write_check_can_fail():
+    got = _probe(_scalar_item_writes, "def g(t, d):\n    t[0] = 1.0\n    t[1:] = -1\n"
+                                      "    t[2].fill_(1.0)\n    d['k'] = 'v'\n")
     assert [g.rsplit(":", 1)[1] for g in got] == ["2", "3"]
     assert len(BATCHED) > 20 and any(p.name == "batched_nystrom_growth.py" for p in BATCHED)
 
 
-def test_the_private_access_check_can_fail(tmp_path):
-    f = tmp_path / "x.py"
-    f.write_text("def g(self, m, t):\n    m._k(1)\n    self._ok = 1\n    m.__dict__['a'] = 2\n"
+def test_the_private_access_check_can_fail():
+    got = _probe(_private_touches,
+                 "def g(self, m, t):\n    m._k(1)\n    self._ok = 1\n    m.__dict__['a'] = 2\n"
                  "    super()._fine()\n    t._version, t._base\n    cls.x, t._base_of, type(m)._c\n")
-    f = f.rename(ROOT / ".seam_probe.py")
-    try:
-        assert sorted(s.split(": ", 1)[1] for s in _private_touches(f)) == [
-            "._base_of", "._c", "._k", "__dict__[...] ="]
-    finally:
-        f.unlink()
+    assert sorted(s.split(": ", 1)[1] for s in got) == ["._base_of", "._c", "._k", "__dict__[...] ="]
 
 
 def _imports(path: Path) -> set[str]:

@@ -545,6 +545,13 @@ static inline __m256d exp4(__m256d x) {
 #endif
 
 #ifdef EKUCB_AVX2
+/* r[l] <- libm's exp(x[l]) for the lanes l < lanes with x[l] < EXP_MIN (rare: the vector
+ * exponentials of four and eight lanes call it when one of their lanes is that low) */
+static void exp_low_lanes(const double *x, double *r, int lanes) {
+    for (int l = 0; l < lanes; ++l)
+        if (x[l] < EXP_MIN) r[l] = exp(x[l]);
+}
+
 /* exp4 of four lanes, those below EXP_MIN (rare) by libm's exp */
 static inline __m256d exp4_all(__m256d e) {
     const __m256d lo = _mm256_set1_pd(EXP_MIN);
@@ -553,8 +560,7 @@ static inline __m256d exp4_all(__m256d e) {
         double ev[4], rv[4];
         _mm256_storeu_pd(ev, e);
         _mm256_storeu_pd(rv, r);
-        for (int l = 0; l < 4; ++l)
-            if (ev[l] < EXP_MIN) rv[l] = exp(ev[l]);
+        exp_low_lanes(ev, rv, 4);
         r = _mm256_loadu_pd(rv);
     }
     return r;
@@ -616,8 +622,7 @@ static inline __m512d exp8_all(__m512d x) {
         double xv[8], rv[8];
         _mm512_storeu_pd(xv, x);
         _mm512_storeu_pd(rv, r);
-        for (int l = 0; l < 8; ++l)
-            if (xv[l] < EXP_MIN) rv[l] = exp(xv[l]);
+        exp_low_lanes(xv, rv, 8);
         r = _mm512_loadu_pd(rv);
     }
     return r;
