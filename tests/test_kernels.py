@@ -73,11 +73,13 @@ def test_pairwise_sq_dist_broadcast_equals_cdist(dim: int) -> None:
     a = torch.rand(3, 7, dim, generator=g, dtype=torch.float64)
     b = torch.rand(3, 5, dim, generator=g, dtype=torch.float64)
     b[0, 0] = a[0, 0]                                     # one zero distance
-    ref = ((a[:, :, None] - b[:, None]) ** 2).sum(-1)
+    # an independent reference: exactly rounded sums of the squared differences, pair by pair
+    ref = torch.tensor([[[math.fsum((x - y) ** 2 for x, y in zip(a[r, i].tolist(), b[r, j].tolist()))
+                          for j in range(5)] for i in range(7)] for r in range(3)], dtype=torch.float64)
     via_cdist = pairwise_sq_dist(a, b)
     via_broadcast = pairwise_sq_dist(a, b, broadcast=True)
     assert via_cdist.shape == via_broadcast.shape == (3, 7, 5)
-    torch.testing.assert_close(via_broadcast, ref, rtol=0, atol=0)
+    torch.testing.assert_close(via_broadcast, ref, rtol=2e-15, atol=1e-300)
     torch.testing.assert_close(via_cdist, ref, rtol=1e-14, atol=1e-300)
     assert via_broadcast[0, 0, 0] == 0.0 == via_cdist[0, 0, 0]
     want = torch.cdist(a, b, compute_mode="donot_use_mm_for_euclid_dist").square_()
