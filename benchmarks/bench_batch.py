@@ -133,6 +133,10 @@ def gemm_gflops(size: int = 256, repeats: int = 20) -> float:
     return 2.0 * size**3 / best / 1e9 if best > 0 else float("inf")
 
 
+#: ``--draw-ahead`` → ``simulate_batch(draw_ahead=...)`` (``both`` times on, then off)
+AHEAD: dict[str, bool | None] = {"auto": None, "on": True, "off": False, "both": True}
+
+
 def posterior_flops(n_runs: int, horizon: int, n_arms: int, dim: int) -> float:
     """``R · Σ_{n<T} (n²·A + 2·n·A·d)``: a run's triangular solves and kernel products."""
     return float(n_runs * sum(n * n * n_arms + 2 * n * n_arms * dim for n in range(horizon)))
@@ -140,12 +144,15 @@ def posterior_flops(n_runs: int, horizon: int, n_arms: int, dim: int) -> float:
 
 def bench_env(name: str, runs: list[int], horizon: int, repeats: int,
               policy: str = "random", max_sequential: int | None = None,
-              device: str = "cpu") -> list[dict]:
+              device: str = "cpu", draw_ahead: str = "auto") -> list[dict]:
     """``max_sequential``: time at most that many sequential runs and scale to ``R`` (the
     sequential runs are independent, so their time is additive; the row says so). ``device``:
     where the batch runs (its policy and, where it takes one, its environment); the sequential
     runs stay on the CPU. On CUDA the batch is timed by wall clock between synchronisations
-    (:func:`device_time`), the CPU side by process CPU time."""
+    (:func:`device_time`), the CPU side by process CPU time. ``draw_ahead``: the batch's
+    ``simulate_batch(draw_ahead=...)`` (``auto``: its default, ``on``, ``off``); ``both``: the
+    batch timed with and without, alternated (the row's ``batched_s`` with, ``batched_s_no_ahead``
+    without)."""
     dev = torch.device(device)
     env = _env(name, horizon)
     benv = env if dev.type == "cpu" else _device_env(name, horizon, dev)
@@ -155,20 +162,25 @@ def bench_env(name: str, runs: list[int], horizon: int, repeats: int,
         seeds = list(range(n))
         n_seq = n if max_sequential is None else min(n, max_sequential)
 
-        def batched(seeds: list[int] = seeds):  # type: ignore[no-untyped-def]
+        def batched(seeds: list[int] = seeds, ahead: bool | None = AHEAD[draw_ahead]
+                    ):  # type: ignore[no-untyped-def]
             return simulate_batch(make_policy(policy, benv, **TV_LEARNING.get(policy, {}), **pkw),
-                                  benv, horizon, seeds, diagnostics_every=0)
+                                  benv, horizon, seeds, diagnostics_every=0, draw_ahead=ahead)
 
         def sequential(seeds: list[int] = seeds[:n_seq]):  # type: ignore[no-untyped-def]
             return [simulate(make_policy(policy, env, **TV_LEARNING.get(policy, {})), env, horizon,
                              s, diagnostics_every=0) for s in seeds]
 
-        tb, ts = [], []
+        tb, ts, t_off = [], [], []
         if dev.type == "cuda":  # warm-up: CUDA context, cuBLAS/cuSOLVER handles, kernel loads
             simulate_batch(make_policy(policy, benv, **TV_LEARNING.get(policy, {}), **pkw),
                            benv, min(horizon, 20), seeds[:2], diagnostics_every=0)
         for _ in range(repeats):  # alternate A/B
             cb, res_b = device_time(batched, dev)
+            if draw_ahead == "both":
+                c_off, res_off = device_time(lambda: batched(ahead=False), dev)
+                t_off.append(c_off)
+                assert all(a.actions == b.actions for a, b in zip(res_b, res_off, strict=True))
             cs, res_s = cpu_time(sequential)
             tb.append(cb)
             ts.append(cs * n / n_seq)
@@ -180,7 +192,11 @@ def bench_env(name: str, runs: list[int], horizon: int, repeats: int,
                "sequential_steps_per_s": n * horizon / s if s > 0 else float("inf"),
                "speedup": s / b if b > 0 else float("inf"), "same_actions": same,
                "sequential_runs_timed": n_seq, "device": str(dev),
-               "memory_bytes_per_run": res_b[0].memory_bytes}
+               "memory_bytes_per_run": res_b[0].memory_bytes, "draw_ahead": draw_ahead}
+        if t_off:
+            off = statistics.median(t_off)
+            row["batched_s_no_ahead"] = off
+            row["speedup_no_ahead"] = s / off if off > 0 else float("inf")
         if policy in LEARNING:
             env.reset(0)
             cand = env.candidates()
@@ -298,6 +314,9 @@ def table(rows: list[dict]) -> str:
         rate = f"{r['batched_gflops']:.3f}" if "batched_gflops" in r else "–"
         if r.get("sequential_runs_timed", r["R"]) < r["R"]:
             rate += f" (sequential: {r['sequential_runs_timed']} runs timed, scaled)"
+        if "batched_s_no_ahead" in r:
+            rate += (f" (without drawing ahead: {r['batched_s_no_ahead']:.3f} s, "
+                     f"{r['speedup_no_ahead']:.1f}×)")
         lines.append(f"| {r.get('policy', 'random')} | {r['env']} | {r['R']} | {r['T']} | "
                      f"{r['batched_s']:.3f} | {r['sequential_s']:.3f} | "
                      f"{r['batched_steps_per_s']:,.0f} | {r['sequential_steps_per_s']:,.0f} | "
@@ -323,6 +342,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="time at most this many sequential runs per row and scale to R "
                          "(default: all; 8 is plenty for EK-UCB at T = 2000)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--draw-ahead", choices=sorted(AHEAD), default="auto",
+                    help="the batched environment's draws of the next chunk on a background "
+                         "thread (simulate_batch's draw_ahead; auto: on a GPU for large "
+                         "batches); both: the batch timed with and without, alternated")
     ap.add_argument("--device", default="cpu",
                     help="where the batches run (cpu; cuda: R = 64 1024 by default, the CPU "
                          "sequential loop timed on --max-sequential runs (8) and scaled; whole "
@@ -370,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         if policy in NYSTROM:   # EK-UCB: Chessboard at T = 2000 (Zenati et al. 2022, §5)
             for name in (args.envs.split(",") if args.envs else NYSTROM[policy]):
                 rows.extend(bench_env(name, runs, args.nystrom_horizon, repeats, policy,
-                                      args.max_sequential, args.device))
+                                      args.max_sequential, args.device, args.draw_ahead))
                 print("\n".join(table(rows).splitlines()[-len(runs):]), flush=True)
             continue
         learning = policy != "random"
@@ -378,7 +401,8 @@ def main(argv: list[str] | None = None) -> int:
             TV_ENVS if policy in TV_LEARNING else ("rkhs",) if policy in RULES else LEARNING_ENVS)
         for name in envs:
             rows.extend(bench_env(name, runs, args.learning_horizon if learning else horizon,
-                                  repeats, policy, args.max_sequential, args.device))
+                                  repeats, policy, args.max_sequential, args.device,
+                                  args.draw_ahead))
             print("\n".join(table(rows).splitlines()[-len(runs):]), flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,8 @@
 # 1. the CUDA tests (every test that moves a policy to "cuda"; they skip on a machine without one);
 # 2. benchmarks/bench_batch.py --device cuda: the batches (R = 64, 1024) on the GPU against the CPU
 #    sequential loop (4 runs timed, scaled): AMM, DMM, IGP at T = 200 on rkhs (d = 3, 100 fresh
-#    arms); K-UCB's whole run at T = 1000; EK-UCB on Chessboard at T = 2000 (R = 64, then 1024);
+#    arms), each batch also timed without drawing the environment's next chunk ahead
+#    (--draw-ahead both); K-UCB's whole run at T = 1000; EK-UCB on Chessboard at T = 2000 (R = 64, then 1024);
 # 3. benchmarks/bench_batch_bkb.py --device cuda: batched BKB (rkhs, 1000 fixed arms, d = 2,
 #    T = 1000) at R = 64, 1024 on the GPU against 4 sequential CPU runs (scaled; before the one
 #    padded program of 2026-11-27, R = 1024 ran past 200 s);
@@ -51,7 +52,8 @@ TAIL_LINES=12 step tests 300 $PY -m pytest -q -p no:cacheprovider -rs -k "cuda o
   tests/policies/test_bkb_batched.py tests/policies/test_ekucb_batch_native.py tests/test_kernels.py
 [ "$1" = quick ] && exit 0
 B="$PY benchmarks/bench_batch.py --device cuda --repeats 1 --max-sequential 4"
-step bounds 150 $B --policies amm-ucb,dmm-ucb,igp-ucb --envs rkhs --learning-horizon 200 --out "$W/bounds"
+step bounds 150 $B --policies amm-ucb,dmm-ucb,igp-ucb --envs rkhs --learning-horizon 200 --draw-ahead both \
+  --out "$W/bounds"
 step kucb1000 150 $B --policies kucb --envs rkhs --learning-horizon 1000 --out "$W/kucb1000"
 step ekucb64 100 $B --policies ekucb --runs 64 --out "$W/ekucb64"
 step ekucb1024 100 $B --policies ekucb --runs 1024 --max-sequential 2 --out "$W/ekucb1024"

@@ -21,10 +21,12 @@ stands for one launch on CUDA), the host-to-device copies (``_to_copy``/``copy_`
 to the device) and the host operators (the runs' generator draws); then the setup's median time
 over ``--repeats`` (process time on the CPU; on ``--device cuda`` wall time between
 synchronisations) and the wall time of 128 environment rounds (every run pulling arm 0: the
-streams' refills dominate at large R) with the refills drawn by one thread and by the default
-``draw_threads``. ``--env`` takes a comma-separated list there (``rkhs-fixed``: ``rkhs`` with
-``fixed_arms=True``); the counts read ``nan`` for a setup that reads a value back to the host
-(``tv-bump``: its step's bisection, once per batch).
+streams' refills dominate at large R) with the refills drawn by one thread, by the default
+``draw_threads``, and by those threads ahead of the rounds (``draw_ahead=True``: the next chunk
+drawn on a background thread while the rounds use the open one). ``--env`` takes a
+comma-separated list there (``rkhs-fixed``: ``rkhs`` with ``fixed_arms=True``); the counts read
+``nan`` for a setup that reads a value back to the host (``tv-bump``: its step's bisection, once
+per batch).
 """
 
 from __future__ import annotations
@@ -123,26 +125,28 @@ def setup_main(args: argparse.Namespace) -> int:
     device = torch.device(args.device)
     clock = time.perf_counter if device.type == "cuda" else time.process_time
     print(f"batch setup, R = {args.runs}, {device}: per run, then the setup's time (median of "
-          f"{args.repeats}, one thread) and 128 rounds' wall time (refills by 1 / default threads)")
+          f"{args.repeats}, one thread) and 128 rounds' wall time (refills by 1 / default threads / "
+          f"default threads drawing ahead)")
     print("| env | device ops / run | H2D copies / run | reads / run | host ops / run | "
-          "device ops / batch | H2D / batch | setup s | 128 rounds s (1 thread / default) |")
+          "device ops / batch | H2D / batch | setup s | 128 rounds s (1 thread / default / ahead) |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 
-    def rounds(env: object, threads: int | None) -> float:
-        b = BatchedEnv(env, seeds, draw_threads=threads)
+    def rounds(env: object, threads: int | None, ahead: bool | None = None) -> float:
+        b = BatchedEnv(env, seeds, draw_threads=threads, draw_ahead=ahead)
         idx = torch.zeros(len(seeds), dtype=torch.long, device=b.device)
         _sync(device)
         t0 = time.perf_counter()
         for _ in range(128):
             b.pull(idx)
         _sync(device)
+        b.close()
         return time.perf_counter() - t0
 
     for name in args.env.split(","):
         c = setup_counts(_setup_env(name), seeds)
         env = _setup_env(name, device)
         BatchedEnv(env, seeds[:2])   # warm-up
-        times, one, auto = [], [], []
+        times, one, auto, ahead = [], [], [], []
         for _ in range(args.repeats):
             _sync(device)
             t0 = clock()
@@ -150,12 +154,13 @@ def setup_main(args: argparse.Namespace) -> int:
             _sync(device)
             times.append(clock() - t0)
             one.append(rounds(env, 1))
-            auto.append(rounds(env, None))
+            auto.append(rounds(env, None, False))
+            ahead.append(rounds(env, None, True))
         n = len(seeds)
         med = statistics.median
         print(f"| {name} | {c['device_ops']:.2f} | {c['h2d']:.2f} | {c['reads']:.2f} | "
               f"{c['host_ops']:.2f} | {c['device_ops'] * n:.0f} | {c['h2d'] * n:.0f} | "
-              f"{med(times):.3f} | {med(one):.3f} / {med(auto):.3f} |", flush=True)
+              f"{med(times):.3f} | {med(one):.3f} / {med(auto):.3f} / {med(ahead):.3f} |", flush=True)
     return 0
 
 

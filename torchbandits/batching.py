@@ -49,7 +49,16 @@ from .deferred_checks import (
     deferred_checks,
     to_device,
 )
-from .run_draw_threads import RunDrawsAhead, default_draw_threads, run_sliced
+from .run_draw_threads import (
+    ChunkAhead,
+    RunDrawsAhead,
+    chunk_layout,
+    default_draw_ahead,
+    default_draw_threads,
+    draw_chunk,
+    draw_one,
+    run_sliced,
+)
 
 __all__ = [
     "BatchCheckError",
@@ -67,9 +76,6 @@ __all__ = [
     "to_device",
 ]
 
-_NORMAL_SERIAL = 15  # a round's randn of at most this many elements takes the serial path
-
-
 def check_seeds(seeds: Any) -> list[int]:
     """``seeds`` as a non-empty list of ints (one per run)."""
     if isinstance(seeds, Tensor):
@@ -85,16 +91,6 @@ def check_seeds(seeds: Any) -> list[int]:
     return out
 
 
-def _draw(gen: torch.Generator, kind: str, n: int, dtype: torch.dtype, high: int,
-          out: Tensor | None = None) -> Tensor:
-    """``n`` draws of ``kind`` from ``gen`` (into ``out`` ``[n]`` when given: the same numbers)."""
-    if kind == "uniform":
-        return torch.rand(n, generator=gen, dtype=dtype, out=out)
-    if kind == "randint":
-        return torch.randint(high, (n,), generator=gen, out=out)
-    return torch.randn(n, generator=gen, dtype=dtype, out=out)   # serial: n <= 15 or strided out
-
-
 class RunStreams:
     """One generator per run; ``uniform``/``normal``/``randint`` give ``[R, *shape]`` per round.
 
@@ -105,6 +101,10 @@ class RunStreams:
             one non-blocking copy from page-locked memory (the generators stay on the CPU).
         draw_threads: threads drawing a refill, a slice of the runs each (the same numbers for
             any value); ``None``: :func:`~torchbandits.run_draw_threads.default_draw_threads`.
+        draw_ahead: draw the next chunk on a background thread while this one is handed out
+            (the same numbers; :class:`~torchbandits.run_draw_threads.ChunkAhead`); ``None``:
+            :func:`~torchbandits.run_draw_threads.default_draw_ahead` (on a GPU, for refills
+            large enough for threads).
 
     Draw ``n`` rounds of ``shape`` and run ``r`` gets what ``n`` calls of
     ``torch.rand(*shape, generator=g_r)`` (or ``randn``, ``randint(high, shape)``) would give.
@@ -112,7 +112,7 @@ class RunStreams:
 
     def __init__(self, generators: Sequence[torch.Generator], *, chunk: int = 64,
                  device: torch.device | str | None = None,
-                 draw_threads: int | None = None) -> None:
+                 draw_threads: int | None = None, draw_ahead: bool | None = None) -> None:
         self.generators = list(generators)
         if not self.generators:
             raise ValueError("generators must hold at least one generator")
@@ -122,6 +122,10 @@ class RunStreams:
             raise ValueError(f"draw_threads must be >= 1, got {draw_threads}")
         self.chunk = int(chunk)
         self.draw_threads = None if draw_threads is None else int(draw_threads)
+        if draw_ahead is not None and not isinstance(draw_ahead, bool):
+            raise ValueError(f"draw_ahead must be True, False or None, got {draw_ahead!r}")
+        self.draw_ahead = draw_ahead
+        self._ahead: ChunkAhead | None = None   # the next chunk, being drawn
         self.device = torch.device("cpu" if device is None else device)
         self._spec: tuple[Any, ...] | None = None
         self._buffer: Tensor | None = None   # [R, K, numel]
@@ -132,20 +136,24 @@ class RunStreams:
     @classmethod
     def from_seeds(cls, seeds: Sequence[int], *, chunk: int = 64,
                    device: torch.device | str | None = None,
-                   draw_threads: int | None = None) -> RunStreams:
+                   draw_threads: int | None = None, draw_ahead: bool | None = None
+                   ) -> RunStreams:
         """Fresh generators ``torch.Generator().manual_seed(s)`` for every seed."""
         return cls([torch.Generator().manual_seed(int(s)) for s in check_seeds(seeds)],
-                   chunk=chunk, device=device, draw_threads=draw_threads)
+                   chunk=chunk, device=device, draw_threads=draw_threads,
+                   draw_ahead=draw_ahead)
 
     @classmethod
     def from_states(cls, states: Sequence[Tensor], *, chunk: int = 64,
                     device: torch.device | str | None = None,
-                    draw_threads: int | None = None) -> RunStreams:
+                    draw_threads: int | None = None, draw_ahead: bool | None = None
+                    ) -> RunStreams:
         """Generators restored from :meth:`states` (a saved batch continues its draws)."""
         gens = [torch.Generator() for _ in states]
         for g, state in zip(gens, states, strict=True):
             g.set_state(state)
-        return cls(gens, chunk=chunk, device=device, draw_threads=draw_threads)
+        return cls(gens, chunk=chunk, device=device, draw_threads=draw_threads,
+                   draw_ahead=draw_ahead)
 
     def states(self) -> list[Tensor]:
         """Every run's generator state, rewound to the draws handed out so far (:meth:`sync`)."""
@@ -157,7 +165,9 @@ class RunStreams:
         return len(self.generators)
 
     def _flush(self) -> None:
-        """Rewind every generator to the start of the open chunk and redraw what was used."""
+        """Rewind every generator to the start of the open chunk and redraw what was used (the
+        chunk being drawn ahead, if any, stopped and dropped first)."""
+        self.cancel_ahead()
         if self._spec is None or self._buffer is None:
             return
         kind, numel, dtype, high = self._spec
@@ -168,7 +178,7 @@ class RunStreams:
                 assert state is not None
                 g.set_state(state)
                 for _ in range(used):
-                    _draw(g, kind, numel, dtype, high)
+                    draw_one(g, kind, numel, dtype, high)
 
         run_sliced(rewind, self.n_runs, self._threads(numel))
         self._spec, self._buffer, self._used, self._mapped = None, None, 0, None
@@ -211,37 +221,48 @@ class RunStreams:
         if spec != self._spec:
             self._flush()
         if self._buffer is None or self._used == self._buffer.shape[1]:
-            # rounds per generator call, and calls per refill (a round of 16 normals or more:
-            # one call each, contiguous, as the sequential call)
-            serial = kind == "normal" and numel <= _NORMAL_SERIAL
-            per_call = self.chunk if kind != "normal" or serial else 1
-            calls = self.chunk // per_call
-            rounds, width = per_call * calls, per_call * numel
-            host = torch.empty(self.n_runs, rounds * numel, pin_memory=self.device.type == "cuda",
-                               dtype=torch.int64 if kind == "randint" else dtype)
-            # normals drawn into every other element of a scratch (non-contiguous: serial)
-            into = torch.empty(self.n_runs, rounds * numel, 2, dtype=dtype)[..., 0] if serial \
-                else host
-            self._states = [None] * self.n_runs
-            rows = into.view(self.n_runs * calls, width).unbind(0)   # call c of run r: r·calls + c
-
-            def fill(lo: int, hi: int) -> None:   # runs lo..hi-1, each generator in order
-                for r in range(lo, hi):
-                    g = self.generators[r]
-                    self._states[r] = g.get_state()
-                    for out in rows[r * calls:(r + 1) * calls]:
-                        _draw(g, kind, width, dtype, high, out=out)
-
-            run_sliced(fill, self.n_runs, self._threads(width))
-            if into is not host:
-                host.copy_(into)
-            self._buffer = to_device(host.reshape(self.n_runs, rounds, numel), self.device)
+            width = chunk_layout(kind, numel, self.chunk)[0] * numel   # draws per call
+            pin, threads = self.device.type == "cuda", self._threads(width)
+            ahead, self._ahead = self._ahead, None
+            if ahead is not None:   # its spec is this one: a change of spec flushed it
+                host, self._states = ahead.result()
+            else:
+                host, self._states = draw_chunk(self.generators, spec, self.chunk, pin=pin,
+                                                threads=threads)
+            self._buffer = to_device(host, self.device)
             self._spec, self._used = spec, 0
+            if self._ahead_on(width):
+                self._ahead = ChunkAhead(self.generators, spec, self.chunk, pin=pin,
+                                         threads=threads)
         self._used += 1
         return self._used - 1
 
     def _threads(self, per_call: int) -> int:
         return self.draw_threads or default_draw_threads(self.n_runs, per_call)
+
+    @property
+    def drawing_ahead(self) -> bool:
+        """Whether the next chunk is being (or has been) drawn ahead and not yet handed out."""
+        return self._ahead is not None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """For a copy or a pickle: the chunk ahead is stopped and dropped first (the copy and
+        this stream then draw the same numbers)."""
+        self.cancel_ahead()
+        return dict(self.__dict__)
+
+    def _ahead_on(self, per_call: int) -> bool:
+        if self.draw_ahead is not None:
+            return self.draw_ahead
+        return default_draw_ahead(self.n_runs, per_call, self.device)
+
+    def cancel_ahead(self) -> None:
+        """Stop the chunk being drawn ahead and drop it: the generators stand again at the end of
+        the open chunk, where it began, as without drawing ahead. Called by :meth:`sync`; call
+        it when the batch ends (:meth:`~torchbandits.envs.batched.BatchedEnv.close`)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead.cancel()
 
     def uniform(self, *shape: int, dtype: torch.dtype = torch.float64) -> Tensor:
         """``U[0, 1)`` draws ``[R, *shape]`` (one round of ``torch.rand(*shape)`` per run)."""

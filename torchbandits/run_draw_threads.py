@@ -1,5 +1,6 @@
 """Per-run host draws of a batch: the thread pool of :class:`~torchbandits.batching.RunStreams`
-refills, and :class:`RunDrawsAhead` (draws that a run makes in some rounds only).
+refills, a refill drawn now or ahead on a background thread (:func:`draw_chunk`,
+:class:`ChunkAhead`), and :class:`RunDrawsAhead` (draws that a run makes in some rounds only).
 
 A batch of ``R`` runs refills its streams with one ``torch.rand`` / ``randn`` / ``randint`` call
 (or a few) per run and generator; PyTorch releases the GIL while an operator runs, so the runs
@@ -7,6 +8,16 @@ can be split into contiguous slices drawn by a few threads at once. Each generat
 thread only, in the order of the sequential code, so every run draws the same numbers as without
 threads. The pool is made on first use (never at import), shared by every stream, and changes no
 global torch setting (``torch.set_num_threads`` stays as it is).
+
+**Drawing ahead.** A refill blocks the round that needs it: at R = 1024 runs of 100 fresh arms in
+d = 3 a chunk of 64 rounds is ~20 M uniforms, 1–2 ms of the host's time per round, during which a
+GPU that the round feeds waits. With ``draw_ahead`` a stream hands its open chunk out while the
+next one (same spec) is drawn by one background thread (:class:`ChunkAhead`, itself using the
+pool), so on a host with spare cores the draws leave the round's critical path. The numbers are
+the same: the generators are used by one thread at a time and in the same order, the next chunk
+starts from the state the open one ends in, and a stream that must rewind (another spec, a state
+save) first stops and waits for the chunk ahead, then rewinds from the open chunk's saved states
+as before.
 """
 
 from __future__ import annotations
@@ -15,13 +26,20 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from .deferred_checks import to_device
 
-__all__ = ["MIN_RUNS_FOR_THREADS", "RunDrawsAhead", "default_draw_threads", "run_sliced"]
+__all__ = ["MIN_RUNS_FOR_THREADS", "NORMAL_SERIAL", "ChunkAhead", "RunDrawsAhead",
+           "chunk_layout", "default_draw_ahead", "default_draw_threads", "draw_chunk", "draw_one",
+           "run_sliced"]
+
+#: a round's ``randn`` of at most this many elements takes the serial path (one Box–Muller
+#: draw after another); 16 and more contiguous take a vectorised path whose order differs
+NORMAL_SERIAL = 15
 
 #: below this many runs a refill is drawn by the calling thread alone (``draw_threads=None``)
 MIN_RUNS_FOR_THREADS = 256
@@ -35,6 +53,7 @@ MAX_AUTO_THREADS = 8
 
 _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
+_ahead_pool: ThreadPoolExecutor | None = None   # the one thread that draws chunks ahead
 _lock = threading.Lock()
 
 
@@ -51,6 +70,14 @@ def default_draw_threads(n_runs: int, elements_per_call: int) -> int:
     except AttributeError:  # pragma: no cover - not on Linux
         cpus = os.cpu_count() or 1
     return 1 if cpus < MIN_CPUS_FOR_THREADS else min(cpus // 2, MAX_AUTO_THREADS)
+
+
+def default_draw_ahead(n_runs: int, elements_per_call: int, device: torch.device) -> bool:
+    """Whether a stream draws its next chunk ahead when ``draw_ahead`` is not named: on a device
+    other than the CPU (whose rounds the host only feeds), when a refill is large enough to be
+    drawn by threads (:func:`default_draw_threads` above 1). On the CPU the background draws would
+    take cores from the round's own arithmetic, so they are asked for explicitly."""
+    return device.type != "cpu" and default_draw_threads(n_runs, elements_per_call) > 1
 
 
 def _executor(workers: int) -> ThreadPoolExecutor:
@@ -82,6 +109,110 @@ def run_sliced(fn: Callable[[int, int], None], n: int, threads: int) -> None:
     for err in errors:
         if err is not None:
             raise err
+
+
+def _ahead_executor() -> ThreadPoolExecutor:
+    global _ahead_pool
+    with _lock:
+        if _ahead_pool is None:
+            _ahead_pool = ThreadPoolExecutor(1, thread_name_prefix="run-draws-ahead")
+        return _ahead_pool
+
+
+def draw_one(gen: torch.Generator, kind: str, n: int, dtype: torch.dtype, high: int,
+             out: Tensor | None = None) -> Tensor:
+    """``n`` draws of ``kind`` (``"uniform"``, ``"normal"``, ``"randint"`` below ``high``) from
+    ``gen`` (into ``out`` ``[n]`` when given: the same numbers)."""
+    if kind == "uniform":
+        return torch.rand(n, generator=gen, dtype=dtype, out=out)
+    if kind == "randint":
+        return torch.randint(high, (n,), generator=gen, out=out)
+    return torch.randn(n, generator=gen, dtype=dtype, out=out)   # serial: n <= 15 or strided out
+
+
+def chunk_layout(kind: str, numel: int, chunk: int) -> tuple[int, int, bool]:
+    """How a chunk of ``chunk`` rounds of ``numel`` draws is drawn: ``(rounds per generator
+    call, calls per run, serial)``. Rounds of at most :data:`NORMAL_SERIAL` normals are drawn
+    ``chunk`` at a time into a strided scratch (the serial path, as the per-round calls); a round
+    of 16 normals or more is one contiguous call, as the sequential call."""
+    serial = kind == "normal" and numel <= NORMAL_SERIAL
+    per_call = chunk if kind != "normal" or serial else 1
+    return per_call, chunk // per_call, serial
+
+
+def draw_chunk(generators: Sequence[torch.Generator], spec: tuple[Any, ...], chunk: int, *,
+               pin: bool, threads: int, stop: threading.Event | None = None,
+               states: list[Tensor | None] | None = None) -> tuple[Tensor, list[Tensor | None]]:
+    """The next ``chunk`` rounds of ``spec = (kind, numel, dtype, high)`` from every generator:
+    ``(draws [R, chunk, numel], states)`` with ``states[r]`` run ``r``'s generator state before
+    them (for a rewind). ``pin``: into page-locked memory (for a non-blocking copy to a GPU);
+    ``threads``: :func:`run_sliced`; ``stop``: once set, the runs not yet drawn are skipped (the
+    draws are then to be discarded); ``states``: the list ``[R]`` to write the states into (a
+    run's entry is set before its first draw, so a stopped chunk's runs with ``None`` were not
+    touched)."""
+    kind, numel, dtype, high = spec
+    per_call, calls, serial = chunk_layout(kind, numel, chunk)
+    n, width = len(generators), per_call * numel
+    host = torch.empty(n, chunk * numel, pin_memory=pin,
+                       dtype=torch.int64 if kind == "randint" else dtype)
+    # normals drawn into every other element of a scratch (non-contiguous: serial)
+    into = torch.empty(n, chunk * numel, 2, dtype=dtype)[..., 0] if serial else host
+    if states is None:
+        states = [None] * n
+    rows = into.view(n * calls, width).unbind(0)   # call c of run r: r·calls + c
+
+    def fill(lo: int, hi: int) -> None:   # runs lo..hi-1, each generator in order
+        for r in range(lo, hi):
+            if stop is not None and stop.is_set():
+                return
+            g = generators[r]
+            states[r] = g.get_state()
+            for out in rows[r * calls:(r + 1) * calls]:
+                draw_one(g, kind, width, dtype, high, out=out)
+
+    run_sliced(fill, n, threads)
+    if into is not host:
+        host.copy_(into)
+    return host.view(n, chunk, numel), states
+
+
+class ChunkAhead:
+    """The next chunk of a stream (:func:`draw_chunk`), being drawn by the background thread.
+
+    The generators belong to it until :meth:`result` or :meth:`cancel` returns."""
+
+    def __init__(self, generators: Sequence[torch.Generator], spec: tuple[Any, ...], chunk: int,
+                 *, pin: bool, threads: int) -> None:
+        self.spec = spec
+        self._generators = list(generators)
+        self._states: list[Tensor | None] = [None] * len(self._generators)
+        self._stop = threading.Event()
+        self._future = _ahead_executor().submit(draw_chunk, self._generators, spec, chunk,
+                                                pin=pin, threads=threads, stop=self._stop,
+                                                states=self._states)
+
+    def result(self) -> tuple[Tensor, list[Tensor | None]]:
+        """The chunk and the states before it (waits for it). A failed draw raises here, the
+        generators set back to where the chunk began."""
+        try:
+            return self._future.result()
+        except BaseException:
+            self._restore()
+            raise
+
+    def cancel(self) -> None:
+        """Stop drawing (at the next run), wait until the generators are free and set each back
+        to where it stood when the chunk began (a run not reached was not touched). A draw that
+        failed is dropped with the chunk."""
+        self._stop.set()
+        if not self._future.cancel():
+            self._future.exception()   # waits; the chunk and any error are dropped
+        self._restore()
+
+    def _restore(self) -> None:
+        for g, state in zip(self._generators, self._states, strict=True):
+            if state is not None:
+                g.set_state(state)
 
 
 class RunDrawsAhead:

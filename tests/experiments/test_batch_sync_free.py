@@ -300,17 +300,7 @@ def test_cuda_batched_loop_under_sync_debug_error(monkeypatch: pytest.MonkeyPatc
                                                   env_kwargs: dict[str, Any]) -> None:
     """On a GPU: every round runs under ``torch.cuda.set_sync_debug_mode("error")``; the runs
     equal the sequential CPU runs."""
-    mark = batch_module._StepClock.mark
-
-    def strict_mark(self: Any) -> None:
-        k = len(self.marks) % 4
-        if k == 3:
-            torch.cuda.set_sync_debug_mode("default")
-        mark(self)
-        if k == 0:
-            torch.cuda.set_sync_debug_mode("error")
-
-    monkeypatch.setattr(batch_module._StepClock, "mark", strict_mark)
+    _strict_rounds(monkeypatch)
     env = make_env(env_name, **env_kwargs, device="cuda")
     try:
         runs = simulate_batch(make_policy(policy, env, **policy_kwargs, device="cuda"), env, 20,
@@ -322,6 +312,39 @@ def test_cuda_batched_loop_under_sync_debug_error(monkeypatch: pytest.MonkeyPatc
         seq = simulate(make_policy(policy, cpu_env, **policy_kwargs), cpu_env, 20, res.seed)
         assert res.actions == seq.actions
         assert res.memory_bytes is not None and res.memory_bytes > 0
+
+
+def _strict_rounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every round of ``simulate_batch`` (first clock mark to last) under
+    ``torch.cuda.set_sync_debug_mode("error")``."""
+    mark = batch_module._StepClock.mark
+
+    def strict_mark(self: Any) -> None:
+        k = len(self.marks) % 4
+        if k == 3:
+            torch.cuda.set_sync_debug_mode("default")
+        mark(self)
+        if k == 0:
+            torch.cuda.set_sync_debug_mode("error")
+
+    monkeypatch.setattr(batch_module._StepClock, "mark", strict_mark)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_batch_drawing_ahead_under_sync_debug_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU, the environment's chunks drawn ahead (page-locked, on a background thread) and
+    copied without a wait: no synchronisation in a round, and the runs are the sequential ones."""
+    _strict_rounds(monkeypatch)
+    env = make_env("rkhs", dim=2, n_arms=30, device="cuda")
+    try:
+        runs = simulate_batch(make_policy("igp-ucb", env, device="cuda"), env, 40, [0, 1, 2],
+                              chunk=8, draw_ahead=True)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    cpu_env = make_env("rkhs", dim=2, n_arms=30)
+    for res in runs:
+        seq = simulate(make_policy("igp-ucb", cpu_env), cpu_env, 40, res.seed)
+        assert res.actions == seq.actions
 
 
 def test_block_solves_past_the_head_size_equal_the_sequential_model() -> None:

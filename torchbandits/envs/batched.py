@@ -186,6 +186,9 @@ class BatchedEnv:
         chunk: rounds drawn at once by each run's generators.
         draw_threads: threads that draw a refill of the streams (:class:`RunStreams`; ``None``:
             its default, threads only for large batches of large draws).
+        draw_ahead: the streams draw their next chunk on a background thread while a round
+            uses the open one (``None``: on a GPU, for refills large enough for threads); the
+            same numbers either way. :meth:`close` stops it when the batch ends.
 
     ``candidates()`` is ``[R, A, d]``, ``mean_rewards()`` ``[R, A]``; ``pull(index [R])`` returns
     the rewards ``[R]`` (float64, as the sequential ``pull``'s Python floats) and the
@@ -194,7 +197,7 @@ class BatchedEnv:
     """
 
     def __init__(self, env: Any, seeds: Sequence[int], *, chunk: int = 64,
-                 draw_threads: int | None = None) -> None:
+                 draw_threads: int | None = None, draw_ahead: bool | None = None) -> None:
         reason = why_not_batchable(env)
         if reason is not None:
             raise ValueError(f"{type(env).__name__} cannot be batched: {reason}")
@@ -211,7 +214,7 @@ class BatchedEnv:
             gens = [c.batch_generators() for c in self._copies]
             by_name = {name: [g[name] for g in gens] for name in gens[0]}
         self.streams = {name: RunStreams(g, chunk=chunk, device=self.device,
-                                         draw_threads=draw_threads)
+                                         draw_threads=draw_threads, draw_ahead=draw_ahead)
                         for name, g in by_name.items()}
         self.t = 0
         self._cands, self._means = env.batch_round(self)
@@ -283,6 +286,12 @@ class BatchedEnv:
         if kept is None or kept[0] is not means or version is None or kept[1] != version:
             kept = self._best = (means, version, means.max(dim=1).values)
         return kept[2]
+
+    def close(self) -> None:
+        """Stop the streams' chunks being drawn ahead (:meth:`RunStreams.cancel_ahead`): at the
+        end of a batch, so that no background draw outlives it."""
+        for stream in self.streams.values():
+            stream.cancel_ahead()
 
     def run_repr(self, r: int) -> str:
         """``repr`` of run ``r``'s environment (what the sequential runner records; the

@@ -12,6 +12,7 @@ runner).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -146,6 +147,7 @@ def simulate_batch(
     config: Mapping[str, Any] | None = None,
     chunk: int = 64,
     sync_every: int = 100,
+    draw_ahead: bool | None = None,
 ) -> list[RunResult]:
     """Run ``policy`` on ``env`` for ``horizon`` rounds once per seed, batched when possible.
 
@@ -168,6 +170,10 @@ def simulate_batch(
     A run's ``agent_seconds`` per round is its share of the batched ``select`` + ``update``
     (step time / R), its ``config["wall_seconds"]`` its share of the loop's wall time, and its
     ``memory_bytes`` its share (/ R) of the batch's device memory (:func:`~.runner.policy_memory`).
+    ``draw_ahead``: the environment's per-run draws for the next ``chunk`` rounds are made on a
+    background thread while the loop uses the current ones (the same numbers;
+    :class:`~torchbandits.envs.batched.BatchedEnv`; ``None``: on a GPU, for large batches).
+
     Otherwise: one :func:`~.runner.simulate` per seed, in order.
     """
     seeds = check_seeds(seeds)
@@ -182,7 +188,7 @@ def simulate_batch(
     n = len(seeds)
     device = policy.device
     base_bytes = start_memory(device)
-    benv = BatchedEnv(env, seeds, chunk=chunk)
+    benv = BatchedEnv(env, seeds, chunk=chunk, draw_ahead=draw_ahead)
     policy.reset(seed=seeds)
     actions, rewards, regrets = [], [], []
     clock = _StepClock(device)
@@ -193,7 +199,8 @@ def simulate_batch(
         own_bar = bar = tqdm(total=int(horizon) * n, desc=policy_name or type(policy).__name__,
                              leave=False)
     start = time.perf_counter()
-    with deferred_checks() as checks:
+    # closing: the streams' chunks drawn ahead stop with the loop, even when it raises
+    with deferred_checks() as checks, contextlib.closing(benv):
         checks.inputs_checked = True   # candidates and rewards flagged here, once per round
         flagged: tuple[Any, int | None] = (None, None)   # the candidates last flagged
         fresh = benv.fresh   # candidates never written afterwards: kept unreduced till the fold
