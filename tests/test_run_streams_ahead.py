@@ -17,7 +17,6 @@ from torchbandits.experiments import simulate_batch
 from torchbandits.experiments.registry import make_env, make_policy
 from torchbandits.run_draw_threads import (
     MIN_ELEMENTS_FOR_THREADS,
-    MIN_RUNS_FOR_THREADS,
     default_draw_ahead,
 )
 
@@ -123,15 +122,17 @@ def test_a_copy_with_a_chunk_ahead_draws_alike() -> None:
         assert torch.equal(streams.normal(2), twin.normal(2))
 
 
-def test_drawing_ahead_by_default_only_off_the_cpu_for_large_refills(
+def test_drawing_ahead_by_default_only_off_the_cpu_for_large_calls(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(run_draw_threads.os, "sched_getaffinity", lambda pid: set(range(16)),
                         raising=False)
-    big = (MIN_RUNS_FOR_THREADS, MIN_ELEMENTS_FOR_THREADS)
-    assert default_draw_ahead(*big, torch.device("cuda"))
-    assert not default_draw_ahead(*big, torch.device("cpu"))
-    assert not default_draw_ahead(MIN_RUNS_FOR_THREADS - 1, 10**6, torch.device("cuda"))
-    assert not default_draw_ahead(10**4, MIN_ELEMENTS_FOR_THREADS - 1, torch.device("cuda"))
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert default_draw_ahead(MIN_ELEMENTS_FOR_THREADS, cuda)
+    assert not default_draw_ahead(MIN_ELEMENTS_FOR_THREADS, cpu)
+    assert not default_draw_ahead(MIN_ELEMENTS_FOR_THREADS - 1, cuda)   # noise refills
+    monkeypatch.setattr(run_draw_threads.os, "sched_getaffinity", lambda pid: {0, 1},
+                        raising=False)
+    assert not default_draw_ahead(10**6, cuda)
     with pytest.raises(ValueError, match="draw_ahead"):
         RunStreams.from_seeds([1], draw_ahead="yes")  # type: ignore[arg-type]
 

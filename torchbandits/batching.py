@@ -103,8 +103,8 @@ class RunStreams:
             any value); ``None``: :func:`~torchbandits.run_draw_threads.default_draw_threads`.
         draw_ahead: draw the next chunk on a background thread while this one is handed out
             (the same numbers; :class:`~torchbandits.run_draw_threads.ChunkAhead`); ``None``:
-            :func:`~torchbandits.run_draw_threads.default_draw_ahead` (on a GPU, for refills
-            large enough for threads).
+            :func:`~torchbandits.run_draw_threads.default_draw_ahead` (on a GPU, for large
+            generator calls, on a host of 4 CPUs or more).
 
     Draw ``n`` rounds of ``shape`` and run ``r`` gets what ``n`` calls of
     ``torch.rand(*shape, generator=g_r)`` (or ``randn``, ``randint(high, shape)``) would give.
@@ -254,7 +254,7 @@ class RunStreams:
     def _ahead_on(self, per_call: int) -> bool:
         if self.draw_ahead is not None:
             return self.draw_ahead
-        return default_draw_ahead(self.n_runs, per_call, self.device)
+        return default_draw_ahead(per_call, self.device)
 
     def cancel_ahead(self) -> None:
         """Stop the chunk being drawn ahead and drop it: the generators stand again at the end of

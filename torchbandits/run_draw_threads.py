@@ -57,6 +57,14 @@ _ahead_pool: ThreadPoolExecutor | None = None   # the one thread that draws chun
 _lock = threading.Lock()
 
 
+def _cpus() -> int:
+    """CPUs this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return os.cpu_count() or 1
+
+
 def default_draw_threads(n_runs: int, elements_per_call: int) -> int:
     """Threads for a refill of ``n_runs`` runs whose generator calls draw ``elements_per_call``
     values each, when none is named: 1 below :data:`MIN_RUNS_FOR_THREADS` runs,
@@ -65,19 +73,19 @@ def default_draw_threads(n_runs: int, elements_per_call: int) -> int:
     :data:`MAX_AUTO_THREADS`."""
     if n_runs < MIN_RUNS_FOR_THREADS or elements_per_call < MIN_ELEMENTS_FOR_THREADS:
         return 1
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not on Linux
-        cpus = os.cpu_count() or 1
+    cpus = _cpus()
     return 1 if cpus < MIN_CPUS_FOR_THREADS else min(cpus // 2, MAX_AUTO_THREADS)
 
 
-def default_draw_ahead(n_runs: int, elements_per_call: int, device: torch.device) -> bool:
+def default_draw_ahead(elements_per_call: int, device: torch.device) -> bool:
     """Whether a stream draws its next chunk ahead when ``draw_ahead`` is not named: on a device
-    other than the CPU (whose rounds the host only feeds), when a refill is large enough to be
-    drawn by threads (:func:`default_draw_threads` above 1). On the CPU the background draws would
-    take cores from the round's own arithmetic, so they are asked for explicitly."""
-    return device.type != "cpu" and default_draw_threads(n_runs, elements_per_call) > 1
+    other than the CPU (whose rounds the host only feeds), for generator calls of at least
+    :data:`MIN_ELEMENTS_FOR_THREADS` values (a call of fewer spends its time in Python, under
+    the GIL the round needs), with at least :data:`MIN_CPUS_FOR_THREADS` CPUs. On the CPU the
+    background draws would take a core from the round's own arithmetic, so they are asked for
+    explicitly there."""
+    return (device.type != "cpu" and elements_per_call >= MIN_ELEMENTS_FOR_THREADS
+            and _cpus() >= MIN_CPUS_FOR_THREADS)
 
 
 def _executor(workers: int) -> ThreadPoolExecutor:

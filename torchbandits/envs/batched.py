@@ -187,7 +187,7 @@ class BatchedEnv:
         draw_threads: threads that draw a refill of the streams (:class:`RunStreams`; ``None``:
             its default, threads only for large batches of large draws).
         draw_ahead: the streams draw their next chunk on a background thread while a round
-            uses the open one (``None``: on a GPU, for refills large enough for threads); the
+            uses the open one (``None``: on a GPU, for large generator calls); the
             same numbers either way. :meth:`close` stops it when the batch ends.
 
     ``candidates()`` is ``[R, A, d]``, ``mean_rewards()`` ``[R, A]``; ``pull(index [R])`` returns

@@ -172,7 +172,7 @@ def simulate_batch(
     ``memory_bytes`` its share (/ R) of the batch's device memory (:func:`~.runner.policy_memory`).
     ``draw_ahead``: the environment's per-run draws for the next ``chunk`` rounds are made on a
     background thread while the loop uses the current ones (the same numbers;
-    :class:`~torchbandits.envs.batched.BatchedEnv`; ``None``: on a GPU, for large batches).
+    :class:`~torchbandits.envs.batched.BatchedEnv`; ``None``: on a GPU, for large draws).
 
     Otherwise: one :func:`~.runner.simulate` per seed, in order.
     """
