@@ -345,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--draw-ahead", choices=sorted(AHEAD), default="auto",
                     help="the batched environment's draws of the next chunk on a background "
                          "thread (simulate_batch's draw_ahead; auto: on a GPU for large "
-                         "batches); both: the batch timed with and without, alternated")
+                         "draws); both: the batch timed with and without, alternated")
     ap.add_argument("--device", default="cpu",
                     help="where the batches run (cpu; cuda: R = 64 1024 by default, the CPU "
                          "sequential loop timed on --max-sequential runs (8) and scaled; whole "
