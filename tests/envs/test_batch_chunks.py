@@ -127,3 +127,22 @@ def test_a_fresh_batch_round_is_declared_by_its_class_only() -> None:
     env = ChessboardEnv()
     env.batch_round = env.batch_round   # type: ignore[method-assign]
     assert not BatchedEnv(env, SEEDS).fresh
+
+
+def test_rkhs_means_of_a_chunk_in_blocks_of_rounds_equal_round_by_round(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fresh RKHS arms: a chunk's means made in blocks of 3 rounds (a budget of 3 rounds'
+    kernel entries) and in one block equal the rounds made one at a time, to the bit."""
+    from torchbandits.envs import rkhs
+
+    env = RKHSFunctionEnv(dim=2, n_arms=12)
+    m = env.inducing.shape[0]
+    gen = torch.Generator().manual_seed(4)
+    picks = [torch.randint(12, (len(SEEDS),), generator=gen) for _ in range(40)]
+    alone = _play(env, 1, picks)
+    for budget in (3 * len(SEEDS) * 12 * m + 1, 1 << 30):
+        monkeypatch.setattr(rkhs, "MEANS_BLOCK_CPU", budget)
+        got = _play(env, 16, picks)
+        for t, (a, b) in enumerate(zip(alone, got, strict=True)):
+            for x, y in zip(a, b, strict=True):
+                assert torch.equal(x, y), (budget, t)

@@ -25,6 +25,12 @@ from .batched import BatchedEnv, gaussian_noise, stack_to
 
 __all__ = ["RKHSFunctionEnv"]
 
+#: kernel entries ``k(x, z)`` per block of rounds when a chunk's fresh means are computed (a
+#: block's temporaries hold a few times this many values): cache-sized on the CPU, larger
+#: elsewhere, where each block costs the same kernel launches whatever its size
+MEANS_BLOCK_CPU = 1 << 17
+MEANS_BLOCK_DEVICE = 1 << 23
+
 
 class RKHSFunctionEnv:
     """Finite-armed bandit on a random RKHS function of known norm (Flynn & Reeb 2024, §7).
@@ -163,16 +169,36 @@ class RKHSFunctionEnv:
         return fields, {name: [g[name] for g in gens] for name in gens[0]}
 
     def _batch_means(self, arms: Tensor, z: Tensor, coef: Tensor) -> Tensor:
-        """``f*_r(x) = k(x, Z_r) c_r`` of arms ``[R, A, d]`` → ``[R, A]``."""
-        return (kernel_matrix(self.kernel, arms, z) @ coef[:, :, None])[:, :, 0]
+        """``f*_r(x) = k(x, Z_r) c_r`` of arms ``[*K, R, A, d]`` → ``[*K, R, A]`` (``Z`` ``[R, m, d]``,
+        ``c`` ``[R, m]``; ``K``: rounds of a chunk, broadcast)."""
+        return (kernel_matrix(self.kernel, arms, z) @ coef[..., None])[..., 0]
 
     def batch_round(self, b: BatchedEnv) -> tuple[Tensor, Tensor]:
         """Round ``b.t``: the stacked arms of ``reset`` first (every round with fixed arms), then
-        a fresh ``U[0,1]^d`` set per run; means ``f*_r(x) = k(x, Z_r) c_r`` ``[R, A]``."""
+        a fresh ``U[0,1]^d`` set per run; means ``f*_r(x) = k(x, Z_r) c_r`` ``[R, A]``, made
+        for a whole chunk of the arms stream at once (:meth:`RunStreams.mapped`), so a round
+        costs three indexings instead of the kernel's operators."""
         if self.fixed_arms or b.t == 0:
             return b.fields["_arms"], b.fields["_means"]
-        arms = b.streams["arms"].uniform(self.n_arms, self.dim, dtype=self.dtype).to(self.device)
-        return arms, self._batch_means(arms, b.fields["inducing"], b.fields["coefficients"])
+        z, coef = b.fields["inducing"], b.fields["coefficients"]
+
+        def chunk(draws: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+            """A chunk's arms ``[K, R, A, d]`` (on the device), means ``[K, R, A]`` and best
+            means ``[K, R]``, in blocks of rounds (row-wise: each round's means are the bits
+            of :meth:`_batch_means` of that round alone, the same batched products)."""
+            arms = draws.to(self.device)
+            per_round = z.shape[0] * arms.shape[2] * z.shape[1]
+            budget = MEANS_BLOCK_CPU if arms.device.type == "cpu" else MEANS_BLOCK_DEVICE
+            step = max(1, budget // per_round)
+            means = torch.cat([self._batch_means(arms[k:k + step], z, coef)
+                               for k in range(0, arms.shape[0], step)])
+            return arms, means, means.max(dim=-1).values
+
+        arms, means, best = b.streams["arms"].mapped(
+            chunk, ("rkhs-means", id(z), id(coef), self.device), "uniform", self.n_arms,
+            self.dim, dtype=self.dtype)
+        b.keep_best(means, best)
+        return arms, means
 
     def batch_noise(self, b: BatchedEnv, means: Tensor) -> Tensor:
         """Gaussian noise ``[R]`` for the chosen means ``[R]`` of every run, one draw per run."""
