@@ -150,30 +150,40 @@ static inline const double *factor_row(const double *head, long n0, const double
  *
  * Packed and blocked as a matrix product (the bulk of the n^2 A / 2 multiply-adds is the update
  * K_I - L_{I,<i0} V_{<i0} of a block I of MR rows by the rows already solved):
- *   - the columns are cut into panels of NR = 12 columns (the last ones 4, 8 or 12 wide, the
- *     candidates padded with zero columns up to a multiple of 4), the rows padded to npad, a
+ *   - the columns are cut into panels of NR = 3 vectors (12 columns with AVX2, 24 with AVX-512;
+ *     the last ones 1, 2 or 3 vectors wide, the candidates padded with zero columns up to a
+ *     multiple of a vector), the rows padded to npad, a
  *     multiple of MR = 4, with zero rows of L (and 1 / L_ii = 0: zero rows of V);
  *   - K_SC is packed panel by panel, each panel [npad, w] contiguous (kp; shared by the factors);
  *   - a panel is solved block after block into vp [npad, w] (contiguous, so the rows V_k that a
  *     block reads are one stream from the L1/L2 cache; L is read in place, MR streams along its
  *     rows i0 .. i0 + MR - 1: packing it cost more than it saved): the tile MR x w keeps its
- *     MR w / 4 accumulators in registers (4 x 12: twelve AVX registers), each k costs w / 4
- *     loads of V_k, MR broadcasts of L_{., k} and MR w / 4 fused multiply-adds;
+ *     MR w / LANES accumulators in registers (4 x 3 vectors: twelve registers), each k costs
+ *     w / LANES loads of V_k, MR broadcasts of L_{., k} and MR w / LANES fused multiply-adds
+ *     (AVX-512: each V_ic still the same multiply-adds in the same order as with AVX2 or
+ *     plain doubles, so the same bits, at twice the rate: 120-125 against 60-65 GFLOP/s on a
+ *     Zen 5 core at n = 100-200);
  *     then the MR x MR triangle inside the block, in registers, row after row:
  *     acc_b -= sum_{p<b} L_{i0+b, i0+p} V_{i0+p} and V_{i0+b} = acc_b * (1 / L_{i0+b, i0+b});
  *   - a solved panel is written into V [n, A] (row-major) with mu = z^T V and colsum(V (.) V)
  *     of its columns, accumulated in the order of the rows.
  * Without AVX and FMA the same loops run on plain doubles (fma() for every multiply-add). */
 #define MR 4
-#define NR 12
+#if defined(__AVX512F__) && defined(__FMA__)
+#define LANES 8 /* AVX-512: 8 doubles a vector (twice the multiply-adds a cycle of AVX2) */
+#else
+#define LANES 4
+#endif
+#define NR (3 * LANES)
 
-/* The width of the panel that starts at column j0: NR, or the rest rounded up to 4; a rest of
- * 16 columns is cut 8 + 8 rather than 12 + 4 (a 4-wide tile keeps four accumulators, too few to
- * fill the two FMA pipes: half the rate; an 8-wide tile keeps eight). The columns are solved
- * independently, so the cut changes no number. */
+/* The width of the panel that starts at column j0: NR (3 vectors), or the rest rounded up to a
+ * vector; a rest of 4 vectors is cut 2 + 2 rather than 3 + 1 (a one-vector tile keeps four
+ * accumulators, too few to fill the two FMA pipes: half the rate; a two-vector tile keeps
+ * eight). The columns are solved independently, each by the same operations in the same order
+ * whatever the panel or the vector width, so the cut changes no number. */
 static inline long panel_width(long A, long j0) {
     long rest = A - j0;
-    return rest == 16 ? 8 : rest >= NR ? NR : (rest + 3) / 4 * 4;
+    return rest == 4 * LANES ? 2 * LANES : rest >= NR ? NR : (rest + LANES - 1) / LANES * LANES;
 }
 
 /* Pack K [n, A] (row-major) into the panels of kp (zero padding). */
@@ -201,7 +211,102 @@ static void factor_rows(long n, long npad, const double *head, long n0, const do
     for (long i = 0; i < n; ++i) inv[i] = 1.0 / inv[i]; /* vectorised */
 }
 
-#if defined(__AVX__) && defined(__FMA__)
+#if LANES == 8
+/* The AVX-512 tile: as the AVX2 one below, with 8-wide vectors (w = 8 nv columns). */
+#define ROW_K(b)                                                                                \
+    do {                                                                                        \
+        __m512d l = _mm512_set1_pd(l##b[k]);                                                    \
+        a##b##0 = _mm512_fnmadd_pd(l, x0, a##b##0);                                             \
+        if (nv > 1) a##b##1 = _mm512_fnmadd_pd(l, x1, a##b##1);                                 \
+        if (nv > 2) a##b##2 = _mm512_fnmadd_pd(l, x2, a##b##2);                                 \
+    } while (0)
+#define TRI_UPD(b, p)                                                                           \
+    do {                                                                                        \
+        __m512d l = _mm512_set1_pd(l##b[i0 + (p)]);                                             \
+        a##b##0 = _mm512_fnmadd_pd(l, a##p##0, a##b##0);                                        \
+        if (nv > 1) a##b##1 = _mm512_fnmadd_pd(l, a##p##1, a##b##1);                            \
+        if (nv > 2) a##b##2 = _mm512_fnmadd_pd(l, a##p##2, a##b##2);                            \
+    } while (0)
+#define TRI_ROW(b)                                                                              \
+    do {                                                                                        \
+        __m512d s = _mm512_set1_pd(inv[i0 + (b)]);                                              \
+        double *out = vp + (i0 + (b)) * w;                                                      \
+        a##b##0 = _mm512_mul_pd(a##b##0, s);                                                    \
+        _mm512_storeu_pd(out, a##b##0);                                                         \
+        if (nv > 1) a##b##1 = _mm512_mul_pd(a##b##1, s), _mm512_storeu_pd(out + 8, a##b##1);    \
+        if (nv > 2) a##b##2 = _mm512_mul_pd(a##b##2, s), _mm512_storeu_pd(out + 16, a##b##2);   \
+    } while (0)
+#define LOAD(b, q) (nv > (q) ? _mm512_loadu_pd(kp + (i0 + (b)) * w + 8 * (q)) : _mm512_setzero_pd())
+
+static inline __attribute__((always_inline)) void solve_tile(const double *const *lrow,
+                                                             const double *inv, long i0,
+                                                             const double *kp, double *vp,
+                                                             const int nv) {
+    const long w = 8 * nv;
+    __m512d a00 = LOAD(0, 0), a01 = LOAD(0, 1), a02 = LOAD(0, 2);
+    __m512d a10 = LOAD(1, 0), a11 = LOAD(1, 1), a12 = LOAD(1, 2);
+    __m512d a20 = LOAD(2, 0), a21 = LOAD(2, 1), a22 = LOAD(2, 2);
+    __m512d a30 = LOAD(3, 0), a31 = LOAD(3, 1), a32 = LOAD(3, 2);
+    const double *l0 = lrow[0], *l1 = lrow[1], *l2 = lrow[2], *l3 = lrow[3], *vk = vp;
+    for (long k = 0; k < i0; ++k, vk += w) { /* the rows already solved */
+        __m512d x0 = _mm512_loadu_pd(vk);
+        __m512d x1 = nv > 1 ? _mm512_loadu_pd(vk + 8) : x0;
+        __m512d x2 = nv > 2 ? _mm512_loadu_pd(vk + 16) : x0;
+        __asm__("" : "+v"(x0), "+v"(x1), "+v"(x2)); /* V_k in registers (see the AVX2 tile) */
+        ROW_K(0);
+        ROW_K(1);
+        ROW_K(2);
+        ROW_K(3);
+    }
+    TRI_ROW(0);
+    TRI_UPD(1, 0);
+    TRI_ROW(1);
+    TRI_UPD(2, 0);
+    TRI_UPD(2, 1);
+    TRI_ROW(2);
+    TRI_UPD(3, 0);
+    TRI_UPD(3, 1);
+    TRI_UPD(3, 2);
+    TRI_ROW(3);
+}
+#undef ROW_K
+#undef TRI_UPD
+#undef TRI_ROW
+#undef LOAD
+
+/* The sums of a solved panel (the AVX2 panel_sums below, 8-wide). */
+static inline __attribute__((always_inline)) void panel_sums(long n, long A, const double *vp,
+                                                             const double *z, double *v,
+                                                             double *mu, double *sumsq,
+                                                             const int nv) {
+    const long w = 8 * nv;
+    __m512d m0 = _mm512_setzero_pd(), m1 = m0, m2 = m0, s0 = m0, s1 = m0, s2 = m0;
+    for (long i = 0; i < n; ++i) {
+        const double *vi = vp + i * w;
+        __m512d zi = _mm512_set1_pd(z[i]);
+        __m512d x0 = _mm512_loadu_pd(vi);
+        m0 = _mm512_add_pd(m0, _mm512_mul_pd(zi, x0));
+        s0 = _mm512_add_pd(s0, _mm512_mul_pd(x0, x0));
+        if (v) _mm512_storeu_pd(v + i * A, x0);
+        if (nv > 1) {
+            __m512d x1 = _mm512_loadu_pd(vi + 8);
+            m1 = _mm512_add_pd(m1, _mm512_mul_pd(zi, x1));
+            s1 = _mm512_add_pd(s1, _mm512_mul_pd(x1, x1));
+            if (v) _mm512_storeu_pd(v + i * A + 8, x1);
+        }
+        if (nv > 2) {
+            __m512d x2 = _mm512_loadu_pd(vi + 16);
+            m2 = _mm512_add_pd(m2, _mm512_mul_pd(zi, x2));
+            s2 = _mm512_add_pd(s2, _mm512_mul_pd(x2, x2));
+            if (v) _mm512_storeu_pd(v + i * A + 16, x2);
+        }
+    }
+    _mm512_storeu_pd(mu, m0);
+    _mm512_storeu_pd(sumsq, s0);
+    if (nv > 1) _mm512_storeu_pd(mu + 8, m1), _mm512_storeu_pd(sumsq + 8, s1);
+    if (nv > 2) _mm512_storeu_pd(mu + 16, m2), _mm512_storeu_pd(sumsq + 16, s2);
+}
+#elif defined(__AVX__) && defined(__FMA__)
 /* Solve the block of rows i0 .. i0 + MR - 1 of a panel of w = 4 nv columns (nv = 1, 2, 3: a
  * constant after inlining into solve_tile_1/2/3). The accumulators are named variables a<b><q>
  * (row b, vector q), not an array: GCC keeps an array of twelve vectors in memory and stores
@@ -272,18 +377,6 @@ static inline __attribute__((always_inline)) void solve_tile(const double *const
 #undef TRI_ROW
 #undef LOAD
 
-static void solve_tile_1(const double *const *lrow, const double *inv, long i0,
-                         const double *kp, double *vp) {
-    solve_tile(lrow, inv, i0, kp, vp, 1);
-}
-static void solve_tile_2(const double *const *lrow, const double *inv, long i0,
-                         const double *kp, double *vp) {
-    solve_tile(lrow, inv, i0, kp, vp, 2);
-}
-static void solve_tile_3(const double *const *lrow, const double *inv, long i0,
-                         const double *kp, double *vp) {
-    solve_tile(lrow, inv, i0, kp, vp, 3);
-}
 #else
 static void solve_tile(const double *const *lrow, const double *inv, long i0, const double *kp,
                        double *vp, int nv) {
@@ -309,7 +402,7 @@ static void solve_tile(const double *const *lrow, const double *inv, long i0, co
 #define solve_tile_3(lrow, inv, i0, kp, vp) solve_tile(lrow, inv, i0, kp, vp, 3)
 #endif
 
-#if defined(__AVX__) && defined(__FMA__)
+#if LANES == 4 && defined(__AVX__) && defined(__FMA__)
 /* The sums of a solved panel of w = 4 nv columns (nv = 1, 2, 3, a constant after inlining):
  * mu = sum_i z_i V_i and colsum(V (.) V), accumulated in the order of the rows with a product
  * then a sum (the scalar loop's operations: the build does not contract them), in registers
@@ -346,7 +439,22 @@ static inline __attribute__((always_inline)) void panel_sums(long n, long A, con
     if (nv > 1) _mm256_storeu_pd(mu + 4, m1), _mm256_storeu_pd(sumsq + 4, s1);
     if (nv > 2) _mm256_storeu_pd(mu + 8, m2), _mm256_storeu_pd(sumsq + 8, s2);
 }
+#endif
 
+#if defined(__AVX__) && defined(__FMA__)
+/* The tile and the sums at 1, 2, 3 vectors (AVX2 or AVX-512), one copy each. */
+static void solve_tile_1(const double *const *lrow, const double *inv, long i0,
+                         const double *kp, double *vp) {
+    solve_tile(lrow, inv, i0, kp, vp, 1);
+}
+static void solve_tile_2(const double *const *lrow, const double *inv, long i0,
+                         const double *kp, double *vp) {
+    solve_tile(lrow, inv, i0, kp, vp, 2);
+}
+static void solve_tile_3(const double *const *lrow, const double *inv, long i0,
+                         const double *kp, double *vp) {
+    solve_tile(lrow, inv, i0, kp, vp, 3);
+}
 static void panel_sums_1(long n, long A, const double *vp, const double *z, double *v,
                          double *mu, double *sumsq) {
     panel_sums(n, A, vp, z, v, mu, sumsq, 1);
@@ -372,14 +480,15 @@ static void solve_factor(long n, long npad, long A, const double *kp, const doub
         long c = A - j0 < w ? A - j0 : w;
         const double *kpan = kp + npad * j0;
         for (long i0 = 0; i0 < npad; i0 += MR) {
-            if (w == 12) solve_tile_3(lrow + i0, inv, i0, kpan, vp);
-            else if (w == 8) solve_tile_2(lrow + i0, inv, i0, kpan, vp);
+            if (w == 3 * LANES) solve_tile_3(lrow + i0, inv, i0, kpan, vp);
+            else if (w == 2 * LANES) solve_tile_2(lrow + i0, inv, i0, kpan, vp);
             else solve_tile_1(lrow + i0, inv, i0, kpan, vp);
         }
 #if defined(__AVX__) && defined(__FMA__)
         if (c == w) { /* a full panel: the sums in registers (the same operations) */
-            if (w == 12) panel_sums_3(n, A, vp, z, v ? v + j0 : NULL, mu + j0, sumsq + j0);
-            else if (w == 8) panel_sums_2(n, A, vp, z, v ? v + j0 : NULL, mu + j0, sumsq + j0);
+            if (w == 3 * LANES) panel_sums_3(n, A, vp, z, v ? v + j0 : NULL, mu + j0, sumsq + j0);
+            else if (w == 2 * LANES)
+                panel_sums_2(n, A, vp, z, v ? v + j0 : NULL, mu + j0, sumsq + j0);
             else panel_sums_1(n, A, vp, z, v ? v + j0 : NULL, mu + j0, sumsq + j0);
             continue;
         }
