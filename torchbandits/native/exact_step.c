@@ -177,13 +177,23 @@ static inline const double *factor_row(const double *head, long n0, const double
 #define NR (3 * LANES)
 
 /* The width of the panel that starts at column j0: NR (3 vectors), or the rest rounded up to a
- * vector; a rest of 4 vectors is cut 2 + 2 rather than 3 + 1 (a one-vector tile keeps four
- * accumulators, too few to fill the two FMA pipes: half the rate; a two-vector tile keeps
- * eight). The columns are solved independently, each by the same operations in the same order
+ * vector; a rest of more than 3 and at most 4 vectors is cut 2 + 2 rather than 3 + 1 (a
+ * one-vector tile keeps four accumulators, too few to fill the two FMA pipes: half the rate; a
+ * two-vector tile keeps eight; A = 100 with AVX-512: 24 + 24 + 24 + 16 + 16, four columns of
+ * padding). The columns are solved independently, each by the same operations in the same order
  * whatever the panel or the vector width, so the cut changes no number. */
 static inline long panel_width(long A, long j0) {
     long rest = A - j0;
-    return rest == 4 * LANES ? 2 * LANES : rest >= NR ? NR : (rest + LANES - 1) / LANES * LANES;
+    return rest > NR && rest <= NR + LANES ? 2 * LANES
+           : rest >= NR                    ? NR
+                                           : (rest + LANES - 1) / LANES * LANES;
+}
+
+/* The columns of all panels of A candidates (A rounded up by the panels' padding). */
+static inline long padded_columns(long A) {
+    long total = 0;
+    for (long j0 = 0, w; j0 < A; j0 += w) w = panel_width(A, j0), total += w;
+    return total;
 }
 
 /* Pack K [n, A] (row-major) into the panels of kp (zero padding). */
@@ -520,7 +530,7 @@ typedef struct {
 } score_scratch;
 
 static int score_scratch_alloc(score_scratch *s, long n, long A, size_t extra) {
-    long npad = (n + MR - 1) / MR * MR, apad = A > 0 ? A - A % NR + panel_width(A, A - A % NR) : 0;
+    long npad = (n + MR - 1) / MR * MR, apad = padded_columns(A);
     size_t size = (size_t)(npad * apad) + (size_t)(npad * NR) + 8 + 2 * (size_t)npad + extra;
     s->block = malloc(size * sizeof(double));
     s->lrow = malloc((size_t)(npad > 0 ? npad : 1) * sizeof(const double *));
