@@ -180,15 +180,14 @@ def test_vectorised_exp_to_a_few_ulps(kind):
     torch.testing.assert_close(got[~normal], ref[~normal], rtol=0.0, atol=tiny * 1e-3)
 
 
-@pytest.fixture(scope="module")
-def plain_library(tmp_path_factory):
-    """exact_step.c built for plain x86-64 (no AVX, no FMA instructions: the portable loops of
-    the forward substitution, fma() from libm), its argument types those of the AVX build."""
+def _build(tmp_path_factory, tag: str, arch: list[str]):  # type: ignore[no-untyped-def]
+    """exact_step.c built with ``-march=native`` replaced by ``arch``, its argument types those
+    of the native build."""
     cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
     if cc is None or platform.machine().lower() not in ("x86_64", "amd64"):
         pytest.skip("needs a C compiler for x86-64")
-    out = tmp_path_factory.mktemp("plain") / "exact_step_plain.so"
-    flags = [f if f != "-march=native" else "-march=x86-64" for f in native.CFLAGS]
+    out = tmp_path_factory.mktemp(tag) / f"exact_step_{tag}.so"
+    flags = [g for f in native.CFLAGS for g in (arch if f == "-march=native" else [f])]
     source = Path(nx.__file__).with_name("exact_step.c")
     subprocess.run([cc, *flags, "-o", str(out), str(source), "-lm"], check=True, timeout=120)
     lib = ctypes.CDLL(str(out))
@@ -196,6 +195,41 @@ def plain_library(tmp_path_factory):
         ref = getattr(nx.available(), name)
         getattr(lib, name).argtypes, getattr(lib, name).restype = ref.argtypes, ref.restype
     return lib
+
+
+@pytest.fixture(scope="module")
+def plain_library(tmp_path_factory):
+    """exact_step.c built for plain x86-64 (no AVX, no FMA instructions: the portable loops of
+    the forward substitution, fma() from libm)."""
+    return _build(tmp_path_factory, "plain", ["-march=x86-64"])
+
+
+@pytest.fixture(scope="module")
+def avx2_library(tmp_path_factory):
+    """exact_step.c built for this CPU without AVX-512 (the 4-wide tiles), where it has it."""
+    if not _has_avx512():
+        pytest.skip("the native build is the AVX2 build already")
+    return _build(tmp_path_factory, "avx2", ["-march=native", "-mno-avx512f"])
+
+
+def _has_avx512() -> bool:
+    try:
+        return "avx512f" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize(("n", "a"), [(1, 1), (7, 5), (13, 29), (64, 100), (70, 28), (257, 13),
+                                      (33, 57)])
+def test_avx512_tiles_give_the_avx2_bits(avx2_library, n, a):
+    """The 8-wide tiles and panel sums make every entry by the 4-wide ones' operations in the same
+    order: the same bits for every panel cut (A = 100: 24·3 + 16 + 16; 28: 24 + 8, 57: …)."""
+    xs, cand, weight = _data(n, a, seed=8)
+    factors = [_factor(xs, "m52", reg, n // 3, seed=r) for r, reg in enumerate((1e-3, 0.1))]
+    narrow = _score(xs, cand, weight, "m52", factors, lib=avx2_library)
+    wide = _score(xs, cand, weight, "m52", factors)
+    for got, want in zip(narrow, wide, strict=True):
+        assert torch.equal(got, want)
 
 
 @pytest.mark.parametrize(("n", "a"), [(1, 1), (7, 5), (13, 29), (64, 100), (257, 13)])
