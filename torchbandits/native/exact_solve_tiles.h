@@ -1,0 +1,341 @@
+/* The forward substitution's packing and register tiles of exact_step.c (included there, before
+ * solve_factor): panel widths, the packing of K_SC, the factor's rows, and the MR x w tiles and
+ * panel sums at AVX-512, AVX2 or plain-double width. Needs <math.h>, <stdint.h> and, with AVX,
+ * <immintrin.h> (exact_step.c includes them first). */
+#ifndef TB_EXACT_SOLVE_TILES_H
+#define TB_EXACT_SOLVE_TILES_H
+
+/* ---- The forward substitution V = L^{-1} K_SC, V_i = (K_i - sum_{k<i} L_ik V_k) / L_ii ----
+ *
+ * Packed and blocked as a matrix product (the bulk of the n^2 A / 2 multiply-adds is the update
+ * K_I - L_{I,<i0} V_{<i0} of a block I of MR rows by the rows already solved):
+ *   - the columns are cut into panels of NR = 3 vectors (12 columns with AVX2, 24 with AVX-512;
+ *     the last ones 1, 2 or 3 vectors wide, the candidates padded with zero columns up to a
+ *     multiple of a vector), the rows padded to npad, a
+ *     multiple of MR = 4, with zero rows of L (and 1 / L_ii = 0: zero rows of V);
+ *   - K_SC is packed panel by panel, each panel [npad, w] contiguous (kp; shared by the factors);
+ *   - a panel is solved block after block into vp [npad, w] (contiguous, so the rows V_k that a
+ *     block reads are one stream from the L1/L2 cache; L is read in place, MR streams along its
+ *     rows i0 .. i0 + MR - 1: packing it cost more than it saved): the tile MR x w keeps its
+ *     MR w / LANES accumulators in registers (4 x 3 vectors: twelve registers), each k costs
+ *     w / LANES loads of V_k, MR broadcasts of L_{., k} and MR w / LANES fused multiply-adds
+ *     (AVX-512: each V_ic still the same multiply-adds in the same order as with AVX2 or
+ *     plain doubles, so the same bits, at twice the rate: 120-125 against 60-65 GFLOP/s on a
+ *     Zen 5 core at n = 100-200);
+ *     then the MR x MR triangle inside the block, in registers, row after row:
+ *     acc_b -= sum_{p<b} L_{i0+b, i0+p} V_{i0+p} and V_{i0+b} = acc_b * (1 / L_{i0+b, i0+b});
+ *   - a solved panel is written into V [n, A] (row-major) with mu = z^T V and colsum(V (.) V)
+ *     of its columns, accumulated in the order of the rows.
+ * Without AVX and FMA the same loops run on plain doubles (fma() for every multiply-add). */
+#define MR 4
+#if defined(__AVX512F__) && defined(__FMA__)
+#define LANES 8 /* AVX-512: 8 doubles a vector (twice the multiply-adds a cycle of AVX2) */
+#else
+#define LANES 4
+#endif
+#define NR (3 * LANES)
+
+/* The width of the panel that starts at column j0: NR (3 vectors), or the rest rounded up to a
+ * vector; a rest of more than 3 and at most 4 vectors is cut 2 + 2 rather than 3 + 1 (a
+ * one-vector tile keeps four accumulators, too few to fill the two FMA pipes: half the rate; a
+ * two-vector tile keeps eight; A = 100 with AVX-512: 24 + 24 + 24 + 16 + 16, four columns of
+ * padding). The columns are solved independently, each by the same operations in the same order
+ * whatever the panel or the vector width, so the cut changes no number. */
+static inline long panel_width(long A, long j0) {
+    long rest = A - j0;
+    return rest > NR && rest <= NR + LANES ? 2 * LANES
+           : rest >= NR                    ? NR
+                                           : (rest + LANES - 1) / LANES * LANES;
+}
+
+/* The columns of all panels of A candidates (A rounded up by the panels' padding). */
+static inline long padded_columns(long A) {
+    long total = 0;
+    for (long j0 = 0, w; j0 < A; j0 += w) w = panel_width(A, j0), total += w;
+    return total;
+}
+
+/* Pack K [n, A] (row-major) into the panels of kp (zero padding). */
+static void pack_k(long n, long npad, long A, const double *kq, double *kp) {
+    for (long j0 = 0, w; j0 < A; j0 += w) {
+        w = panel_width(A, j0);
+        long c = A - j0 < w ? A - j0 : w;
+        double *panel = kp + npad * j0;
+        for (long i = 0; i < npad; ++i) {
+            long c0 = i < n ? c : 0;
+            for (long q = 0; q < c0; ++q) panel[i * w + q] = kq[i * A + j0 + q];
+            for (long q = c0; q < w; ++q) panel[i * w + q] = 0.0;
+        }
+    }
+}
+
+/* The addresses of the factor's rows, lrow [npad] (the padding rows: zeros [npad]), and
+ * 1 / L_ii, inv [npad] (0 for the padding rows). */
+static void factor_rows(long n, long npad, const double *head, long n0, const double *tail,
+                        long width, const double *zeros, const double **lrow, double *inv) {
+    for (long i = 0; i < npad; ++i) {
+        lrow[i] = i < n ? factor_row(head, n0, tail, width, i) : zeros;
+        inv[i] = i < n ? lrow[i][i] : 0.0;
+    }
+    for (long i = 0; i < n; ++i) inv[i] = 1.0 / inv[i]; /* vectorised */
+}
+
+#if LANES == 8
+/* The AVX-512 tile: as the AVX2 one below, with 8-wide vectors (w = 8 nv columns). */
+#define ROW_K(b)                                                                                \
+    do {                                                                                        \
+        __m512d l = _mm512_set1_pd(l##b[k]);                                                    \
+        a##b##0 = _mm512_fnmadd_pd(l, x0, a##b##0);                                             \
+        if (nv > 1) a##b##1 = _mm512_fnmadd_pd(l, x1, a##b##1);                                 \
+        if (nv > 2) a##b##2 = _mm512_fnmadd_pd(l, x2, a##b##2);                                 \
+    } while (0)
+#define TRI_UPD(b, p)                                                                           \
+    do {                                                                                        \
+        __m512d l = _mm512_set1_pd(l##b[i0 + (p)]);                                             \
+        a##b##0 = _mm512_fnmadd_pd(l, a##p##0, a##b##0);                                        \
+        if (nv > 1) a##b##1 = _mm512_fnmadd_pd(l, a##p##1, a##b##1);                            \
+        if (nv > 2) a##b##2 = _mm512_fnmadd_pd(l, a##p##2, a##b##2);                            \
+    } while (0)
+#define TRI_ROW(b)                                                                              \
+    do {                                                                                        \
+        __m512d s = _mm512_set1_pd(inv[i0 + (b)]);                                              \
+        double *out = vp + (i0 + (b)) * w;                                                      \
+        a##b##0 = _mm512_mul_pd(a##b##0, s);                                                    \
+        _mm512_storeu_pd(out, a##b##0);                                                         \
+        if (nv > 1) a##b##1 = _mm512_mul_pd(a##b##1, s), _mm512_storeu_pd(out + 8, a##b##1);    \
+        if (nv > 2) a##b##2 = _mm512_mul_pd(a##b##2, s), _mm512_storeu_pd(out + 16, a##b##2);   \
+    } while (0)
+#define LOAD(b, q) (nv > (q) ? _mm512_loadu_pd(kp + (i0 + (b)) * w + 8 * (q)) : _mm512_setzero_pd())
+
+static inline __attribute__((always_inline)) void solve_tile(const double *const *lrow,
+                                                             const double *inv, long i0,
+                                                             const double *kp, double *vp,
+                                                             const int nv) {
+    const long w = 8 * nv;
+    __m512d a00 = LOAD(0, 0), a01 = LOAD(0, 1), a02 = LOAD(0, 2);
+    __m512d a10 = LOAD(1, 0), a11 = LOAD(1, 1), a12 = LOAD(1, 2);
+    __m512d a20 = LOAD(2, 0), a21 = LOAD(2, 1), a22 = LOAD(2, 2);
+    __m512d a30 = LOAD(3, 0), a31 = LOAD(3, 1), a32 = LOAD(3, 2);
+    const double *l0 = lrow[0], *l1 = lrow[1], *l2 = lrow[2], *l3 = lrow[3], *vk = vp;
+    for (long k = 0; k < i0; ++k, vk += w) { /* the rows already solved */
+        __m512d x0 = _mm512_loadu_pd(vk);
+        __m512d x1 = nv > 1 ? _mm512_loadu_pd(vk + 8) : x0;
+        __m512d x2 = nv > 2 ? _mm512_loadu_pd(vk + 16) : x0;
+        __asm__("" : "+v"(x0), "+v"(x1), "+v"(x2)); /* V_k in registers (see the AVX2 tile) */
+        ROW_K(0);
+        ROW_K(1);
+        ROW_K(2);
+        ROW_K(3);
+    }
+    TRI_ROW(0);
+    TRI_UPD(1, 0);
+    TRI_ROW(1);
+    TRI_UPD(2, 0);
+    TRI_UPD(2, 1);
+    TRI_ROW(2);
+    TRI_UPD(3, 0);
+    TRI_UPD(3, 1);
+    TRI_UPD(3, 2);
+    TRI_ROW(3);
+}
+#undef ROW_K
+#undef TRI_UPD
+#undef TRI_ROW
+#undef LOAD
+
+/* The sums of a solved panel (the AVX2 panel_sums below, 8-wide). */
+static inline __attribute__((always_inline)) void panel_sums(long n, long A, const double *vp,
+                                                             const double *z, double *v,
+                                                             double *mu, double *sumsq,
+                                                             const int nv) {
+    const long w = 8 * nv;
+    __m512d m0 = _mm512_setzero_pd(), m1 = m0, m2 = m0, s0 = m0, s1 = m0, s2 = m0;
+    for (long i = 0; i < n; ++i) {
+        const double *vi = vp + i * w;
+        __m512d zi = _mm512_set1_pd(z[i]);
+        __m512d x0 = _mm512_loadu_pd(vi);
+        m0 = _mm512_add_pd(m0, _mm512_mul_pd(zi, x0));
+        s0 = _mm512_add_pd(s0, _mm512_mul_pd(x0, x0));
+        if (v) _mm512_storeu_pd(v + i * A, x0);
+        if (nv > 1) {
+            __m512d x1 = _mm512_loadu_pd(vi + 8);
+            m1 = _mm512_add_pd(m1, _mm512_mul_pd(zi, x1));
+            s1 = _mm512_add_pd(s1, _mm512_mul_pd(x1, x1));
+            if (v) _mm512_storeu_pd(v + i * A + 8, x1);
+        }
+        if (nv > 2) {
+            __m512d x2 = _mm512_loadu_pd(vi + 16);
+            m2 = _mm512_add_pd(m2, _mm512_mul_pd(zi, x2));
+            s2 = _mm512_add_pd(s2, _mm512_mul_pd(x2, x2));
+            if (v) _mm512_storeu_pd(v + i * A + 16, x2);
+        }
+    }
+    _mm512_storeu_pd(mu, m0);
+    _mm512_storeu_pd(sumsq, s0);
+    if (nv > 1) _mm512_storeu_pd(mu + 8, m1), _mm512_storeu_pd(sumsq + 8, s1);
+    if (nv > 2) _mm512_storeu_pd(mu + 16, m2), _mm512_storeu_pd(sumsq + 16, s2);
+}
+#elif defined(__AVX__) && defined(__FMA__)
+/* Solve the block of rows i0 .. i0 + MR - 1 of a panel of w = 4 nv columns (nv = 1, 2, 3: a
+ * constant after inlining into solve_tile_1/2/3). The accumulators are named variables a<b><q>
+ * (row b, vector q), not an array: GCC keeps an array of twelve vectors in memory and stores
+ * it at every k (a third of the rate). The vectors q >= nv are never used (dead code after
+ * inlining). */
+#define ROW_K(b) /* acc_b -= L_{i0+b, k} V_k */                                                 \
+    do {                                                                                        \
+        __m256d l = _mm256_broadcast_sd(l##b + k);                                              \
+        a##b##0 = _mm256_fnmadd_pd(l, x0, a##b##0);                                             \
+        if (nv > 1) a##b##1 = _mm256_fnmadd_pd(l, x1, a##b##1);                                 \
+        if (nv > 2) a##b##2 = _mm256_fnmadd_pd(l, x2, a##b##2);                                 \
+    } while (0)
+#define TRI_UPD(b, p) /* acc_b -= L_{i0+b, i0+p} V_{i0+p} (V_{i0+p} = acc_p, solved) */         \
+    do {                                                                                        \
+        __m256d l = _mm256_broadcast_sd(l##b + i0 + (p));                                       \
+        a##b##0 = _mm256_fnmadd_pd(l, a##p##0, a##b##0);                                        \
+        if (nv > 1) a##b##1 = _mm256_fnmadd_pd(l, a##p##1, a##b##1);                            \
+        if (nv > 2) a##b##2 = _mm256_fnmadd_pd(l, a##p##2, a##b##2);                            \
+    } while (0)
+#define TRI_ROW(b) /* V_{i0+b} = acc_b * (1 / L_{i0+b, i0+b}) */                                \
+    do {                                                                                        \
+        __m256d s = _mm256_broadcast_sd(inv + i0 + (b));                                        \
+        double *out = vp + (i0 + (b)) * w;                                                      \
+        a##b##0 = _mm256_mul_pd(a##b##0, s);                                                    \
+        _mm256_storeu_pd(out, a##b##0);                                                         \
+        if (nv > 1) a##b##1 = _mm256_mul_pd(a##b##1, s), _mm256_storeu_pd(out + 4, a##b##1);    \
+        if (nv > 2) a##b##2 = _mm256_mul_pd(a##b##2, s), _mm256_storeu_pd(out + 8, a##b##2);    \
+    } while (0)
+#define LOAD(b, q) (nv > (q) ? _mm256_loadu_pd(kp + (i0 + (b)) * w + 4 * (q)) : _mm256_setzero_pd())
+
+static inline __attribute__((always_inline)) void solve_tile(const double *const *lrow,
+                                                             const double *inv, long i0,
+                                                             const double *kp, double *vp,
+                                                             const int nv) {
+    const long w = 4 * nv;
+    __m256d a00 = LOAD(0, 0), a01 = LOAD(0, 1), a02 = LOAD(0, 2);
+    __m256d a10 = LOAD(1, 0), a11 = LOAD(1, 1), a12 = LOAD(1, 2);
+    __m256d a20 = LOAD(2, 0), a21 = LOAD(2, 1), a22 = LOAD(2, 2);
+    __m256d a30 = LOAD(3, 0), a31 = LOAD(3, 1), a32 = LOAD(3, 2);
+    const double *l0 = lrow[0], *l1 = lrow[1], *l2 = lrow[2], *l3 = lrow[3], *vk = vp;
+    for (long k = 0; k < i0; ++k, vk += w) { /* the rows already solved */
+        __m256d x0 = _mm256_loadu_pd(vk);
+        __m256d x1 = nv > 1 ? _mm256_loadu_pd(vk + 4) : x0;
+        __m256d x2 = nv > 2 ? _mm256_loadu_pd(vk + 8) : x0;
+        /* V_k in registers: else GCC reloads it as a memory operand of each of the MR FMAs
+         * (16 loads per 12 FMAs: half the rate; with this empty asm the loop runs at the
+         * core's peak, two 4-wide FMAs per cycle, when the panel is in L1) */
+        __asm__("" : "+x"(x0), "+x"(x1), "+x"(x2));
+        ROW_K(0);
+        ROW_K(1);
+        ROW_K(2);
+        ROW_K(3);
+    }
+    /* the triangle inside the block, row after row */
+    TRI_ROW(0);
+    TRI_UPD(1, 0);
+    TRI_ROW(1);
+    TRI_UPD(2, 0);
+    TRI_UPD(2, 1);
+    TRI_ROW(2);
+    TRI_UPD(3, 0);
+    TRI_UPD(3, 1);
+    TRI_UPD(3, 2);
+    TRI_ROW(3);
+}
+#undef ROW_K
+#undef TRI_UPD
+#undef TRI_ROW
+#undef LOAD
+
+#else
+static void solve_tile(const double *const *lrow, const double *inv, long i0, const double *kp,
+                       double *vp, int nv) {
+    const long w = 4 * nv;
+    double acc[MR][NR];
+    for (int b = 0; b < MR; ++b)
+        for (long c = 0; c < w; ++c) acc[b][c] = kp[(i0 + b) * w + c];
+    for (long k = 0; k < i0; ++k)
+        for (int b = 0; b < MR; ++b)
+            for (long c = 0; c < w; ++c) acc[b][c] = fma(-lrow[b][k], vp[k * w + c], acc[b][c]);
+    for (int b = 0; b < MR; ++b) {
+        for (int p = 0; p < b; ++p)
+            for (long c = 0; c < w; ++c)
+                acc[b][c] = fma(-lrow[b][i0 + p], acc[p][c], acc[b][c]);
+        for (long c = 0; c < w; ++c) {
+            acc[b][c] *= inv[i0 + b];
+            vp[(i0 + b) * w + c] = acc[b][c];
+        }
+    }
+}
+#define solve_tile_1(lrow, inv, i0, kp, vp) solve_tile(lrow, inv, i0, kp, vp, 1)
+#define solve_tile_2(lrow, inv, i0, kp, vp) solve_tile(lrow, inv, i0, kp, vp, 2)
+#define solve_tile_3(lrow, inv, i0, kp, vp) solve_tile(lrow, inv, i0, kp, vp, 3)
+#endif
+
+#if LANES == 4 && defined(__AVX__) && defined(__FMA__)
+/* The sums of a solved panel of w = 4 nv columns (nv = 1, 2, 3, a constant after inlining):
+ * mu = sum_i z_i V_i and colsum(V (.) V), accumulated in the order of the rows with a product
+ * then a sum (the scalar loop's operations: the build does not contract them), in registers
+ * (an array of accumulators is kept in memory by GCC: a load and a store per row); V_i copied
+ * into v's row i (v [n, A] at the panel's first column, NULL: none). */
+static inline __attribute__((always_inline)) void panel_sums(long n, long A, const double *vp,
+                                                             const double *z, double *v,
+                                                             double *mu, double *sumsq,
+                                                             const int nv) {
+    const long w = 4 * nv;
+    __m256d m0 = _mm256_setzero_pd(), m1 = m0, m2 = m0, s0 = m0, s1 = m0, s2 = m0;
+    for (long i = 0; i < n; ++i) {
+        const double *vi = vp + i * w;
+        __m256d zi = _mm256_broadcast_sd(z + i);
+        __m256d x0 = _mm256_loadu_pd(vi);
+        m0 = _mm256_add_pd(m0, _mm256_mul_pd(zi, x0));
+        s0 = _mm256_add_pd(s0, _mm256_mul_pd(x0, x0));
+        if (v) _mm256_storeu_pd(v + i * A, x0);
+        if (nv > 1) {
+            __m256d x1 = _mm256_loadu_pd(vi + 4);
+            m1 = _mm256_add_pd(m1, _mm256_mul_pd(zi, x1));
+            s1 = _mm256_add_pd(s1, _mm256_mul_pd(x1, x1));
+            if (v) _mm256_storeu_pd(v + i * A + 4, x1);
+        }
+        if (nv > 2) {
+            __m256d x2 = _mm256_loadu_pd(vi + 8);
+            m2 = _mm256_add_pd(m2, _mm256_mul_pd(zi, x2));
+            s2 = _mm256_add_pd(s2, _mm256_mul_pd(x2, x2));
+            if (v) _mm256_storeu_pd(v + i * A + 8, x2);
+        }
+    }
+    _mm256_storeu_pd(mu, m0);
+    _mm256_storeu_pd(sumsq, s0);
+    if (nv > 1) _mm256_storeu_pd(mu + 4, m1), _mm256_storeu_pd(sumsq + 4, s1);
+    if (nv > 2) _mm256_storeu_pd(mu + 8, m2), _mm256_storeu_pd(sumsq + 8, s2);
+}
+#endif
+
+#if defined(__AVX__) && defined(__FMA__)
+/* The tile and the sums at 1, 2, 3 vectors (AVX2 or AVX-512), one copy each. */
+static void solve_tile_1(const double *const *lrow, const double *inv, long i0,
+                         const double *kp, double *vp) {
+    solve_tile(lrow, inv, i0, kp, vp, 1);
+}
+static void solve_tile_2(const double *const *lrow, const double *inv, long i0,
+                         const double *kp, double *vp) {
+    solve_tile(lrow, inv, i0, kp, vp, 2);
+}
+static void solve_tile_3(const double *const *lrow, const double *inv, long i0,
+                         const double *kp, double *vp) {
+    solve_tile(lrow, inv, i0, kp, vp, 3);
+}
+static void panel_sums_1(long n, long A, const double *vp, const double *z, double *v,
+                         double *mu, double *sumsq) {
+    panel_sums(n, A, vp, z, v, mu, sumsq, 1);
+}
+static void panel_sums_2(long n, long A, const double *vp, const double *z, double *v,
+                         double *mu, double *sumsq) {
+    panel_sums(n, A, vp, z, v, mu, sumsq, 2);
+}
+static void panel_sums_3(long n, long A, const double *vp, const double *z, double *v,
+                         double *mu, double *sumsq) {
+    panel_sums(n, A, vp, z, v, mu, sumsq, 3);
+}
+#endif
+
+#endif /* TB_EXACT_SOLVE_TILES_H */
