@@ -20,19 +20,7 @@ from torchbandits.run_draw_threads import (
     default_draw_ahead,
 )
 
-from .test_run_streams_threads import PLAN, SEEDS, _play
-
-
-def _sequential_state(seed: int, plan) -> torch.Tensor:  # type: ignore[no-untyped-def]
-    ref = torch.Generator().manual_seed(seed)
-    for kind, arg in plan:
-        if kind == "u":
-            torch.rand(arg, generator=ref, dtype=torch.float64)
-        elif kind == "n":
-            torch.randn(arg, generator=ref, dtype=torch.float64)
-        else:
-            torch.randint(arg, (), generator=ref)
-    return ref.get_state()
+from .test_run_streams_threads import PLAN, SEEDS, _play, sequential_state
 
 
 @pytest.mark.parametrize("threads", [1, 3])
@@ -54,7 +42,7 @@ def test_drawing_ahead_draws_the_same_numbers_and_rewinds_exactly(threads: int, 
     for a, b in zip(_play(plain, more), _play(again, more), strict=True):
         assert torch.equal(a, b)
     for g, seed in zip(ahead.sync(), SEEDS, strict=True):
-        assert torch.equal(g.get_state(), _sequential_state(seed, PLAN))
+        assert torch.equal(g.get_state(), sequential_state(seed, PLAN))
 
 
 def test_cancel_leaves_the_generators_at_the_end_of_the_open_chunk() -> None:

@@ -54,15 +54,20 @@ def test_threads_draw_the_same_numbers_and_rewind_exactly(threads: int, chunk: i
         assert torch.equal(a, b)
     # sync hands generators standing exactly where the sequential ones stand
     for g, seed in zip(pooled.sync(), SEEDS, strict=True):
-        ref = torch.Generator().manual_seed(seed)
-        for kind, arg in PLAN:
-            if kind == "u":
-                torch.rand(arg, generator=ref, dtype=torch.float64)
-            elif kind == "n":
-                torch.randn(arg, generator=ref, dtype=torch.float64)
-            else:
-                torch.randint(arg, (), generator=ref)
-        assert torch.equal(g.get_state(), ref.get_state())
+        assert torch.equal(g.get_state(), sequential_state(seed, PLAN))
+
+
+def sequential_state(seed: int, plan) -> torch.Tensor:  # type: ignore[no-untyped-def]
+    """The state of a generator seeded ``seed`` after the per-round calls of ``plan``."""
+    ref = torch.Generator().manual_seed(seed)
+    for kind, arg in plan:
+        if kind == "u":
+            torch.rand(arg, generator=ref, dtype=torch.float64)
+        elif kind == "n":
+            torch.randn(arg, generator=ref, dtype=torch.float64)
+        else:
+            torch.randint(arg, (), generator=ref)
+    return ref.get_state()
 
 
 def _cpus(monkeypatch: pytest.MonkeyPatch, n: int) -> None:

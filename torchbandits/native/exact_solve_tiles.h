@@ -80,150 +80,79 @@ static void factor_rows(long n, long npad, const double *head, long n0, const do
     for (long i = 0; i < n; ++i) inv[i] = 1.0 / inv[i]; /* vectorised */
 }
 
+#if defined(__AVX__) && defined(__FMA__)
+/* The vector type of the tiles (LANES doubles) and its operations: AVX-512 or AVX2. Each entry
+ * is made by the same operations in the same order at either width (the same bits). */
 #if LANES == 8
-/* The AVX-512 tile: as the AVX2 one below, with 8-wide vectors (w = 8 nv columns). */
-#define ROW_K(b)                                                                                \
-    do {                                                                                        \
-        __m512d l = _mm512_set1_pd(l##b[k]);                                                    \
-        a##b##0 = _mm512_fnmadd_pd(l, x0, a##b##0);                                             \
-        if (nv > 1) a##b##1 = _mm512_fnmadd_pd(l, x1, a##b##1);                                 \
-        if (nv > 2) a##b##2 = _mm512_fnmadd_pd(l, x2, a##b##2);                                 \
-    } while (0)
-#define TRI_UPD(b, p)                                                                           \
-    do {                                                                                        \
-        __m512d l = _mm512_set1_pd(l##b[i0 + (p)]);                                             \
-        a##b##0 = _mm512_fnmadd_pd(l, a##p##0, a##b##0);                                        \
-        if (nv > 1) a##b##1 = _mm512_fnmadd_pd(l, a##p##1, a##b##1);                            \
-        if (nv > 2) a##b##2 = _mm512_fnmadd_pd(l, a##p##2, a##b##2);                            \
-    } while (0)
-#define TRI_ROW(b)                                                                              \
-    do {                                                                                        \
-        __m512d s = _mm512_set1_pd(inv[i0 + (b)]);                                              \
-        double *out = vp + (i0 + (b)) * w;                                                      \
-        a##b##0 = _mm512_mul_pd(a##b##0, s);                                                    \
-        _mm512_storeu_pd(out, a##b##0);                                                         \
-        if (nv > 1) a##b##1 = _mm512_mul_pd(a##b##1, s), _mm512_storeu_pd(out + 8, a##b##1);    \
-        if (nv > 2) a##b##2 = _mm512_mul_pd(a##b##2, s), _mm512_storeu_pd(out + 16, a##b##2);   \
-    } while (0)
-#define LOAD(b, q) (nv > (q) ? _mm512_loadu_pd(kp + (i0 + (b)) * w + 8 * (q)) : _mm512_setzero_pd())
+typedef __m512d vec;
+#define VLOAD _mm512_loadu_pd
+#define VSTORE _mm512_storeu_pd
+#define VSET1(p) _mm512_set1_pd(*(p))
+#define VFNMADD _mm512_fnmadd_pd
+#define VMUL _mm512_mul_pd
+#define VADD _mm512_add_pd
+#define VZERO _mm512_setzero_pd
+#define VREG "+v"
+#else
+typedef __m256d vec;
+#define VLOAD _mm256_loadu_pd
+#define VSTORE _mm256_storeu_pd
+#define VSET1(p) _mm256_broadcast_sd(p)
+#define VFNMADD _mm256_fnmadd_pd
+#define VMUL _mm256_mul_pd
+#define VADD _mm256_add_pd
+#define VZERO _mm256_setzero_pd
+#define VREG "+x"
+#endif
 
-static inline __attribute__((always_inline)) void solve_tile(const double *const *lrow,
-                                                             const double *inv, long i0,
-                                                             const double *kp, double *vp,
-                                                             const int nv) {
-    const long w = 8 * nv;
-    __m512d a00 = LOAD(0, 0), a01 = LOAD(0, 1), a02 = LOAD(0, 2);
-    __m512d a10 = LOAD(1, 0), a11 = LOAD(1, 1), a12 = LOAD(1, 2);
-    __m512d a20 = LOAD(2, 0), a21 = LOAD(2, 1), a22 = LOAD(2, 2);
-    __m512d a30 = LOAD(3, 0), a31 = LOAD(3, 1), a32 = LOAD(3, 2);
-    const double *l0 = lrow[0], *l1 = lrow[1], *l2 = lrow[2], *l3 = lrow[3], *vk = vp;
-    for (long k = 0; k < i0; ++k, vk += w) { /* the rows already solved */
-        __m512d x0 = _mm512_loadu_pd(vk);
-        __m512d x1 = nv > 1 ? _mm512_loadu_pd(vk + 8) : x0;
-        __m512d x2 = nv > 2 ? _mm512_loadu_pd(vk + 16) : x0;
-        __asm__("" : "+v"(x0), "+v"(x1), "+v"(x2)); /* V_k in registers (see the AVX2 tile) */
-        ROW_K(0);
-        ROW_K(1);
-        ROW_K(2);
-        ROW_K(3);
-    }
-    TRI_ROW(0);
-    TRI_UPD(1, 0);
-    TRI_ROW(1);
-    TRI_UPD(2, 0);
-    TRI_UPD(2, 1);
-    TRI_ROW(2);
-    TRI_UPD(3, 0);
-    TRI_UPD(3, 1);
-    TRI_UPD(3, 2);
-    TRI_ROW(3);
-}
-#undef ROW_K
-#undef TRI_UPD
-#undef TRI_ROW
-#undef LOAD
-
-/* The sums of a solved panel (the AVX2 panel_sums below, 8-wide). */
-static inline __attribute__((always_inline)) void panel_sums(long n, long A, const double *vp,
-                                                             const double *z, double *v,
-                                                             double *mu, double *sumsq,
-                                                             const int nv) {
-    const long w = 8 * nv;
-    __m512d m0 = _mm512_setzero_pd(), m1 = m0, m2 = m0, s0 = m0, s1 = m0, s2 = m0;
-    for (long i = 0; i < n; ++i) {
-        const double *vi = vp + i * w;
-        __m512d zi = _mm512_set1_pd(z[i]);
-        __m512d x0 = _mm512_loadu_pd(vi);
-        m0 = _mm512_add_pd(m0, _mm512_mul_pd(zi, x0));
-        s0 = _mm512_add_pd(s0, _mm512_mul_pd(x0, x0));
-        if (v) _mm512_storeu_pd(v + i * A, x0);
-        if (nv > 1) {
-            __m512d x1 = _mm512_loadu_pd(vi + 8);
-            m1 = _mm512_add_pd(m1, _mm512_mul_pd(zi, x1));
-            s1 = _mm512_add_pd(s1, _mm512_mul_pd(x1, x1));
-            if (v) _mm512_storeu_pd(v + i * A + 8, x1);
-        }
-        if (nv > 2) {
-            __m512d x2 = _mm512_loadu_pd(vi + 16);
-            m2 = _mm512_add_pd(m2, _mm512_mul_pd(zi, x2));
-            s2 = _mm512_add_pd(s2, _mm512_mul_pd(x2, x2));
-            if (v) _mm512_storeu_pd(v + i * A + 16, x2);
-        }
-    }
-    _mm512_storeu_pd(mu, m0);
-    _mm512_storeu_pd(sumsq, s0);
-    if (nv > 1) _mm512_storeu_pd(mu + 8, m1), _mm512_storeu_pd(sumsq + 8, s1);
-    if (nv > 2) _mm512_storeu_pd(mu + 16, m2), _mm512_storeu_pd(sumsq + 16, s2);
-}
-#elif defined(__AVX__) && defined(__FMA__)
-/* Solve the block of rows i0 .. i0 + MR - 1 of a panel of w = 4 nv columns (nv = 1, 2, 3: a
+/* Solve the block of rows i0 .. i0 + MR - 1 of a panel of w = LANES nv columns (nv = 1, 2, 3: a
  * constant after inlining into solve_tile_1/2/3). The accumulators are named variables a<b><q>
  * (row b, vector q), not an array: GCC keeps an array of twelve vectors in memory and stores
  * it at every k (a third of the rate). The vectors q >= nv are never used (dead code after
  * inlining). */
 #define ROW_K(b) /* acc_b -= L_{i0+b, k} V_k */                                                 \
     do {                                                                                        \
-        __m256d l = _mm256_broadcast_sd(l##b + k);                                              \
-        a##b##0 = _mm256_fnmadd_pd(l, x0, a##b##0);                                             \
-        if (nv > 1) a##b##1 = _mm256_fnmadd_pd(l, x1, a##b##1);                                 \
-        if (nv > 2) a##b##2 = _mm256_fnmadd_pd(l, x2, a##b##2);                                 \
+        vec l = VSET1(l##b + k);                                                                \
+        a##b##0 = VFNMADD(l, x0, a##b##0);                                                      \
+        if (nv > 1) a##b##1 = VFNMADD(l, x1, a##b##1);                                          \
+        if (nv > 2) a##b##2 = VFNMADD(l, x2, a##b##2);                                          \
     } while (0)
 #define TRI_UPD(b, p) /* acc_b -= L_{i0+b, i0+p} V_{i0+p} (V_{i0+p} = acc_p, solved) */         \
     do {                                                                                        \
-        __m256d l = _mm256_broadcast_sd(l##b + i0 + (p));                                       \
-        a##b##0 = _mm256_fnmadd_pd(l, a##p##0, a##b##0);                                        \
-        if (nv > 1) a##b##1 = _mm256_fnmadd_pd(l, a##p##1, a##b##1);                            \
-        if (nv > 2) a##b##2 = _mm256_fnmadd_pd(l, a##p##2, a##b##2);                            \
+        vec l = VSET1(l##b + i0 + (p));                                                         \
+        a##b##0 = VFNMADD(l, a##p##0, a##b##0);                                                 \
+        if (nv > 1) a##b##1 = VFNMADD(l, a##p##1, a##b##1);                                     \
+        if (nv > 2) a##b##2 = VFNMADD(l, a##p##2, a##b##2);                                     \
     } while (0)
 #define TRI_ROW(b) /* V_{i0+b} = acc_b * (1 / L_{i0+b, i0+b}) */                                \
     do {                                                                                        \
-        __m256d s = _mm256_broadcast_sd(inv + i0 + (b));                                        \
+        vec s = VSET1(inv + i0 + (b));                                                          \
         double *out = vp + (i0 + (b)) * w;                                                      \
-        a##b##0 = _mm256_mul_pd(a##b##0, s);                                                    \
-        _mm256_storeu_pd(out, a##b##0);                                                         \
-        if (nv > 1) a##b##1 = _mm256_mul_pd(a##b##1, s), _mm256_storeu_pd(out + 4, a##b##1);    \
-        if (nv > 2) a##b##2 = _mm256_mul_pd(a##b##2, s), _mm256_storeu_pd(out + 8, a##b##2);    \
+        a##b##0 = VMUL(a##b##0, s);                                                             \
+        VSTORE(out, a##b##0);                                                                   \
+        if (nv > 1) a##b##1 = VMUL(a##b##1, s), VSTORE(out + LANES, a##b##1);                   \
+        if (nv > 2) a##b##2 = VMUL(a##b##2, s), VSTORE(out + 2 * LANES, a##b##2);               \
     } while (0)
-#define LOAD(b, q) (nv > (q) ? _mm256_loadu_pd(kp + (i0 + (b)) * w + 4 * (q)) : _mm256_setzero_pd())
+#define LOAD(b, q) (nv > (q) ? VLOAD(kp + (i0 + (b)) * w + LANES * (q)) : VZERO())
 
 static inline __attribute__((always_inline)) void solve_tile(const double *const *lrow,
                                                              const double *inv, long i0,
                                                              const double *kp, double *vp,
                                                              const int nv) {
-    const long w = 4 * nv;
-    __m256d a00 = LOAD(0, 0), a01 = LOAD(0, 1), a02 = LOAD(0, 2);
-    __m256d a10 = LOAD(1, 0), a11 = LOAD(1, 1), a12 = LOAD(1, 2);
-    __m256d a20 = LOAD(2, 0), a21 = LOAD(2, 1), a22 = LOAD(2, 2);
-    __m256d a30 = LOAD(3, 0), a31 = LOAD(3, 1), a32 = LOAD(3, 2);
+    const long w = LANES * nv;
+    vec a00 = LOAD(0, 0), a01 = LOAD(0, 1), a02 = LOAD(0, 2);
+    vec a10 = LOAD(1, 0), a11 = LOAD(1, 1), a12 = LOAD(1, 2);
+    vec a20 = LOAD(2, 0), a21 = LOAD(2, 1), a22 = LOAD(2, 2);
+    vec a30 = LOAD(3, 0), a31 = LOAD(3, 1), a32 = LOAD(3, 2);
     const double *l0 = lrow[0], *l1 = lrow[1], *l2 = lrow[2], *l3 = lrow[3], *vk = vp;
     for (long k = 0; k < i0; ++k, vk += w) { /* the rows already solved */
-        __m256d x0 = _mm256_loadu_pd(vk);
-        __m256d x1 = nv > 1 ? _mm256_loadu_pd(vk + 4) : x0;
-        __m256d x2 = nv > 2 ? _mm256_loadu_pd(vk + 8) : x0;
+        vec x0 = VLOAD(vk);
+        vec x1 = nv > 1 ? VLOAD(vk + LANES) : x0;
+        vec x2 = nv > 2 ? VLOAD(vk + 2 * LANES) : x0;
         /* V_k in registers: else GCC reloads it as a memory operand of each of the MR FMAs
          * (16 loads per 12 FMAs: half the rate; with this empty asm the loop runs at the
-         * core's peak, two 4-wide FMAs per cycle, when the panel is in L1) */
-        __asm__("" : "+x"(x0), "+x"(x1), "+x"(x2));
+         * core's peak, two FMAs per cycle, when the panel is in L1) */
+        __asm__("" : VREG(x0), VREG(x1), VREG(x2));
         ROW_K(0);
         ROW_K(1);
         ROW_K(2);
@@ -246,33 +175,7 @@ static inline __attribute__((always_inline)) void solve_tile(const double *const
 #undef TRI_ROW
 #undef LOAD
 
-#else
-static void solve_tile(const double *const *lrow, const double *inv, long i0, const double *kp,
-                       double *vp, int nv) {
-    const long w = 4 * nv;
-    double acc[MR][NR];
-    for (int b = 0; b < MR; ++b)
-        for (long c = 0; c < w; ++c) acc[b][c] = kp[(i0 + b) * w + c];
-    for (long k = 0; k < i0; ++k)
-        for (int b = 0; b < MR; ++b)
-            for (long c = 0; c < w; ++c) acc[b][c] = fma(-lrow[b][k], vp[k * w + c], acc[b][c]);
-    for (int b = 0; b < MR; ++b) {
-        for (int p = 0; p < b; ++p)
-            for (long c = 0; c < w; ++c)
-                acc[b][c] = fma(-lrow[b][i0 + p], acc[p][c], acc[b][c]);
-        for (long c = 0; c < w; ++c) {
-            acc[b][c] *= inv[i0 + b];
-            vp[(i0 + b) * w + c] = acc[b][c];
-        }
-    }
-}
-#define solve_tile_1(lrow, inv, i0, kp, vp) solve_tile(lrow, inv, i0, kp, vp, 1)
-#define solve_tile_2(lrow, inv, i0, kp, vp) solve_tile(lrow, inv, i0, kp, vp, 2)
-#define solve_tile_3(lrow, inv, i0, kp, vp) solve_tile(lrow, inv, i0, kp, vp, 3)
-#endif
-
-#if LANES == 4 && defined(__AVX__) && defined(__FMA__)
-/* The sums of a solved panel of w = 4 nv columns (nv = 1, 2, 3, a constant after inlining):
+/* The sums of a solved panel of w = LANES nv columns (nv = 1, 2, 3, a constant after inlining):
  * mu = sum_i z_i V_i and colsum(V (.) V), accumulated in the order of the rows with a product
  * then a sum (the scalar loop's operations: the build does not contract them), in registers
  * (an array of accumulators is kept in memory by GCC: a load and a store per row); V_i copied
@@ -281,37 +184,35 @@ static inline __attribute__((always_inline)) void panel_sums(long n, long A, con
                                                              const double *z, double *v,
                                                              double *mu, double *sumsq,
                                                              const int nv) {
-    const long w = 4 * nv;
-    __m256d m0 = _mm256_setzero_pd(), m1 = m0, m2 = m0, s0 = m0, s1 = m0, s2 = m0;
+    const long w = LANES * nv;
+    vec m0 = VZERO(), m1 = m0, m2 = m0, s0 = m0, s1 = m0, s2 = m0;
     for (long i = 0; i < n; ++i) {
         const double *vi = vp + i * w;
-        __m256d zi = _mm256_broadcast_sd(z + i);
-        __m256d x0 = _mm256_loadu_pd(vi);
-        m0 = _mm256_add_pd(m0, _mm256_mul_pd(zi, x0));
-        s0 = _mm256_add_pd(s0, _mm256_mul_pd(x0, x0));
-        if (v) _mm256_storeu_pd(v + i * A, x0);
+        vec zi = VSET1(z + i);
+        vec x0 = VLOAD(vi);
+        m0 = VADD(m0, VMUL(zi, x0));
+        s0 = VADD(s0, VMUL(x0, x0));
+        if (v) VSTORE(v + i * A, x0);
         if (nv > 1) {
-            __m256d x1 = _mm256_loadu_pd(vi + 4);
-            m1 = _mm256_add_pd(m1, _mm256_mul_pd(zi, x1));
-            s1 = _mm256_add_pd(s1, _mm256_mul_pd(x1, x1));
-            if (v) _mm256_storeu_pd(v + i * A + 4, x1);
+            vec x1 = VLOAD(vi + LANES);
+            m1 = VADD(m1, VMUL(zi, x1));
+            s1 = VADD(s1, VMUL(x1, x1));
+            if (v) VSTORE(v + i * A + LANES, x1);
         }
         if (nv > 2) {
-            __m256d x2 = _mm256_loadu_pd(vi + 8);
-            m2 = _mm256_add_pd(m2, _mm256_mul_pd(zi, x2));
-            s2 = _mm256_add_pd(s2, _mm256_mul_pd(x2, x2));
-            if (v) _mm256_storeu_pd(v + i * A + 8, x2);
+            vec x2 = VLOAD(vi + 2 * LANES);
+            m2 = VADD(m2, VMUL(zi, x2));
+            s2 = VADD(s2, VMUL(x2, x2));
+            if (v) VSTORE(v + i * A + 2 * LANES, x2);
         }
     }
-    _mm256_storeu_pd(mu, m0);
-    _mm256_storeu_pd(sumsq, s0);
-    if (nv > 1) _mm256_storeu_pd(mu + 4, m1), _mm256_storeu_pd(sumsq + 4, s1);
-    if (nv > 2) _mm256_storeu_pd(mu + 8, m2), _mm256_storeu_pd(sumsq + 8, s2);
+    VSTORE(mu, m0);
+    VSTORE(sumsq, s0);
+    if (nv > 1) VSTORE(mu + LANES, m1), VSTORE(sumsq + LANES, s1);
+    if (nv > 2) VSTORE(mu + 2 * LANES, m2), VSTORE(sumsq + 2 * LANES, s2);
 }
-#endif
 
-#if defined(__AVX__) && defined(__FMA__)
-/* The tile and the sums at 1, 2, 3 vectors (AVX2 or AVX-512), one copy each. */
+/* The tile and the sums at 1, 2, 3 vectors, one copy each. */
 static void solve_tile_1(const double *const *lrow, const double *inv, long i0,
                          const double *kp, double *vp) {
     solve_tile(lrow, inv, i0, kp, vp, 1);
@@ -336,6 +237,30 @@ static void panel_sums_3(long n, long A, const double *vp, const double *z, doub
                          double *mu, double *sumsq) {
     panel_sums(n, A, vp, z, v, mu, sumsq, 3);
 }
+#else
+/* Without AVX and FMA: the same loops on plain doubles (fma() for every multiply-add). */
+static void solve_tile(const double *const *lrow, const double *inv, long i0, const double *kp,
+                       double *vp, int nv) {
+    const long w = LANES * nv;
+    double acc[MR][NR];
+    for (int b = 0; b < MR; ++b)
+        for (long c = 0; c < w; ++c) acc[b][c] = kp[(i0 + b) * w + c];
+    for (long k = 0; k < i0; ++k)
+        for (int b = 0; b < MR; ++b)
+            for (long c = 0; c < w; ++c) acc[b][c] = fma(-lrow[b][k], vp[k * w + c], acc[b][c]);
+    for (int b = 0; b < MR; ++b) {
+        for (int p = 0; p < b; ++p)
+            for (long c = 0; c < w; ++c)
+                acc[b][c] = fma(-lrow[b][i0 + p], acc[p][c], acc[b][c]);
+        for (long c = 0; c < w; ++c) {
+            acc[b][c] *= inv[i0 + b];
+            vp[(i0 + b) * w + c] = acc[b][c];
+        }
+    }
+}
+#define solve_tile_1(lrow, inv, i0, kp, vp) solve_tile(lrow, inv, i0, kp, vp, 1)
+#define solve_tile_2(lrow, inv, i0, kp, vp) solve_tile(lrow, inv, i0, kp, vp, 2)
+#define solve_tile_3(lrow, inv, i0, kp, vp) solve_tile(lrow, inv, i0, kp, vp, 3)
 #endif
 
 #endif /* TB_EXACT_SOLVE_TILES_H */
