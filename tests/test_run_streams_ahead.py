@@ -142,3 +142,33 @@ def test_a_batch_drawing_ahead_is_the_batch_without() -> None:
     off = simulate_batch(policy, env, 40, seeds, chunk=8, draw_ahead=False)
     for a, b in zip(on, off, strict=True):
         assert a.actions == b.actions and a.rewards == b.rewards
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+def test_a_forked_child_draws_ahead_with_pools_of_its_own() -> None:
+    """After the parent has used its pools, a child made by ``fork`` (where the parent's threads do
+    not exist) still draws ahead and with threads, the same numbers, instead of waiting forever."""
+    import os
+
+    parent = RunStreams.from_seeds(SEEDS, chunk=4, draw_threads=2, draw_ahead=True)
+    want = [parent.uniform(3) for _ in range(9)]
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:   # the child: exit status 0 only if it drew the same numbers
+        ok = False
+        try:
+            child = RunStreams.from_seeds(SEEDS, chunk=4, draw_threads=2, draw_ahead=True)
+            ok = all(torch.equal(child.uniform(3), w) for w in want)
+        finally:
+            os.write(write, b"1" if ok else b"0")
+            os._exit(0)
+    os.close(write)
+    import select
+    import signal
+
+    ready, _, _ = select.select([read], [], [], 60.0)
+    got = os.read(read, 1) if ready else b"timeout"
+    if not ready:
+        os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    assert got == b"1"

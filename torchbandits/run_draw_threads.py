@@ -54,6 +54,24 @@ MAX_AUTO_THREADS = 8
 _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
 _ahead_pool: ThreadPoolExecutor | None = None   # the one thread that draws chunks ahead
+_fork_hook = False   # whether _forget_pools_in_child is registered (on first use, not at import)
+
+
+def _forget_pools_in_child() -> None:
+    """In a child made by ``fork``: the parent's pools have no threads here (submitting to them
+    would wait forever), so they are forgotten and made again on first use."""
+    global _pool, _pool_size, _ahead_pool, _lock
+    _pool, _pool_size, _ahead_pool, _lock = None, 0, None, threading.Lock()
+
+
+def _new_pool(workers: int, prefix: str) -> ThreadPoolExecutor:
+    """A pool of ``workers`` threads; the first one also registers :func:`_forget_pools_in_child`
+    (``os.register_at_fork``, where the platform has it). Called under ``_lock``."""
+    global _fork_hook
+    if not _fork_hook and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_forget_pools_in_child)
+        _fork_hook = True
+    return ThreadPoolExecutor(workers, thread_name_prefix=prefix)
 _lock = threading.Lock()
 
 
@@ -93,7 +111,7 @@ def _executor(workers: int) -> ThreadPoolExecutor:
     with _lock:
         if _pool is None or _pool_size < workers:
             old = _pool
-            _pool, _pool_size = ThreadPoolExecutor(workers, thread_name_prefix="run-draws"), workers
+            _pool, _pool_size = _new_pool(workers, "run-draws"), workers
             if old is not None:
                 old.shutdown(wait=False)
         return _pool
@@ -123,7 +141,7 @@ def _ahead_executor() -> ThreadPoolExecutor:
     global _ahead_pool
     with _lock:
         if _ahead_pool is None:
-            _ahead_pool = ThreadPoolExecutor(1, thread_name_prefix="run-draws-ahead")
+            _ahead_pool = _new_pool(1, "run-draws-ahead")
         return _ahead_pool
 
 
