@@ -351,13 +351,65 @@ def test_grouped_bound_argmin_and_argmax_as_torch(n_arms: int) -> None:
     cand = torch.rand(3, n_arms, 2, dtype=torch.float64, generator=gen)
     beta = 0.05 + 3.0 * torch.rand(15, dtype=torch.float64, generator=gen)
     div = 0.5 + torch.rand(15, dtype=torch.float64, generator=gen)
+    twin = copy.deepcopy(comp)
     got = comp.ucb_argmax(cand, beta, div, 5, want_arg=True)
     assert got is not None and got[1] is not None
-    twin = copy.deepcopy(comp)
     with native.disabled():
         mean, var = twin.mean_var_groups(cand.clone(), 5)
     bound = (mean + beta[:, None] * torch.sqrt(var / div[:, None])).reshape(3, 5, n_arms)
     low, arg = bound.min(1)
-    assert torch.equal(got[1], arg) and torch.equal(got[0], torch.argmax(low, dim=1))
+    want = torch.argmax(low, dim=1)
+    assert torch.equal(got[0], want) and torch.equal(got[1], arg.gather(1, want[:, None])[:, 0])
     if n_arms >= 100:
         assert 0 in arg and len(set(arg.flatten().tolist())) >= 3
+
+
+def _select(comp: BatchedExactKernelRidge, cand: torch.Tensor, beta: torch.Tensor,
+            div: torch.Tensor, hint: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+    """One compiled select of a 5-member companion, pruned (``hint``) or full (``None``):
+    ``(best, argmin g there, pieces, points)``."""
+    got = comp._native_scoring(cand, 5)
+    assert got is not None
+    lib, cand, kern = got
+    b, r, n = comp._buffers, cand.shape[0], comp.n
+    best, arg = torch.empty(r, dtype=torch.int64), torch.empty(r, dtype=torch.int64)
+    pieces = torch.full((r * 5, n + 2), float("nan"), dtype=torch.float64)
+    points = torch.full((r, cand.shape[2]), float("nan"), dtype=torch.float64)
+    nb.select(lib, 5, n, b["_x"], cand, kern, b["_L"], b["_z"], (beta, div), best, arg,
+              (pieces, points), hint)
+    return best, arg, pieces, points
+
+
+@pytest.mark.parametrize("n_arms", [1, 5, 16, 17, 40, 100, 130])
+def test_the_pruned_select_is_the_full_select(n_arms: int) -> None:
+    """DMM's pruned select (one member on every candidate, the others on the candidates whose
+    bound can still be the largest, 16 at a time) chooses as the full select, with the same
+    minimising member and the same pending pieces, bit for bit, whatever member it starts
+    from: random multipliers (several members minimal somewhere), duplicated candidates (ties:
+    the first index), and a run whose member has a NaN target (the full select there)."""
+    model = _model(runs=4, n=30)
+    comp = model.at_regularisers((0.1, 0.3, 1.0, 3.0, 10.0))
+    gen = torch.Generator().manual_seed(100 + n_arms)
+    for trial in range(12):
+        cand = torch.rand(4, n_arms, 2, dtype=torch.float64, generator=gen)
+        if n_arms > 3:
+            cand[:, n_arms // 2] = cand[:, 1]              # a tie with an earlier index
+        beta = 0.05 + 3.0 * torch.rand(20, dtype=torch.float64, generator=gen)
+        div = 0.5 + torch.rand(20, dtype=torch.float64, generator=gen)
+        full = _select(comp, cand, beta, div, None)
+        for start in range(-1, 6):   # every member first (-1 and 5: out of range, G // 2)
+            hint = torch.full((4,), start, dtype=torch.int64)
+            pruned = _select(comp, cand, beta, div, hint)
+            for a, b in zip(full, pruned, strict=True):
+                assert torch.equal(a, b), (trial, start)
+            assert torch.equal(hint, full[1])           # the hint becomes the chosen's member
+    z = comp._buffers["_z"]
+    z[2 * 5 + 3, 4] = float("nan")                    # run 2, member 3: no pruning there
+    cand = torch.rand(4, n_arms, 2, dtype=torch.float64, generator=gen)
+    beta = 0.05 + 3.0 * torch.rand(20, dtype=torch.float64, generator=gen)
+    div = 0.5 + torch.rand(20, dtype=torch.float64, generator=gen)
+    full = _select(comp, cand, beta, div, None)
+    pruned = _select(comp, cand, beta, div, torch.zeros(4, dtype=torch.int64))
+    for a, b in zip(full, pruned, strict=True):
+        assert torch.equal(a, b) or (torch.equal(a.isnan(), b.isnan()) and torch.equal(
+            a.nan_to_num(), b.nan_to_num()))

@@ -295,7 +295,8 @@ class DMMBound(MixtureBound):
 
     def ucb_form(self, model: PosteriorModel, n_candidates: int, t: int) -> UCBForm:
         """``UCB = min_α (sqrt(ρ²_α) sqrt(R̃²_α/α) + μ_α)`` over the grid as a
-        :class:`~.radii.UCBForm`; its ``done`` keeps the minimising grid points (diagnostics)."""
+        :class:`~.radii.UCBForm`; its ``done`` keeps the minimising grid point at the chosen
+        candidate (diagnostics)."""
         r2, alphas, mult = self._multipliers(model)
 
         def done(ucb: Tensor, arg: Tensor | None) -> None:
@@ -306,22 +307,29 @@ class DMMBound(MixtureBound):
     def bounds(self, model: PosteriorModel, candidates: Tensor, t: int) -> tuple[Tensor, Tensor]:
         mean, width = self._grid(model, candidates)
         ucb, arg = (mean + width).min(0)
-        self._last = (self._last[0], arg)
+        self._last = (self._last[0], _at_argmax(arg, ucb))
         return ucb, (mean - width).max(0).values
 
     def ucb(self, model: PosteriorModel, candidates: Tensor, t: int) -> Tensor:
         """The UCB alone ``[A]`` (the same values as ``bounds(...)[0]``)."""
         mean, width = self._grid(model, candidates)
         ucb, arg = width.add_(mean).min(0) if width.dtype == mean.dtype else (mean + width).min(0)
-        self._last = (self._last[0], arg)
+        self._last = (self._last[0], _at_argmax(arg, ucb))
         return ucb
 
     def diagnostics(self) -> dict[str, float]:
-        """``r2`` (``R_t²``) and ``log_alpha_ratio`` (mean ``log(α/α₀)`` of the minimising grid
-        points) of the last call, computed here from what it kept."""
+        """``r2`` (``R_t²``) and ``log_alpha_ratio`` (``log(α/α₀)`` of the grid point that sets
+        the bound of the chosen candidate, the UCB's first argmax) of the last call, computed
+        here from what it kept."""
         last = getattr(self, "_last", None)
         if last is None or last[1] is None:
             return dict(self._diag)
         r2, arg = last
         log_grid = torch.log(torch.tensor(self.grid, dtype=torch.float64, device=arg.device))
         return {"r2": r2, "log_alpha_ratio": float(log_grid[arg].mean())}
+
+
+def _at_argmax(arg: Tensor, ucb: Tensor) -> Tensor:
+    """``arg`` ``[A]`` at the UCB's first argmax (a NaN counts as largest, as ``torch.argmax``):
+    ``[1]``, the minimising grid point of the candidate a UCB policy chooses."""
+    return arg.gather(0, torch.argmax(ucb).reshape(1))

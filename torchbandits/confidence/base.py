@@ -32,7 +32,8 @@ class UCBForm(NamedTuple):
     ``UCB(x) = min_i (sqrt(ρ²_{regs_i}(x) / divisors_i) · betas_i + μ_{regs_i}(x))`` with the GP
     posterior mean ``μ`` and variance ``ρ²`` (clamped at 0) at each regulariser; the divisor is
     the regulariser for a width on the ridge sd, else 1. ``done(bounds [A] or None, argmin i
-    [A] int64 or None)``, if given, is called after the scoring (a rule's diagnostics)."""
+    at the chosen candidate [1] int64 or None)``, if given, is called after the scoring (a rule's
+    diagnostics)."""
 
     regs: tuple[float, ...]
     betas: tuple[float, ...]

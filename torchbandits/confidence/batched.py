@@ -153,12 +153,12 @@ def _dmm_terms(rule: DMMBound, model: BatchedExactKernelRidge, per_run_lam: bool
 
 
 def _dmm_diag(rule: DMMBound, r2: Tensor, arg: Tensor) -> dict[str, Tensor]:
-    """DMM's diagnostics: ``R_t²`` and the mean ``log(α/α₀)`` of the minimising grid points
-    ``arg`` ``[R, A]``."""
+    """DMM's diagnostics: ``R_t²`` and ``log(α/α₀)`` of the grid point that sets the bound of
+    each run's chosen candidate (``arg`` ``[R]``: the minimising grid index there)."""
     key = (tuple(rule.grid), r2.dtype, r2.device)        # log of the grid, made once
     if key not in _LOG_GRIDS:
         _LOG_GRIDS[key] = torch.log(to_device(torch.tensor(rule.grid, dtype=r2.dtype), r2.device))
-    return {"r2": r2, "log_alpha_ratio": _LOG_GRIDS[key][arg].mean(-1)}
+    return {"r2": r2, "log_alpha_ratio": _LOG_GRIDS[key][arg]}
 
 
 def _dmm_bounds(rule: DMMBound, model: BatchedExactKernelRidge, cand: Tensor,
@@ -174,7 +174,8 @@ def _dmm_bounds(rule: DMMBound, model: BatchedExactKernelRidge, cand: Tensor,
     width = mult[..., None] * torch.sqrt(var)
     ucb, arg = (mean + width).min(1)
     lcb = (mean - width).max(1).values
-    return ucb, lcb, _dmm_diag(rule, r2, arg)
+    chosen = arg.gather(1, torch.argmax(ucb, dim=1, keepdim=True))[:, 0]   # at the UCB argmax
+    return ucb, lcb, _dmm_diag(rule, r2, chosen)
 
 
 def _compiled_argmax(rule: ConfidenceRule, model: BatchedExactKernelRidge, cand: Tensor, t: int,

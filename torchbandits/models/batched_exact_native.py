@@ -182,7 +182,7 @@ class BatchedExactNative:
         """Every run's first index of the largest bound ``min_g (sqrt(ρ²_{rG+g}/div_{rG+g})
         β_{rG+g} + μ_{rG+g})`` over its checked candidates ``[R, A, d]`` (``β``, ``div``
         ``[R·G]``; ``G = groups > 1``: the model is an ``at_regularisers`` companion),
-        ``(LongTensor [R], argmin g [R, A] or None)``, in one compiled call
+        ``(LongTensor [R], argmin g at the chosen candidate [R] or None)``, in one compiled call
         (:meth:`ucb_argmax_native`); ``None`` where the compiled step does not qualify or the
         candidate caches serve the set (the caller then scores by ``mean_var``)."""
         if groups > 1:
@@ -197,12 +197,15 @@ class BatchedExactNative:
 
     def ucb_argmax_native(self, cand: Tensor, beta: Tensor, div: Tensor, groups: int = 1, *,
                           want_arg: bool = False) -> tuple[Tensor, Tensor | None] | None:
-        """``(index [R], argmin g [R, A] or None)``: every run's first index of the largest
+        """``(index [R], argmin g [R] or None)``: every run's first index of the largest
         bound ``min_g (sqrt(ρ²_{rG+g} / div_{rG+g}) β_{rG+g} + μ_{rG+g})`` over its checked
         candidates ``[R, A, d]`` (``β``, ``div`` ``[R·G]``; ``want_arg``: also the minimising
-        ``g`` per candidate), one compiled call; the chosen candidates' append pieces are kept
-        for the next append. ``None`` if the step does not qualify (module docstring); the
-        caller handles the candidate caches."""
+        ``g`` at the chosen candidate), one compiled call; the chosen candidates' append pieces
+        are kept for the next append. With ``groups > 1`` the call is pruned (each run's members
+        solved on the candidates that can still be chosen, the member that set its last choice
+        first, a plain attribute kept across calls; the same choice and bits as without:
+        :func:`torchbandits.native.exact_batch.select`). ``None`` if the step does not qualify
+        (module docstring); the caller handles the candidate caches."""
         got = self._native_scoring(cand, groups)
         if got is None or cand.shape[1] == 0:
             return None
@@ -211,13 +214,17 @@ class BatchedExactNative:
         beta, div = beta.contiguous(), div.contiguous()
         if not (_ok(beta) and _ok(div)) or beta.shape != (members,) or div.shape != beta.shape:
             return None
-        r, a, d = cand.shape
+        r, d = cand.shape[0], cand.shape[2]
         best = torch.empty(r, dtype=torch.int64)
-        arg = torch.empty(r, a, dtype=torch.int64) if want_arg else None
+        arg = torch.empty(r, dtype=torch.int64) if want_arg else None
         pieces = self.workspace.get("pending", (members, self._n + 2), cand)
         points = self.workspace.get("pending_x", (r, d), cand)
+        hint = getattr(self, "_select_hint", None) if groups > 1 else None
+        if groups > 1 and (hint is None or hint.shape != (r,)):
+            hint = torch.full((r,), groups // 2, dtype=torch.int64)
+            set_plain(self, "_select_hint", hint)
         nb.select(lib, groups, self._n, b["_x"], cand, kern, b["_L"], b["_z"], (beta, div), best,
-                  arg, (pieces, points))
+                  arg, (pieces, points), hint)
         set_plain(self, "_pending", (self._pending_key(), pieces, points))
         return best, arg
 

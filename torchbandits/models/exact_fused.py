@@ -186,7 +186,8 @@ class ExactFused:
         """The index of the largest bound ``make_form()`` (called once the step qualifies, a
         rule's :meth:`~torchbandits.confidence.base.RadiusRule.ucb_form`) over ``cand`` ``[A, d]``
         (a float64 CPU contiguous tensor, not yet validated: a non-finite entry gives ``None``)
-        in one call; ``form.done(None, minimising term [A] int64 or None)`` is called after it.
+        in one call; ``form.done(None, minimising term at the chosen candidate [1] int64 or None)`` is called
+        after it.
         ``None`` if the step does not qualify (see the module docstring)."""
         lib = nx.available()
         n = self._n
@@ -226,8 +227,8 @@ class ExactFused:
                 set_plain(self, "_fused", None)
             return None  # (-4: the last set's values, the caches serve it; -5: not finite)
         ft.prev, ft.chosen = cand, (cand, best)
-        if form.done is not None:
-            form.done(None, arg)
+        if form.done is not None:   # the minimising term at the chosen candidate
+            form.done(None, None if arg is None else arg[best:best + 1])
         return best
 
     def fused_append(self, x: Tensor, reward: float | Tensor, column: tuple[Tensor, int]) -> bool:

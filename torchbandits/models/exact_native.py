@@ -200,7 +200,8 @@ class ExactNative:
         """:meth:`ExactKernelRidge.ucb_argmax`: the index of the largest upper confidence bound
         ``min_i (sqrt(ρ²_{reg_i} / div_i) β_i + μ_{reg_i})`` over ``candidates`` ``[A, d]``, where
         ``make_form()`` gives ``(regs, β, div, done)`` (:func:`~torchbandits.confidence.radii.ucb_form`;
-        ``done(None, minimising i [A] or None)`` is called after the scoring), with one compiled
+        ``done(None, minimising i at the chosen candidate [1] or None)`` is called after the
+        scoring), with one compiled
         call and the scored set recorded as :meth:`mean_var` records it. ``None`` (nothing recorded)
         when the form or the step does not qualify."""
         if not 0 < self._n <= nx.MAX_N:
@@ -218,8 +219,8 @@ class ExactNative:
         got = self._native_score(cand, idxs, len(idxs) > 1, form)
         if got is None:
             return None
-        if form.done is not None:
-            form.done(None, got[1])
+        if form.done is not None:   # the minimising term at the chosen candidate
+            form.done(None, None if got[1] is None else got[1][got[0]:got[0] + 1])
         return got[0]  # type: ignore[return-value]
 
     def _native_served(self, cand: Tensor, idxs: list[int]) -> bool:

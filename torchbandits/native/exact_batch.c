@@ -28,6 +28,16 @@
  * c_r of V_m, mu_m and colsum(V_m^2) (V kept in scratch for the run's members: n A stores per
  * member, against an O(n^2) second pass over the factor for the append).
  *
+ * With G > 1 members and a hint (DMM), a run's select is pruned (select_pruned): one member g0
+ * (the hint: the minimiser at the run's last chosen candidate) is solved for all A candidates,
+ * which gives every candidate's term t_g0 >= its bound (a minimum over g that includes t_g0); the
+ * candidates are then taken in order of decreasing t_g0, 16 at a time, the other members solved
+ * on just those columns, until the next t_g0 is below the best bound found (or equal to it at a
+ * larger index). A column is solved by the same operations whatever the other columns of its
+ * panel, so every term, bound, choice and pending piece has the bits of the full select; the
+ * pruning only skips candidates that cannot be chosen. It needs every term finite (a NaN bound
+ * counts as largest): the run takes the full select otherwise.
+ *
  * Appending x_r [d] with reward y_r to every run (the bordered Cholesky step, Flynn & Reeb 2024,
  * App. E.2): per member the new row l = L_m^{-1} k_S(x_r) (the same tile code on one column: the
  * numbers of column j of the scoring of a set that holds x_r as candidate j), the pivot
@@ -139,28 +149,172 @@ long tb_batch_score(long R, long G, long n, long A, long d, const double *x, lon
     return 0;
 }
 
+/* Candidates per group of the pruned select (two 8-wide or four 4-wide vectors). */
+#define PRUNE_W 16
+
+/* The bound term of member m at candidate j: sqrt(var / div) beta + mu (ucb_argmax's operations). */
+static inline double bound_term(double var, double mu, double dv, double b) {
+    return sqrt(var / dv) * b + mu;
+}
+
+/* idx [A] sorted by key descending, ties by index ascending (a merge sort; tmp [A] scratch). */
+static void sort_desc(long A, const double *key, long *idx, long *tmp) {
+    for (long w = 1; w < A; w *= 2) {
+        for (long lo = 0; lo < A; lo += 2 * w) {
+            long mid = lo + w < A ? lo + w : A, hi = lo + 2 * w < A ? lo + 2 * w : A;
+            long i = lo, j = mid, k = lo;
+            while (i < mid && j < hi) {
+                long a = idx[i], b = idx[j];
+                int take_b = key[b] > key[a] || (key[b] == key[a] && b < a);
+                tmp[k++] = take_b ? idx[j++] : idx[i++];
+            }
+            while (i < mid) tmp[k++] = idx[i++];
+            while (j < hi) tmp[k++] = idx[j++];
+        }
+        memcpy(idx, tmp, (size_t)A * sizeof(long));
+    }
+}
+
+/* Whether member m's pieces that the pruning reads are finite: z_m [n], the pivots L_ii (the
+ * rows' other entries enter the pivots, so a non-finite row gives a non-finite pivot), beta and
+ * div > 0. */
+static int member_finite(long n, const double *L, long lc, const double *z, double b, double dv) {
+    if (!isfinite(b) || !isfinite(dv) || !(dv > 0.0)) return 0;
+    for (long i = 0; i < n; ++i)
+        if (!isfinite(z[i]) || !isfinite(L[i * lc + i]) || L[i * lc + i] == 0.0) return 0;
+    return 1;
+}
+
+/* Scratch of the pruned select: t_g0, mu_g0 and colsum_g0 [A], order and tmp [A] (long), the
+ * group's kernel columns [n, W], per member of a run its group V [n, W], mu [W] and colsum [W]. */
+typedef struct {
+    double *term, *mu0, *ss0, *gk, *gv, *gm, *gs;
+    long *order, *tmp;
+} prune_scratch;
+
+static int prune_alloc(prune_scratch *p, long G, long n, long A) {
+    long a1 = A > 0 ? A : 1, n1 = n > 0 ? n : 1;
+    p->term = malloc((3 * (size_t)a1 + (size_t)(n1 * PRUNE_W) * (size_t)(G + 1)
+                      + 2 * (size_t)(G * PRUNE_W)) * sizeof(double));
+    p->order = malloc(2 * (size_t)a1 * sizeof(long));
+    if (!p->term || !p->order) {
+        free(p->term);
+        free(p->order);
+        return -1;
+    }
+    p->mu0 = p->term + a1;
+    p->ss0 = p->mu0 + a1;
+    p->gk = p->ss0 + a1;
+    p->gv = p->gk + n1 * PRUNE_W;
+    p->gm = p->gv + G * n1 * PRUNE_W;
+    p->gs = p->gm + G * PRUNE_W;
+    p->tmp = p->order + a1;
+    return 0;
+}
+
+/* The pruned select of run r (see the top of the file), after kernel_packed(s, ...) for its
+ * candidates: the first index of its largest bound into *best, the minimising g there into *argb,
+ * the chosen candidate's pending pieces into pend (may be NULL; member m = r G + g at
+ * pend + m (n + 2)). Returns 0, or 1 (nothing chosen) where a term is not finite: the caller then
+ * takes the full select. */
+static int select_pruned(batch_scratch *s, prune_scratch *p, long r, long G, long g0, long n,
+                         long A, const double *L, long ls, long lc, const double *z, long zs,
+                         const double *beta, const double *div, double kdiag, long long *best,
+                         long long *argb, double *pend) {
+    const double *br = beta + r * G, *dr = div + r * G;
+    for (long g = 0; g < G; ++g) {
+        long m = r * G + g;
+        if (!member_finite(n, L + m * ls, lc, z + m * zs, br[g], dr[g])) return 1;
+    }
+    /* member g0 on every candidate, its V into the scratch s->v [n, A] (for the pieces) */
+    long m0 = r * G + g0;
+    member_solve(s, n, A, L + m0 * ls, lc, z + m0 * zs, pend ? s->v : NULL, p->mu0, p->ss0);
+    for (long j = 0; j < A; ++j) {
+        double rho2 = kdiag - p->ss0[j];
+        p->term[j] = bound_term(rho2 > 0.0 ? rho2 : 0.0, p->mu0[j], dr[g0], br[g0]);
+        if (p->term[j] != p->term[j]) return 1; /* NaN */
+    }
+    for (long j = 0; j < A; ++j) p->order[j] = j;
+    sort_desc(A, p->term, p->order, p->tmp);
+    double top = 0.0;
+    long bj = -1, bg = 0;
+    for (long pos = 0; pos < A;) {
+        long j = p->order[pos];
+        if (bj >= 0 && (p->term[j] < top || (p->term[j] == top && j > bj))) break;
+        long w = A - pos < PRUNE_W ? A - pos : PRUNE_W;
+        const long *cols = p->order + pos;
+        for (long i = 0; i < n; ++i)
+            for (long q = 0; q < w; ++q) p->gk[i * w + q] = s->kq[i * A + cols[q]];
+        pack_k(n, s->sc.npad, w, p->gk, s->sc.kp); /* the full packing is spent (g0 done) */
+        for (long g = 0; g < G; ++g) { /* the other members on the group's columns */
+            long m = r * G + g;
+            if (g != g0)
+                member_solve(s, n, w, L + m * ls, lc, z + m * zs, pend ? p->gv + g * n * w : NULL,
+                             p->gm + g * w, p->gs + g * w);
+        }
+        for (long q = 0; q < w; ++q) { /* each column's bound: ucb_argmax's running minimum */
+            long c = cols[q];
+            double mn = 0.0;
+            long ag = 0;
+            for (long g = 0; g < G; ++g) { /* (g0's term: the same bits as a group solve's) */
+                double rho2 = kdiag - p->gs[g * w + q];
+                double t = g == g0 ? p->term[c]
+                                   : bound_term(rho2 > 0.0 ? rho2 : 0.0, p->gm[g * w + q], dr[g],
+                                                br[g]);
+                if (g == 0) mn = t;
+                else if ((t < mn && mn == mn) || (t != t && mn == mn)) mn = t, ag = g;
+            }
+            if (mn != mn) return 1; /* a NaN bound (not expected: every input finite) */
+            if (bj < 0 || mn > top || (mn == top && c < bj)) {
+                top = mn, bj = c, bg = ag;
+                for (long g = 0; g < G && pend; ++g) { /* the pieces of the new best */
+                    double *o = pend + (r * G + g) * (n + 2);
+                    int own = g == g0; /* g0's from its full solve: column c of s->v */
+                    for (long i = 0; i < n; ++i)
+                        o[i] = own ? s->v[i * A + c] : p->gv[g * n * w + i * w + q];
+                    o[n] = own ? p->mu0[c] : p->gm[g * w + q];
+                    o[n + 1] = own ? p->ss0[c] : p->gs[g * w + q];
+                }
+            }
+        }
+        pos += w;
+    }
+    *best = bj;
+    *argb = bg;
+    return 0;
+}
+
 /* Select one candidate per run (see the top of the file): the scoring of tb_batch_score (its
  * arguments up to zs, cand's run stride cs included; mean, var and each member's V in scratch), then per run r the first index
  * j of the largest bound min_g (sqrt(var_m / div[m]) beta[m] + mu_m), m = r G + g (exact_step.c's
  * ucb_argmax: a NaN counts as largest, as torch.argmax; the minimum takes the first smallest
- * term), into best [R] (int64); where not NULL the minimising g per candidate into arg [R, A]
- * (int64), and the chosen candidate's append pieces into pend [R*G, n + 2]: per member column j
+ * term), into best [R] (int64); where not NULL the minimising g at the chosen candidate into
+ * arg [R] (int64), and the chosen candidate's append pieces into pend [R*G, n + 2]: per member column j
  * of V, mu_m[j] and colsum(V_m^2)_j (the numbers point_pieces computes for that point: the
  * solve is column by column the same operations), and its point into pend_x [R, d].
+ * hint [R] (int64, may be NULL): with G > 1, each run's member to solve first in the pruned select
+ * (see the top of the file; out of range: G / 2), set to the minimising g at the chosen
+ * candidate; NULL: the full select. The choice does not depend on it.
  * Returns 0, or -1 when scratch memory could not be allocated. */
 long tb_batch_select(long R, long G, long n, long A, long d, const double *x, long xs_,
                      const double *cand, long cs, const double *w, long dw, int kind, double outscale,
                      int has_scale, double kdiag, const double *L, long ls, long lc,
                      const double *z, long zs, const double *beta, const double *div,
-                     long long *best, long long *arg, double *pend, double *pend_x) {
+                     long long *best, long long *arg, double *pend, double *pend_x,
+                     long long *hint) {
     kernel_args k = {w, dw, kind, outscale, has_scale, kdiag};
     batch_scratch s;
+    prune_scratch ps = {0};
     long a1 = A > 0 ? A : 1, n1 = n > 0 ? n : 1;
-    /* per member of a run: mu, colsum(V^2), var [G, A], the bound [A]; V [G, n, A] if pend */
+    int prune = hint && G > 1 && n > 0 && A > 0;
+    /* per member of a run: mu, colsum(V^2), var [G, A], the bound [A], the minimising g [A];
+     * V [G, n, A] if pend */
     double *mv = malloc(((size_t)((3 * G + 1) * a1) + (pend ? (size_t)(G * n1 * a1) : 0))
                         * sizeof(double));
-    if (!mv || scratch_alloc(&s, n, A, d)) {
+    long long *argv = malloc((size_t)a1 * sizeof(long long));
+    if (!mv || !argv || scratch_alloc(&s, n, A, d) || (prune && prune_alloc(&ps, G, n, A))) {
         free(mv);
+        free(argv);
         return -1;
     }
     double *mean = mv, *ss = mv + G * a1, *var = ss + G * a1, *ucb = var + G * a1;
@@ -169,6 +323,19 @@ long tb_batch_select(long R, long G, long n, long A, long d, const double *x, lo
         const double *cr = cand + r * cs;
         scale_points(n, d, x + r * G * xs_, w, dw, s.xs);
         kernel_packed(&s, n, A, d, cr, &k);
+        if (prune) {
+            long g0 = hint[r] >= 0 && hint[r] < G ? (long)hint[r] : G / 2;
+            long long bj, bg;
+            if (!select_pruned(&s, &ps, r, G, g0, n, A, L, ls, lc, z, zs, beta, div, kdiag, &bj,
+                               &bg, pend)) {
+                best[r] = bj;
+                hint[r] = bg;
+                if (arg) arg[r] = bg;
+                if (pend) memcpy(pend_x + r * d, cr + bj * d, (size_t)d * sizeof(double));
+                continue;
+            }
+            pack_k(n, s.sc.npad, A, s.kq, s.sc.kp); /* the full select: K packed again */
+        }
         for (long g = 0; g < G; ++g) {
             long m = r * G + g;
             double *sg = ss + g * A, *pr = var + g * A;
@@ -179,9 +346,10 @@ long tb_batch_select(long R, long G, long n, long A, long d, const double *x, lo
                 pr[j] = rho2 > 0.0 ? rho2 : 0.0;
             }
         }
-        long j = A > 0 ? ucb_argmax(A, G, mean, var, beta + r * G, div + r * G, ucb,
-                                    arg ? arg + r * A : NULL) : 0;
+        long j = A > 0 ? ucb_argmax(A, G, mean, var, beta + r * G, div + r * G, ucb, argv) : 0;
         best[r] = j;
+        if (arg) arg[r] = A > 0 ? argv[j] : 0;
+        if (hint && A > 0) hint[r] = argv[j];
         if (pend && A > 0) {
             for (long g = 0; g < G; ++g) {
                 double *o = pend + (r * G + g) * (n + 2);
@@ -195,6 +363,11 @@ long tb_batch_select(long R, long G, long n, long A, long d, const double *x, lo
     }
     scratch_free(&s);
     free(mv);
+    free(argv);
+    if (prune) {
+        free(ps.term);
+        free(ps.order);
+    }
     return 0;
 }
 

@@ -14,7 +14,11 @@ companion):
   ``min_g (sqrt(ρ²_{rG+g} / div_{rG+g}) β_{rG+g} + μ_{rG+g})`` (the closed form of the fused
   single-run select, :class:`~torchbandits.confidence.base.UCBForm`; ``G`` terms: DMM's grid,
   Flynn & Reeb 2024, Eq. (14)), ``[R]``, and the chosen candidate's append pieces (``l``,
-  ``zᵀl``, ``‖l‖²`` per member) while the run's factors are in the cache;
+  ``zᵀl``, ``‖l‖²`` per member) while the run's factors are in the cache; with ``G > 1`` and a
+  ``hint``, pruned: one member on every candidate bounds each candidate's bound from above, and
+  the other members are solved only on the candidates that can still be chosen, 16 at a time
+  (the same choice and the same bits: a column is solved by the same operations whatever the
+  other columns; ``exact_batch.c``);
 * :func:`append`: per member ``l = L⁻¹k_S(x_r)``, ``d = sqrt(k(x_r, x_r) + λ − ‖l‖²)``,
   ``z[n] = (y_r − zᵀl)/d`` written as row ``n`` of the factor, with the point and reward
   (``l``, ``zᵀl``, ``‖l‖²`` read from :func:`select`'s pieces for the runs whose point holds the
@@ -43,7 +47,7 @@ _SIGNATURES = {
     "tb_batch_score": ([_L, _L, _L, _L, _L, _P, _L, _P, _L, _P, _L, _I, _D, _I, _D, _P, _L, _L, _P,
                         _L, _P, _P, _P, _P], _L),
     "tb_batch_select": ([_L, _L, _L, _L, _L, _P, _L, _P, _L, _P, _L, _I, _D, _I, _D, _P, _L, _L,
-                         _P, _L, _P, _P, _P, _P, _P, _P], _L),
+                         _P, _L, _P, _P, _P, _P, _P, _P, _P], _L),
     "tb_batch_append": ([_L, _L, _L, _L, _P, _P, _P, _L, _P, _L, _P, _L, _I, _D, _I, _D, _P, _L, _L,
                          _P, _L, _P, _P, _P, _P, _P, _L], _L),
 }
@@ -89,7 +93,7 @@ def score(lib: ctypes.CDLL, groups: int, n: int, x: Tensor, cand: Tensor,
 def select(lib: ctypes.CDLL, groups: int, n: int, x: Tensor, cand: Tensor,
            kernel: tuple[Tensor, int, float | None, float], chol: Tensor, z: Tensor,
            bound: tuple[Tensor, Tensor], best: Tensor, arg: Tensor | None = None,
-           pending: tuple[Tensor, Tensor] | None = None) -> None:
+           pending: tuple[Tensor, Tensor] | None = None, hint: Tensor | None = None) -> None:
     """One select call for ``R = cand.shape[0]`` runs of ``groups`` members (the arguments up to
     ``z`` as :func:`score`'s).
 
@@ -97,9 +101,12 @@ def select(lib: ctypes.CDLL, groups: int, n: int, x: Tensor, cand: Tensor,
         bound: ``(β [R·G], div [R·G])`` (contiguous float64): run ``r``'s bound is
             ``min_g (sqrt(ρ²_{rG+g} / div_{rG+g}) β_{rG+g} + μ_{rG+g})``.
         best: written, ``[R]`` int64: the first index of each run's largest bound.
-        arg: ``[R, A]`` int64, written if given: the minimising ``g`` per candidate.
+        arg: ``[R]`` int64, written if given: the minimising ``g`` at the chosen candidate.
         pending: ``(pieces [R·G, n + 2], points [R, d])``, written if given: the chosen
             candidate's ``(l, zᵀl, ‖l‖²)`` per member and its point, for :func:`append`.
+        hint: ``[R]`` int64 (``groups > 1``), read and written if given: the member each run
+            solves first in the pruned select (any value: the choice is the same), then the
+            minimising ``g`` at its chosen candidate; ``None``: every member on every candidate.
     """
     r, a, d = cand.shape
     beta, div = bound
@@ -108,7 +115,8 @@ def select(lib: ctypes.CDLL, groups: int, n: int, x: Tensor, cand: Tensor,
                              chol.stride(1), z.data_ptr(), z.stride(0), beta.data_ptr(), div.data_ptr(),
                              best.data_ptr(), None if arg is None else arg.data_ptr(),
                              *((None, None) if pending is None else (pending[0].data_ptr(),
-                                                                     pending[1].data_ptr())))
+                                                                     pending[1].data_ptr())),
+                             None if hint is None else hint.data_ptr())
     if rc < 0:
         raise MemoryError("torchbandits.native.exact_batch: scratch allocation failed")
 
