@@ -35,8 +35,8 @@ MAX_N = 1500
 triangular solve) takes over. One thread on the development machine (AMD EPYC, AVX2), the
 compiled step against the torch path: AMM 2.0× / DMM 2.1× faster at n = 500, 1.6× / 1.5× at
 n = 1000, 1.2× / 1.16× at n = 1500 and 1.2× / 1.0× at n = 2000, where the compiled solve (one
-thread, L streamed from memory once per 12 columns) runs at half its rate (a threaded BLAS
-overtakes it earlier)."""
+thread, L streamed from memory once per 12 columns; 24 with AVX-512) runs at half its rate (a
+threaded BLAS overtakes it earlier)."""
 
 KINDS = {("rbf", float("inf")): 0, ("matern", 0.5): 1, ("matern", 1.5): 2, ("matern", 2.5): 3}
 """The closed forms of ``exact_step.c`` by ``(kind, ν)`` of a

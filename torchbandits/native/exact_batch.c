@@ -152,11 +152,6 @@ long tb_batch_score(long R, long G, long n, long A, long d, const double *x, lon
 /* Candidates per group of the pruned select (two 8-wide or four 4-wide vectors). */
 #define PRUNE_W 16
 
-/* The bound term of member m at candidate j: sqrt(var / div) beta + mu (ucb_argmax's operations). */
-static inline double bound_term(double var, double mu, double dv, double b) {
-    return sqrt(var / dv) * b + mu;
-}
-
 /* idx [A] sorted by key descending, ties by index ascending (a merge sort; tmp [A] scratch). */
 static void sort_desc(long A, const double *key, long *idx, long *tmp) {
     for (long w = 1; w < A; w *= 2) {
@@ -262,7 +257,7 @@ static int select_pruned(batch_scratch *s, prune_scratch *p, long r, long G, lon
                                    : bound_term(rho2 > 0.0 ? rho2 : 0.0, p->gm[g * w + q], dr[g],
                                                 br[g]);
                 if (g == 0) mn = t;
-                else if ((t < mn && mn == mn) || (t != t && mn == mn)) mn = t, ag = g;
+                else if (takes_min(t, mn)) mn = t, ag = g;
             }
             if (mn != mn) return 1; /* a NaN bound (not expected: every input finite) */
             if (bj < 0 || mn > top || (mn == top && c < bj)) {
@@ -312,7 +307,9 @@ long tb_batch_select(long R, long G, long n, long A, long d, const double *x, lo
     double *mv = malloc(((size_t)((3 * G + 1) * a1) + (pend ? (size_t)(G * n1 * a1) : 0))
                         * sizeof(double));
     long long *argv = malloc((size_t)a1 * sizeof(long long));
-    if (!mv || !argv || scratch_alloc(&s, n, A, d) || (prune && prune_alloc(&ps, G, n, A))) {
+    int scratch = !mv || !argv ? -1 : scratch_alloc(&s, n, A, d);
+    if (scratch || (prune && prune_alloc(&ps, G, n, A))) {
+        if (!scratch) scratch_free(&s);
         free(mv);
         free(argv);
         return -1;

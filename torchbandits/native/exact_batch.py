@@ -2,7 +2,7 @@
 :class:`~torchbandits.models.batched_exact.BatchedExactKernelRidge` scoring every run's candidates
 in one call (:func:`score`) and appending one point to every run in one call (:func:`append`),
 with the kernels of the single-run step (``exact_step.c``: the closed-form kernel rows, the packed
-4×12 register-tile forward substitution) looped over the runs.
+register-tile forward substitution: 4×12 with AVX2, 4×24 with AVX-512) looped over the runs.
 
 The state is read by strides (``R·G`` members: run ``r`` at its ``g``-th regulariser is member
 ``r·G + g``, sharing run ``r``'s points; ``G = 1`` for the model itself, ``G = 5`` for DMM's

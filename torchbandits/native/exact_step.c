@@ -225,6 +225,15 @@ static void score_scratch_free(score_scratch *s) {
     free((void *)s->lrow);
 }
 
+/* One term of the bound: sqrt(var / div) beta + mu (IEEE: the bits of mu + beta sqrt(var/div)). */
+static inline double bound_term(double var, double mu, double div, double beta) {
+    return sqrt(var / div) * beta + mu;
+}
+
+/* Whether term t replaces the running minimum m: the first smallest term, a NaN propagated (as
+ * torch.min). */
+static inline int takes_min(double t, double m) { return (t < m && m == m) || (t != t && m == m); }
+
 /* The upper confidence bound min_r (sqrt(var_r / div_r) beta_r + mu_r) per candidate (one
  * term: a radius rule, Flynn & Reeb 2024's AMM; several: their DMM, Sec. 5.4, the minimum over
  * the grid of Eq. (14)), the minimising r per candidate (arg, may be NULL) and the first index of
@@ -246,10 +255,10 @@ static long ucb_argmax(long A, long R, const double *mean, const double *var, co
             const double *vr = var + r * A + j0, *mr = mean + r * A + j0;
             double dv = div[r], b = beta[r];
             double *u = r == 0 ? ucb + j0 : term; /* the first term is the running minimum */
-            for (long q = 0; q < c; ++q) u[q] = sqrt(vr[q] / dv) * b + mr[q];
+            for (long q = 0; q < c; ++q) u[q] = bound_term(vr[q], mr[q], dv, b);
             for (long q = 0; q < c && r > 0; ++q) {
                 double m = ucb[j0 + q], t = term[q];
-                if ((t < m && m == m) || (t != t && m == m)) {
+                if (takes_min(t, m)) {
                     ucb[j0 + q] = t;
                     if (arg) arg[j0 + q] = r;
                 }
