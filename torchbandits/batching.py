@@ -224,7 +224,8 @@ class RunStreams:
             width = chunk_layout(kind, numel, self.chunk)[0] * numel   # draws per call
             pin, threads = self.device.type == "cuda", self._threads(width)
             ahead, self._ahead = self._ahead, None
-            if ahead is not None:   # its spec is this one: a change of spec flushed it
+            if ahead is not None:
+                assert ahead.spec == spec   # a change of spec flushed it
                 host, self._states = ahead.result()
             else:
                 host, self._states = draw_chunk(self.generators, spec, self.chunk, pin=pin,
