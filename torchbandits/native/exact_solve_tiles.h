@@ -34,6 +34,9 @@
 #define LANES 4
 #endif
 #define NR (3 * LANES)
+/* The tiles prefetch the factor's rows two blocks ahead (lrow holds npad + PF_ROWS addresses,
+ * the last ones the zero row). */
+#define PF_ROWS (2 * MR)
 
 /* The width of the panel that starts at column j0: NR (3 vectors), or the rest rounded up to a
  * vector; a rest of more than 3 and at most 4 vectors is cut 2 + 2 rather than 3 + 1 (a
@@ -69,8 +72,9 @@ static void pack_k(long n, long npad, long A, const double *kq, double *kp) {
     }
 }
 
-/* The addresses of the factor's rows, lrow [npad] (the padding rows: zeros [npad]), and
- * 1 / L_ii, inv [npad] (0 for the padding rows). */
+/* The addresses of the factor's rows, lrow [npad + PF_ROWS] (the padding rows and the
+ * prefetch's rows past the end: zeros [npad]), and 1 / L_ii, inv [npad] (0 for the padding
+ * rows). */
 static void factor_rows(long n, long npad, const double *head, long n0, const double *tail,
                         long width, const double *zeros, const double **lrow, double *inv) {
     for (long i = 0; i < npad; ++i) {
@@ -78,6 +82,7 @@ static void factor_rows(long n, long npad, const double *head, long n0, const do
         inv[i] = i < n ? lrow[i][i] : 0.0;
     }
     for (long i = 0; i < n; ++i) inv[i] = 1.0 / inv[i]; /* vectorised */
+    for (long i = npad; i < npad + PF_ROWS; ++i) lrow[i] = zeros;
 }
 
 #if defined(__AVX__) && defined(__FMA__)
@@ -134,6 +139,20 @@ typedef __m256d vec;
         if (nv > 2) a##b##2 = VMUL(a##b##2, s), VSTORE(out + 2 * LANES, a##b##2);               \
     } while (0)
 #define LOAD(b, q) (nv > (q) ? VLOAD(kp + (i0 + (b)) * w + LANES * (q)) : VZERO())
+/* One cache line (8 doubles) of each row of the block PF_ROWS / MR blocks ahead, at column k: by
+ * the time that block runs, the factor's rows it reads (columns < its i0) are in the cache. A
+ * factor read once per step (a member solved on a few columns, the one-column append, the first
+ * panel of a scoring: a run's factors are evicted by the other runs' between two steps) streams
+ * from memory in rows of at most n doubles, too short for the hardware's stream prefetch to ramp
+ * up: 2.5x the rate of a 16-column solve at n = 200 out of memory on a Zen 5 core
+ * (benchmarks/exact_solve_rates.py --cold). A prefetch changes no number. */
+#define PREFETCH_ROWS(k)                                                                        \
+    do {                                                                                        \
+        __builtin_prefetch(f0 + (k), 0, 3);                                                     \
+        __builtin_prefetch(f1 + (k), 0, 3);                                                     \
+        __builtin_prefetch(f2 + (k), 0, 3);                                                     \
+        __builtin_prefetch(f3 + (k), 0, 3);                                                     \
+    } while (0)
 
 static inline __attribute__((always_inline)) void solve_tile(const double *const *lrow,
                                                              const double *inv, long i0,
@@ -145,7 +164,10 @@ static inline __attribute__((always_inline)) void solve_tile(const double *const
     vec a20 = LOAD(2, 0), a21 = LOAD(2, 1), a22 = LOAD(2, 2);
     vec a30 = LOAD(3, 0), a31 = LOAD(3, 1), a32 = LOAD(3, 2);
     const double *l0 = lrow[0], *l1 = lrow[1], *l2 = lrow[2], *l3 = lrow[3], *vk = vp;
+    const double *f0 = lrow[PF_ROWS], *f1 = lrow[PF_ROWS + 1], *f2 = lrow[PF_ROWS + 2],
+                 *f3 = lrow[PF_ROWS + 3];
     for (long k = 0; k < i0; ++k, vk += w) { /* the rows already solved */
+        if ((k & 7) == 0) PREFETCH_ROWS(k);
         vec x0 = VLOAD(vk);
         vec x1 = nv > 1 ? VLOAD(vk + LANES) : x0;
         vec x2 = nv > 2 ? VLOAD(vk + 2 * LANES) : x0;
@@ -174,6 +196,7 @@ static inline __attribute__((always_inline)) void solve_tile(const double *const
 #undef TRI_UPD
 #undef TRI_ROW
 #undef LOAD
+#undef PREFETCH_ROWS
 
 /* The sums of a solved panel of w = LANES nv columns (nv = 1, 2, 3, a constant after inlining):
  * mu = sum_i z_i V_i and colsum(V (.) V), accumulated in the order of the rows with a product

@@ -192,8 +192,8 @@ static void solve_factor(long n, long npad, long A, const double *kp, const doub
 
 /* The scoring's scratch for n points and A candidates: the packed kp [npad, apad] (64-byte
  * aligned), the panel vp [npad, NR], inv [npad], zeros [npad] (zeroed), then `extra` doubles of
- * the caller's at rest; lrow [npad] the addresses of a factor's rows. Returns 0, or -1 when
- * memory could not be allocated (nothing to free then). */
+ * the caller's at rest; lrow [npad + PF_ROWS] the addresses of a factor's rows. Returns 0, or -1
+ * when memory could not be allocated (nothing to free then). */
 typedef struct {
     double *block, *kp, *vp, *inv, *zeros, *rest;
     const double **lrow;
@@ -204,7 +204,7 @@ static int score_scratch_alloc(score_scratch *s, long n, long A, size_t extra) {
     long npad = (n + MR - 1) / MR * MR, apad = padded_columns(A);
     size_t size = (size_t)(npad * apad) + (size_t)(npad * NR) + 8 + 2 * (size_t)npad + extra;
     s->block = malloc(size * sizeof(double));
-    s->lrow = malloc((size_t)(npad > 0 ? npad : 1) * sizeof(const double *));
+    s->lrow = malloc((size_t)(npad + PF_ROWS) * sizeof(const double *));
     if (!s->block || !s->lrow) {
         free(s->block);
         free((void *)s->lrow);
