@@ -13,7 +13,12 @@ alone). Reported (medians over ``--repeats``, or minima with ``--stat min``):
 * ``solve_gfma``: the forward substitution's rate, ``n²A/2`` fused multiply-adds per factor in
   ``amm_us − kernel_us`` (the μ/colsum pass counted in, ``n·A`` more);
 * ``torch_trsm_us`` / ``torch_trsm_gfma``: ``torch.linalg.solve_triangular(L, K_SC)``;
-* ``torch_mm_us`` / ``torch_mm_gfma``: ``L @ K_SC`` (``n²A`` FMAs: the authors' per-factor GEMM).
+* ``torch_mm_us`` / ``torch_mm_gfma``: ``L @ K_SC`` (``n²A`` FMAs: the authors' per-factor GEMM);
+* ``cold16_us`` / ``cold1_us``: per factor, one call scoring 16 columns / one column against
+  ``M`` copies of the factor, ``M`` large enough that they fill 64 MiB (each copy out of the
+  caches when its turn comes): what a batched step meets, whose runs' factors evict each other
+  between two steps (16 columns: the group of DMM's pruned select; one column: an append);
+  ``cold1_gbs``: the factor's ``n²/2`` doubles over ``cold1_us``, the rate of reading memory.
 
 Also checks ``V`` against torch's solve (``max_rel_err``). Prints a markdown table.
 
@@ -95,6 +100,26 @@ def median_us(fn: Callable[[], object], repeats: int, stat: str = "median") -> f
     return STAT[stat](times) * 1e6
 
 
+def cold_us(lib, p: dict, cols: int, repeats: int, stat: str = "median") -> float:
+    """Per factor, the wall time in µs of one scoring call on ``cols`` columns against ``M``
+    copies of the factor that fill 64 MiB together (median, or ``stat``, over ``repeats``)."""
+    n = p["n"]
+    copies = max(2, (64 << 20) // (8 * (p["head"].numel() + p["tail"].numel())))
+    heads = [p["head"].clone() for _ in range(copies)]
+    tails = [p["tail"].clone() for _ in range(copies)]
+    facs = [(h.data_ptr(), h.shape[0], t.data_ptr(), t.shape[1], p["z"].data_ptr())
+            for h, t in zip(heads, tails)]
+    cand = p["cand"][:cols].contiguous()
+    v = torch.empty(copies, n, cols, dtype=_F64)
+    mean, sumsq, var = (torch.empty(copies, cols, dtype=_F64) for _ in range(3))
+
+    def run() -> None:
+        nx.score(lib, n, p["xs"], cand, p["weight"], nx.KINDS[("matern", 2.5)], None, 1.0, facs,
+                 (v, mean, sumsq), (None, None, var), None)
+
+    return median_us(run, repeats, stat) / copies
+
+
 def row(lib, n: int, a: int, repeats: int, stat: str = "median") -> dict:
     """The timings and rates of one size (see the module docstring)."""
     p = problem(n, a)
@@ -108,24 +133,31 @@ def row(lib, n: int, a: int, repeats: int, stat: str = "median") -> dict:
     chol = p["chol"]
     trsm = median_us(lambda: torch.linalg.solve_triangular(chol, kq, upper=False), repeats, stat)
     mm = median_us(lambda: chol @ kq, repeats, stat)
+    cold16 = cold_us(lib, p, 16, max(3, repeats // 10), stat)
+    cold1 = cold_us(lib, p, 1, max(3, repeats // 10), stat)
     half = n * n * a / 2.0
     return {"n": n, "a": a, "kernel_us": kernel, "amm_us": amm, "dmm_us": dmm,
             "solve_gfma": half / max(amm - kernel, 1e-3) / 1e3,
             "dmm_solve_gfma": 5 * half / max(dmm - kernel, 1e-3) / 1e3,
             "torch_trsm_us": trsm, "torch_trsm_gfma": half / trsm / 1e3,
-            "torch_mm_us": mm, "torch_mm_gfma": 2 * half / mm / 1e3, "max_rel_err": err}
+            "torch_mm_us": mm, "torch_mm_gfma": 2 * half / mm / 1e3,
+            "cold16_us": cold16, "cold1_us": cold1, "cold1_gbs": n * n / 2.0 * 8 / cold1 / 1e3,
+            "max_rel_err": err}
 
 
 def markdown(rows: list[dict]) -> str:
     """The rows as a markdown table."""
     head = ("| n | A | K_SC µs | AMM call µs | solve GFMA/s | DMM call µs | DMM solve GFMA/s | "
-            "torch trsm µs (GFMA/s) | torch mm µs (GFMA/s) | max rel err |")
-    lines = [head, "|" + "---|" * 10]
+            "torch trsm µs (GFMA/s) | torch mm µs (GFMA/s) | cold 16 columns µs | "
+            "cold 1 column µs (GB/s) | max rel err |")
+    lines = [head, "|" + "---|" * 12]
     for r in rows:
         lines.append(f"| {r['n']} | {r['a']} | {r['kernel_us']:.1f} | {r['amm_us']:.1f} | "
                      f"{r['solve_gfma']:.2f} | {r['dmm_us']:.1f} | {r['dmm_solve_gfma']:.2f} | "
                      f"{r['torch_trsm_us']:.1f} ({r['torch_trsm_gfma']:.2f}) | "
-                     f"{r['torch_mm_us']:.1f} ({r['torch_mm_gfma']:.2f}) | {r['max_rel_err']:.1e} |")
+                     f"{r['torch_mm_us']:.1f} ({r['torch_mm_gfma']:.2f}) | "
+                     f"{r['cold16_us']:.1f} | {r['cold1_us']:.1f} ({r['cold1_gbs']:.1f}) | "
+                     f"{r['max_rel_err']:.1e} |")
     return "\n".join(lines)
 
 

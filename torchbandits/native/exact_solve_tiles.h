@@ -34,8 +34,8 @@
 #define LANES 4
 #endif
 #define NR (3 * LANES)
-/* The tiles prefetch the factor's rows two blocks ahead (lrow holds npad + PF_ROWS addresses,
- * the last ones the zero row). */
+/* The tiles of a solve's first panel prefetch the factor's rows two blocks ahead (lrow holds
+ * npad + PF_ROWS addresses, the last ones the zero row). */
 #define PF_ROWS (2 * MR)
 
 /* The width of the panel that starts at column j0: NR (3 vectors), or the rest rounded up to a
@@ -111,7 +111,8 @@ typedef __m256d vec;
 #endif
 
 /* Solve the block of rows i0 .. i0 + MR - 1 of a panel of w = LANES nv columns (nv = 1, 2, 3: a
- * constant after inlining into solve_tile_1/2/3). The accumulators are named variables a<b><q>
+ * constant after inlining into solve_tile_1/2/3); pf: prefetch the rows two blocks ahead (a
+ * constant after inlining: the first panel of a solve only, see PREFETCH_ROWS). The accumulators are named variables a<b><q>
  * (row b, vector q), not an array: GCC keeps an array of twelve vectors in memory and stores
  * it at every k (a third of the rate). The vectors q >= nv are never used (dead code after
  * inlining). */
@@ -140,12 +141,14 @@ typedef __m256d vec;
     } while (0)
 #define LOAD(b, q) (nv > (q) ? VLOAD(kp + (i0 + (b)) * w + LANES * (q)) : VZERO())
 /* One cache line (8 doubles) of each row of the block PF_ROWS / MR blocks ahead, at column k: by
- * the time that block runs, the factor's rows it reads (columns < its i0) are in the cache. A
- * factor read once per step (a member solved on a few columns, the one-column append, the first
- * panel of a scoring: a run's factors are evicted by the other runs' between two steps) streams
- * from memory in rows of at most n doubles, too short for the hardware's stream prefetch to ramp
- * up: 2.5x the rate of a 16-column solve at n = 200 out of memory on a Zen 5 core
- * (benchmarks/exact_solve_rates.py --cold). A prefetch changes no number. */
+ * the time that block runs, the factor's rows it reads (columns < its i0) are in the cache. In a
+ * batched step the runs' factors evict each other between two steps, so the first panel of a
+ * solve (a member solved on a few columns, the one-column append, the first of a scoring's
+ * panels) reads its factor from memory, in rows of at most n doubles: too short for the
+ * hardware's stream prefetch to ramp up. With it, a 16-column solve at n = 200 out of memory
+ * runs 2.2x faster on a Zen 5 core (benchmarks/exact_solve_rates.py, cold columns); the later
+ * panels find the factor in the cache, where the prefetches would only cost issue slots (3-5 %
+ * at n = 400-1000). A prefetch changes no number. */
 #define PREFETCH_ROWS(k)                                                                        \
     do {                                                                                        \
         __builtin_prefetch(f0 + (k), 0, 3);                                                     \
@@ -157,7 +160,7 @@ typedef __m256d vec;
 static inline __attribute__((always_inline)) void solve_tile(const double *const *lrow,
                                                              const double *inv, long i0,
                                                              const double *kp, double *vp,
-                                                             const int nv) {
+                                                             const int nv, const int pf) {
     const long w = LANES * nv;
     vec a00 = LOAD(0, 0), a01 = LOAD(0, 1), a02 = LOAD(0, 2);
     vec a10 = LOAD(1, 0), a11 = LOAD(1, 1), a12 = LOAD(1, 2);
@@ -167,7 +170,7 @@ static inline __attribute__((always_inline)) void solve_tile(const double *const
     const double *f0 = lrow[PF_ROWS], *f1 = lrow[PF_ROWS + 1], *f2 = lrow[PF_ROWS + 2],
                  *f3 = lrow[PF_ROWS + 3];
     for (long k = 0; k < i0; ++k, vk += w) { /* the rows already solved */
-        if ((k & 7) == 0) PREFETCH_ROWS(k);
+        if (pf && (k & 7) == 0) PREFETCH_ROWS(k);
         vec x0 = VLOAD(vk);
         vec x1 = nv > 1 ? VLOAD(vk + LANES) : x0;
         vec x2 = nv > 2 ? VLOAD(vk + 2 * LANES) : x0;
@@ -237,16 +240,19 @@ static inline __attribute__((always_inline)) void panel_sums(long n, long A, con
 
 /* The tile and the sums at 1, 2, 3 vectors, one copy each. */
 static void solve_tile_1(const double *const *lrow, const double *inv, long i0,
-                         const double *kp, double *vp) {
-    solve_tile(lrow, inv, i0, kp, vp, 1);
+                         const double *kp, double *vp, int pf) {
+    if (pf) solve_tile(lrow, inv, i0, kp, vp, 1, 1);
+    else solve_tile(lrow, inv, i0, kp, vp, 1, 0);
 }
 static void solve_tile_2(const double *const *lrow, const double *inv, long i0,
-                         const double *kp, double *vp) {
-    solve_tile(lrow, inv, i0, kp, vp, 2);
+                         const double *kp, double *vp, int pf) {
+    if (pf) solve_tile(lrow, inv, i0, kp, vp, 2, 1);
+    else solve_tile(lrow, inv, i0, kp, vp, 2, 0);
 }
 static void solve_tile_3(const double *const *lrow, const double *inv, long i0,
-                         const double *kp, double *vp) {
-    solve_tile(lrow, inv, i0, kp, vp, 3);
+                         const double *kp, double *vp, int pf) {
+    if (pf) solve_tile(lrow, inv, i0, kp, vp, 3, 1);
+    else solve_tile(lrow, inv, i0, kp, vp, 3, 0);
 }
 static void panel_sums_1(long n, long A, const double *vp, const double *z, double *v,
                          double *mu, double *sumsq) {
@@ -281,9 +287,9 @@ static void solve_tile(const double *const *lrow, const double *inv, long i0, co
         }
     }
 }
-#define solve_tile_1(lrow, inv, i0, kp, vp) solve_tile(lrow, inv, i0, kp, vp, 1)
-#define solve_tile_2(lrow, inv, i0, kp, vp) solve_tile(lrow, inv, i0, kp, vp, 2)
-#define solve_tile_3(lrow, inv, i0, kp, vp) solve_tile(lrow, inv, i0, kp, vp, 3)
+#define solve_tile_1(lrow, inv, i0, kp, vp, pf) solve_tile(lrow, inv, i0, kp, vp, 1)
+#define solve_tile_2(lrow, inv, i0, kp, vp, pf) solve_tile(lrow, inv, i0, kp, vp, 2)
+#define solve_tile_3(lrow, inv, i0, kp, vp, pf) solve_tile(lrow, inv, i0, kp, vp, 3)
 #endif
 
 #endif /* TB_EXACT_SOLVE_TILES_H */

@@ -161,9 +161,9 @@ static void solve_factor(long n, long npad, long A, const double *kp, const doub
         long c = A - j0 < w ? A - j0 : w;
         const double *kpan = kp + npad * j0;
         for (long i0 = 0; i0 < npad; i0 += MR) {
-            if (w == 3 * LANES) solve_tile_3(lrow + i0, inv, i0, kpan, vp);
-            else if (w == 2 * LANES) solve_tile_2(lrow + i0, inv, i0, kpan, vp);
-            else solve_tile_1(lrow + i0, inv, i0, kpan, vp);
+            if (w == 3 * LANES) solve_tile_3(lrow + i0, inv, i0, kpan, vp, j0 == 0);
+            else if (w == 2 * LANES) solve_tile_2(lrow + i0, inv, i0, kpan, vp, j0 == 0);
+            else solve_tile_1(lrow + i0, inv, i0, kpan, vp, j0 == 0);
         }
 #if defined(__AVX__) && defined(__FMA__)
         if (c == w) { /* a full panel: the sums in registers (the same operations) */
