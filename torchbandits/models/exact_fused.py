@@ -14,7 +14,10 @@ built once and updated by the C code itself (``n``, the rows of each tail) as it
 * :meth:`ExactFused.fused_select`: the argmax of a rule's closed-form bound
   (:class:`~torchbandits.confidence.base.UCBForm`, ``min_s (sqrt(ρ²_s / div_s) β_s + μ_s)``,
   Flynn & Reeb 2024, Eq. (14) for DMM) over fresh candidates, ``V`` kept only one factor at a
-  time in scratch memory, nothing recorded but the candidates and the choice;
+  time in scratch memory, nothing recorded but the candidates and the choice; with several
+  terms (DMM) pruned: one term on every candidate bounds each bound from above, the others are
+  solved only on the candidates that can still be chosen (``exact_prune.h``; the same choice and
+  minimising term, bit for bit; :func:`full_select` turns it off);
 * :meth:`ExactFused.fused_append`: the append of the chosen candidate, its kernel column and new
   factor rows recomputed by the operations of the scoring (the same bits as the scoring's
   column ``V_r[:, j]``, ``μ_r[j]`` and ``colsum(V_r²)_j``: the O(n²) solve of one column costs
@@ -35,8 +38,9 @@ the general step, which stays the reference.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import torch
@@ -49,10 +53,23 @@ from ..validation import as_scalar_reward
 if TYPE_CHECKING:
     from ..confidence.base import UCBForm
 
-__all__ = ["ExactFused", "FusedTable"]
+__all__ = ["ExactFused", "FusedTable", "full_select"]
 
 _F64 = torch.float64
 _T = nx.FUSED
+_FULL = [0]   # open full_select() scopes: a bound over several terms is pruned when none
+
+
+@contextlib.contextmanager
+def full_select() -> Iterator[None]:
+    """Within it, the fused select of a bound over several terms (DMM) solves every term on every
+    candidate instead of pruning (``exact_prune.h``): the same choices and minimising terms, bit
+    for bit; for tests and before/after benchmarks. Not thread-safe (a process-wide switch)."""
+    _FULL[0] += 1
+    try:
+        yield
+    finally:
+        _FULL[0] -= 1
 
 
 def _ok(t: Tensor) -> bool:
@@ -67,7 +84,9 @@ def _dropped() -> None:
 class FusedTable:
     """The tables of :mod:`~torchbandits.models.exact_fused` (see its docstring) and what they
     were built from. ``tab`` / ``dbl`` are ctypes arrays (their addresses ``base`` / ``dbase``);
-    ``terms``: the factor index per term of the last bound (keyed by its regularisers)."""
+    ``terms``: the factor index per term of the last bound (keyed by its regularisers); ``hint``
+    (``c_longlong``): with several terms, the one the pruned select solves first (the minimiser
+    at the last chosen candidate, carried over to a rebuilt table; it changes no choice)."""
 
     __slots__ = (
         "base",
@@ -76,6 +95,7 @@ class FusedTable:
         "dbase",
         "dbl",
         "factors",
+        "hint",
         "keep",
         "kernel",
         "lean",
@@ -165,6 +185,7 @@ class ExactFused:
         ft.keep = (plan, form.weight)  # (the copies and weights the table points at stay alive)
         ft.regs_key, ft.terms, ft.chosen, ft.beta_at = None, 0, None, 2 + 3 * count
         ft.prev = None if old is None else old.prev
+        ft.hint = ctypes.c_longlong(-1) if old is None else old.hint
         set_plain(self, "_fused", ft)
         return ft
 
@@ -213,7 +234,9 @@ class ExactFused:
             best = lib.tb_exact_fused_select(ft.base, ft.dbase, cand.data_ptr(), a,
                                              None if prev is None else prev.data_ptr(),
                                              0 if prev is None else prev.shape[0],
-                                             None if arg is None else arg.data_ptr())
+                                             None if arg is None else arg.data_ptr(),
+                                             None if arg is None or _FULL[0]
+                                             else ctypes.addressof(ft.hint))
             if best != -3 or not retry:
                 break
             # the kernel's values changed since the table: a new plan and table, once

@@ -28,15 +28,8 @@
  * c_r of V_m, mu_m and colsum(V_m^2) (V kept in scratch for the run's members: n A stores per
  * member, against an O(n^2) second pass over the factor for the append).
  *
- * With G > 1 members and a hint (DMM), a run's select is pruned (select_pruned): one member g0
- * (the hint: the minimiser at the run's last chosen candidate) is solved for all A candidates,
- * which gives every candidate's term t_g0 >= its bound (a minimum over g that includes t_g0); the
- * candidates are then taken in order of decreasing t_g0, 16 at a time, the other members solved
- * on just those columns, until the next t_g0 is below the best bound found (or equal to it at a
- * larger index). A column is solved by the same operations whatever the other columns of its
- * panel, so every term, bound, choice and pending piece has the bits of the full select; the
- * pruning only skips candidates that cannot be chosen. It needs every term finite (a NaN bound
- * counts as largest): the run takes the full select otherwise.
+ * With G > 1 members and a hint (DMM), a run's select is pruned (exact_prune.h's select_pruned:
+ * the same choice, member and pieces, bit for bit, as the full select).
  *
  * Appending x_r [d] with reward y_r to every run (the bordered Cholesky step, Flynn & Reeb 2024,
  * App. E.2): per member the new row l = L_m^{-1} k_S(x_r) (the same tile code on one column: the
@@ -94,11 +87,17 @@ static void kernel_packed(batch_scratch *s, long n, long A, long d, const double
     pack_k(n, s->sc.npad, A, s->kq, s->sc.kp);
 }
 
+/* Member m's factor (L at L + m ls, rows lc apart) and z (at z + m zs) as a factor_ref. */
+static factor_ref member_ref(long m, const double *L, long ls, long lc, const double *z, long zs) {
+    factor_ref f = {NULL, 0, L + m * ls, lc, z + m * zs};
+    return f;
+}
+
 /* One member's V = L^{-1} K_SC of the packed columns (v may be NULL), mu = z^T V, colsum(V^2). */
 static void member_solve(batch_scratch *s, long n, long A, const double *L, long lc,
                          const double *z, double *v, double *mu, double *sumsq) {
-    factor_rows(n, s->sc.npad, NULL, 0, L, lc, s->sc.zeros, s->sc.lrow, s->sc.inv);
-    solve_factor(n, s->sc.npad, A, s->sc.kp, s->sc.lrow, s->sc.inv, z, s->sc.vp, v, mu, sumsq);
+    factor_ref f = {NULL, 0, L, lc, z};
+    ref_solve(&s->sc, n, A, &f, v, mu, sumsq);
 }
 
 /* The append pieces of the point p [d] for the G members of run r: per member m = r G + g,
@@ -149,136 +148,6 @@ long tb_batch_score(long R, long G, long n, long A, long d, const double *x, lon
     return 0;
 }
 
-/* Candidates per group of the pruned select (two 8-wide or four 4-wide vectors). */
-#define PRUNE_W 16
-
-/* idx [A] sorted by key descending, ties by index ascending (a merge sort; tmp [A] scratch). */
-static void sort_desc(long A, const double *key, long *idx, long *tmp) {
-    for (long w = 1; w < A; w *= 2) {
-        for (long lo = 0; lo < A; lo += 2 * w) {
-            long mid = lo + w < A ? lo + w : A, hi = lo + 2 * w < A ? lo + 2 * w : A;
-            long i = lo, j = mid, k = lo;
-            while (i < mid && j < hi) {
-                long a = idx[i], b = idx[j];
-                int take_b = key[b] > key[a] || (key[b] == key[a] && b < a);
-                tmp[k++] = take_b ? idx[j++] : idx[i++];
-            }
-            while (i < mid) tmp[k++] = idx[i++];
-            while (j < hi) tmp[k++] = idx[j++];
-        }
-        memcpy(idx, tmp, (size_t)A * sizeof(long));
-    }
-}
-
-/* Whether member m's pieces that the pruning reads are finite: z_m [n], the pivots L_ii (the
- * rows' other entries enter the pivots, so a non-finite row gives a non-finite pivot), beta and
- * div > 0. */
-static int member_finite(long n, const double *L, long lc, const double *z, double b, double dv) {
-    if (!isfinite(b) || !isfinite(dv) || !(dv > 0.0)) return 0;
-    for (long i = 0; i < n; ++i)
-        if (!isfinite(z[i]) || !isfinite(L[i * lc + i]) || L[i * lc + i] == 0.0) return 0;
-    return 1;
-}
-
-/* Scratch of the pruned select: t_g0, mu_g0 and colsum_g0 [A], order and tmp [A] (long), the
- * group's kernel columns [n, W], per member of a run its group V [n, W], mu [W] and colsum [W]. */
-typedef struct {
-    double *term, *mu0, *ss0, *gk, *gv, *gm, *gs;
-    long *order, *tmp;
-} prune_scratch;
-
-static int prune_alloc(prune_scratch *p, long G, long n, long A) {
-    long a1 = A > 0 ? A : 1, n1 = n > 0 ? n : 1;
-    p->term = malloc((3 * (size_t)a1 + (size_t)(n1 * PRUNE_W) * (size_t)(G + 1)
-                      + 2 * (size_t)(G * PRUNE_W)) * sizeof(double));
-    p->order = malloc(2 * (size_t)a1 * sizeof(long));
-    if (!p->term || !p->order) {
-        free(p->term);
-        free(p->order);
-        return -1;
-    }
-    p->mu0 = p->term + a1;
-    p->ss0 = p->mu0 + a1;
-    p->gk = p->ss0 + a1;
-    p->gv = p->gk + n1 * PRUNE_W;
-    p->gm = p->gv + G * n1 * PRUNE_W;
-    p->gs = p->gm + G * PRUNE_W;
-    p->tmp = p->order + a1;
-    return 0;
-}
-
-/* The pruned select of run r (see the top of the file), after kernel_packed(s, ...) for its
- * candidates: the first index of its largest bound into *best, the minimising g there into *argb,
- * the chosen candidate's pending pieces into pend (may be NULL; member m = r G + g at
- * pend + m (n + 2)). Returns 0, or 1 (nothing chosen) where a term is not finite: the caller then
- * takes the full select. */
-static int select_pruned(batch_scratch *s, prune_scratch *p, long r, long G, long g0, long n,
-                         long A, const double *L, long ls, long lc, const double *z, long zs,
-                         const double *beta, const double *div, double kdiag, long long *best,
-                         long long *argb, double *pend) {
-    const double *br = beta + r * G, *dr = div + r * G;
-    for (long g = 0; g < G; ++g) {
-        long m = r * G + g;
-        if (!member_finite(n, L + m * ls, lc, z + m * zs, br[g], dr[g])) return 1;
-    }
-    /* member g0 on every candidate, its V into the scratch s->v [n, A] (for the pieces) */
-    long m0 = r * G + g0;
-    member_solve(s, n, A, L + m0 * ls, lc, z + m0 * zs, pend ? s->v : NULL, p->mu0, p->ss0);
-    for (long j = 0; j < A; ++j) {
-        double rho2 = kdiag - p->ss0[j];
-        p->term[j] = bound_term(rho2 > 0.0 ? rho2 : 0.0, p->mu0[j], dr[g0], br[g0]);
-        if (p->term[j] != p->term[j]) return 1; /* NaN */
-    }
-    for (long j = 0; j < A; ++j) p->order[j] = j;
-    sort_desc(A, p->term, p->order, p->tmp);
-    double top = 0.0;
-    long bj = -1, bg = 0;
-    for (long pos = 0; pos < A;) {
-        long j = p->order[pos];
-        if (bj >= 0 && (p->term[j] < top || (p->term[j] == top && j > bj))) break;
-        long w = A - pos < PRUNE_W ? A - pos : PRUNE_W;
-        const long *cols = p->order + pos;
-        for (long i = 0; i < n; ++i)
-            for (long q = 0; q < w; ++q) p->gk[i * w + q] = s->kq[i * A + cols[q]];
-        pack_k(n, s->sc.npad, w, p->gk, s->sc.kp); /* the full packing is spent (g0 done) */
-        for (long g = 0; g < G; ++g) { /* the other members on the group's columns */
-            long m = r * G + g;
-            if (g != g0)
-                member_solve(s, n, w, L + m * ls, lc, z + m * zs, pend ? p->gv + g * n * w : NULL,
-                             p->gm + g * w, p->gs + g * w);
-        }
-        for (long q = 0; q < w; ++q) { /* each column's bound: ucb_argmax's running minimum */
-            long c = cols[q];
-            double mn = 0.0;
-            long ag = 0;
-            for (long g = 0; g < G; ++g) { /* (g0's term: the same bits as a group solve's) */
-                double rho2 = kdiag - p->gs[g * w + q];
-                double t = g == g0 ? p->term[c]
-                                   : bound_term(rho2 > 0.0 ? rho2 : 0.0, p->gm[g * w + q], dr[g],
-                                                br[g]);
-                if (g == 0) mn = t;
-                else if (takes_min(t, mn)) mn = t, ag = g;
-            }
-            if (mn != mn) return 1; /* a NaN bound (not expected: every input finite) */
-            if (bj < 0 || mn > top || (mn == top && c < bj)) {
-                top = mn, bj = c, bg = ag;
-                for (long g = 0; g < G && pend; ++g) { /* the pieces of the new best */
-                    double *o = pend + (r * G + g) * (n + 2);
-                    int own = g == g0; /* g0's from its full solve: column c of s->v */
-                    for (long i = 0; i < n; ++i)
-                        o[i] = own ? s->v[i * A + c] : p->gv[g * n * w + i * w + q];
-                    o[n] = own ? p->mu0[c] : p->gm[g * w + q];
-                    o[n + 1] = own ? p->ss0[c] : p->gs[g * w + q];
-                }
-            }
-        }
-        pos += w;
-    }
-    *best = bj;
-    *argb = bg;
-    return 0;
-}
-
 /* Select one candidate per run (see the top of the file): the scoring of tb_batch_score (its
  * arguments up to zs, cand's run stride cs included; mean, var and each member's V in scratch), then per run r the first index
  * j of the largest bound min_g (sqrt(var_m / div[m]) beta[m] + mu_m), m = r G + g (exact_step.c's
@@ -307,11 +176,13 @@ long tb_batch_select(long R, long G, long n, long A, long d, const double *x, lo
     double *mv = malloc(((size_t)((3 * G + 1) * a1) + (pend ? (size_t)(G * n1 * a1) : 0))
                         * sizeof(double));
     long long *argv = malloc((size_t)a1 * sizeof(long long));
-    int scratch = !mv || !argv ? -1 : scratch_alloc(&s, n, A, d);
+    factor_ref *refs = malloc((size_t)(G > 0 ? G : 1) * sizeof(factor_ref));
+    int scratch = !mv || !argv || !refs ? -1 : scratch_alloc(&s, n, A, d);
     if (scratch || (prune && prune_alloc(&ps, G, n, A))) {
         if (!scratch) scratch_free(&s);
         free(mv);
         free(argv);
+        free(refs);
         return -1;
     }
     double *mean = mv, *ss = mv + G * a1, *var = ss + G * a1, *ucb = var + G * a1;
@@ -322,9 +193,10 @@ long tb_batch_select(long R, long G, long n, long A, long d, const double *x, lo
         kernel_packed(&s, n, A, d, cr, &k);
         if (prune) {
             long g0 = hint[r] >= 0 && hint[r] < G ? (long)hint[r] : G / 2;
-            long long bj, bg;
-            if (!select_pruned(&s, &ps, r, G, g0, n, A, L, ls, lc, z, zs, beta, div, kdiag, &bj,
-                               &bg, pend)) {
+            long bj, bg;
+            for (long g = 0; g < G; ++g) refs[g] = member_ref(r * G + g, L, ls, lc, z, zs);
+            if (!select_pruned(&s.sc, &ps, G, g0, n, A, refs, beta + r * G, div + r * G, kdiag,
+                               s.kq, s.v, &bj, &bg, pend ? pend + r * G * (n + 2) : NULL)) {
                 best[r] = bj;
                 hint[r] = bg;
                 if (arg) arg[r] = bg;
@@ -361,10 +233,8 @@ long tb_batch_select(long R, long G, long n, long A, long d, const double *x, lo
     scratch_free(&s);
     free(mv);
     free(argv);
-    if (prune) {
-        free(ps.term);
-        free(ps.order);
-    }
+    free(refs);
+    if (prune) prune_free(&ps);
     return 0;
 }
 

@@ -273,6 +273,9 @@ static long ucb_argmax(long A, long R, const double *mean, const double *var, co
     return best;
 }
 
+/* The pruned select of a minimum over several factors (DMM): select_pruned. */
+#include "exact_prune.h"
+
 /* Score A candidates at R maintained regularisers.
  *   n, A, d, R: sizes; xs [n, d] scaled stored points; cand [A, d]; w [dw] weights (dw = 1 or d);
  *   kind (RBF, MATERN12, MATERN32, MATERN52), outscale s (has_scale = 0: none), kdiag = k(x, x);
@@ -387,18 +390,50 @@ static int params_same(const long long *tab) {
     return 1;
 }
 
+/* The fused select's pruned path (exact_prune.h) over the S terms of the table (term s: factor
+ * sel[s], beta[s], beta[S + s]) after kq [n, A] was packed into sc: the chosen index (its
+ * minimising term into *hint, which names the term solved first), -1 (no scratch memory) or -2
+ * (a term not finite: take the full select). */
+static long pruned_fused(score_scratch *sc, const long long *tab, long S, const long long *sel,
+                         long n, long A, const double *zb, const double *beta, double kdiag,
+                         const double *kq, long long *hint) {
+    prune_scratch ps;
+    factor_ref *refs = malloc((size_t)S * sizeof(factor_ref));
+    if (!refs || prune_alloc(&ps, S, n, A)) {
+        free(refs);
+        return -1;
+    }
+    for (long s = 0; s < S; ++s) {
+        const long long *f = tab + FFAC + FFACW * sel[s];
+        factor_ref r = {(const double *)(intptr_t)f[0], (long)f[1], (const double *)(intptr_t)f[2],
+                        (long)f[3], zb + sel[s] * tab[FZST]};
+        refs[s] = r;
+    }
+    long g0 = *hint >= 0 && *hint < S ? (long)*hint : S / 2, best, argb;
+    int rc = select_pruned(sc, &ps, S, g0, n, A, refs, beta, beta + S, kdiag, kq, NULL, &best,
+                           &argb, NULL);
+    prune_free(&ps);
+    free(refs);
+    if (rc) return -2;
+    *hint = argb;
+    return best;
+}
+
 /* select: the index of the largest upper bound min_s (sqrt(rho^2_{f_s} / div_s) beta_s + mu_{f_s})
  * over the A candidates cand [A, d] (Flynn & Reeb 2024: one term for AMM and the radius rules,
  * the grid of Eq. (14) for DMM, Sec. 5.4), the pieces computed as tb_exact_score computes them
  * (the same operations in the same order: the same bits), without keeping V, K_SC or the
  * variances (one [n, A] scratch for V, reused by every factor). arg [A] (may be NULL): the
  * minimising term per candidate. prev [prev_a, d] (may be NULL): the candidates of the
- * previous call, kept alive by the caller.
+ * previous call, kept alive by the caller. hint (may be NULL; with S > 1 terms): the term to
+ * solve first in the pruned select (exact_prune.h; out of range: S / 2), set to the minimising
+ * term at the chosen candidate; the choice and that term are those of the full select, bit for
+ * bit, but arg is then written only at the chosen index. NULL: the full select.
  * Returns the index, or -1 (no scratch memory), -3 (a kernel parameter changed: rebuild the
  * table), -4 (cand holds the values of prev: the caller's candidate caches serve it), -5 (a
  * candidate is not finite). */
 long tb_exact_fused_select(const long long *tab, const double *dbl, const double *cand, long A,
-                           const double *prev, long prev_a, long long *arg) {
+                           const double *prev, long prev_a, long long *arg, long long *hint) {
     long n = (long)tab[FN], d = (long)tab[FD], R = (long)tab[FR], S = (long)tab[FS];
     if (!params_same(tab)) return -3;
     if (prev && prev_a == A && !memcmp(prev, cand, (size_t)(A * d) * sizeof(double))) return -4;
@@ -423,6 +458,16 @@ long tb_exact_fused_select(const long long *tab, const double *dbl, const double
                  NULL, kq, rows);
     pack_k(n, npad, A, kq, kp);
     const long long *sel = tab + FFAC + FFACW * R;
+    const double *beta = dbl + 2 + 3 * R;
+    if (hint && S > 1 && n > 0 && A > 0) {
+        long pick = pruned_fused(&sc, tab, S, sel, n, A, zb, beta, dbl[1], kq, hint);
+        if (pick >= 0 && arg) arg[pick] = *hint;
+        if (pick != -2) {
+            score_scratch_free(&sc);
+            return pick;
+        }
+        pack_k(n, npad, A, kq, kp); /* a term not finite: the full select, K packed again */
+    }
     for (long s = 0; s < S; ++s) {
         const long long *f = tab + FFAC + FFACW * sel[s];
         factor_rows(n, npad, (const double *)(intptr_t)f[0], (long)f[1],
@@ -434,8 +479,8 @@ long tb_exact_fused_select(const long long *tab, const double *dbl, const double
             var[s * A + j] = rho2 > 0.0 ? rho2 : 0.0;
         }
     }
-    const double *beta = dbl + 2 + 3 * R;
     long best = A > 0 ? ucb_argmax(A, S, mean, var, beta, beta + S, ucb, arg) : 0;
+    if (hint && arg && A > 0) *hint = arg[best];
     score_scratch_free(&sc);
     return best;
 }

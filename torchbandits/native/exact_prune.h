@@ -1,0 +1,174 @@
+/* The pruned select of a bound that is a minimum over G factors (included by exact_step.c after
+ * solve_factor, bound_term and takes_min; used by its fused single-run select and by
+ * exact_batch.c's batched select).
+ *
+ * DMM's bound (Flynn & Reeb 2024, Sec. 5.4, Eq. (14)) is UCB(x) = min_g t_g(x),
+ * t_g = sqrt(rho^2_g / div_g) beta_g + mu_g over its grid of regularisers, so any one member's
+ * term bounds it from above. One member g0 (the caller's hint: the minimiser at the last chosen
+ * candidate) is solved for all A candidates, which gives every candidate's t_g0 >= its bound;
+ * the candidates are then taken in order of decreasing t_g0, PRUNE_W at a time, the other
+ * members solved on just those columns, until the next t_g0 is below the best bound found (or
+ * equal to it at a larger index). A column is solved by the same operations whatever the other
+ * columns of its panel, so every term, bound, choice and append piece has the bits of the full
+ * select (ucb_argmax over every member's scoring); the pruning only skips candidates that cannot
+ * be chosen. It needs every term finite (a NaN bound counts as largest): the caller takes the
+ * full select otherwise. */
+#ifndef TB_EXACT_PRUNE_H
+#define TB_EXACT_PRUNE_H
+
+/* One factor of the bound: rows i < n0 at head + i n0, the others at tail + (i - n0) width
+ * (factor_row; n0 = 0 and head NULL for a plain [n, width] row-major factor), and its
+ * whitened targets z = L^{-1} y [n]. */
+typedef struct {
+    const double *head;
+    long n0;
+    const double *tail;
+    long width;
+    const double *z;
+} factor_ref;
+
+/* V = L^{-1} K of the packed columns in sc (v may be NULL: not written), mu = z^T V and
+ * colsum(V^2) [A], for the factor f. */
+static void ref_solve(score_scratch *sc, long n, long A, const factor_ref *f, double *v,
+                      double *mu, double *sumsq) {
+    factor_rows(n, sc->npad, f->head, f->n0, f->tail, f->width, sc->zeros, sc->lrow, sc->inv);
+    solve_factor(n, sc->npad, A, sc->kp, sc->lrow, sc->inv, f->z, sc->vp, v, mu, sumsq);
+}
+
+/* Candidates per group of the pruned select (two 8-wide or four 4-wide vectors). */
+#define PRUNE_W 16
+
+/* idx [A] sorted by key descending, ties by index ascending (a merge sort; tmp [A] scratch). */
+static void sort_desc(long A, const double *key, long *idx, long *tmp) {
+    for (long w = 1; w < A; w *= 2) {
+        for (long lo = 0; lo < A; lo += 2 * w) {
+            long mid = lo + w < A ? lo + w : A, hi = lo + 2 * w < A ? lo + 2 * w : A;
+            long i = lo, j = mid, k = lo;
+            while (i < mid && j < hi) {
+                long a = idx[i], b = idx[j];
+                int take_b = key[b] > key[a] || (key[b] == key[a] && b < a);
+                tmp[k++] = take_b ? idx[j++] : idx[i++];
+            }
+            while (i < mid) tmp[k++] = idx[i++];
+            while (j < hi) tmp[k++] = idx[j++];
+        }
+        memcpy(idx, tmp, (size_t)A * sizeof(long));
+    }
+}
+
+/* Whether the pieces of factor f that the pruning reads are finite: z [n], the pivots L_ii (the
+ * rows' other entries enter the pivots, so a non-finite row gives a non-finite pivot), beta and
+ * div > 0. */
+static int member_finite(long n, const factor_ref *f, double b, double dv) {
+    if (!isfinite(b) || !isfinite(dv) || !(dv > 0.0)) return 0;
+    for (long i = 0; i < n; ++i) {
+        double piv = factor_row(f->head, f->n0, f->tail, f->width, i)[i];
+        if (!isfinite(f->z[i]) || !isfinite(piv) || piv == 0.0) return 0;
+    }
+    return 1;
+}
+
+/* Scratch of the pruned select: t_g0, mu_g0 and colsum_g0 [A], order and tmp [A] (long), the
+ * group's kernel columns [n, W], per member its group V [n, W], mu [W] and colsum [W]. */
+typedef struct {
+    double *term, *mu0, *ss0, *gk, *gv, *gm, *gs;
+    long *order, *tmp;
+} prune_scratch;
+
+static int prune_alloc(prune_scratch *p, long G, long n, long A) {
+    long a1 = A > 0 ? A : 1, n1 = n > 0 ? n : 1;
+    p->term = malloc((3 * (size_t)a1 + (size_t)(n1 * PRUNE_W) * (size_t)(G + 1)
+                      + 2 * (size_t)(G * PRUNE_W)) * sizeof(double));
+    p->order = malloc(2 * (size_t)a1 * sizeof(long));
+    if (!p->term || !p->order) {
+        free(p->term);
+        free(p->order);
+        p->term = NULL;
+        p->order = NULL;
+        return -1;
+    }
+    p->mu0 = p->term + a1;
+    p->ss0 = p->mu0 + a1;
+    p->gk = p->ss0 + a1;
+    p->gv = p->gk + n1 * PRUNE_W;
+    p->gm = p->gv + G * n1 * PRUNE_W;
+    p->gs = p->gm + G * PRUNE_W;
+    p->tmp = p->order + a1;
+    return 0;
+}
+
+static void prune_free(prune_scratch *p) {
+    free(p->term);
+    free(p->order);
+}
+
+/* The pruned select over A candidates of the bound min_g (sqrt(rho^2_g / div[g]) beta[g] + mu_g)
+ * of the G factors fr [G] (see the top of the file), after the candidates' kernel block
+ * K_SC [n, A] (kq, row-major, kept) was packed into sc (the packing is spent here: the caller
+ * packs again for a full select). g0: the member solved first. The first index of the largest
+ * bound into *best, the minimising g there into *argb; where pend is not NULL the chosen
+ * candidate's append pieces per member g at pend + g (n + 2): l = L_g^{-1} k_S(c) [n], z_g^T l,
+ * |l|^2 (v0 [n, A]: scratch for g0's V, needed then). Returns 0, or 1 (nothing chosen) where a
+ * term is not finite: the caller then takes the full select. */
+static int select_pruned(score_scratch *sc, prune_scratch *p, long G, long g0, long n, long A,
+                         const factor_ref *fr, const double *beta, const double *div,
+                         double kdiag, const double *kq, double *v0, long *best, long *argb,
+                         double *pend) {
+    for (long g = 0; g < G; ++g)
+        if (!member_finite(n, fr + g, beta[g], div[g])) return 1;
+    /* member g0 on every candidate, its V into v0 (for the pieces) */
+    ref_solve(sc, n, A, fr + g0, pend ? v0 : NULL, p->mu0, p->ss0);
+    for (long j = 0; j < A; ++j) {
+        double rho2 = kdiag - p->ss0[j];
+        p->term[j] = bound_term(rho2 > 0.0 ? rho2 : 0.0, p->mu0[j], div[g0], beta[g0]);
+        if (p->term[j] != p->term[j]) return 1; /* NaN */
+    }
+    for (long j = 0; j < A; ++j) p->order[j] = j;
+    sort_desc(A, p->term, p->order, p->tmp);
+    double top = 0.0;
+    long bj = -1, bg = 0;
+    for (long pos = 0; pos < A;) {
+        long j = p->order[pos];
+        if (bj >= 0 && (p->term[j] < top || (p->term[j] == top && j > bj))) break;
+        long w = A - pos < PRUNE_W ? A - pos : PRUNE_W;
+        const long *cols = p->order + pos;
+        for (long i = 0; i < n; ++i)
+            for (long q = 0; q < w; ++q) p->gk[i * w + q] = kq[i * A + cols[q]];
+        pack_k(n, sc->npad, w, p->gk, sc->kp);
+        for (long g = 0; g < G; ++g) /* the other members on the group's columns */
+            if (g != g0)
+                ref_solve(sc, n, w, fr + g, pend ? p->gv + g * n * w : NULL, p->gm + g * w,
+                          p->gs + g * w);
+        for (long q = 0; q < w; ++q) { /* each column's bound: ucb_argmax's running minimum */
+            long c = cols[q];
+            double mn = 0.0;
+            long ag = 0;
+            for (long g = 0; g < G; ++g) { /* (g0's term: the same bits as a group solve's) */
+                double rho2 = kdiag - p->gs[g * w + q];
+                double t = g == g0 ? p->term[c]
+                                   : bound_term(rho2 > 0.0 ? rho2 : 0.0, p->gm[g * w + q], div[g],
+                                                beta[g]);
+                if (g == 0) mn = t;
+                else if (takes_min(t, mn)) mn = t, ag = g;
+            }
+            if (mn != mn) return 1; /* a NaN bound (not expected: every input finite) */
+            if (bj < 0 || mn > top || (mn == top && c < bj)) {
+                top = mn, bj = c, bg = ag;
+                for (long g = 0; g < G && pend; ++g) { /* the pieces of the new best */
+                    double *o = pend + g * (n + 2);
+                    int own = g == g0; /* g0's from its full solve: column c of v0 */
+                    for (long i = 0; i < n; ++i)
+                        o[i] = own ? v0[i * A + c] : p->gv[g * n * w + i * w + q];
+                    o[n] = own ? p->mu0[c] : p->gm[g * w + q];
+                    o[n + 1] = own ? p->ss0[c] : p->gs[g * w + q];
+                }
+            }
+        }
+        pos += w;
+    }
+    *best = bj;
+    *argb = bg;
+    return 0;
+}
+
+#endif /* TB_EXACT_PRUNE_H */
