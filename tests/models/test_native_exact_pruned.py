@@ -58,9 +58,10 @@ def test_the_pruned_fused_select_is_the_full_select(n_arms: int) -> None:
         with full_select():
             want = _choose(model, cand, form)
         for start in range(-1, 6):
-            model._fused.hint.value = start
+            model._fused.hint[0] = start
             assert _choose(model, cand, form) == want, (trial, start)
-            assert model._fused.hint.value == want[1]
+            assert model._fused.hint[0] == want[1]
+            assert model._fused.hint[1] == 1             # the chosen candidate's pieces kept
 
 
 def test_a_term_not_finite_takes_the_full_select() -> None:
@@ -72,22 +73,29 @@ def test_a_term_not_finite_takes_the_full_select() -> None:
     model._buffers["_z"][model.regularisers.index(REGS[3]), 7] = float("nan")  # one term's
     with full_select():
         want = _choose(model, cand, form)
-    model._fused.hint.value = 0
+    model._fused.hint[0] = 0
     assert _choose(model, cand, form) == want
+    assert model._fused.hint[1] == 0                     # (no pieces: the full select ran)
 
 
 def test_dmm_runs_the_same_pruned_or_not() -> None:
-    """DMM-UCB on fresh candidates (100 a round): the same actions, rewards and the same
-    diagnostic ``log(α/α₀)`` of the term that set each choice, with the pruned select and with
-    the full one."""
+    """DMM-UCB on fresh candidates (100 a round): the same actions, rewards and diagnostic
+    ``log(α/α₀)`` of the term that set each choice, and the same state bit for bit (the appends
+    read the pruned select's pieces), with the pruned select and with the full one."""
     def run():
         env = RKHSFunctionEnv("matern52", dim=3, lengthscale=0.5, noise_std=0.1)
         policy = DMMUCB(make_kernel("matern52", 0.5), noise_std=0.1, norm_bound=10.0, c=0.3)
-        return simulate(policy, env, 120, 4, diagnostics_every=1)
+        return simulate(policy, env, 120, 4, diagnostics_every=1), policy
 
-    pruned = run()
+    pruned, policy = run()
+    assert policy.model._fused is not None                 # (the fused step ran)
     with full_select():
-        full = run()
+        full, reference = run()
     assert pruned.actions == full.actions
     assert pruned.rewards == full.rewards
     assert pruned.diagnostics == full.diagnostics
+    state, want = policy.state_dict(), reference.state_dict()
+    assert state.keys() == want.keys()
+    for key, value in want.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(state[key], value), key

@@ -21,7 +21,8 @@ built once and updated by the C code itself (``n``, the rows of each tail) as it
 * :meth:`ExactFused.fused_append`: the append of the chosen candidate, its kernel column and new
   factor rows recomputed by the operations of the scoring (the same bits as the scoring's
   column ``V_r[:, j]``, ``μ_r[j]`` and ``colsum(V_r²)_j``: the O(n²) solve of one column costs
-  less than writing and reading back ``V``).
+  less than writing and reading back ``V``), or, after a pruned select, read from the pieces
+  it kept of the chosen candidate (the same bits: its column of each term's solve).
 
 The table is checked at every call (no stale address after ``copy.deepcopy``, ``.to()``,
 ``load_state_dict``, a refresh, a removal, a torch-path append, a regrown buffer or a kernel
@@ -85,8 +86,10 @@ class FusedTable:
     """The tables of :mod:`~torchbandits.models.exact_fused` (see its docstring) and what they
     were built from. ``tab`` / ``dbl`` are ctypes arrays (their addresses ``base`` / ``dbase``);
     ``terms``: the factor index per term of the last bound (keyed by its regularisers); ``hint``
-    (``c_longlong``): with several terms, the one the pruned select solves first (the minimiser
-    at the last chosen candidate, carried over to a rebuilt table; it changes no choice)."""
+    (``c_longlong * 2``): with several terms, the one the pruned select solves first (the
+    minimiser at the last chosen candidate; it changes no choice) and whether ``pend`` (float64,
+    ``[terms, n + 2]`` used) holds the chosen candidate's append pieces per term, both carried
+    over to a rebuilt table."""
 
     __slots__ = (
         "base",
@@ -101,6 +104,7 @@ class FusedTable:
         "lean",
         "n",
         "params",
+        "pend",
         "prev",
         "ptrs",
         "regs_key",
@@ -185,7 +189,8 @@ class ExactFused:
         ft.keep = (plan, form.weight)  # (the copies and weights the table points at stay alive)
         ft.regs_key, ft.terms, ft.chosen, ft.beta_at = None, 0, None, 2 + 3 * count
         ft.prev = None if old is None else old.prev
-        ft.hint = ctypes.c_longlong(-1) if old is None else old.hint
+        ft.hint = (ctypes.c_longlong * 2)(-1, 0) if old is None else old.hint
+        ft.pend = torch.empty(0, dtype=_F64) if old is None else old.pend
         set_plain(self, "_fused", ft)
         return ft
 
@@ -231,12 +236,16 @@ class ExactFused:
         for retry in (True, False):
             at, terms = ft.beta_at, ft.terms
             ft.dbl[at: at + 2 * terms] = form.betas + form.divisors
+            ft.hint[1] = 0
+            prune = arg is not None and not _FULL[0]
+            if prune and ft.pend.numel() < terms * (n + 2):
+                ft.pend = torch.empty(2 * terms * (n + 2), dtype=_F64)
             best = lib.tb_exact_fused_select(ft.base, ft.dbase, cand.data_ptr(), a,
                                              None if prev is None else prev.data_ptr(),
                                              0 if prev is None else prev.shape[0],
                                              None if arg is None else arg.data_ptr(),
-                                             None if arg is None or _FULL[0]
-                                             else ctypes.addressof(ft.hint))
+                                             ctypes.addressof(ft.hint) if prune else None,
+                                             ft.pend.data_ptr() if prune else None)
             if best != -3 or not retry:
                 break
             # the kernel's values changed since the table: a new plan and table, once
@@ -269,7 +278,9 @@ class ExactFused:
         y = as_scalar_reward("reward", reward)
         ft.chosen = None
         n = self._n
-        rc = lib.tb_exact_fused_append(ft.base, ft.dbase, x.data_ptr(), y)
+        pend = ft.pend.data_ptr() if ft.hint[1] else None   # the pruned select's pieces of x
+        ft.hint[1] = 0
+        rc = lib.tb_exact_fused_append(ft.base, ft.dbase, x.data_ptr(), y, pend)
         if rc == -2:  # a full buffer or tail: room made as the general append makes it
             self.room_for(n)  # type: ignore[attr-defined]
             lean = self._lean
@@ -280,7 +291,7 @@ class ExactFused:
             ft = self._fused_build()  # type: ignore[assignment]
             if ft is None:
                 return False
-            rc = lib.tb_exact_fused_append(ft.base, ft.dbase, x.data_ptr(), y)
+            rc = lib.tb_exact_fused_append(ft.base, ft.dbase, x.data_ptr(), y, pend)
         if rc < 0:
             if rc == -1:
                 raise MemoryError("torchbandits.native.exact: scratch allocation failed")

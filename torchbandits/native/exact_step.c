@@ -393,14 +393,17 @@ static int params_same(const long long *tab) {
 /* The fused select's pruned path (exact_prune.h) over the S terms of the table (term s: factor
  * sel[s], beta[s], beta[S + s]) after kq [n, A] was packed into sc: the chosen index (its
  * minimising term into *hint, which names the term solved first), -1 (no scratch memory) or -2
- * (a term not finite: take the full select). */
+ * (a term not finite: take the full select). pend (may be NULL): the chosen candidate's append
+ * pieces per term s at pend + s (n + 2) (exact_prune.h). */
 static long pruned_fused(score_scratch *sc, const long long *tab, long S, const long long *sel,
                          long n, long A, const double *zb, const double *beta, double kdiag,
-                         const double *kq, long long *hint) {
+                         const double *kq, long long *hint, double *pend) {
     prune_scratch ps;
     factor_ref *refs = malloc((size_t)S * sizeof(factor_ref));
-    if (!refs || prune_alloc(&ps, S, n, A)) {
+    double *v0 = pend ? malloc((size_t)(n * A) * sizeof(double)) : NULL;
+    if (!refs || (pend && !v0) || prune_alloc(&ps, S, n, A)) {
         free(refs);
+        free(v0);
         return -1;
     }
     for (long s = 0; s < S; ++s) {
@@ -410,10 +413,11 @@ static long pruned_fused(score_scratch *sc, const long long *tab, long S, const 
         refs[s] = r;
     }
     long g0 = *hint >= 0 && *hint < S ? (long)*hint : S / 2, best, argb;
-    int rc = select_pruned(sc, &ps, S, g0, n, A, refs, beta, beta + S, kdiag, kq, NULL, &best,
-                           &argb, NULL);
+    int rc = select_pruned(sc, &ps, S, g0, n, A, refs, beta, beta + S, kdiag, kq, v0, &best,
+                           &argb, pend);
     prune_free(&ps);
     free(refs);
+    free(v0);
     if (rc) return -2;
     *hint = argb;
     return best;
@@ -425,15 +429,19 @@ static long pruned_fused(score_scratch *sc, const long long *tab, long S, const 
  * (the same operations in the same order: the same bits), without keeping V, K_SC or the
  * variances (one [n, A] scratch for V, reused by every factor). arg [A] (may be NULL): the
  * minimising term per candidate. prev [prev_a, d] (may be NULL): the candidates of the
- * previous call, kept alive by the caller. hint (may be NULL; with S > 1 terms): the term to
- * solve first in the pruned select (exact_prune.h; out of range: S / 2), set to the minimising
- * term at the chosen candidate; the choice and that term are those of the full select, bit for
- * bit, but arg is then written only at the chosen index. NULL: the full select.
+ * previous call, kept alive by the caller. hint [2] (may be NULL; with S > 1 terms): hint[0] the
+ * term to solve first in the pruned select (exact_prune.h; out of range: S / 2), set to the
+ * minimising term at the chosen candidate; the choice and that term are those of the full
+ * select, bit for bit, but arg is then written only at the chosen index. NULL: the full select.
+ * pend [S, n + 2] (may be NULL): where the pruned select writes the chosen candidate's append
+ * pieces per term (l = L^{-1} k_S(c), z^T l, |l|^2 of its factor), hint[1] then set to 1 (else
+ * 0): tb_exact_fused_append's input.
  * Returns the index, or -1 (no scratch memory), -3 (a kernel parameter changed: rebuild the
  * table), -4 (cand holds the values of prev: the caller's candidate caches serve it), -5 (a
  * candidate is not finite). */
 long tb_exact_fused_select(const long long *tab, const double *dbl, const double *cand, long A,
-                           const double *prev, long prev_a, long long *arg, long long *hint) {
+                           const double *prev, long prev_a, long long *arg, long long *hint,
+                           double *pend) {
     long n = (long)tab[FN], d = (long)tab[FD], R = (long)tab[FR], S = (long)tab[FS];
     if (!params_same(tab)) return -3;
     if (prev && prev_a == A && !memcmp(prev, cand, (size_t)(A * d) * sizeof(double))) return -4;
@@ -459,9 +467,11 @@ long tb_exact_fused_select(const long long *tab, const double *dbl, const double
     pack_k(n, npad, A, kq, kp);
     const long long *sel = tab + FFAC + FFACW * R;
     const double *beta = dbl + 2 + 3 * R;
+    if (hint) hint[1] = 0;
     if (hint && S > 1 && n > 0 && A > 0) {
-        long pick = pruned_fused(&sc, tab, S, sel, n, A, zb, beta, dbl[1], kq, hint);
+        long pick = pruned_fused(&sc, tab, S, sel, n, A, zb, beta, dbl[1], kq, hint, pend);
         if (pick >= 0 && arg) arg[pick] = *hint;
+        if (pick >= 0 && pend) hint[1] = 1;
         if (pick != -2) {
             score_scratch_free(&sc);
             return pick;
@@ -489,14 +499,17 @@ long tb_exact_fused_select(const long long *tab, const double *dbl, const double
  * to every factor, O(n^2) per factor: the kernel column k_S(x) by kernel_block, the new row
  * L_r^{-1} k_S(x) by solve_factor on one column (the operations, per column, of the scoring:
  * for a scored candidate the same bits as its column V_r[:, j], its mu_r[j] and
- * colsum(V_r^2)_j), the pivot d_r = sqrt(k(x, x) + a_r - |L_r^{-1} k_S(x)|^2) and the new entry
+ * colsum(V_r^2)_j); or, with pend [S, n + 2] (not NULL: the pieces the last pruned select
+ * wrote for x, the caller's chosen candidate), read from the pieces of a term on factor r;
+ * the pivot d_r = sqrt(k(x, x) + a_r - |L_r^{-1} k_S(x)|^2) and the new entry
  * (y - z_r^T L_r^{-1} k_S(x)) / d_r of z_r (Flynn & Reeb 2024, App. E.2); the point, the reward
  * and the scaled point x w are copied into row n of their buffers; n and every m advance in the
  * table and (d_r, z_new_r) are written to dbl's out. Returns 0; -1 (no scratch memory), -2 (a
  * buffer is full or a tail must be folded: the caller makes room and rebuilds the table), -3
  * (a kernel parameter changed); r + 1 when the pivot of factor r is not positive. Nothing is
  * written unless 0 is returned. */
-int tb_exact_fused_append(long long *tab, double *dbl, const double *x, double y) {
+int tb_exact_fused_append(long long *tab, double *dbl, const double *x, double y,
+                          const double *pend) {
     long n = (long)tab[FN], d = (long)tab[FD], R = (long)tab[FR];
     if (n + 1 > tab[FCAP]) return -2;
     for (long r = 0; r < R; ++r) {
@@ -521,12 +534,22 @@ int tb_exact_fused_append(long long *tab, double *dbl, const double *x, double y
                  (int)tab[FKIND], dbl[0], (int)tab[FSCALE], cs, kcol, rows);
     pack_k(n, npad, 1, kcol, kp);
     int bad = 0;
+    const long long *sel = tab + FFAC + FFACW * R;
     for (long r = 0; r < R && !bad; ++r) {
         const long long *f = tab + FFAC + FFACW * r;
-        factor_rows(n, npad, (const double *)(intptr_t)f[0], (long)f[1],
-                    (const double *)(intptr_t)f[2], (long)f[3], zeros, lrow, inv);
-        solve_factor(n, npad, 1, kp, lrow, inv, zb + r * tab[FZST], vp, cols + r * n, mu + r,
-                     ss + r);
+        long s = 0;
+        while (pend && s < tab[FS] && sel[s] != r) ++s;
+        if (pend && s < tab[FS]) { /* the select's pieces of a term on factor r */
+            const double *p = pend + s * (n + 2);
+            memcpy(cols + r * n, p, (size_t)n * sizeof(double));
+            mu[r] = p[n];
+            ss[r] = p[n + 1];
+        } else {
+            factor_rows(n, npad, (const double *)(intptr_t)f[0], (long)f[1],
+                        (const double *)(intptr_t)f[2], (long)f[3], zeros, lrow, inv);
+            solve_factor(n, npad, 1, kp, lrow, inv, zb + r * tab[FZST], vp, cols + r * n, mu + r,
+                         ss + r);
+        }
         double d2 = (dbl[1] + dbl[2 + r]) - ss[r];
         if (!(d2 > 0.0)) bad = (int)r + 1;
         else out[r] = sqrt(d2), out[R + r] = (y - mu[r]) / out[r];
