@@ -15,8 +15,8 @@ alone). Reported (medians over ``--repeats``, or minima with ``--stat min``):
 * ``torch_trsm_us`` / ``torch_trsm_gfma``: ``torch.linalg.solve_triangular(L, K_SC)``;
 * ``torch_mm_us`` / ``torch_mm_gfma``: ``L @ K_SC`` (``n²A`` FMAs: the authors' per-factor GEMM);
 * ``cold16_us`` / ``cold1_us``: per factor, one call scoring 16 columns / one column against
-  ``M`` copies of the factor, ``M`` large enough that they fill 64 MiB (each copy out of the
-  caches when its turn comes): what a batched step meets, whose runs' factors evict each other
+  ``M`` copies of the factor, ``M`` large enough that they fill 64 MiB (at most 4096; each copy
+  out of the caches when its turn comes): what a batched step meets, whose runs' factors evict each other
   between two steps (16 columns: the group of DMM's pruned select; one column: an append);
   ``cold1_gbs``: the factor's ``n²/2`` doubles over ``cold1_us``, the rate of reading memory.
 
@@ -103,12 +103,12 @@ def median_us(fn: Callable[[], object], repeats: int, stat: str = "median") -> f
 def cold_us(lib, p: dict, cols: int, repeats: int, stat: str = "median") -> float:
     """Per factor, the wall time in µs of one scoring call on ``cols`` columns against ``M``
     copies of the factor that fill 64 MiB together (median, or ``stat``, over ``repeats``)."""
-    n = p["n"]
-    copies = max(2, (64 << 20) // (8 * (p["head"].numel() + p["tail"].numel())))
-    heads = [p["head"].clone() for _ in range(copies)]
-    tails = [p["tail"].clone() for _ in range(copies)]
-    facs = [(h.data_ptr(), h.shape[0], t.data_ptr(), t.shape[1], p["z"].data_ptr())
-            for h, t in zip(heads, tails)]
+    n, head, tail = p["n"], p["head"], p["tail"]
+    copies = min(4096, max(2, (64 << 20) // (8 * (head.numel() + tail.numel()))))
+    heads = head.expand(copies, *head.shape).contiguous()   # one block each: the copies in turn
+    tails = tail.expand(copies, *tail.shape).contiguous()
+    facs = [(heads[c].data_ptr(), head.shape[0], tails[c].data_ptr(), tail.shape[1],
+             p["z"].data_ptr()) for c in range(copies)]
     cand = p["cand"][:cols].contiguous()
     v = torch.empty(copies, n, cols, dtype=_F64)
     mean, sumsq, var = (torch.empty(copies, cols, dtype=_F64) for _ in range(3))
