@@ -162,10 +162,11 @@ def _dmm_diag(rule: DMMBound, r2: Tensor, arg: Tensor) -> dict[str, Tensor]:
 
 
 def _dmm_bounds(rule: DMMBound, model: BatchedExactKernelRidge, cand: Tensor,
-                per_run_lam: bool = False, terms: tuple[Any, Tensor, Tensor] | None = None
-                ) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
+                per_run_lam: bool = False, terms: tuple[Any, Tensor, Tensor] | None = None,
+                which: str = "both") -> tuple[Tensor, Tensor | None, dict[str, Tensor], Tensor]:
     """DMM (Flynn & Reeb 2024, §5.4, Eq. 14 with Cor. 4.3 / Lemma C.1): per query the min over
-    ``α ∈ grid·α₀`` of ``μ_α + sqrt(R̃²_α/α)·ρ_α`` (max of the LCBs); ``[R, A]`` each."""
+    ``α ∈ grid·α₀`` of ``μ_α + sqrt(R̃²_α/α)·ρ_α`` (max of the LCBs, ``None`` unless
+    ``which="both"``); ``[R, A]`` each, the diagnostics, and every run's UCB argmax ``[R]``."""
     n_runs, n_a = cand.shape[:2]
     g = len(rule.grid)
     comp, r2, mult = terms if terms is not None else _dmm_terms(rule, model, per_run_lam)
@@ -173,9 +174,10 @@ def _dmm_bounds(rule: DMMBound, model: BatchedExactKernelRidge, cand: Tensor,
     mean, var = mean.reshape(n_runs, g, n_a), var.reshape(n_runs, g, n_a)
     width = mult[..., None] * torch.sqrt(var)
     ucb, arg = (mean + width).min(1)
-    lcb = (mean - width).max(1).values
-    chosen = arg.gather(1, torch.argmax(ucb, dim=1, keepdim=True))[:, 0]   # at the UCB argmax
-    return ucb, lcb, _dmm_diag(rule, r2, chosen)
+    lcb = (mean - width).max(1).values if which == "both" else None
+    index = torch.argmax(ucb, dim=1)
+    chosen = arg.gather(1, index[:, None])[:, 0]   # the minimising grid point at the argmax
+    return ucb, lcb, _dmm_diag(rule, r2, chosen), index
 
 
 def _compiled_argmax(rule: ConfidenceRule, model: BatchedExactKernelRidge, cand: Tensor, t: int,
@@ -325,25 +327,27 @@ def batched_bounds(rule: ConfidenceRule, model: BatchedExactKernelRidge, cand: T
         got, terms = _compiled_argmax(rule, model, cand, t, beta, per_run_lam)
         if got is not None:
             return got[0], None, got[1]
-        ucb, _, diag = _torch_bounds(rule, model, cand, t, beta, "ucb", per_run_lam, terms)
-        return torch.argmax(ucb, dim=1), None, diag
-    return _torch_bounds(rule, model, cand, t, beta, which, per_run_lam)
+        ucb, _, diag, index = _torch_bounds(rule, model, cand, t, beta, "ucb", per_run_lam,
+                                            terms)
+        return torch.argmax(ucb, dim=1) if index is None else index, None, diag
+    return _torch_bounds(rule, model, cand, t, beta, which, per_run_lam)[:3]
 
 
 def _torch_bounds(rule: ConfidenceRule, model: BatchedExactKernelRidge, cand: Tensor, t: int,
                   beta: Tensor | None, which: str, per_run_lam: bool, terms: Any = None
-                  ) -> tuple[Tensor, Tensor | None, dict[str, Any]]:
-    """:func:`batched_bounds` by the torch program (``which`` ``"both"`` or ``"ucb"``);
+                  ) -> tuple[Tensor, Tensor | None, dict[str, Any], Tensor | None]:
+    """:func:`batched_bounds` by the torch program (``which`` ``"both"`` or ``"ucb"``), and the
+    UCB's argmax ``[R]`` where the rule took it already (DMM, for its diagnostic), else ``None``;
     ``terms``: the widths' terms :func:`_compiled_argmax` computed already (β ``[R]``, or DMM's
     :func:`_dmm_terms`), else ``None``."""
     if type(rule) is DMMBound:
-        return _dmm_bounds(rule, model, cand, per_run_lam, terms)
+        return _dmm_bounds(rule, model, cand, per_run_lam, terms, which)
     if type(rule) is CMMBound:
         ucb, lcb, diag = _cmm_bounds(rule, model, cand, which)
         assert ucb is not None
-        return ucb, lcb, diag
+        return ucb, lcb, diag, None
     mean, var = model.mean_var(cand, rule.variance, validate=False)
     b = terms if terms is not None else batched_radius(
         rule, model, beta, n_candidates=cand.shape[1], t=t, per_run_lam=per_run_lam).to(var)
     width = b[:, None] * torch.sqrt(var)
-    return mean + width, mean - width, {"beta": b}
+    return mean + width, mean - width, {"beta": b}, None
