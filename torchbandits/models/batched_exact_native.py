@@ -24,6 +24,10 @@ single-run step's kernels looped over the runs).
   bits of the candidate chosen for it (the same operations on the same inputs: the same
   numbers), computing them for the others.
 
+The scoring and the select split the runs over :func:`torchbandits.native.threads` threads
+(:func:`torchbandits.native.exact_batch.threads_for`; default one; the same numbers); the append
+is one call.
+
 Each returns ``None`` / ``False`` when the step does not qualify, and the caller takes its torch
 path, which stays the reference (the tests hold the two to 1e-10) and is what runs on other
 devices and dtypes: no compiled library (:func:`torchbandits.native.disabled`,
@@ -174,7 +178,8 @@ class BatchedExactNative:
         mean, var = cand.new_empty(shape), cand.new_empty(shape)
         kept = (cand.new_empty(shape[0], self._n, shape[1]), cand.new_empty(shape)) if keep \
             else None
-        nb.score(lib, groups, self._n, b["_x"], cand, kern, b["_L"], b["_z"], mean, var, kept)
+        nb.score(lib, groups, self._n, b["_x"], cand, kern, b["_L"], b["_z"], mean, var, kept,
+                 threads=nb.threads_for(cand.shape[0]))
         return (mean, var) if kept is None else (mean, var, *kept)
 
     def ucb_argmax(self, candidates: Tensor, beta: Tensor, div: Tensor, groups: int = 1, *,
@@ -224,7 +229,7 @@ class BatchedExactNative:
             hint = torch.full((r,), groups // 2, dtype=torch.int64)
             set_plain(self, "_select_hint", hint)
         nb.select(lib, groups, self._n, b["_x"], cand, kern, b["_L"], b["_z"], (beta, div), best,
-                  arg, (pieces, points), hint)
+                  arg, (pieces, points), hint, threads=nb.threads_for(r))
         set_plain(self, "_pending", (self._pending_key(), pieces, points))
         return best, arg
 

@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from torch import Tensor
 
-__all__ = ["CFLAGS", "cache_dir", "disabled", "enabled", "forget", "library", "pointer", "signed"]
+__all__ = ["CFLAGS", "cache_dir", "disabled", "enabled", "forget", "library", "pointer",
+           "set_threads", "signed", "threads"]
 
 CFLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fPIC", "-shared", "-fno-math-errno",
                            "-std=c99")
@@ -64,6 +65,35 @@ def disabled() -> Iterator[None]:
         yield
     finally:
         _OFF.pop()
+
+
+_THREADS: list[int] = []   # set_threads' value, if set
+
+
+def threads() -> int:
+    """Threads for the compiled calls that split a batch's runs (the batched exact posterior's
+    select and scoring, :mod:`~torchbandits.native.exact_batch`): :func:`set_threads`' value,
+    else ``$TORCHBANDITS_THREADS``, else 1. Separate from torch's intra-op threads: torch's
+    OpenMP workers spin for a while after each parallel operator, and C calls on more threads
+    beside them only contend (keep ``torch.set_num_threads(1)`` with this, or set
+    ``OMP_WAIT_POLICY=PASSIVE``)."""
+    if _THREADS:
+        return _THREADS[0]
+    try:
+        return max(1, int(os.environ.get("TORCHBANDITS_THREADS", "1")))
+    except ValueError:
+        return 1
+
+
+def set_threads(count: int | None) -> None:
+    """Set :func:`threads` for this process (``None``: back to ``$TORCHBANDITS_THREADS`` / 1);
+    ``ValueError`` for a count below 1. The numbers do not depend on it."""
+    if count is None:
+        _THREADS.clear()
+        return
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"count must be an int >= 1 or None, got {count!r}")
+    _THREADS[:] = [count]
 
 
 def cache_dir() -> Path:

@@ -27,6 +27,15 @@ companion):
 The caller checks the tensors (float64, CPU, contiguous) and sizes; :func:`available` says
 whether the library is loaded (``None`` inside :func:`torchbandits.native.disabled`). The C code
 keeps no pointer between calls.
+
+**Threads.** :func:`score` and :func:`select` split the runs into contiguous slices, one C call
+per slice on :func:`~torchbandits.run_draw_threads.run_sliced`'s threads (``ctypes`` releases the
+GIL during a call), when :func:`threads_for` gives more than one: as many as
+:func:`torchbandits.native.threads` (``native.set_threads(k)`` or ``$TORCHBANDITS_THREADS``;
+default 1), at least :data:`MIN_RUNS_PER_THREAD` runs each. Every run is computed by the same
+code on its own data whatever the slicing, so the numbers do not change. They write only their
+outputs (and the pruning's ``hint``); :func:`append`, which writes the model's state and must
+write nothing when a pivot fails, stays one call.
 """
 
 from __future__ import annotations
@@ -35,9 +44,20 @@ import ctypes
 
 from torch import Tensor
 
-from . import signed
+from ..run_draw_threads import run_sliced
+from . import signed, threads
 
-__all__ = ["append", "available", "score", "select"]
+__all__ = ["MIN_RUNS_PER_THREAD", "append", "available", "score", "select", "threads_for"]
+
+#: a slice of a threaded :func:`score` / :func:`select` holds at least this many runs (a slice's
+#: dispatch to a pool thread costs tens of µs; a run's select at n = 50 about 15 µs)
+MIN_RUNS_PER_THREAD = 8
+
+
+def threads_for(n_runs: int) -> int:
+    """Threads for a compiled call over ``n_runs`` runs: :func:`torchbandits.native.threads`, at
+    most one per :data:`MIN_RUNS_PER_THREAD` runs, at least 1."""
+    return max(1, min(threads(), n_runs // MIN_RUNS_PER_THREAD))
 
 _L = ctypes.c_long
 _P = ctypes.c_void_p
@@ -68,8 +88,10 @@ def _kernel(kernel: tuple[Tensor, int, float | None, float]) -> tuple[int, int, 
 
 def score(lib: ctypes.CDLL, groups: int, n: int, x: Tensor, cand: Tensor,
           kernel: tuple[Tensor, int, float | None, float], chol: Tensor, z: Tensor,
-          mean: Tensor, var: Tensor, keep: tuple[Tensor, Tensor] | None = None) -> None:
-    """One scoring call for ``R = cand.shape[0]`` runs of ``groups`` members.
+          mean: Tensor, var: Tensor, keep: tuple[Tensor, Tensor] | None = None,
+          threads: int = 1) -> None:
+    """The scoring of ``R = cand.shape[0]`` runs of ``groups`` members: one call, or one per
+    slice of the runs on ``threads`` threads (the same numbers).
 
     Args:
         n: stored points per run; ``x``: the members' points ``[R·G, cap, d]``; ``cand``
@@ -80,22 +102,32 @@ def score(lib: ctypes.CDLL, groups: int, n: int, x: Tensor, cand: Tensor,
         mean, var: written, ``[R·G, A]`` (contiguous).
         keep: ``(V [R·G, n, A], colsum(V ⊙ V) [R·G, A])`` also written (contiguous), if given.
     """
-    r, a, d = cand.shape
-    rc = lib.tb_batch_score(r, groups, n, a, d, x.data_ptr(), x.stride(0), cand.data_ptr(),
-                            cand.stride(0), *_kernel(kernel), chol.data_ptr(), chol.stride(0),
-                            chol.stride(1), z.data_ptr(), z.stride(0), mean.data_ptr(), var.data_ptr(),
-                            *((None, None) if keep is None else (keep[0].data_ptr(),
-                                                                 keep[1].data_ptr())))
-    if rc < 0:
-        raise MemoryError("torchbandits.native.exact_batch: scratch allocation failed")
+    a, d = cand.shape[1:]
+    args = _kernel(kernel)
+
+    def runs(lo: int, hi: int) -> None:
+        m = slice(lo * groups, hi * groups)
+        xs, ch, zs = x[m], chol[m], z[m]
+        rc = lib.tb_batch_score(hi - lo, groups, n, a, d, xs.data_ptr(), x.stride(0),
+                                cand[lo:hi].data_ptr(), cand.stride(0), *args, ch.data_ptr(),
+                                chol.stride(0), chol.stride(1), zs.data_ptr(), z.stride(0),
+                                mean[m].data_ptr(), var[m].data_ptr(),
+                                *((None, None) if keep is None else (keep[0][m].data_ptr(),
+                                                                     keep[1][m].data_ptr())))
+        if rc < 0:
+            raise MemoryError("torchbandits.native.exact_batch: scratch allocation failed")
+
+    run_sliced(runs, cand.shape[0], threads)
 
 
 def select(lib: ctypes.CDLL, groups: int, n: int, x: Tensor, cand: Tensor,
            kernel: tuple[Tensor, int, float | None, float], chol: Tensor, z: Tensor,
            bound: tuple[Tensor, Tensor], best: Tensor, arg: Tensor | None = None,
-           pending: tuple[Tensor, Tensor] | None = None, hint: Tensor | None = None) -> None:
-    """One select call for ``R = cand.shape[0]`` runs of ``groups`` members (the arguments up to
-    ``z`` as :func:`score`'s).
+           pending: tuple[Tensor, Tensor] | None = None, hint: Tensor | None = None,
+           threads: int = 1) -> None:
+    """The select of ``R = cand.shape[0]`` runs of ``groups`` members (the arguments up to ``z``
+    as :func:`score`'s): one call, or one per slice of the runs on ``threads`` threads (the same
+    choices and bits).
 
     Args:
         bound: ``(β [R·G], div [R·G])`` (contiguous float64): run ``r``'s bound is
@@ -108,17 +140,25 @@ def select(lib: ctypes.CDLL, groups: int, n: int, x: Tensor, cand: Tensor,
             solves first in the pruned select (any value: the choice is the same), then the
             minimising ``g`` at its chosen candidate; ``None``: every member on every candidate.
     """
-    r, a, d = cand.shape
+    a, d = cand.shape[1:]
     beta, div = bound
-    rc = lib.tb_batch_select(r, groups, n, a, d, x.data_ptr(), x.stride(0), cand.data_ptr(),
-                             cand.stride(0), *_kernel(kernel), chol.data_ptr(), chol.stride(0),
-                             chol.stride(1), z.data_ptr(), z.stride(0), beta.data_ptr(), div.data_ptr(),
-                             best.data_ptr(), None if arg is None else arg.data_ptr(),
-                             *((None, None) if pending is None else (pending[0].data_ptr(),
-                                                                     pending[1].data_ptr())),
-                             None if hint is None else hint.data_ptr())
-    if rc < 0:
-        raise MemoryError("torchbandits.native.exact_batch: scratch allocation failed")
+    args = _kernel(kernel)
+
+    def runs(lo: int, hi: int) -> None:
+        m = slice(lo * groups, hi * groups)
+        xs, ch, zs = x[m], chol[m], z[m]
+        rc = lib.tb_batch_select(hi - lo, groups, n, a, d, xs.data_ptr(), x.stride(0),
+                                 cand[lo:hi].data_ptr(), cand.stride(0), *args, ch.data_ptr(),
+                                 chol.stride(0), chol.stride(1), zs.data_ptr(), z.stride(0),
+                                 beta[m].data_ptr(), div[m].data_ptr(), best[lo:hi].data_ptr(),
+                                 None if arg is None else arg[lo:hi].data_ptr(),
+                                 *((None, None) if pending is None else
+                                   (pending[0][m].data_ptr(), pending[1][lo:hi].data_ptr())),
+                                 None if hint is None else hint[lo:hi].data_ptr())
+        if rc < 0:
+            raise MemoryError("torchbandits.native.exact_batch: scratch allocation failed")
+
+    run_sliced(runs, cand.shape[0], threads)
 
 
 def append(lib: ctypes.CDLL, groups: int, n: int, xnew: Tensor, ynew: Tensor,
