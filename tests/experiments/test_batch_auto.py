@@ -134,12 +134,12 @@ def test_crossover_benchmark_quick(capsys: pytest.CaptureFixture[str]) -> None:
 
 @pytest.mark.parametrize(("policy", "env", "pays_from"),
                          [("random", "rkhs", 3), ("kucb", "rkhs", 4), ("gpucb", "rkhs", 4),
-                          ("igp-ucb", "rkhs", 4), ("amm-ucb", "rkhs", 4), ("dmm-ucb", "rkhs", 12),
+                          ("igp-ucb", "rkhs", 4), ("amm-ucb", "rkhs", 4), ("dmm-ucb", "rkhs", 4),
                           ("r-gpucb", "tv-rotation", 2), ("sw-gpucb", "tv-rotation", 2),
                           ("ekucb", "chessboard", 4), ("bkb", "rkhs", 3)])
 def test_every_measured_family_still_batches(policy: str, env: str, pays_from: int) -> None:
-    """The declaration is batch-neutral: a class that adds ``batch_pays_from`` (DMM-UCB over
-    K-UCB's 4) still batches, and declares the crossover of docs/batch.md."""
+    """The declaration is batch-neutral: a class that declares ``batch_pays_from`` (DMM-UCB its
+    own, R-GP-UCB over K-UCB's 4) still batches, and declares the crossover of docs/batch.md."""
     e = make_env(env)
     p = make_policy(policy, e)
     assert batch_mod.why_not_batch(p, e) is None

@@ -108,7 +108,7 @@ class DMMUCB(_MixtureUCB):
         >>> policy(arms).shape  # one UCB per candidate
         torch.Size([11])
     """
-    batch_pays_from = 12  # --batch auto on the CPU: from 12 seeds (benchmarks/bench_batch_crossover.py)
+    batch_pays_from = 4  # --batch auto on the CPU: from 4 seeds (benchmarks/bench_batch_crossover.py)
 
     def __init__(self, kernel: Kernel, noise_std: float = 0.1, norm_bound: float = 10.0,
                  delta: float = 0.01, c: float = 1.0, grid: Sequence[float] = DMM_GRID,
