@@ -86,6 +86,30 @@ def _kernel(kernel: tuple[Tensor, int, float | None, float]) -> tuple[int, int, 
             kdiag)
 
 
+class _State:
+    """The arguments that :func:`score` and :func:`select` pass first: sizes, points, candidates,
+    kernel, factors and ``z``, for a slice ``lo:hi`` of the runs (members ``lo·G:hi·G``)."""
+
+    def __init__(self, groups: int, n: int, x: Tensor, cand: Tensor, kernel: tuple,
+                 chol: Tensor, z: Tensor) -> None:
+        self.groups, self.n, self.x, self.cand, self.kernel = groups, n, x, cand, kernel
+        self.chol, self.z = chol, z
+
+    def slice(self, lo: int, hi: int) -> tuple[slice, tuple]:
+        """``(members' slice, the leading C arguments)`` of runs ``lo:hi``."""
+        g, x, cand, chol, z = self.groups, self.x, self.cand, self.chol, self.z
+        m = slice(lo * g, hi * g)
+        return m, (hi - lo, g, self.n, cand.shape[1], cand.shape[2], x[m].data_ptr(), x.stride(0),
+                   cand[lo:hi].data_ptr(), cand.stride(0), *self.kernel, chol[m].data_ptr(),
+                   chol.stride(0), chol.stride(1), z[m].data_ptr(), z.stride(0))
+
+
+def _check(rc: int) -> None:
+    """A negative return code: the C call could not allocate its scratch memory."""
+    if rc < 0:
+        raise MemoryError("torchbandits.native.exact_batch: scratch allocation failed")
+
+
 def score(lib: ctypes.CDLL, groups: int, n: int, x: Tensor, cand: Tensor,
           kernel: tuple[Tensor, int, float | None, float], chol: Tensor, z: Tensor,
           mean: Tensor, var: Tensor, keep: tuple[Tensor, Tensor] | None = None,
@@ -102,20 +126,13 @@ def score(lib: ctypes.CDLL, groups: int, n: int, x: Tensor, cand: Tensor,
         mean, var: written, ``[R·G, A]`` (contiguous).
         keep: ``(V [R·G, n, A], colsum(V ⊙ V) [R·G, A])`` also written (contiguous), if given.
     """
-    a, d = cand.shape[1:]
-    args = _kernel(kernel)
+    state = _State(groups, n, x, cand, _kernel(kernel), chol, z)
 
     def runs(lo: int, hi: int) -> None:
-        m = slice(lo * groups, hi * groups)
-        xs, ch, zs = x[m], chol[m], z[m]
-        rc = lib.tb_batch_score(hi - lo, groups, n, a, d, xs.data_ptr(), x.stride(0),
-                                cand[lo:hi].data_ptr(), cand.stride(0), *args, ch.data_ptr(),
-                                chol.stride(0), chol.stride(1), zs.data_ptr(), z.stride(0),
-                                mean[m].data_ptr(), var[m].data_ptr(),
-                                *((None, None) if keep is None else (keep[0][m].data_ptr(),
-                                                                     keep[1][m].data_ptr())))
-        if rc < 0:
-            raise MemoryError("torchbandits.native.exact_batch: scratch allocation failed")
+        m, head = state.slice(lo, hi)
+        _check(lib.tb_batch_score(*head, mean[m].data_ptr(), var[m].data_ptr(),
+                                  *((None, None) if keep is None else (keep[0][m].data_ptr(),
+                                                                       keep[1][m].data_ptr()))))
 
     run_sliced(runs, cand.shape[0], threads)
 
@@ -140,23 +157,17 @@ def select(lib: ctypes.CDLL, groups: int, n: int, x: Tensor, cand: Tensor,
             solves first in the pruned select (any value: the choice is the same), then the
             minimising ``g`` at its chosen candidate; ``None``: every member on every candidate.
     """
-    a, d = cand.shape[1:]
     beta, div = bound
-    args = _kernel(kernel)
+    state = _State(groups, n, x, cand, _kernel(kernel), chol, z)
 
     def runs(lo: int, hi: int) -> None:
-        m = slice(lo * groups, hi * groups)
-        xs, ch, zs = x[m], chol[m], z[m]
-        rc = lib.tb_batch_select(hi - lo, groups, n, a, d, xs.data_ptr(), x.stride(0),
-                                 cand[lo:hi].data_ptr(), cand.stride(0), *args, ch.data_ptr(),
-                                 chol.stride(0), chol.stride(1), zs.data_ptr(), z.stride(0),
-                                 beta[m].data_ptr(), div[m].data_ptr(), best[lo:hi].data_ptr(),
-                                 None if arg is None else arg[lo:hi].data_ptr(),
-                                 *((None, None) if pending is None else
-                                   (pending[0][m].data_ptr(), pending[1][lo:hi].data_ptr())),
-                                 None if hint is None else hint[lo:hi].data_ptr())
-        if rc < 0:
-            raise MemoryError("torchbandits.native.exact_batch: scratch allocation failed")
+        m, head = state.slice(lo, hi)
+        _check(lib.tb_batch_select(*head, beta[m].data_ptr(), div[m].data_ptr(),
+                                   best[lo:hi].data_ptr(),
+                                   None if arg is None else arg[lo:hi].data_ptr(),
+                                   *((None, None) if pending is None else
+                                     (pending[0][m].data_ptr(), pending[1][lo:hi].data_ptr())),
+                                   None if hint is None else hint[lo:hi].data_ptr()))
 
     run_sliced(runs, cand.shape[0], threads)
 
@@ -182,6 +193,5 @@ def append(lib: ctypes.CDLL, groups: int, n: int, xnew: Tensor, ynew: Tensor,
                                                                      pending[1].data_ptr())),
                              *((None, 0) if pivots is None else (pivots.data_ptr(),
                                                                  pivots.stride(0))))
-    if rc < 0:
-        raise MemoryError("torchbandits.native.exact_batch: scratch allocation failed")
+    _check(rc)
     return int(rc)
