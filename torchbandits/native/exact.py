@@ -46,8 +46,8 @@ FUSED = {"n": 0, "d": 1, "factors": 2, "kind": 3, "has_scale": 4, "dw": 5, "cap"
          "scaled": 8, "weight": 9, "x": 10, "y": 11, "z": 12, "zstride": 13, "params": 14,
          "terms": 15, "param0": 16, "max_params": 4, "factor0": 28, "factor_width": 5}
 """The layout of the int64 table of the fused step (``tb_exact_fused_select`` /
-``tb_exact_fused_append`` of ``exact_fused_step.h``, whose comment describes it; built and checked by
-:mod:`torchbandits.models.exact_fused`)."""
+``tb_exact_fused_append`` of ``exact_fused_step.h``, whose comment describes it; built and
+checked by :mod:`torchbandits.models.exact_fused`)."""
 
 _L = ctypes.c_long
 _P = ctypes.c_void_p
