@@ -1,6 +1,6 @@
-"""The compiled batched select and scoring split over ``native.threads()`` threads
-(``native.set_threads``, ``$TORCHBANDITS_THREADS``; ``native.exact_batch.threads_for``): the same
-choices and the same state, bit for bit, as on one thread."""
+"""The compiled batched calls split over ``native.threads()`` threads (``native.set_threads``,
+``$TORCHBANDITS_THREADS``; ``native.threads_for``): the exact posterior's select and scoring and
+BKB's rounds give the same choices and the same state, bit for bit, as on one thread."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ import pytest
 import torch
 
 from torchbandits import native
+from torchbandits.envs.batched import BatchedEnv
 from torchbandits.experiments import simulate_batch
 from torchbandits.experiments.registry import make_env, make_policy
+from torchbandits.native import bkb as nbkb
 from torchbandits.native import exact_batch as nb
 from torchbandits.run_draw_threads import run_sliced
 
@@ -19,7 +21,8 @@ pytestmark = pytest.mark.skipif(nb.available() is None, reason="no compiled libr
 def _run(name: str, threads: int, monkeypatch, fixed: bool = False
          ) -> tuple[list, dict, list[int]]:
     """Actions of 20 batched runs to T = 40 (fresh arms, or a fixed set: scored in C at its first
-    calls), the policy's state and the thread counts the compiled calls were sliced over."""
+    calls), the policy's state with its final UCBs on the runs' next candidates, and the thread
+    counts the compiled calls were sliced over."""
     seen: list[int] = []
 
     def spy(fn, n, count):
@@ -27,20 +30,26 @@ def _run(name: str, threads: int, monkeypatch, fixed: bool = False
         return run_sliced(fn, n, count)
 
     monkeypatch.setattr(nb, "run_sliced", spy)
+    monkeypatch.setattr(nbkb, "run_sliced", spy)
     native.set_threads(threads)
     try:
-        env = make_env("rkhs", dim=3, n_arms=60, fixed_arms=fixed)
+        env = make_env("rkhs", dim=2 if name == "bkb" else 3, n_arms=60, fixed_arms=fixed)
         policy = make_policy(name, env, horizon=40)
         results = simulate_batch(policy, env, 40, list(range(20)), progress=False)
+        ucb = policy(BatchedEnv(env, list(range(20))).candidates())   # the final bounds
     finally:
         native.set_threads(None)
     state = {k: v.clone() for k, v in policy.state_dict().items() if isinstance(v, torch.Tensor)}
+    state["final UCB"] = ucb
     return [r.actions for r in results], state, seen
 
 
-@pytest.mark.parametrize("fixed", [False, True], ids=["fresh", "fixed"])
-@pytest.mark.parametrize("name", ["amm-ucb", "dmm-ucb"])
+@pytest.mark.parametrize(("name", "fixed"), [("amm-ucb", False), ("amm-ucb", True),
+                                             ("dmm-ucb", False), ("dmm-ucb", True),
+                                             ("bkb", True)])
 def test_threaded_calls_give_the_one_thread_runs(name: str, fixed: bool, monkeypatch) -> None:
+    if name == "bkb" and not nbkb.available():
+        pytest.skip("no compiled BKB round")
     one = _run(name, 1, monkeypatch, fixed)
     two = _run(name, 2, monkeypatch, fixed)
     assert set(one[2]) == {1} and 2 in two[2]         # (the second run really sliced the runs)
@@ -57,11 +66,11 @@ def test_threads_for(monkeypatch) -> None:
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
-        assert native.threads() == 1 and nb.threads_for(1000) == 1
+        assert native.threads() == 1 and native.threads_for(1000) == 1
         monkeypatch.setenv("TORCHBANDITS_THREADS", "3")
-        assert nb.threads_for(1000) == 3
+        assert native.threads_for(1000) == 3
         native.set_threads(4)
-        assert [nb.threads_for(r) for r in (0, 7, 8, 16, 31, 32, 1000)] == [1, 1, 1, 2, 3, 4, 4]
+        assert [native.threads_for(r) for r in (0, 7, 8, 16, 31, 32, 1000)] == [1, 1, 1, 2, 3, 4, 4]
         for bad in (0, -1, 2.0, True, "2"):
             with pytest.raises(ValueError, match="count"):
                 native.set_threads(bad)

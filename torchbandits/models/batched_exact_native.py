@@ -25,7 +25,7 @@ single-run step's kernels looped over the runs).
   numbers), computing them for the others.
 
 The scoring and the select split the runs over :func:`torchbandits.native.threads` threads
-(:func:`torchbandits.native.exact_batch.threads_for`; default one; the same numbers); the append
+(:func:`torchbandits.native.threads_for`; default one; the same numbers); the append
 is one call.
 
 Each returns ``None`` / ``False`` when the step does not qualify, and the caller takes its torch
@@ -58,6 +58,7 @@ from torch import Tensor
 from ..buffers import grow_rows, set_plain
 from ..native import exact as nx
 from ..native import exact_batch as nb
+from ..native import threads_for
 from .batched_kernel import fast_kernel
 
 __all__ = ["BatchedExactNative"]
@@ -179,7 +180,7 @@ class BatchedExactNative:
         kept = (cand.new_empty(shape[0], self._n, shape[1]), cand.new_empty(shape)) if keep \
             else None
         nb.score(lib, groups, self._n, b["_x"], cand, kern, b["_L"], b["_z"], mean, var, kept,
-                 threads=nb.threads_for(cand.shape[0]))
+                 threads=threads_for(cand.shape[0]))
         return (mean, var) if kept is None else (mean, var, *kept)
 
     def ucb_argmax(self, candidates: Tensor, beta: Tensor, div: Tensor, groups: int = 1, *,
@@ -229,7 +230,7 @@ class BatchedExactNative:
             hint = torch.full((r,), groups // 2, dtype=torch.int64)
             set_plain(self, "_select_hint", hint)
         nb.select(lib, groups, self._n, b["_x"], cand, kern, b["_L"], b["_z"], (beta, div), best,
-                  arg, (pieces, points), hint, threads=nb.threads_for(r))
+                  arg, (pieces, points), hint, threads=threads_for(r))
         set_plain(self, "_pending", (self._pending_key(), pieces, points))
         return best, arg
 

@@ -38,8 +38,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from torch import Tensor
 
-__all__ = ["CFLAGS", "cache_dir", "disabled", "enabled", "forget", "library", "pointer",
-           "set_threads", "signed", "threads"]
+__all__ = ["CFLAGS", "MIN_RUNS_PER_THREAD", "cache_dir", "disabled", "enabled", "forget",
+           "library", "pointer", "set_threads", "signed", "threads", "threads_for"]
 
 CFLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fPIC", "-shared", "-fno-math-errno",
                            "-std=c99")
@@ -72,7 +72,8 @@ _THREADS: list[int] = []   # set_threads' value, if set
 
 def threads() -> int:
     """Threads for the compiled calls that split a batch's runs (the batched exact posterior's
-    select and scoring, :mod:`~torchbandits.native.exact_batch`): :func:`set_threads`' value,
+    select and scoring, :mod:`~torchbandits.native.exact_batch`; batched BKB's rounds,
+    :mod:`~torchbandits.native.bkb`): :func:`set_threads`' value,
     else ``$TORCHBANDITS_THREADS``, else 1. Separate from torch's intra-op threads: torch's
     OpenMP workers spin for a while after each parallel operator, and C calls on more threads
     beside them only contend (keep ``torch.set_num_threads(1)`` with this, or set
@@ -94,6 +95,17 @@ def set_threads(count: int | None) -> None:
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise ValueError(f"count must be an int >= 1 or None, got {count!r}")
     _THREADS[:] = [count]
+
+
+#: a slice of a compiled call split over threads holds at least this many runs (a slice's
+#: dispatch to a pool thread costs tens of µs; a run's exact select at n = 50 about 15 µs)
+MIN_RUNS_PER_THREAD = 8
+
+
+def threads_for(n_runs: int) -> int:
+    """Threads for a compiled call over ``n_runs`` runs: :func:`threads`, at most one per
+    :data:`MIN_RUNS_PER_THREAD` runs, at least 1."""
+    return max(1, min(threads(), n_runs // MIN_RUNS_PER_THREAD))
 
 
 def cache_dir() -> Path:

@@ -17,7 +17,10 @@ each run's slices of the padded per-run buffers (the same calls on the same shap
 numbers are the sequential run's); :func:`select_rounds`: the same with every run's width β̃_t
 and UCB argmax taken in the loop (``σ̃`` by the vector square root that ``torch.sqrt`` calls,
 :func:`vector_sqrt`); :func:`ucb_argmax_rounds`: every run's UCB argmax; and
-:func:`record_rounds`: every run's count update after the pull.
+:func:`record_rounds`: every run's count update after the pull. :func:`dtc_rounds` and
+:func:`select_rounds` split the runs over :func:`torchbandits.native.threads_for` threads (one
+call per slice of at least 8 runs; default one thread; the same numbers): keep torch at one
+thread then, so that the BLAS calls inside each slice run single-threaded.
 
 Each returns ``None`` when the compiled library is unavailable or off
 (:func:`torchbandits.native.library`) or the inputs do not qualify (not contiguous CPU float64 /
@@ -33,7 +36,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from . import pointer, signed
+from ..run_draw_threads import run_sliced
+from . import pointer, signed, threads_for
 
 __all__ = ["available", "blas_pointers", "dtc_round", "dtc_rounds", "linearized_draw", "qualifies",
            "record_rounds", "select_rounds", "set_dictionary", "ucb_argmax", "ucb_argmax_rounds",
@@ -231,23 +235,33 @@ def _rounds(rows: Tensor, idx: Tensor, in_dict: Tensor, counts: Tensor, sums: Te
     pvar = torch.empty(r, width, dtype=f64)
     st = torch.empty(r, dtype=f64)
     codes = torch.empty(r, dtype=torch.int32)
-    args = (fns, r, a, width, pointer(rows), rows.stride(0), pointer(idx), idx.stride(0),
-            pointer(in_dict), in_dict.stride(0), pointer(counts), pointer(sums), counts.stride(0),
-            pointer(n_distinct), pointer(lam), kconst, jitter, pivot_tol, pointer(mean),
-            pointer(var), pointer(pvar), pointer(st), pointer(codes))
-    if ucb is None:
-        failed = lib.bkb_dtc_rounds(*args)
-        extra: tuple[Tensor, ...] = ()
-    else:
+    beta = choice = None
+    if ucb is not None:
         beta_in, c, k1, k2, log_delta, scale = ucb
         beta = torch.empty(r, dtype=f64)
         choice = torch.empty(r, dtype=i64)
-        failed = lib.bkb_select_rounds(*args, vector_sqrt(), VML_MODE,
-                                       None if beta_in is None else pointer(beta_in),
-                                       None if c is None else pointer(c), k1, k2, log_delta, scale,
-                                       pointer(beta), pointer(choice))
-        extra = (beta, choice)
-    return (mean, var, pvar, st, (codes != 0).nonzero()[:, 0] if failed else None, *extra)
+    failed: list[int] = []   # per slice (list.append is atomic across threads)
+
+    def runs(lo: int, hi: int) -> None:   # runs lo:hi, one call (a slice on a pool thread)
+        args = (fns, hi - lo, a, width, pointer(rows[lo:hi]), rows.stride(0),
+                pointer(idx[lo:hi]), idx.stride(0), pointer(in_dict[lo:hi]), in_dict.stride(0),
+                pointer(counts[lo:hi]), pointer(sums[lo:hi]), counts.stride(0),
+                pointer(n_distinct[lo:hi]), pointer(lam[lo:hi]), kconst, jitter, pivot_tol,
+                pointer(mean[lo:hi]), pointer(var[lo:hi]), pointer(pvar[lo:hi]),
+                pointer(st[lo:hi]), pointer(codes[lo:hi]))
+        if ucb is None:
+            count = lib.bkb_dtc_rounds(*args)
+        else:
+            count = lib.bkb_select_rounds(*args, vector_sqrt(), VML_MODE,
+                                          None if beta_in is None else pointer(beta_in[lo:hi]),
+                                          None if c is None else pointer(c[lo:hi]), k1, k2,
+                                          log_delta, scale, pointer(beta[lo:hi]),
+                                          pointer(choice[lo:hi]))
+        failed.append(count)
+
+    run_sliced(runs, r, threads_for(r))
+    extra: tuple[Tensor, ...] = () if ucb is None else (beta, choice)
+    return (mean, var, pvar, st, (codes != 0).nonzero()[:, 0] if any(failed) else None, *extra)
 
 
 def ucb_argmax(mean: Tensor, sd: Tensor, beta: float) -> tuple[Tensor, int] | None:

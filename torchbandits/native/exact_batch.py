@@ -30,9 +30,10 @@ keeps no pointer between calls.
 
 **Threads.** :func:`score` and :func:`select` split the runs into contiguous slices, one C call
 per slice on :func:`~torchbandits.run_draw_threads.run_sliced`'s threads (``ctypes`` releases the
-GIL during a call), when :func:`threads_for` gives more than one: as many as
-:func:`torchbandits.native.threads` (``native.set_threads(k)`` or ``$TORCHBANDITS_THREADS``;
-default 1), at least :data:`MIN_RUNS_PER_THREAD` runs each. Every run is computed by the same
+GIL during a call), when the caller asks for more than one
+(:func:`torchbandits.native.threads_for`: :func:`torchbandits.native.threads`, i.e.
+``native.set_threads(k)`` or ``$TORCHBANDITS_THREADS``, default 1; at least
+:data:`~torchbandits.native.MIN_RUNS_PER_THREAD` runs a slice). Every run is computed by the same
 code on its own data whatever the slicing, so the numbers do not change. They write only their
 outputs (and the pruning's ``hint``); :func:`append`, which writes the model's state and must
 write nothing when a pivot fails, stays one call.
@@ -45,19 +46,9 @@ import ctypes
 from torch import Tensor
 
 from ..run_draw_threads import run_sliced
-from . import signed, threads
+from . import signed
 
-__all__ = ["MIN_RUNS_PER_THREAD", "append", "available", "score", "select", "threads_for"]
-
-#: a slice of a threaded :func:`score` / :func:`select` holds at least this many runs (a slice's
-#: dispatch to a pool thread costs tens of µs; a run's select at n = 50 about 15 µs)
-MIN_RUNS_PER_THREAD = 8
-
-
-def threads_for(n_runs: int) -> int:
-    """Threads for a compiled call over ``n_runs`` runs: :func:`torchbandits.native.threads`, at
-    most one per :data:`MIN_RUNS_PER_THREAD` runs, at least 1."""
-    return max(1, min(threads(), n_runs // MIN_RUNS_PER_THREAD))
+__all__ = ["append", "available", "score", "select"]
 
 _L = ctypes.c_long
 _P = ctypes.c_void_p
