@@ -19,8 +19,8 @@ and UCB argmax taken in the loop (``σ̃`` by the vector square root that ``torc
 :func:`vector_sqrt`); :func:`ucb_argmax_rounds`: every run's UCB argmax; and
 :func:`record_rounds`: every run's count update after the pull. :func:`dtc_rounds` and
 :func:`select_rounds` split the runs over :func:`torchbandits.native.threads_for` threads (one
-call per slice of at least 8 runs; default one thread; the same numbers): keep torch at one
-thread then, so that the BLAS calls inside each slice run single-threaded.
+call per slice; the same numbers), each slice's BLAS on one MKL thread (set and restored around
+the call; without it every slice's MKL team oversubscribes the cores, 3× slower).
 
 Each returns ``None`` when the compiled library is unavailable or off
 (:func:`torchbandits.native.library`) or the inputs do not qualify (not contiguous CPU float64 /
@@ -32,6 +32,7 @@ from __future__ import annotations
 import ctypes
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -48,6 +49,7 @@ _L = ctypes.c_long
 _D = ctypes.c_double
 _BLAS_NAMES = ("dpotrf_", "dtrsm_", "dgemm_", "dgemv_", "ddot_")  # the order bkb_step.c reads
 _BLAS: list[ctypes.Array[ctypes.c_void_p] | None] = []  # resolved once per process
+_MKL_LOCAL: list[Any] = []  # MKL_Set_Num_Threads_Local or None, resolved once per process
 _SQRT: list[int | None] = []  # vmdSqrt's address once it is known to be torch.sqrt's arithmetic
 #: the mode torch's CPU ``sqrt`` passes to MKL's ``vmdSqrt``: VML_HA | VML_FTZDAZ_OFF |
 #: VML_ERRMODE_IGNORE (ATen's ``vml.h``)
@@ -59,6 +61,19 @@ def _torch_cpu() -> ctypes.CDLL:
     folder = Path(torch.__file__).resolve().parent / "lib"
     names = {"win32": "torch_cpu.dll", "darwin": "libtorch_cpu.dylib"}
     return ctypes.CDLL(str(folder / names.get(sys.platform, "libtorch_cpu.so")))
+
+
+def _mkl_local() -> Any:
+    """MKL's ``MKL_Set_Num_Threads_Local`` in torch's CPU library (it sets the calling thread's
+    MKL thread count and returns the previous one; 0: the global count), or ``None``."""
+    if not _MKL_LOCAL:
+        try:
+            fn = _torch_cpu().MKL_Set_Num_Threads_Local   # (the C interface: by value)
+            fn.argtypes, fn.restype = [ctypes.c_int], ctypes.c_int
+        except (OSError, AttributeError):
+            fn = None
+        _MKL_LOCAL.append(fn)
+    return _MKL_LOCAL[0]
 
 
 def blas_pointers() -> ctypes.Array[ctypes.c_void_p] | None:
@@ -249,17 +264,24 @@ def _rounds(rows: Tensor, idx: Tensor, in_dict: Tensor, counts: Tensor, sums: Te
                 pointer(n_distinct[lo:hi]), pointer(lam[lo:hi]), kconst, jitter, pivot_tol,
                 pointer(mean[lo:hi]), pointer(var[lo:hi]), pointer(pvar[lo:hi]),
                 pointer(st[lo:hi]), pointer(codes[lo:hi]))
-        if ucb is None:
-            count = lib.bkb_dtc_rounds(*args)
-        else:
-            count = lib.bkb_select_rounds(*args, vector_sqrt(), VML_MODE,
-                                          None if beta_in is None else pointer(beta_in[lo:hi]),
-                                          None if c is None else pointer(c[lo:hi]), k1, k2,
-                                          log_delta, scale, pointer(beta[lo:hi]),
-                                          pointer(choice[lo:hi]))
+        prev = one_mkl(1) if one_mkl is not None else None   # this thread's BLAS: one thread
+        try:
+            if ucb is None:
+                count = lib.bkb_dtc_rounds(*args)
+            else:
+                count = lib.bkb_select_rounds(*args, vector_sqrt(), VML_MODE,
+                                              None if beta_in is None else pointer(beta_in[lo:hi]),
+                                              None if c is None else pointer(c[lo:hi]), k1, k2,
+                                              log_delta, scale, pointer(beta[lo:hi]),
+                                              pointer(choice[lo:hi]))
+        finally:
+            if prev is not None:
+                one_mkl(prev)
         failed.append(count)
 
-    run_sliced(runs, r, threads_for(r))
+    slices = threads_for(r)
+    one_mkl = _mkl_local() if slices > 1 else None
+    run_sliced(runs, r, slices)
     extra: tuple[Tensor, ...] = () if ucb is None else (beta, choice)
     return (mean, var, pvar, st, (codes != 0).nonzero()[:, 0] if any(failed) else None, *extra)
 
