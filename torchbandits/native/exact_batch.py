@@ -77,6 +77,12 @@ def _kernel(kernel: tuple[Tensor, int, float | None, float]) -> tuple[int, int, 
             kdiag)
 
 
+def _row(t: Tensor | None, i: int) -> int | None:
+    """The address of row ``i`` of ``t`` along its first dimension (``None`` for ``None``): a
+    slice's pointer without making a view."""
+    return None if t is None else t.data_ptr() + i * t.stride(0) * t.element_size()
+
+
 class _State:
     """The arguments that :func:`score` and :func:`select` pass first: sizes, points, candidates,
     kernel, factors and ``z``, for a slice ``lo:hi`` of the runs (members ``lo·G:hi·G``)."""
@@ -86,13 +92,13 @@ class _State:
         self.groups, self.n, self.x, self.cand, self.kernel = groups, n, x, cand, kernel
         self.chol, self.z = chol, z
 
-    def slice(self, lo: int, hi: int) -> tuple[slice, tuple]:
-        """``(members' slice, the leading C arguments)`` of runs ``lo:hi``."""
+    def slice(self, lo: int, hi: int) -> tuple[int, tuple]:
+        """``(first member lo·G, the leading C arguments)`` of runs ``lo:hi``."""
         g, x, cand, chol, z = self.groups, self.x, self.cand, self.chol, self.z
-        m = slice(lo * g, hi * g)
-        return m, (hi - lo, g, self.n, cand.shape[1], cand.shape[2], x[m].data_ptr(), x.stride(0),
-                   cand[lo:hi].data_ptr(), cand.stride(0), *self.kernel, chol[m].data_ptr(),
-                   chol.stride(0), chol.stride(1), z[m].data_ptr(), z.stride(0))
+        m = lo * g
+        return m, (hi - lo, g, self.n, cand.shape[1], cand.shape[2], _row(x, m), x.stride(0),
+                   _row(cand, lo), cand.stride(0), *self.kernel, _row(chol, m), chol.stride(0),
+                   chol.stride(1), _row(z, m), z.stride(0))
 
 
 def _check(rc: int) -> None:
@@ -121,9 +127,9 @@ def score(lib: ctypes.CDLL, groups: int, n: int, x: Tensor, cand: Tensor,
 
     def runs(lo: int, hi: int) -> None:
         m, head = state.slice(lo, hi)
-        _check(lib.tb_batch_score(*head, mean[m].data_ptr(), var[m].data_ptr(),
-                                  *((None, None) if keep is None else (keep[0][m].data_ptr(),
-                                                                       keep[1][m].data_ptr()))))
+        _check(lib.tb_batch_score(*head, _row(mean, m), _row(var, m),
+                                  *((None, None) if keep is None else (_row(keep[0], m),
+                                                                       _row(keep[1], m)))))
 
     run_sliced(runs, cand.shape[0], threads)
 
@@ -153,12 +159,11 @@ def select(lib: ctypes.CDLL, groups: int, n: int, x: Tensor, cand: Tensor,
 
     def runs(lo: int, hi: int) -> None:
         m, head = state.slice(lo, hi)
-        _check(lib.tb_batch_select(*head, beta[m].data_ptr(), div[m].data_ptr(),
-                                   best[lo:hi].data_ptr(),
-                                   None if arg is None else arg[lo:hi].data_ptr(),
+        _check(lib.tb_batch_select(*head, _row(beta, m), _row(div, m), _row(best, lo),
+                                   _row(arg, lo),
                                    *((None, None) if pending is None else
-                                     (pending[0][m].data_ptr(), pending[1][lo:hi].data_ptr())),
-                                   None if hint is None else hint[lo:hi].data_ptr()))
+                                     (_row(pending[0], m), _row(pending[1], lo))),
+                                   _row(hint, lo)))
 
     run_sliced(runs, cand.shape[0], threads)
 
