@@ -93,10 +93,10 @@ static factor_ref member_ref(long m, const double *L, long ls, long lc, const do
     return f;
 }
 
-/* One member's V = L^{-1} K_SC of the packed columns (v may be NULL), mu = z^T V, colsum(V^2). */
-static void member_solve(batch_scratch *s, long n, long A, const double *L, long lc,
-                         const double *z, double *v, double *mu, double *sumsq) {
-    factor_ref f = {NULL, 0, L, lc, z};
+/* Member m's V = L^{-1} K_SC of the packed columns (v may be NULL), mu = z^T V, colsum(V^2). */
+static void member_solve(batch_scratch *s, long n, long A, long m, const double *L, long ls,
+                         long lc, const double *z, long zs, double *v, double *mu, double *sumsq) {
+    factor_ref f = member_ref(m, L, ls, lc, z, zs);
     ref_solve(&s->sc, n, A, &f, v, mu, sumsq);
 }
 
@@ -109,7 +109,7 @@ static void point_pieces(batch_scratch *s, long r, long G, long n, long d, const
     for (long g = 0; g < G; ++g) {
         long m = r * G + g;
         double *o = out + m * (n + 2);
-        member_solve(s, n, 1, L + m * ls, lc, z + m * zs, o, o + n, o + n + 1);
+        member_solve(s, n, 1, m, L, ls, lc, z, zs, o, o + n, o + n + 1);
     }
 }
 
@@ -136,7 +136,7 @@ long tb_batch_score(long R, long G, long n, long A, long d, const double *x, lon
             long m = r * G + g;
             double *mu = mean + m * A, *pr = var + m * A;
             /* colsum(V^2) into var, then var = max(k_CC - colsum, 0) in place */
-            member_solve(&s, n, A, L + m * ls, lc, z + m * zs, v ? v + m * n * A : NULL, mu, pr);
+            member_solve(&s, n, A, m, L, ls, lc, z, zs, v ? v + m * n * A : NULL, mu, pr);
             if (sumsq) memcpy(sumsq + m * A, pr, (size_t)A * sizeof(double));
             for (long j = 0; j < A; ++j) {
                 double rho2 = kdiag - pr[j];
@@ -208,7 +208,7 @@ long tb_batch_select(long R, long G, long n, long A, long d, const double *x, lo
         for (long g = 0; g < G; ++g) {
             long m = r * G + g;
             double *sg = ss + g * A, *pr = var + g * A;
-            member_solve(&s, n, A, L + m * ls, lc, z + m * zs, vs ? vs + g * n * A : NULL,
+            member_solve(&s, n, A, m, L, ls, lc, z, zs, vs ? vs + g * n * A : NULL,
                          mean + g * A, sg);
             for (long j = 0; j < A; ++j) {
                 double rho2 = kdiag - sg[j];
