@@ -52,7 +52,38 @@ def test_reproduce_resolves_names_from_the_reproductions_table(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["reproduce", "bkb", "--help"])  # the reproduction's own parser answers
     assert exit_.value.code == 0
-    assert "--quick" in capsys.readouterr().out
+    assert {"--quick", "--threads", "--run-threads"} <= set(capsys.readouterr().out.split())
     assert main(["list"]) == 0
     listed = capsys.readouterr().out
     assert "reproductions:" in listed and "Calandriello et al. 2019" in listed
+
+
+def test_run_threads_split_a_batch_and_keep_its_runs(tmp_path, capsys, monkeypatch):
+    """``--run-threads 2`` splits a batch of 16 AMM-UCB runs over two threads in the compiled
+    calls (torch on one) and writes the same actions as one thread; a negative count is an
+    argparse error naming the option."""
+    import torch
+
+    from torchbandits import native
+
+    monkeypatch.delenv("TORCHBANDITS_THREADS", raising=False)
+    before = torch.get_num_threads()
+    seeds = [str(s) for s in range(16)]
+    actions = {}
+    try:
+        for count in ("1", "2"):
+            out = tmp_path / f"threads{count}"
+            assert main(["run", "--env", "rkhs", "--policy", "amm-ucb", "--horizon", "25",
+                         "--seeds", *seeds, "--batch", "on", "--run-threads", count,
+                         "--out", str(out), "--no-progress"]) == 0
+            assert native.threads() == int(count) and torch.get_num_threads() == (
+                before if count == "1" else 1)
+            actions[count] = {p.name: json.loads(p.read_text())["actions"]
+                              for p in (out / "runs").glob("*.json")}
+        assert len(actions["1"]) == 16 and actions["1"] == actions["2"]
+        with pytest.raises(SystemExit) as exit_:
+            main(["run", "--run-threads", "-1", "--out", str(tmp_path)])
+        assert exit_.value.code == 2 and "--run-threads" in capsys.readouterr().err
+    finally:
+        native.set_threads(None)
+        torch.set_num_threads(before)

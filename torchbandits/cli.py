@@ -23,7 +23,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["main"]
+__all__ = ["count_arg", "main"]
+
+
+def count_arg(text: str) -> int:
+    """An ``argparse`` type for a thread count: an int >= 0 (0: leave the setting as it is)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an int >= 0, got {text!r}")
+    return value
 
 
 def _parse_value(text: str) -> Any:
@@ -87,7 +98,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("--device cuda requested but CUDA is not available on this machine")
-    torch.set_num_threads(max(1, args.threads)) if args.threads else None
+    from .native import use_threads
+
+    use_threads(args.threads, args.run_threads)
     sets = _parse_sets(args.set)
     env_names = [e for e in args.env.split(",") if e]
     pol_names = [p for p in args.policy.split(",") if p]
@@ -170,6 +183,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         outcome = sweep(args.spec, args.out, resume=args.resume, quick=args.quick,
                         workers=args.workers, address=args.address, num_cpus=args.num_cpus,
                         cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
+                        run_threads_per_trial=args.run_threads_per_trial,
                         ray_tmp_dir=args.ray_tmp_dir)
     except (SpecError, FileExistsError, RuntimeError) as err:  # RuntimeError: trials that failed
         raise SystemExit(str(err)) from None
@@ -191,6 +205,8 @@ def _add_sweep_parser(sub: Any) -> None:
     sw.add_argument("--num-cpus", type=int, default=None, help="CPUs of the local Ray cluster")
     sw.add_argument("--cpus-per-trial", type=float, default=None)
     sw.add_argument("--gpus-per-trial", type=float, default=None, help="fractions share a GPU")
+    sw.add_argument("--run-threads-per-trial", type=int, default=None,
+                    help="threads over a batched trial's runs in the compiled CPU calls")
     sw.add_argument("--ray-tmp-dir", default=None, help="Ray's session folder (local cluster)")
 
 
@@ -208,7 +224,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", default="results/run")
     run.add_argument("--set", action="append", default=[], metavar="SCOPE.NAME=VALUE",
                      help="keyword argument for the env (env.dim=2) or a policy (kucb.lam=0.1)")
-    run.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
+    run.add_argument("--threads", type=count_arg, default=0,
+                     help="torch's intra-op threads (0: torch's default, or 1 with --run-threads)")
+    run.add_argument("--run-threads", type=count_arg, default=0,
+                     help="threads over a CPU batch's runs in the compiled calls (exact-posterior "
+                          "families and BKB; 0: $TORCHBANDITS_THREADS or 1); torch then runs on "
+                          "one thread unless --threads says otherwise (docs/batch.md)")
     run.add_argument("--batch", choices=("auto", "on", "off"), default="auto",
                      help="run the seeds of a policy as one batch (docs/batch.md): auto = when "
                           "the policy and env can and the seeds reach the policy family's measured "

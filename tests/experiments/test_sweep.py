@@ -122,9 +122,12 @@ def test_kill_driver_then_resume(ray_cluster, uninterrupted, tmp_path):
 
 def test_quick_yaml_via_cli_and_resume(ray_cluster, tmp_path, capsys):
     out = tmp_path / "quick"
-    assert cli.main(["sweep", str(ROOT / "examples/sweeps/quick.yaml"), "--out", str(out)]) == 0
+    assert cli.main(["sweep", str(ROOT / "examples/sweeps/quick.yaml"), "--out", str(out),
+                     "--run-threads-per-trial", "2"]) == 0
     table = (out / "table.md").read_text()
     assert len(list(out.glob("trials/*/done.json"))) == 4 and len(list(out.glob("trials/*/runs/*"))) == 8
+    for marker in out.glob("trials/*/done.json"):   # each trial ran its batch's runs on 2 threads
+        assert json.loads(marker.read_text())["threads"] == {"torch": 1, "runs": 2}
     with pytest.raises(SystemExit, match="--resume"):
         cli.main(["sweep", str(ROOT / "examples/sweeps/quick.yaml"), "--out", str(out)])
     capsys.readouterr()

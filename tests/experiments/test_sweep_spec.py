@@ -39,6 +39,8 @@ def _with(path: str, value):
     ("seeds", [0, "1"], "seeds: expected a non-empty list of integer seeds"),
     ("horizon", 0, "horizon: expected a positive integer"),
     ("polices", [], "unknown top-level key 'polices'"),
+    ("resources", {"run_threads_per_trial": 0}, "run_threads_per_trial: int >= 1"),
+    ("resources", {"cpus_per_trial": 2, "threads": 2}, "resources: expected"),
 ])
 def test_malformed_spec_names_the_entry(path, value, expected):
     with pytest.raises(SpecError) as info:

@@ -80,3 +80,29 @@ def test_threads_for(monkeypatch) -> None:
     finally:
         native.set_threads(None)
         torch.set_num_threads(before)
+
+
+def test_use_threads_applies_a_commands_two_options(monkeypatch) -> None:
+    """``use_threads(torch_threads, run_threads)``: 0 leaves a setting as it is; run threads
+    above one put torch on one thread unless torch's count is given; a bad count is refused
+    before anything is set."""
+    monkeypatch.delenv("TORCHBANDITS_THREADS", raising=False)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        native.use_threads(0, 0)
+        assert (torch.get_num_threads(), native.threads()) == (2, 1)
+        native.use_threads(0, 3)
+        assert (torch.get_num_threads(), native.threads()) == (1, 3)
+        native.use_threads(2, 0)
+        assert (torch.get_num_threads(), native.threads()) == (2, 3)
+        native.use_threads(0, 1)
+        assert (torch.get_num_threads(), native.threads()) == (2, 1)
+        for name, bad in (("torch_threads", -1), ("run_threads", 1.5), ("run_threads", True)):
+            args = {"torch_threads": 3, "run_threads": 4, name: bad}
+            with pytest.raises(ValueError, match=name):
+                native.use_threads(**args)
+            assert (torch.get_num_threads(), native.threads()) == (2, 1)   # nothing set
+    finally:
+        native.set_threads(None)
+        torch.set_num_threads(before)

@@ -14,7 +14,7 @@ A SPEC (YAML or JSON) is environments × policies × parameter grids × seeds at
       - name: gpucb
         grid: {lam: {loguniform: [0.01, 1.0]}}     # ... a one-key dict a Tune-style search space
     search: {num_samples: 2, seed: 0}              # draws per grid point of the sampled spaces
-    resources: {cpus_per_trial: 1, gpus_per_trial: 0}
+    resources: {cpus_per_trial: 1, gpus_per_trial: 0, run_threads_per_trial: 1}
     tuning: {...}                                  # optional, see ``TuningSpec``
     quick: {horizon: 20}                           # overrides applied by ``--quick``
 
@@ -42,7 +42,12 @@ from typing import Any
 
 from .registry import ENVIRONMENTS, POLICIES, make_env, make_policy, resolve
 
-__all__ = ["SpecError", "SweepSpec", "TuningSpec", "factory_signature", "load_spec", "parse_spec"]
+__all__ = ["RESOURCE_KEYS", "SpecError", "SweepSpec", "TuningSpec", "factory_signature",
+           "load_spec", "parse_spec"]
+
+#: a SPEC's ``resources`` keys: where and how a trial runs, not what it computes (a sweep's
+#: identity for ``--resume`` leaves them out)
+RESOURCE_KEYS = ("cpus_per_trial", "gpus_per_trial", "run_threads_per_trial")
 
 METRICS = ("final_regret_mean", "final_regret_std", "half_regret_mean", "agent_seconds_mean")
 SPACES = ("grid", "choice", "uniform", "loguniform", "randint")
@@ -83,6 +88,7 @@ class SweepSpec:
     search_seed: int = 0
     cpus_per_trial: float = 1.0
     gpus_per_trial: float = 0.0
+    run_threads_per_trial: int = 1
     batch: bool = True
     tuning: TuningSpec | None = None
 
@@ -291,9 +297,12 @@ def parse_spec(raw: Mapping[str, Any], *, quick: bool = False) -> SweepSpec:
             or num_samples < 1 or not _is_int(search_seed):
         errors.append(f"search: expected {{num_samples: int >= 1, seed: int}}, got {search!r}")
     cpus, gpus = resources.get("cpus_per_trial", 1), resources.get("gpus_per_trial", 0)
-    if not isinstance(resources, dict) or set(resources) - {"cpus_per_trial", "gpus_per_trial"} \
-            or not _is_num(cpus) or cpus <= 0 or not _is_num(gpus) or gpus < 0:
-        errors.append(f"resources: expected {{cpus_per_trial: > 0, gpus_per_trial: >= 0}}, got {resources!r}")
+    run_threads = resources.get("run_threads_per_trial", 1)
+    if not isinstance(resources, dict) or set(resources) - set(RESOURCE_KEYS) \
+            or not _is_num(cpus) or cpus <= 0 or not _is_num(gpus) or gpus < 0 \
+            or not _is_int(run_threads) or run_threads < 1:
+        errors.append("resources: expected {cpus_per_trial: > 0, gpus_per_trial: >= 0, "
+                      f"run_threads_per_trial: int >= 1}}, got {resources!r}")
     if tuning is not None:
         for key in ("tune_on", "evaluate_on"):
             bad = [lab for lab in getattr(tuning, key) if lab not in {e["label"] for e in envs}]
@@ -307,6 +316,7 @@ def parse_spec(raw: Mapping[str, Any], *, quick: bool = False) -> SweepSpec:
                      environments=envs, policies=pols, device=str(raw.get("device", "cpu")),
                      num_samples=int(num_samples), search_seed=int(search_seed),
                      cpus_per_trial=float(cpus), gpus_per_trial=float(gpus),
+                     run_threads_per_trial=int(run_threads),
                      batch=bool(raw.get("batch", True)), tuning=tuning)
     _dry_build(spec)
     return spec

@@ -47,7 +47,7 @@ from typing import Any
 
 from .results import RunResult, atomic_write_text
 from .sweep_report import params_text, plot_vs_param, select_best, trial_metrics, write_tables
-from .sweep_spec import SpecError, SweepSpec, load_spec, parse_spec
+from .sweep_spec import RESOURCE_KEYS, SpecError, SweepSpec, load_spec, parse_spec
 from .sweep_trials import TrialSpec, expand_trials, make_trial
 
 __all__ = ["INSTALL_HINT", "SweepOutcome", "finish_trial", "run_saver", "run_trial", "start_trial",
@@ -162,10 +162,16 @@ def run_saver(trial: TrialSpec, out: str | Path) -> Callable[[RunResult], Path]:
 
 def finish_trial(trial: TrialSpec, out: str | Path, results: list[RunResult], *, started: float,
                  seconds: float, cpu_seconds: float, **extra: Any) -> dict[str, Any]:
-    """Write ``trial``'s completion marker (metrics, times, host, ``extra``); its record."""
+    """Write ``trial``'s completion marker (metrics, times, host, the threads it ran on —
+    torch's and the compiled calls' over a batch's runs — and ``extra``); its record."""
+    import torch
+
+    from ..native import threads
+
     record = {"trial": trial.to_dict(), "metrics": trial_metrics(results), "started": started,
               "finished": time.time(), "seconds": seconds, "cpu_seconds": cpu_seconds,
               "pid": os.getpid(), "host": socket.gethostname(),
+              "threads": {"torch": torch.get_num_threads(), "runs": threads()},
               "batched": bool(results[0].config.get("batched", False)), **extra}
     atomic_write_text(_marker(out, trial.trial_id), json.dumps(record, indent=1))
     return record
@@ -173,12 +179,15 @@ def finish_trial(trial: TrialSpec, out: str | Path, results: list[RunResult], *,
 
 def _tune_trainable(config: dict[str, Any]) -> None:
     """The Ray Tune function trainable: one trial, its metrics reported to Tune once."""
-    import torch
     from ray import tune
 
+    from ..native import use_threads
     from .sweep_fold import run_group
 
-    torch.set_num_threads(max(1, int(config["threads"])))
+    # a batched trial's runs over ``run_threads`` compiled threads (torch then on one), else
+    # torch's own threads over the trial's CPUs
+    run_threads = int(config.get("run_threads", 1))
+    use_threads(1 if run_threads > 1 else int(config["threads"]), run_threads)
     records = run_group(config["trials"], config["out"])
     tune.report({**records[0]["metrics"], "trial_seconds": sum(r["seconds"] for r in records),
                  "trials": len(records)})
@@ -235,7 +244,8 @@ def _run_on_ray(trials: list[TrialSpec], out: Path, phase: str, *, spec: SweepSp
         trainable,
         param_space={"trials": tune.grid_search([[t.to_dict() for t in g]
                                                   for g in fold_trials(trials)]),
-                     "out": str(out), "threads": max(1, int(spec.cpus_per_trial))},
+                     "out": str(out), "threads": max(1, int(spec.cpus_per_trial)),
+                     "run_threads": spec.run_threads_per_trial},
         tune_config=tune.TuneConfig(max_concurrent_trials=workers, reuse_actors=True,
                                     trial_dirname_creator=_group_name,
                                     trial_name_creator=_group_name),
@@ -282,8 +292,8 @@ def _load_runs(out: Path, rows: list[dict[str, Any]]) -> list[RunResult]:
 def sweep(spec: str | Path | Mapping[str, Any] | SweepSpec, out: str | Path, *, resume: bool = False,
           quick: bool = False, workers: int | None = None, address: str | None = None,
           num_cpus: int | None = None, cpus_per_trial: float | None = None,
-          gpus_per_trial: float | None = None, ray_tmp_dir: str | None = None,
-          verbose: bool = True) -> SweepOutcome:
+          gpus_per_trial: float | None = None, run_threads_per_trial: int | None = None,
+          ray_tmp_dir: str | None = None, verbose: bool = True) -> SweepOutcome:
     """Run (or with ``resume`` continue) the sweep ``spec`` into ``out`` on Ray Tune.
 
     Args:
@@ -296,8 +306,15 @@ def sweep(spec: str | Path | Mapping[str, Any] | SweepSpec, out: str | Path, *, 
         num_cpus: CPUs of the local cluster (default: all of this machine's).
         cpus_per_trial, gpus_per_trial: per-trial resources (override the SPEC's ``resources``;
             fractional GPUs share one device between trials).
+        run_threads_per_trial: threads over a batched trial's runs in the compiled CPU calls
+            (:func:`~torchbandits.native.use_threads`; torch then on one thread), overriding the
+            SPEC's ``resources``; ``ValueError`` below 1.
         ray_tmp_dir: Ray's session folder for a local cluster (default Ray's, under /tmp).
     """
+    if run_threads_per_trial is not None and (isinstance(run_threads_per_trial, bool) or not
+                                              isinstance(run_threads_per_trial, int)
+                                              or run_threads_per_trial < 1):
+        raise ValueError(f"run_threads_per_trial must be an int >= 1, got {run_threads_per_trial!r}")
     if isinstance(spec, SweepSpec):
         parsed = spec
     elif isinstance(spec, Mapping):
@@ -308,9 +325,11 @@ def sweep(spec: str | Path | Mapping[str, Any] | SweepSpec, out: str | Path, *, 
         parsed.cpus_per_trial = float(cpus_per_trial)
     if gpus_per_trial is not None:
         parsed.gpus_per_trial = float(gpus_per_trial)
+    if run_threads_per_trial is not None:
+        parsed.run_threads_per_trial = run_threads_per_trial
     out = Path(out).resolve()
     manifest = out / "sweep.json"
-    identity = {k: v for k, v in parsed.to_dict().items() if k not in ("cpus_per_trial", "gpus_per_trial")}
+    identity = {k: v for k, v in parsed.to_dict().items() if k not in RESOURCE_KEYS}
     digest = hashlib.sha1(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
     if manifest.is_file():
         old = json.loads(manifest.read_text())

@@ -39,7 +39,8 @@ if TYPE_CHECKING:
     from torch import Tensor
 
 __all__ = ["CFLAGS", "MIN_RUNS_PER_THREAD", "cache_dir", "disabled", "enabled", "forget",
-           "library", "pointer", "set_threads", "signed", "threads", "threads_for"]
+           "library", "pointer", "set_threads", "signed", "threads", "threads_for",
+           "use_threads"]
 
 CFLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fPIC", "-shared", "-fno-math-errno",
                            "-std=c99")
@@ -106,6 +107,27 @@ def threads_for(n_runs: int) -> int:
     """Threads for a compiled call over ``n_runs`` runs: :func:`threads`, at most one per
     :data:`MIN_RUNS_PER_THREAD` runs, at least 1."""
     return max(1, min(threads(), n_runs // MIN_RUNS_PER_THREAD))
+
+
+def use_threads(torch_threads: int = 0, run_threads: int = 0) -> None:
+    """Apply a command's two thread options (``torchbandits run``, a reproduction, a sweep
+    trial) — at run time, never at import.
+
+    ``run_threads > 0`` sets :func:`threads` (a batch's runs split over that many threads in the
+    compiled CPU calls); ``torch_threads > 0`` sets ``torch.set_num_threads``. With
+    ``run_threads > 1`` and ``torch_threads == 0`` torch is set to one thread, since its OpenMP
+    workers would spin beside the run threads (the combination measured in docs/batch.md).
+    0 leaves a setting as it is. ``ValueError`` names a negative or non-int argument, before
+    anything is set."""
+    for name, value in (("torch_threads", torch_threads), ("run_threads", run_threads)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be an int >= 0 (0: unchanged), got {value!r}")
+    import torch
+
+    if run_threads:
+        set_threads(run_threads)
+    if torch_threads or run_threads > 1:
+        torch.set_num_threads(torch_threads or 1)
 
 
 def cache_dir() -> Path:
