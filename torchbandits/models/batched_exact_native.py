@@ -60,6 +60,7 @@ from ..native import exact as nx
 from ..native import exact_batch as nb
 from ..native import threads_for
 from .batched_kernel import fast_kernel
+from .exact_fused import pruning
 
 __all__ = ["BatchedExactNative"]
 
@@ -207,7 +208,9 @@ class BatchedExactNative:
         bound ``min_g (sqrt(ρ²_{rG+g} / div_{rG+g}) β_{rG+g} + μ_{rG+g})`` over its checked
         candidates ``[R, A, d]`` (``β``, ``div`` ``[R·G]``; ``want_arg``: also the minimising
         ``g`` at the chosen candidate), one compiled call; the chosen candidates' append pieces
-        are kept for the next append. With ``groups > 1`` the call is pruned (each run's members
+        are kept for the next append. The call is pruned unless in
+        :func:`~torchbandits.models.exact_fused.full_select` (one group: each run's candidates
+        solved row block by row block while they can still be chosen; several: each run's members
         solved on the candidates that can still be chosen, the member that set its last choice
         first, a plain attribute kept across calls; the same choice and bits as without:
         :func:`torchbandits.native.exact_batch.select`). ``None`` if the step does not qualify
@@ -225,10 +228,12 @@ class BatchedExactNative:
         arg = torch.empty(r, dtype=torch.int64) if want_arg else None
         pieces = self.workspace.get("pending", (members, self._n + 2), cand)
         points = self.workspace.get("pending_x", (r, d), cand)
-        hint = getattr(self, "_select_hint", None) if groups > 1 else None
-        if groups > 1 and (hint is None or hint.shape != (r,)):
+        hint = getattr(self, "_select_hint", None)
+        if hint is None or hint.shape != (r,):
             hint = torch.full((r,), groups // 2, dtype=torch.int64)
             set_plain(self, "_select_hint", hint)
+        if not pruning():
+            hint = None
         nb.select(lib, groups, self._n, b["_x"], cand, kern, b["_L"], b["_z"], (beta, div), best,
                   arg, (pieces, points), hint, threads=threads_for(r))
         set_plain(self, "_pending", (self._pending_key(), pieces, points))

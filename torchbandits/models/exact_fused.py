@@ -14,10 +14,14 @@ built once and updated by the C code itself (``n``, the rows of each tail) as it
 * :meth:`ExactFused.fused_select`: the argmax of a rule's closed-form bound
   (:class:`~torchbandits.confidence.base.UCBForm`, ``min_s (sqrt(ρ²_s / div_s) β_s + μ_s)``,
   Flynn & Reeb 2024, Eq. (14) for DMM) over fresh candidates, ``V`` kept only one factor at a
-  time in scratch memory, nothing recorded but the candidates and the choice; with several
-  terms (DMM) pruned: one term on every candidate bounds each bound from above, the others are
-  solved only on the candidates that can still be chosen (``exact_prune.h``; the same choice and
-  minimising term, bit for bit; :func:`full_select` turns it off);
+  time in scratch memory, nothing recorded but the candidates and the choice; pruned
+  (``exact_prune.h``; the same choice and minimising term, bit for bit; :func:`full_select`
+  turns it off): with one term (the radius rules, AMM) the candidates are solved in order of
+  their prior bound, 16 at a time, and a group is dropped as soon as the partial sums
+  ``Σ_{i<j} l_i²`` of its forward substitution and an upper bound on ``μ`` (from
+  ``α = (K + aI)⁻¹y``, with a margin for rounding) put all its columns below the best bound
+  found; with several terms (DMM) one term on every candidate bounds each bound from above,
+  and the others are solved only on the candidates that can still be chosen;
 * :meth:`ExactFused.fused_append`: the append of the chosen candidate, its kernel column and new
   factor rows recomputed by the operations of the scoring (the same bits as the scoring's
   column ``V_r[:, j]``, ``μ_r[j]`` and ``colsum(V_r²)_j``: the O(n²) solve of one column costs
@@ -54,23 +58,29 @@ from ..validation import as_scalar_reward
 if TYPE_CHECKING:
     from ..confidence.base import UCBForm
 
-__all__ = ["ExactFused", "FusedTable", "full_select"]
+__all__ = ["ExactFused", "FusedTable", "full_select", "pruning"]
 
 _F64 = torch.float64
 _T = nx.FUSED
-_FULL = [0]   # open full_select() scopes: a bound over several terms is pruned when none
+_FULL = [0]   # open full_select() scopes: the compiled selects prune when none is open
 
 
 @contextlib.contextmanager
 def full_select() -> Iterator[None]:
-    """Within it, the fused select of a bound over several terms (DMM) solves every term on every
-    candidate instead of pruning (``exact_prune.h``): the same choices and minimising terms, bit
-    for bit; for tests and before/after benchmarks. Not thread-safe (a process-wide switch)."""
+    """Within it, the compiled selects (the fused single-run one and the batched one) score every
+    candidate in full instead of pruning (``exact_prune.h``: a one-term bound's rows, DMM's grid
+    members): the same choices, minimising terms and append pieces, bit for bit; for tests and
+    before/after benchmarks. Not thread-safe (a process-wide switch)."""
     _FULL[0] += 1
     try:
         yield
     finally:
         _FULL[0] -= 1
+
+
+def pruning() -> bool:
+    """Whether the compiled selects prune (no :func:`full_select` scope is open)."""
+    return not _FULL[0]
 
 
 def _ok(t: Tensor) -> bool:
@@ -237,7 +247,7 @@ class ExactFused:
             at, terms = ft.beta_at, ft.terms
             ft.dbl[at: at + 2 * terms] = form.betas + form.divisors
             ft.hint[1] = 0
-            prune = arg is not None and not _FULL[0]
+            prune = not _FULL[0]
             if prune and ft.pend.numel() < terms * (n + 2):
                 ft.pend = torch.empty(2 * terms * (n + 2), dtype=_F64)
             best = lib.tb_exact_fused_select(ft.base, ft.dbase, cand.data_ptr(), a,

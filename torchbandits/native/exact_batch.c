@@ -28,8 +28,10 @@
  * c_r of V_m, mu_m and colsum(V_m^2) (V kept in scratch for the run's members: n A stores per
  * member, against an O(n^2) second pass over the factor for the append).
  *
- * With G > 1 members and a hint (DMM), a run's select is pruned (exact_prune.h's select_pruned:
- * the same choice, member and pieces, bit for bit, as the full select).
+ * With a hint, a run's select is pruned: one member (the radius rules, AMM), its rows
+ * (exact_prune.h's select_rows_pruned); G > 1 members (DMM), the members
+ * (exact_prune.h's select_pruned); the same choice, member and pieces, bit for bit, as the full
+ * select.
  *
  * Appending x_r [d] with reward y_r to every run (the bordered Cholesky step, Flynn & Reeb 2024,
  * App. E.2): per member the new row l = L_m^{-1} k_S(x_r) (the same tile code on one column: the
@@ -156,9 +158,9 @@ long tb_batch_score(long R, long G, long n, long A, long d, const double *x, lon
  * arg [R] (int64), and the chosen candidate's append pieces into pend [R*G, n + 2]: per member column j
  * of V, mu_m[j] and colsum(V_m^2)_j (the numbers point_pieces computes for that point: the
  * solve is column by column the same operations), and its point into pend_x [R, d].
- * hint [R] (int64, may be NULL): with G > 1, each run's member to solve first in the pruned select
- * (see the top of the file; out of range: G / 2), set to the minimising g at the chosen
- * candidate; NULL: the full select. The choice does not depend on it.
+ * hint [R] (int64, may be NULL): the pruned select (see the top of the file); with G > 1 each
+ * run's member to solve first (out of range: G / 2), set to the minimising g at the chosen
+ * candidate (0 with G = 1); NULL: the full select. The choice does not depend on it.
  * Returns 0, or -1 when scratch memory could not be allocated. */
 long tb_batch_select(long R, long G, long n, long A, long d, const double *x, long xs_,
                      const double *cand, long cs, const double *w, long dw, int kind, double outscale,
@@ -170,7 +172,7 @@ long tb_batch_select(long R, long G, long n, long A, long d, const double *x, lo
     batch_scratch s;
     prune_scratch ps = {0};
     long a1 = A > 0 ? A : 1, n1 = n > 0 ? n : 1;
-    int prune = hint && G > 1 && n > 0 && A > 0;
+    int prune = hint && G > 0 && n > 0 && A > 0;
     /* per member of a run: mu, colsum(V^2), var [G, A], the bound [A], the minimising g [A];
      * V [G, n, A] if pend */
     double *mv = malloc(((size_t)((3 * G + 1) * a1) + (pend ? (size_t)(G * n1 * a1) : 0))
@@ -190,13 +192,21 @@ long tb_batch_select(long R, long G, long n, long A, long d, const double *x, lo
     for (long r = 0; r < R; ++r) {
         const double *cr = cand + r * cs;
         scale_points(n, d, x + r * G * xs_, w, dw, s.xs);
-        kernel_packed(&s, n, A, d, cr, &k);
+        if (prune && G == 1) /* (a one-term pruned select packs its own) */
+            kernel_block(n, A, d, s.xs, cr, k.w, k.dw, k.kind, k.outscale, k.has_scale, NULL,
+                         s.kq, s.rows);
+        else kernel_packed(&s, n, A, d, cr, &k);
         if (prune) {
             long g0 = hint[r] >= 0 && hint[r] < G ? (long)hint[r] : G / 2;
-            long bj, bg;
+            long bj;
+            long bg = 0;
+            double *pp = pend ? pend + r * G * (n + 2) : NULL;
             for (long g = 0; g < G; ++g) refs[g] = member_ref(r * G + g, L, ls, lc, z, zs);
-            if (!select_pruned(&s.sc, &ps, G, g0, n, A, refs, beta + r * G, div + r * G, kdiag,
-                               s.kq, s.v, &bj, &bg, pend ? pend + r * G * (n + 2) : NULL)) {
+            int full = G == 1 ? select_rows_pruned(&s.sc, &ps, n, A, refs, beta[r], div[r], kdiag,
+                                                   s.kq, &bj, pp)
+                              : select_pruned(&s.sc, &ps, G, g0, n, A, refs, beta + r * G,
+                                              div + r * G, kdiag, s.kq, s.v, &bj, &bg, pp);
+            if (!full) {
                 best[r] = bj;
                 hint[r] = bg;
                 if (arg) arg[r] = bg;

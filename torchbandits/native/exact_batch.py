@@ -14,11 +14,14 @@ companion):
   ``min_g (sqrt(ρ²_{rG+g} / div_{rG+g}) β_{rG+g} + μ_{rG+g})`` (the closed form of the fused
   single-run select, :class:`~torchbandits.confidence.base.UCBForm`; ``G`` terms: DMM's grid,
   Flynn & Reeb 2024, Eq. (14)), ``[R]``, and the chosen candidate's append pieces (``l``,
-  ``zᵀl``, ``‖l‖²`` per member) while the run's factors are in the cache; with ``G > 1`` and a
-  ``hint``, pruned: one member on every candidate bounds each candidate's bound from above, and
-  the other members are solved only on the candidates that can still be chosen, 16 at a time
-  (the same choice and the same bits: a column is solved by the same operations whatever the
-  other columns; ``exact_batch.c``);
+  ``zᵀl``, ``‖l‖²`` per member) while the run's factors are in the cache; with a ``hint``,
+  pruned (the same choice and the same bits: a column is solved by the same operations whatever
+  the other columns, and whether in one go or in pieces; ``exact_prune.h``): with ``G = 1`` the
+  candidates are solved 16 at a time in order of their prior bound and a group is dropped as
+  soon as its partial sums ``Σ_{i<j} l_i²`` and an upper bound on ``μ`` put every column below
+  the best bound found; with ``G > 1`` one member on every candidate bounds each candidate's
+  bound from above, and the other members are solved only on the candidates that can still be
+  chosen, 16 at a time;
 * :func:`append`: per member ``l = L⁻¹k_S(x_r)``, ``d = sqrt(k(x_r, x_r) + λ − ‖l‖²)``,
   ``z[n] = (y_r − zᵀl)/d`` written as row ``n`` of the factor, with the point and reward
   (``l``, ``zᵀl``, ``‖l‖²`` read from :func:`select`'s pieces for the runs whose point holds the
@@ -150,9 +153,10 @@ def select(lib: ctypes.CDLL, groups: int, n: int, x: Tensor, cand: Tensor,
         arg: ``[R]`` int64, written if given: the minimising ``g`` at the chosen candidate.
         pending: ``(pieces [R·G, n + 2], points [R, d])``, written if given: the chosen
             candidate's ``(l, zᵀl, ‖l‖²)`` per member and its point, for :func:`append`.
-        hint: ``[R]`` int64 (``groups > 1``), read and written if given: the member each run
-            solves first in the pruned select (any value: the choice is the same), then the
-            minimising ``g`` at its chosen candidate; ``None``: every member on every candidate.
+        hint: ``[R]`` int64, read and written if given: the pruned select; with ``groups > 1``
+            the member each run solves first (any value: the choice is the same), then the
+            minimising ``g`` at its chosen candidate (0 with one group); ``None``: every member
+            on every candidate, every row.
     """
     beta, div = bound
     state = _State(groups, n, x, cand, _kernel(kernel), chol, z)

@@ -32,8 +32,9 @@ static int params_same(const long long *tab) {
     return 1;
 }
 
-/* The fused select's pruned path (exact_prune.h) over the S terms of the table (term s: factor
- * sel[s], beta[s], beta[S + s]) after kq [n, A] was packed into sc: the chosen index (its
+/* The fused select's pruned path (exact_prune.h: select_rows_pruned for one term, from kq
+ * [n, A]; select_pruned for several, after kq was packed into sc) over the S terms of the table
+ * (term s: factor sel[s], beta[s], beta[S + s]): the chosen index (its
  * minimising term into *hint, which names the term solved first), -1 (no scratch memory) or -2
  * (a term not finite: take the full select). pend (may be NULL): the chosen candidate's append
  * pieces per term s at pend + s (n + 2) (exact_prune.h). */
@@ -42,8 +43,8 @@ static long pruned_fused(score_scratch *sc, const long long *tab, long S, const 
                          const double *kq, long long *hint, double *pend) {
     prune_scratch ps;
     factor_ref *refs = malloc((size_t)S * sizeof(factor_ref));
-    double *v0 = pend ? malloc((size_t)(n * A) * sizeof(double)) : NULL;
-    if (!refs || (pend && !v0) || prune_alloc(&ps, S, n, A)) {
+    double *v0 = pend && S > 1 ? malloc((size_t)(n * A) * sizeof(double)) : NULL;
+    if (!refs || (pend && S > 1 && !v0) || prune_alloc(&ps, S, n, A)) {
         free(refs);
         free(v0);
         return -1;
@@ -54,9 +55,11 @@ static long pruned_fused(score_scratch *sc, const long long *tab, long S, const 
                         (long)f[3], zb + sel[s] * tab[FZST]};
         refs[s] = r;
     }
-    long g0 = *hint >= 0 && *hint < S ? (long)*hint : S / 2, best, argb;
-    int rc = select_pruned(sc, &ps, S, g0, n, A, refs, beta, beta + S, kdiag, kq, v0, &best,
-                           &argb, pend);
+    long g0 = *hint >= 0 && *hint < S ? (long)*hint : S / 2, best, argb = 0;
+    int rc = S == 1 ? select_rows_pruned(sc, &ps, n, A, refs, beta[0], beta[1], kdiag, kq, &best,
+                                         pend)
+                    : select_pruned(sc, &ps, S, g0, n, A, refs, beta, beta + S, kdiag, kq, v0,
+                                    &best, &argb, pend);
     prune_free(&ps);
     free(refs);
     free(v0);
@@ -71,10 +74,11 @@ static long pruned_fused(score_scratch *sc, const long long *tab, long S, const 
  * (the same operations in the same order: the same bits), without keeping V, K_SC or the
  * variances (one [n, A] scratch for V, reused by every factor). arg [A] (may be NULL): the
  * minimising term per candidate. prev [prev_a, d] (may be NULL): the candidates of the
- * previous call, kept alive by the caller. hint [2] (may be NULL; with S > 1 terms): hint[0] the
- * term to solve first in the pruned select (exact_prune.h; out of range: S / 2), set to the
- * minimising term at the chosen candidate; the choice and that term are those of the full
- * select, bit for bit, but arg is then written only at the chosen index. NULL: the full select.
+ * previous call, kept alive by the caller. hint [2] (may be NULL): the pruned select
+ * (exact_prune.h: one term, its rows; S > 1 terms, its members), hint[0] the term to solve first
+ * (S > 1; out of range: S / 2), set to the minimising term at the chosen candidate; the choice
+ * and that term are those of the full select, bit for bit, but arg is then written only at the
+ * chosen index. NULL: the full select.
  * pend [S, n + 2] (may be NULL): where the pruned select writes the chosen candidate's append
  * pieces per term (l = L^{-1} k_S(c), z^T l, |l|^2 of its factor), hint[1] then set to 1 (else
  * 0): tb_exact_fused_append's input.
@@ -106,11 +110,12 @@ long tb_exact_fused_select(const long long *tab, const double *dbl, const double
     const double *zb = (const double *)(intptr_t)tab[FZ];
     kernel_block(n, A, d, xs, cand, w, (long)tab[FDW], (int)tab[FKIND], dbl[0], (int)tab[FSCALE],
                  NULL, kq, rows);
-    pack_k(n, npad, A, kq, kp);
+    if (!(hint && S == 1 && n > 0 && A > 0)) /* (a one-term pruned select packs its own) */
+        pack_k(n, npad, A, kq, kp);
     const long long *sel = tab + FFAC + FFACW * R;
     const double *beta = dbl + 2 + 3 * R;
     if (hint) hint[1] = 0;
-    if (hint && S > 1 && n > 0 && A > 0) {
+    if (hint && S > 0 && n > 0 && A > 0) {
         long pick = pruned_fused(&sc, tab, S, sel, n, A, zb, beta, dbl[1], kq, hint, pend);
         if (pick >= 0 && arg) arg[pick] = *hint;
         if (pick >= 0 && pend) hint[1] = 1;

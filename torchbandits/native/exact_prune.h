@@ -171,4 +171,168 @@ static int select_pruned(score_scratch *sc, prune_scratch *p, long G, long g0, l
     return 0;
 }
 
+/* ---- One factor: the rows pruned (the radius rules, AMM) ----
+ *
+ * A one-term bound t(x) = sqrt(max(k(x, x) - |l|^2, 0) / div) beta + mu, l = L^{-1} k_S(x),
+ * mu = z^T l. The forward substitution l_i = (k_i - sum_{k<i} L_ik l_k) / L_ii gives l's entries
+ * in order, and the running sum s_j of l_i^2 over i < j, the same additions that make |l|^2, can
+ * only grow (a rounded sum of non-negative terms is non-decreasing), so after j rows
+ * sqrt(max(k(x, x) - s_j, 0) / div) beta + mu is, for beta >= 0, at least the bound's
+ * computed value. mu itself is z^T l, known only at the end; in exact arithmetic it equals
+ * alpha^T k_S(x), alpha = L^{-T} z = (K + aI)^{-1} y, made here once per select by a back
+ * substitution (n^2 / 2) and one product over the candidates (n A). Both are forward and back
+ * substitutions with L, each with a backward error |dL| <= gamma_n |L| (Higham 2002, Thm 8.5),
+ * so to first order |z^T l - alpha^T k| <= 2 gamma_n |alpha|^T |L| |l| + gamma_n (|z|^T |l|
+ * + |alpha|^T |k|) <= gamma_n (2 |L|_F |alpha| |l| + |z| |l| + |alpha|^T |k|), |l| <= k(x, x)^(1/2)
+ * (the posterior variance is not negative); MU_SLACK times that bound, plus the rounding of
+ * alpha^T k itself, is added to alpha^T k: an upper bound on the computed mu.
+ *
+ * The candidates are taken in order of decreasing prior bound (s_0 = 0), PRUNE_W at a time; a
+ * group is solved ROW_CHECK rows at a time and dropped as soon as none of its columns' bounds
+ * can still be the largest (below the best bound found, or equal to it at a larger index); a
+ * group solved to the end gives its columns' bounds, computed as the full select computes them
+ * (a column is solved by the same operations whatever the other columns of its panel, and
+ * whether its panel is solved in one go or in pieces). So the choice, its bound and its append
+ * pieces have the bits of the full select. At the papers' sizes most candidates are dropped
+ * before the first row: their prior bound is below the best posterior bound. */
+
+/* Rows between two checks of a group's bounds (a multiple of MR), and the columns of a group
+ * (one panel: at most NR). */
+#define ROW_CHECK 32
+#define ROW_GROUP (PRUNE_W < NR ? PRUNE_W : NR)
+/* The multiple of the first-order bound on |z^T l - alpha^T k| that is added to alpha^T k. */
+#define MU_SLACK 8.0
+
+/* alpha = L^{-T} z [n]: a column-oriented back substitution on the rows of L, four rows at a
+ * time (their 4 x 4 triangle first, then one pass over alpha[0 .. k) for the four: a load and a
+ * store of alpha per four multiply-adds). Its rounding only enters the margin (see above). */
+static void back_alpha(long n, const factor_ref *f, double *alpha) {
+    memcpy(alpha, f->z, (size_t)n * sizeof(double));
+    long k = n - 1;
+    for (; k >= 3; k -= 4) {
+        const double *r3 = factor_row(f->head, f->n0, f->tail, f->width, k);
+        const double *r2 = factor_row(f->head, f->n0, f->tail, f->width, k - 1);
+        const double *r1 = factor_row(f->head, f->n0, f->tail, f->width, k - 2);
+        const double *r0 = factor_row(f->head, f->n0, f->tail, f->width, k - 3);
+        double a3 = alpha[k] / r3[k];
+        double a2 = (alpha[k - 1] - r3[k - 1] * a3) / r2[k - 1];
+        double a1 = (alpha[k - 2] - r3[k - 2] * a3 - r2[k - 2] * a2) / r1[k - 2];
+        double a0 = (alpha[k - 3] - r3[k - 3] * a3 - r2[k - 3] * a2 - r1[k - 3] * a1) / r0[k - 3];
+        alpha[k] = a3, alpha[k - 1] = a2, alpha[k - 2] = a1, alpha[k - 3] = a0;
+        for (long i = 0; i < k - 3; ++i)
+            alpha[i] -= (r3[i] * a3 + r2[i] * a2) + (r1[i] * a1 + r0[i] * a0);
+    }
+    for (; k >= 0; --k) {
+        const double *row = factor_row(f->head, f->n0, f->tail, f->width, k);
+        double ak = alpha[k] / row[k];
+        alpha[k] = ak;
+        for (long i = 0; i < k; ++i) alpha[i] -= row[i] * ak;
+    }
+}
+
+/* Rows i0 .. i1 - 1 of the packed panel [npad, w] of the c columns cols of K_SC [n, A] (zero
+ * padding: columns c .. w - 1 and rows from n). */
+static void pack_rows(long n, long A, const double *kq, const long *cols, long c, long w, long i0,
+                      long i1, double *kp) {
+    for (long i = i0; i < i1; ++i) {
+        double *out = kp + i * w;
+        long c0 = i < n ? c : 0;
+        for (long q = 0; q < c0; ++q) out[q] = kq[i * A + cols[q]];
+        for (long q = c0; q < w; ++q) out[q] = 0.0;
+    }
+}
+
+/* The pruned select of a one-term bound sqrt(max(kdiag - |l|^2, 0) / div) beta + mu over the
+ * A candidates of the factor f (see above) from K_SC [n, A] (kq, row-major; sc's packing is
+ * not read, and spent here). The first index of the largest bound into *best; where
+ * pend is not NULL the chosen candidate's append pieces (l [n], z^T l, |l|^2) at pend [n + 2].
+ * Returns 0, or 1 (nothing chosen) where the pruning does not apply (beta < 0, div <= 0, a piece
+ * not finite): the caller then takes the full select. */
+static int select_rows_pruned(score_scratch *sc, prune_scratch *p, long n, long A,
+                              const factor_ref *f, double beta, double div, double kdiag,
+                              const double *kq, long *best, double *pend) {
+    const double u = 0x1p-53;
+    if (!member_finite(n, f, beta, div) || !(beta >= 0.0) || !(kdiag > 0.0) || !isfinite(kdiag))
+        return 1;
+    double *alpha = p->gv, *mu1 = p->mu0, *mag = p->ss0, *key = p->term;
+    factor_rows(n, sc->npad, f->head, f->n0, f->tail, f->width, sc->zeros, sc->lrow, sc->inv);
+    back_alpha(n, f, alpha);
+    /* |L|_F: every row of L has the squared norm k(x, x) + a = L_00^2 (a stationary kernel's
+     * constant diagonal), so |L|_F = n^(1/2) L_00; twice that covers the factor's rounding */
+    double l00 = factor_row(f->head, f->n0, f->tail, f->width, 0)[0];
+    double lf = 2.0 * sqrt((double)n) * fabs(l00), zn = 0.0, an = 0.0;
+    for (long i = 0; i < n; ++i) zn += f->z[i] * f->z[i], an += alpha[i] * alpha[i];
+    for (long j = 0; j < A; ++j) mu1[j] = mag[j] = 0.0;
+    for (long i = 0; i < n; ++i) {
+        double ai = alpha[i], aa = fabs(ai);
+        const double *ki = kq + i * A;
+        for (long j = 0; j < A; ++j) {
+            mu1[j] += ai * ki[j];
+            mag[j] += aa * fabs(ki[j]);
+        }
+    }
+    double sk = sqrt(kdiag), gam = MU_SLACK * (double)(n + 2) * u;
+    double common = gam * (2.0 * lf * sqrt(an) * sk + sqrt(zn) * sk);
+    for (long j = 0; j < A; ++j) { /* mu1: an upper bound on mu; key: the prior bound */
+        double hi = mu1[j] + (common + gam * mag[j] + gam * fabs(mu1[j]));
+        mu1[j] = hi;
+        key[j] = bound_term(kdiag, hi, div, beta);
+        if (!isfinite(key[j])) return 1;
+    }
+    for (long j = 0; j < A; ++j) p->order[j] = j;
+    sort_desc(A, key, p->order, p->tmp);
+    long npad = sc->npad, bj = -1;
+    double top = 0.0, part[PRUNE_W], gmu[PRUNE_W], gss[PRUNE_W];
+    for (long pos = 0, group = 0; pos < A; pos += ROW_GROUP, ++group) {
+        const long *cols = p->order + pos;
+        long c = A - pos < ROW_GROUP ? A - pos : ROW_GROUP;
+        if (bj >= 0) { /* the group's columns that can still be chosen: a prefix of the order */
+            long keep = 0;
+            while (keep < c && (key[cols[keep]] > top || (key[cols[keep]] == top &&
+                                                          cols[keep] < bj)))
+                ++keep;
+            if (keep == 0) break;
+            c = keep;
+        }
+        long w = panel_width(c, 0);
+        for (long q = 0; q < c; ++q) part[q] = 0.0;
+        int alive = 1;
+        for (long i0 = 0; i0 < npad && alive; i0 += ROW_CHECK) {
+            long i1 = i0 + ROW_CHECK < npad ? i0 + ROW_CHECK : npad;
+            pack_rows(n, A, kq, cols, c, w, i0, i1, sc->kp); /* (packed as far as solved) */
+            solve_panel_rows(sc->lrow, sc->inv, w, sc->kp, sc->vp, i0, i1, group == 0);
+            if (bj < 0 || i1 >= npad) continue;
+            alive = 0;
+            for (long q = 0; q < c; ++q) { /* the running sums, then each column's bound */
+                double sq = part[q];
+                for (long i = i0; i < i1 && i < n; ++i) {
+                    double x = sc->vp[i * w + q];
+                    sq += x * x;
+                }
+                part[q] = sq;
+                double rho2 = kdiag - sq, t = bound_term(rho2 > 0.0 ? rho2 : 0.0, mu1[cols[q]],
+                                                         div, beta);
+                alive |= t > top || (t == top && cols[q] < bj);
+            }
+        }
+        if (!alive) continue;
+        panel_finish(n, c, w, c, sc->vp, f->z, NULL, gmu, gss);
+        for (long q = 0; q < c; ++q) {
+            long col = cols[q];
+            double rho2 = kdiag - gss[q], t = bound_term(rho2 > 0.0 ? rho2 : 0.0, gmu[q], div, beta);
+            if (t != t) return 1; /* a NaN bound (not expected: every input finite) */
+            if (bj < 0 || t > top || (t == top && col < bj)) {
+                top = t, bj = col;
+                if (pend) {
+                    for (long i = 0; i < n; ++i) pend[i] = sc->vp[i * w + q];
+                    pend[n] = gmu[q];
+                    pend[n + 1] = gss[q];
+                }
+            }
+        }
+    }
+    *best = bj;
+    return 0;
+}
+
 #endif /* TB_EXACT_PRUNE_H */

@@ -154,6 +154,47 @@ static inline const double *factor_row(const double *head, long n0, const double
  * panel_sums_*). */
 #include "exact_solve_tiles.h"
 
+/* Rows i_from .. i_to - 1 (multiples of MR) of a panel of w columns (kpan its packed kernel
+ * block [npad, w], vp its solved rows [npad, w]; pf: prefetch the factor's rows, the first panel
+ * of a solve). A panel solved in pieces is solved by the same operations as in one go. */
+static inline void solve_panel_rows(const double *const *lrow, const double *inv, long w,
+                                    const double *kpan, double *vp, long i_from, long i_to,
+                                    int pf) {
+    for (long i0 = i_from; i0 < i_to; i0 += MR) {
+        if (w == 3 * LANES) solve_tile_3(lrow + i0, inv, i0, kpan, vp, pf);
+        else if (w == 2 * LANES) solve_tile_2(lrow + i0, inv, i0, kpan, vp, pf);
+        else solve_tile_1(lrow + i0, inv, i0, kpan, vp, pf);
+    }
+}
+
+/* The sums of a solved panel of w columns, c of them real: mu = z^T V and colsum(V (.) V) of
+ * those c, accumulated in the order of the rows (a product, then a sum), and V's rows copied to
+ * v [n, A] at the panel's first column (v NULL: not written). */
+static void panel_finish(long n, long A, long w, long c, const double *vp, const double *z,
+                         double *v, double *mu, double *sumsq) {
+#if defined(__AVX__) && defined(__FMA__)
+    if (c == w) { /* a full panel: the sums in registers (the same operations) */
+        if (w == 3 * LANES) panel_sums_3(n, A, vp, z, v, mu, sumsq);
+        else if (w == 2 * LANES) panel_sums_2(n, A, vp, z, v, mu, sumsq);
+        else panel_sums_1(n, A, vp, z, v, mu, sumsq);
+        return;
+    }
+#endif
+    double m[NR], s[NR];
+    for (long q = 0; q < w; ++q) m[q] = s[q] = 0.0;
+    for (long i = 0; i < n; ++i) {
+        const double *vi = vp + i * w;
+        double zi = z[i];
+        for (long q = 0; q < w; ++q) {
+            m[q] += zi * vi[q];
+            s[q] += vi[q] * vi[q];
+        }
+        if (v)
+            for (long q = 0; q < c; ++q) v[i * A + q] = vi[q];
+    }
+    for (long q = 0; q < c; ++q) mu[q] = m[q], sumsq[q] = s[q];
+}
+
 /* One factor: V = L^{-1} K [n, A] from the packed kp, the rows of L and 1 / L_ii (lrow, inv
  * [npad], see above; vp [npad, NR] scratch per panel), mu = z^T V and colsum(V (.) V) [A].
  * v may be NULL: V is not written (mu and colsum only). */
@@ -163,34 +204,8 @@ static void solve_factor(long n, long npad, long A, const double *kp, const doub
     for (long j0 = 0, w; j0 < A; j0 += w) {
         w = panel_width(A, j0);
         long c = A - j0 < w ? A - j0 : w;
-        const double *kpan = kp + npad * j0;
-        for (long i0 = 0; i0 < npad; i0 += MR) {
-            if (w == 3 * LANES) solve_tile_3(lrow + i0, inv, i0, kpan, vp, j0 == 0);
-            else if (w == 2 * LANES) solve_tile_2(lrow + i0, inv, i0, kpan, vp, j0 == 0);
-            else solve_tile_1(lrow + i0, inv, i0, kpan, vp, j0 == 0);
-        }
-#if defined(__AVX__) && defined(__FMA__)
-        if (c == w) { /* a full panel: the sums in registers (the same operations) */
-            if (w == 3 * LANES) panel_sums_3(n, A, vp, z, v ? v + j0 : NULL, mu + j0, sumsq + j0);
-            else if (w == 2 * LANES)
-                panel_sums_2(n, A, vp, z, v ? v + j0 : NULL, mu + j0, sumsq + j0);
-            else panel_sums_1(n, A, vp, z, v ? v + j0 : NULL, mu + j0, sumsq + j0);
-            continue;
-        }
-#endif
-        double m[NR], s[NR];
-        for (long q = 0; q < w; ++q) m[q] = s[q] = 0.0;
-        for (long i = 0; i < n; ++i) {
-            const double *vi = vp + i * w;
-            double zi = z[i];
-            for (long q = 0; q < w; ++q) {
-                m[q] += zi * vi[q];
-                s[q] += vi[q] * vi[q];
-            }
-            if (v)
-                for (long q = 0; q < c; ++q) v[i * A + j0 + q] = vi[q];
-        }
-        for (long q = 0; q < c; ++q) mu[j0 + q] = m[q], sumsq[j0 + q] = s[q];
+        solve_panel_rows(lrow, inv, w, kp + npad * j0, vp, 0, npad, j0 == 0);
+        panel_finish(n, A, w, c, vp, z, v ? v + j0 : NULL, mu + j0, sumsq + j0);
     }
 }
 

@@ -1,0 +1,166 @@
+"""The compiled select of a one-term bound with its rows pruned (``select_rows_pruned`` of
+``native/exact_prune.h``: the radius rules — K-UCB, GP-UCB, IGP, AY — and AMM, Flynn & Reeb 2024,
+§5.5), against the full select: the same choice and append pieces, bit for bit, whatever the
+widths (β from 0 to 10³, ties, near-ties, candidates on the stored points), the number of points
+(below, at and above a row check) and of candidates; the full select where the pruning does not
+apply (β < 0, a target that is not finite); and whole runs, single and batched, the same with and
+without it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+import pytest
+import torch
+
+from torchbandits.confidence.base import UCBForm
+from torchbandits.experiments import simulate, simulate_batch
+from torchbandits.experiments.registry import make_env, make_policy
+from torchbandits.kernels import make_kernel
+from torchbandits.models import ExactKernelRidge
+from torchbandits.models.batched_exact import BatchedExactKernelRidge
+from torchbandits.models.exact_fused import full_select
+from torchbandits.native import exact as nx
+from torchbandits.native import exact_batch as nb
+
+pytestmark = pytest.mark.skipif(nx.available() is None or nb.available() is None,
+                                reason="no compiled library (no C compiler)")
+
+LAM = 0.1
+
+
+def _model(n: int, seed: int) -> ExactKernelRidge:
+    model = ExactKernelRidge(make_kernel("matern52", 0.4), LAM, cache_candidates=False)
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.rand(n, 3, generator=gen, dtype=torch.float64)
+    model.extend(x, torch.sin(4.0 * x.sum(1)) + 0.1 * torch.randn(n, generator=gen,
+                                                                  dtype=torch.float64))
+    return model
+
+
+def _candidates(model: ExactKernelRidge, n_arms: int, gen: torch.Generator) -> torch.Tensor:
+    """Fresh points, a duplicate (an exact tie: the first index wins), a near-duplicate (bounds a
+    rounding apart) and a stored point (posterior variance near zero)."""
+    cand = torch.rand(n_arms, 3, dtype=torch.float64, generator=gen)
+    if n_arms > 4:
+        cand[n_arms // 2] = cand[1]
+        cand[n_arms // 2 + 1] = cand[2] + 1e-15
+        cand[3] = model.x[0]
+    return cand
+
+
+@pytest.mark.parametrize("n", [3, 31, 32, 33, 150])
+@pytest.mark.parametrize("n_arms", [1, 5, 16, 17, 100, 130])
+def test_the_row_pruned_select_is_the_full_select(n: int, n_arms: int) -> None:
+    """Over widths from none to dominating (β ∈ {0, 10⁻³, 0.3, 3, 10³}) and two divisors, the
+    pruned select chooses as the full select, and the appends of its choice (from the pieces it
+    kept) leave the model's state equal, bit for bit, to the full select's appends."""
+    models = [_model(n, seed=n_arms), _model(n, seed=n_arms)]
+    gen = torch.Generator().manual_seed(500 + n + n_arms)
+    for trial, beta in enumerate((0.0, 1e-3, 0.3, 3.0, 1e3, 0.3)):
+        cand = _candidates(models[0], n_arms, gen)
+        form = UCBForm((LAM,), (beta,), (1.0 if trial % 2 else LAM,))
+        picks = []
+        for model, full in zip(models, (True, False), strict=True):
+            with full_select() if full else contextlib.nullcontext():
+                best = model.fused_select(cand, lambda f=form: f)
+                assert best is not None
+                assert model._fused.hint[1] == (0 if full else 1)   # the pieces kept or not
+                assert model.fused_append(cand[best], 0.5 - best / n_arms, (cand, best))
+            picks.append(best)
+        assert picks[0] == picks[1], (trial, beta)
+    state, want = (m.state_dict() for m in models)
+    for key, value in want.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(state[key], value), key
+
+
+@pytest.mark.parametrize("case", ["negative beta", "nan target"])
+def test_where_the_pruning_does_not_apply_the_full_select_runs(case: str) -> None:
+    """β < 0 (the bound then falls with the variance: no row bound) and a NaN in the whitened
+    targets: the full select (no pieces kept), with the full select's choice."""
+    model = _model(40, seed=1)
+    cand = torch.rand(60, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    beta = -0.5 if case == "negative beta" else 1.0
+    if case == "nan target":
+        model._buffers["_z"][0, 5] = float("nan")
+    form = UCBForm((LAM,), (beta,), (1.0,))
+    with full_select():
+        want = model.fused_select(cand, lambda: form)
+    assert model.fused_select(cand, lambda: form) == want
+    assert model._fused.hint[1] == 0
+
+
+@pytest.mark.parametrize("name", ["kucb", "kucb-theory", "gpucb", "igp-ucb", "amm-ucb"])
+def test_runs_are_the_same_pruned_or_not(name: str) -> None:
+    """A run of 150 rounds on fresh candidates (100 a round, d = 3): the same actions, rewards and
+    diagnostics, and the same state bit for bit (the appends read the pruned select's pieces)."""
+    def run():
+        env = make_env("rkhs", dim=3)
+        policy = make_policy(name, env)
+        return simulate(policy, env, 150, 2, diagnostics_every=1), policy
+
+    pruned, policy = run()
+    assert policy.model._fused is not None                  # (the fused step ran)
+    with full_select():
+        full, reference = run()
+    assert (pruned.actions, pruned.rewards) == (full.actions, full.rewards)
+    assert json.dumps(pruned.diagnostics) == json.dumps(full.diagnostics)   # (NaN at round 0)
+    state, want = policy.state_dict(), reference.state_dict()
+    for key, value in want.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(state[key], value), key
+
+
+def test_the_batched_select_prunes_each_run_as_the_single_run_select() -> None:
+    """The batched compiled select (one factor per run, per-run β and divisors) chooses and
+    appends as the full batched select, bit for bit, over 25 rounds of 6 runs with β from 0 to
+    10³ (the largest: no candidate pruned)."""
+    models = []
+    for _ in range(2):
+        model = BatchedExactKernelRidge(make_kernel("matern52", 0.4), LAM, 6)
+        gen = torch.Generator().manual_seed(4)
+        for _ in range(40):
+            model.append(torch.rand(6, 3, dtype=torch.float64, generator=gen),
+                         torch.randn(6, dtype=torch.float64, generator=gen))
+        models.append(model)
+    gen = torch.Generator().manual_seed(5)
+    beta = torch.tensor([0.0, 1e-3, 0.3, 1.0, 3.0, 1e3], dtype=torch.float64)
+    div = torch.tensor([LAM, 1.0, LAM, 1.0, LAM, 1.0], dtype=torch.float64)
+    for _ in range(25):
+        cand = torch.rand(6, 100, 3, dtype=torch.float64, generator=gen)
+        cand[:, 50] = cand[:, 7]
+        picks = []
+        for model, full in zip(models, (True, False), strict=True):
+            with full_select() if full else contextlib.nullcontext():
+                got = model.ucb_argmax_native(cand, beta, div)
+                assert got is not None
+                best = got[0]
+                assert model.append_native(cand[torch.arange(6), best],
+                                           torch.sin(best.to(torch.float64)))
+            picks.append(best)
+        assert torch.equal(picks[0], picks[1])
+    state, want = (m.state_dict() for m in models)
+    for key, value in want.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(state[key], value), key
+
+
+@pytest.mark.parametrize("name", ["kucb", "amm-ucb"])
+def test_batched_runs_are_the_same_pruned_or_not(name: str) -> None:
+    """``simulate_batch`` of 8 runs (fresh candidates, 120 rounds): the same actions and state with
+    the pruned select and the full one."""
+    def run():
+        env = make_env("rkhs", dim=3)
+        policy = make_policy(name, env)
+        return simulate_batch(policy, env, 120, list(range(8)), progress=False), policy
+
+    pruned, policy = run()
+    with full_select():
+        full, reference = run()
+    assert [r.actions for r in pruned] == [r.actions for r in full]
+    state, want = policy.state_dict(), reference.state_dict()
+    for key, value in want.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(state[key], value), key
