@@ -233,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--batch", choices=("auto", "on", "off"), default="auto",
                      help="run the seeds of a policy as one batch (docs/batch.md): auto = when "
                           "the policy and env can and the seeds reach the policy family's measured "
-                          "crossover (CPU: 2-12 seeds by family; CUDA: 2); on = whenever they can; "
+                          "crossover (CPU: 2-4 seeds by family; CUDA: 2); on = whenever they can; "
                           "off = one run at a time")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     plot = sub.add_parser("plot", help="re-draw table and plots of a results directory")

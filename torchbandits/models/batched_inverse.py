@@ -7,7 +7,7 @@ result and runs far below the matrix-product rate at bandit sizes (``n ≤ 200``
 with ``L⁻¹`` at hand the same ``V`` is one batched product, written as
 ``Vᵀ = K_CS (L⁻¹)ᵀ`` ``[R, A, n]`` into a reused buffer, at the GEMM rate (twice the flops of
 the solve, so it pays while the solve runs below half that rate: up to a few hundred points on one
-CPU thread, see ``docs/batch.md``).
+CPU thread, see ``docs/batch-performance.md``, "The explicit inverse").
 
 Bordering: when every factor gains the row ``(ℓᵀ, d)`` (``ℓ = L⁻¹k_S(x)``), its inverse gains
 ``(−ℓᵀL⁻¹/d, 1/d)`` (the blocks of ``[[L, 0], [ℓᵀ, d]]⁻¹``), one batched vector-matrix product,
@@ -38,7 +38,7 @@ __all__ = ["INVERSE_MAX_N", "INVERSE_MAX_N_CUDA", "InverseFactor", "Workspace", 
 #: the inverse is kept up to this many points per run (then dropped: the triangular solve)
 INVERSE_MAX_N = 256
 #: ... on a GPU, where a batched triangular solve runs far below the batched product's rate and
-#: same actions as the CPU's solves were measured to T = 1000 (docs/batch.md)
+#: same actions as the CPU's solves were measured to T = 1000 (docs/batch-performance.md, H200)
 INVERSE_MAX_N_CUDA = 1024
 
 

@@ -5,7 +5,7 @@
 temporaries of that size per call; at ``R = 64``, ``m = 100`` candidates and ``n`` points these
 are multi-MB blocks that the allocator returns to the system and page-faults again every round
 (the zeroing of fresh pages cost as much as the Matérn's arithmetic, measured in
-``docs/batch.md``). :func:`kernel_rows_into` evaluates the RBF and Matérn kernels (optionally
+``docs/batch-performance.md``). :func:`kernel_rows_into` evaluates the RBF and Matérn kernels (optionally
 with an output scale) with the operations of :func:`~torchbandits.kernels.kernel_matrix` (the
 same numbers, but for Matérn-5/2's ``s²/3``, one fused multiply-add: within an ulp) in place in
 buffers of a

@@ -222,7 +222,7 @@ class Growth:
         order than the batched torch products: the state agrees with the torch border to rounding,
         not bit for bit (~1e-12 relative; amplified on ill-conditioned dictionaries, as between the
         batched and the sequential models: on Chessboard a ``min_residual`` refusal at its threshold
-        can flip — about as often as with the torch border, docs/batch.md). A Schur
+        can flip — about as often as with the torch border, docs/batch-performance.md). A Schur
         complement that is not positive raises (nothing bordered) or, under
         :func:`~torchbandits.deferred_checks.deferred_checks`, is flagged (the border written, as
         the torch path does)."""

@@ -28,10 +28,10 @@
  * c_r of V_m, mu_m and colsum(V_m^2) (V kept in scratch for the run's members: n A stores per
  * member, against an O(n^2) second pass over the factor for the append).
  *
- * With a hint, a run's select is pruned: one member (the radius rules, AMM), its rows
- * (exact_prune.h's select_rows_pruned); G > 1 members (DMM), the members
- * (exact_prune.h's select_pruned); the same choice, member and pieces, bit for bit, as the full
- * select.
+ * With a hint, a run's select is pruned (exact_prune.h's select_pruned: the candidates in order
+ * of their prior bound, a group of them dropped as soon as the partial sums of one member's
+ * solve rule them out, the other members solved on the groups that survive; the same choice,
+ * member and pieces, bit for bit, as the full select).
  *
  * Appending x_r [d] with reward y_r to every run (the bordered Cholesky step, Flynn & Reeb 2024,
  * App. E.2): per member the new row l = L_m^{-1} k_S(x_r) (the same tile code on one column: the
@@ -192,7 +192,7 @@ long tb_batch_select(long R, long G, long n, long A, long d, const double *x, lo
     for (long r = 0; r < R; ++r) {
         const double *cr = cand + r * cs;
         scale_points(n, d, x + r * G * xs_, w, dw, s.xs);
-        if (prune && G == 1) /* (a one-term pruned select packs its own) */
+        if (prune) /* (the pruned select packs its own) */
             kernel_block(n, A, d, s.xs, cr, k.w, k.dw, k.kind, k.outscale, k.has_scale, NULL,
                          s.kq, s.rows);
         else kernel_packed(&s, n, A, d, cr, &k);
@@ -202,11 +202,8 @@ long tb_batch_select(long R, long G, long n, long A, long d, const double *x, lo
             long bg = 0;
             double *pp = pend ? pend + r * G * (n + 2) : NULL;
             for (long g = 0; g < G; ++g) refs[g] = member_ref(r * G + g, L, ls, lc, z, zs);
-            int full = G == 1 ? select_rows_pruned(&s.sc, &ps, n, A, refs, beta[r], div[r], kdiag,
-                                                   s.kq, &bj, pp)
-                              : select_pruned(&s.sc, &ps, G, g0, n, A, refs, beta + r * G,
-                                              div + r * G, kdiag, s.kq, s.v, &bj, &bg, pp);
-            if (!full) {
+            if (!select_pruned(&s.sc, &ps, G, g0, n, A, refs, beta + r * G, div + r * G, kdiag,
+                               s.kq, &bj, &bg, pp)) {
                 best[r] = bj;
                 hint[r] = bg;
                 if (arg) arg[r] = bg;

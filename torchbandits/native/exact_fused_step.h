@@ -32,21 +32,18 @@ static int params_same(const long long *tab) {
     return 1;
 }
 
-/* The fused select's pruned path (exact_prune.h: select_rows_pruned for one term, from kq
- * [n, A]; select_pruned for several, after kq was packed into sc) over the S terms of the table
- * (term s: factor sel[s], beta[s], beta[S + s]): the chosen index (its
- * minimising term into *hint, which names the term solved first), -1 (no scratch memory) or -2
- * (a term not finite: take the full select). pend (may be NULL): the chosen candidate's append
- * pieces per term s at pend + s (n + 2) (exact_prune.h). */
+/* The fused select's pruned path (exact_prune.h's select_pruned, from kq [n, A]) over the S
+ * terms of the table (term s: factor sel[s], beta[s], beta[S + s]): the chosen index (its
+ * minimising term into *hint, which names the term whose rows are pruned), -1 (no scratch
+ * memory) or -2 (the pruning does not apply: take the full select). pend (may be NULL): the
+ * chosen candidate's append pieces per term s at pend + s (n + 2) (exact_prune.h). */
 static long pruned_fused(score_scratch *sc, const long long *tab, long S, const long long *sel,
                          long n, long A, const double *zb, const double *beta, double kdiag,
                          const double *kq, long long *hint, double *pend) {
     prune_scratch ps;
     factor_ref *refs = malloc((size_t)S * sizeof(factor_ref));
-    double *v0 = pend && S > 1 ? malloc((size_t)(n * A) * sizeof(double)) : NULL;
-    if (!refs || (pend && S > 1 && !v0) || prune_alloc(&ps, S, n, A)) {
+    if (!refs || prune_alloc(&ps, S, n, A)) {
         free(refs);
-        free(v0);
         return -1;
     }
     for (long s = 0; s < S; ++s) {
@@ -55,14 +52,11 @@ static long pruned_fused(score_scratch *sc, const long long *tab, long S, const 
                         (long)f[3], zb + sel[s] * tab[FZST]};
         refs[s] = r;
     }
-    long g0 = *hint >= 0 && *hint < S ? (long)*hint : S / 2, best, argb = 0;
-    int rc = S == 1 ? select_rows_pruned(sc, &ps, n, A, refs, beta[0], beta[1], kdiag, kq, &best,
-                                         pend)
-                    : select_pruned(sc, &ps, S, g0, n, A, refs, beta, beta + S, kdiag, kq, v0,
-                                    &best, &argb, pend);
+    long g0 = *hint >= 0 && *hint < S ? (long)*hint : S / 2, best, argb;
+    int rc = select_pruned(sc, &ps, S, g0, n, A, refs, beta, beta + S, kdiag, kq, &best, &argb,
+                           pend);
     prune_free(&ps);
     free(refs);
-    free(v0);
     if (rc) return -2;
     *hint = argb;
     return best;
@@ -110,7 +104,7 @@ long tb_exact_fused_select(const long long *tab, const double *dbl, const double
     const double *zb = (const double *)(intptr_t)tab[FZ];
     kernel_block(n, A, d, xs, cand, w, (long)tab[FDW], (int)tab[FKIND], dbl[0], (int)tab[FSCALE],
                  NULL, kq, rows);
-    if (!(hint && S == 1 && n > 0 && A > 0)) /* (a one-term pruned select packs its own) */
+    if (!(hint && S > 0 && n > 0 && A > 0)) /* (the pruned select packs its own) */
         pack_k(n, npad, A, kq, kp);
     const long long *sel = tab + FFAC + FFACW * R;
     const double *beta = dbl + 2 + 3 * R;

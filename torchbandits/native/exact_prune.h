@@ -1,18 +1,35 @@
-/* The pruned select of a bound that is a minimum over G factors (included by exact_step.c after
- * solve_factor, bound_term and takes_min; used by its fused single-run select and by
- * exact_batch.c's batched select).
+/* The pruned select of the closed-form bound min_g t_g(x), t_g = sqrt(rho^2_g / div_g) beta_g +
+ * mu_g over G factors (included by exact_step.c after solve_factor, bound_term and takes_min;
+ * used by its fused single-run select and by exact_batch.c's batched select): one term for the
+ * radius rules and AMM (Flynn & Reeb 2024, Sec. 5.5), DMM's grid of regularisers for G > 1
+ * (Sec. 5.4, Eq. (14)). rho^2_g = max(k(x, x) - |l_g|^2, 0), l_g = L_g^{-1} k_S(x), mu_g = z_g^T l_g.
  *
- * DMM's bound (Flynn & Reeb 2024, Sec. 5.4, Eq. (14)) is UCB(x) = min_g t_g(x),
- * t_g = sqrt(rho^2_g / div_g) beta_g + mu_g over its grid of regularisers, so any one member's
- * term bounds it from above. One member g0 (the caller's hint: the minimiser at the last chosen
- * candidate) is solved for all A candidates, which gives every candidate's t_g0 >= its bound;
- * the candidates are then taken in order of decreasing t_g0, PRUNE_W at a time, the other
- * members solved on just those columns, until the next t_g0 is below the best bound found (or
- * equal to it at a larger index). A column is solved by the same operations whatever the other
- * columns of its panel, so every term, bound, choice and append piece has the bits of the full
- * select (ucb_argmax over every member's scoring); the pruning only skips candidates that cannot
- * be chosen. It needs every term finite (a NaN bound counts as largest): the caller takes the
- * full select otherwise. */
+ * Any one member's term bounds the minimum from above; the select bounds member g0's term (the
+ * caller's hint: the minimiser at the last chosen candidate) before its solve is finished. The
+ * forward substitution l_i = (k_i - sum_{k<i} L_ik l_k) / L_ii gives l's entries in order, and
+ * the running sum s_j of l_i^2 over i < j, the same additions that make |l|^2, can only grow (a
+ * rounded sum of non-negative terms is non-decreasing), so after j rows
+ * sqrt(max(k(x, x) - s_j, 0) / div) beta + mu is, for beta >= 0, at least the term's computed
+ * value. mu = z^T l itself is known only at the end; in exact arithmetic it equals alpha^T k_S(x),
+ * alpha = L^{-T} z = (K + aI)^{-1} y, made once per select by a back substitution (n^2 / 2) and
+ * one product over the candidates (n A). Both are substitutions with L, each with a backward
+ * error |dL| <= gamma_n |L| (Higham 2002, Thm 8.5), so to first order
+ * |z^T l - alpha^T k| <= 2 gamma_n |alpha|^T |L| |l| + gamma_n (|z|^T |l| + |alpha|^T |k|)
+ * <= gamma_n (2 |L|_F |alpha| |l| + |z| |l| + |alpha|^T |k|), |l| <= k(x, x)^(1/2) (a posterior
+ * variance is not negative); MU_SLACK times that bound, plus the rounding of alpha^T k itself, is
+ * added to alpha^T k: an upper bound on the computed mu.
+ *
+ * The candidates are taken in order of decreasing prior bound (s_0 = 0), PRUNE_W at a time; a
+ * group's g0 solve runs ROW_CHECK rows at a time and the group is dropped as soon as none of its
+ * columns can still be chosen (its bound below the best bound found, or equal to it at a larger
+ * index); a group solved to the end has the other members solved on its columns and gives their
+ * bounds as the full select computes them: a column is solved by the same operations whatever
+ * the other columns of its panel, and whether its panel is solved in one go or in pieces. So the
+ * choice, its minimising member and its append pieces have the bits of the full select
+ * (ucb_argmax over every member's scoring). At the papers' sizes most candidates are dropped
+ * before their first row: their prior bound is below the best posterior bound. The pruning needs
+ * every member finite, beta_g0 >= 0 and div > 0 (a NaN bound counts as largest): the caller takes
+ * the full select otherwise. */
 #ifndef TB_EXACT_PRUNE_H
 #define TB_EXACT_PRUNE_H
 
@@ -68,8 +85,9 @@ static int member_finite(long n, const factor_ref *f, double b, double dv) {
     return 1;
 }
 
-/* Scratch of the pruned select: t_g0, mu_g0 and colsum_g0 [A], order and tmp [A] (long), the
- * group's kernel columns [n, W], per member its group V [n, W], mu [W] and colsum [W]. */
+/* Scratch of the pruned select: the prior bounds, the upper bounds on mu_g0 and |alpha|^T |k|
+ * [A], order and tmp [A] (long), alpha [n] (in gk), per member its group V [n, W], mu [W] and
+ * colsum [W]. */
 typedef struct {
     double *term, *mu0, *ss0, *gk, *gv, *gm, *gs;
     long *order, *tmp;
@@ -101,100 +119,6 @@ static void prune_free(prune_scratch *p) {
     free(p->term);
     free(p->order);
 }
-
-/* The pruned select over A candidates of the bound min_g (sqrt(rho^2_g / div[g]) beta[g] + mu_g)
- * of the G factors fr [G] (see the top of the file), after the candidates' kernel block
- * K_SC [n, A] (kq, row-major, kept) was packed into sc (the packing is spent here: the caller
- * packs again for a full select). g0: the member solved first. The first index of the largest
- * bound into *best, the minimising g there into *argb; where pend is not NULL the chosen
- * candidate's append pieces per member g at pend + g (n + 2): l = L_g^{-1} k_S(c) [n], z_g^T l,
- * |l|^2 (v0 [n, A]: scratch for g0's V, needed then). Returns 0, or 1 (nothing chosen) where a
- * term is not finite: the caller then takes the full select. */
-static int select_pruned(score_scratch *sc, prune_scratch *p, long G, long g0, long n, long A,
-                         const factor_ref *fr, const double *beta, const double *div,
-                         double kdiag, const double *kq, double *v0, long *best, long *argb,
-                         double *pend) {
-    for (long g = 0; g < G; ++g)
-        if (!member_finite(n, fr + g, beta[g], div[g])) return 1;
-    /* member g0 on every candidate, its V into v0 (for the pieces) */
-    ref_solve(sc, n, A, fr + g0, pend ? v0 : NULL, p->mu0, p->ss0);
-    for (long j = 0; j < A; ++j) {
-        double rho2 = kdiag - p->ss0[j];
-        p->term[j] = bound_term(rho2 > 0.0 ? rho2 : 0.0, p->mu0[j], div[g0], beta[g0]);
-        if (p->term[j] != p->term[j]) return 1; /* NaN */
-    }
-    for (long j = 0; j < A; ++j) p->order[j] = j;
-    sort_desc(A, p->term, p->order, p->tmp);
-    double top = 0.0;
-    long bj = -1, bg = 0;
-    for (long pos = 0; pos < A;) {
-        long j = p->order[pos];
-        if (bj >= 0 && (p->term[j] < top || (p->term[j] == top && j > bj))) break;
-        long w = A - pos < PRUNE_W ? A - pos : PRUNE_W;
-        const long *cols = p->order + pos;
-        for (long i = 0; i < n; ++i)
-            for (long q = 0; q < w; ++q) p->gk[i * w + q] = kq[i * A + cols[q]];
-        pack_k(n, sc->npad, w, p->gk, sc->kp);
-        for (long g = 0; g < G; ++g) /* the other members on the group's columns */
-            if (g != g0)
-                ref_solve(sc, n, w, fr + g, pend ? p->gv + g * n * w : NULL, p->gm + g * w,
-                          p->gs + g * w);
-        for (long q = 0; q < w; ++q) { /* each column's bound: ucb_argmax's running minimum */
-            long c = cols[q];
-            double mn = 0.0;
-            long ag = 0;
-            for (long g = 0; g < G; ++g) { /* (g0's term: the same bits as a group solve's) */
-                double rho2 = kdiag - p->gs[g * w + q];
-                double t = g == g0 ? p->term[c]
-                                   : bound_term(rho2 > 0.0 ? rho2 : 0.0, p->gm[g * w + q], div[g],
-                                                beta[g]);
-                if (g == 0) mn = t;
-                else if (takes_min(t, mn)) mn = t, ag = g;
-            }
-            if (mn != mn) return 1; /* a NaN bound (not expected: every input finite) */
-            if (bj < 0 || mn > top || (mn == top && c < bj)) {
-                top = mn, bj = c, bg = ag;
-                for (long g = 0; g < G && pend; ++g) { /* the pieces of the new best */
-                    double *o = pend + g * (n + 2);
-                    int own = g == g0; /* g0's from its full solve: column c of v0 */
-                    for (long i = 0; i < n; ++i)
-                        o[i] = own ? v0[i * A + c] : p->gv[g * n * w + i * w + q];
-                    o[n] = own ? p->mu0[c] : p->gm[g * w + q];
-                    o[n + 1] = own ? p->ss0[c] : p->gs[g * w + q];
-                }
-            }
-        }
-        pos += w;
-    }
-    *best = bj;
-    *argb = bg;
-    return 0;
-}
-
-/* ---- One factor: the rows pruned (the radius rules, AMM) ----
- *
- * A one-term bound t(x) = sqrt(max(k(x, x) - |l|^2, 0) / div) beta + mu, l = L^{-1} k_S(x),
- * mu = z^T l. The forward substitution l_i = (k_i - sum_{k<i} L_ik l_k) / L_ii gives l's entries
- * in order, and the running sum s_j of l_i^2 over i < j, the same additions that make |l|^2, can
- * only grow (a rounded sum of non-negative terms is non-decreasing), so after j rows
- * sqrt(max(k(x, x) - s_j, 0) / div) beta + mu is, for beta >= 0, at least the bound's
- * computed value. mu itself is z^T l, known only at the end; in exact arithmetic it equals
- * alpha^T k_S(x), alpha = L^{-T} z = (K + aI)^{-1} y, made here once per select by a back
- * substitution (n^2 / 2) and one product over the candidates (n A). Both are forward and back
- * substitutions with L, each with a backward error |dL| <= gamma_n |L| (Higham 2002, Thm 8.5),
- * so to first order |z^T l - alpha^T k| <= 2 gamma_n |alpha|^T |L| |l| + gamma_n (|z|^T |l|
- * + |alpha|^T |k|) <= gamma_n (2 |L|_F |alpha| |l| + |z| |l| + |alpha|^T |k|), |l| <= k(x, x)^(1/2)
- * (the posterior variance is not negative); MU_SLACK times that bound, plus the rounding of
- * alpha^T k itself, is added to alpha^T k: an upper bound on the computed mu.
- *
- * The candidates are taken in order of decreasing prior bound (s_0 = 0), PRUNE_W at a time; a
- * group is solved ROW_CHECK rows at a time and dropped as soon as none of its columns' bounds
- * can still be the largest (below the best bound found, or equal to it at a larger index); a
- * group solved to the end gives its columns' bounds, computed as the full select computes them
- * (a column is solved by the same operations whatever the other columns of its panel, and
- * whether its panel is solved in one go or in pieces). So the choice, its bound and its append
- * pieces have the bits of the full select. At the papers' sizes most candidates are dropped
- * before the first row: their prior bound is below the best posterior bound. */
 
 /* Rows between two checks of a group's bounds (a multiple of MR), and the columns of a group
  * (one panel: at most NR). */
@@ -242,20 +166,23 @@ static void pack_rows(long n, long A, const double *kq, const long *cols, long c
     }
 }
 
-/* The pruned select of a one-term bound sqrt(max(kdiag - |l|^2, 0) / div) beta + mu over the
- * A candidates of the factor f (see above) from K_SC [n, A] (kq, row-major; sc's packing is
- * not read, and spent here). The first index of the largest bound into *best; where
- * pend is not NULL the chosen candidate's append pieces (l [n], z^T l, |l|^2) at pend [n + 2].
- * Returns 0, or 1 (nothing chosen) where the pruning does not apply (beta < 0, div <= 0, a piece
- * not finite): the caller then takes the full select. */
-static int select_rows_pruned(score_scratch *sc, prune_scratch *p, long n, long A,
-                              const factor_ref *f, double beta, double div, double kdiag,
-                              const double *kq, long *best, double *pend) {
+/* The pruned select over A candidates of the bound min_g (sqrt(rho^2_g / div[g]) beta[g] + mu_g)
+ * of the G factors fr [G] (see the top of the file) from their kernel block K_SC [n, A] (kq,
+ * row-major; sc's packing is not read, and spent here). g0: the member whose rows are pruned.
+ * The first index of the largest bound into *best, the minimising g there into *argb; where
+ * pend is not NULL the chosen candidate's append pieces per member g at pend + g (n + 2):
+ * l = L_g^{-1} k_S(c) [n], z_g^T l, |l|^2. Returns 0, or 1 (nothing chosen) where the pruning
+ * does not apply: the caller then takes the full select. */
+static int select_pruned(score_scratch *sc, prune_scratch *p, long G, long g0, long n, long A,
+                         const factor_ref *fr, const double *beta, const double *div,
+                         double kdiag, const double *kq, long *best, long *argb, double *pend) {
     const double u = 0x1p-53;
-    if (!member_finite(n, f, beta, div) || !(beta >= 0.0) || !(kdiag > 0.0) || !isfinite(kdiag))
-        return 1;
-    double *alpha = p->gv, *mu1 = p->mu0, *mag = p->ss0, *key = p->term;
-    factor_rows(n, sc->npad, f->head, f->n0, f->tail, f->width, sc->zeros, sc->lrow, sc->inv);
+    const factor_ref *f = fr + g0;
+    double b0 = beta[g0], d0 = div[g0];
+    if (!(b0 >= 0.0) || !(kdiag > 0.0) || !isfinite(kdiag)) return 1;
+    for (long g = 0; g < G; ++g)
+        if (!member_finite(n, fr + g, beta[g], div[g])) return 1;
+    double *alpha = p->gk, *mu1 = p->mu0, *mag = p->ss0, *key = p->term;
     back_alpha(n, f, alpha);
     /* |L|_F: every row of L has the squared norm k(x, x) + a = L_00^2 (a stationary kernel's
      * constant diagonal), so |L|_F = n^(1/2) L_00; twice that covers the factor's rounding */
@@ -273,16 +200,16 @@ static int select_rows_pruned(score_scratch *sc, prune_scratch *p, long n, long 
     }
     double sk = sqrt(kdiag), gam = MU_SLACK * (double)(n + 2) * u;
     double common = gam * (2.0 * lf * sqrt(an) * sk + sqrt(zn) * sk);
-    for (long j = 0; j < A; ++j) { /* mu1: an upper bound on mu; key: the prior bound */
+    for (long j = 0; j < A; ++j) { /* mu1: an upper bound on mu_g0; key: the prior bound */
         double hi = mu1[j] + (common + gam * mag[j] + gam * fabs(mu1[j]));
         mu1[j] = hi;
-        key[j] = bound_term(kdiag, hi, div, beta);
+        key[j] = bound_term(kdiag, hi, d0, b0);
         if (!isfinite(key[j])) return 1;
     }
     for (long j = 0; j < A; ++j) p->order[j] = j;
     sort_desc(A, key, p->order, p->tmp);
-    long npad = sc->npad, bj = -1;
-    double top = 0.0, part[PRUNE_W], gmu[PRUNE_W], gss[PRUNE_W];
+    long npad = sc->npad, bj = -1, bg = 0;
+    double top = 0.0, part[PRUNE_W];
     for (long pos = 0, group = 0; pos < A; pos += ROW_GROUP, ++group) {
         const long *cols = p->order + pos;
         long c = A - pos < ROW_GROUP ? A - pos : ROW_GROUP;
@@ -295,6 +222,8 @@ static int select_rows_pruned(score_scratch *sc, prune_scratch *p, long n, long 
             c = keep;
         }
         long w = panel_width(c, 0);
+        if (G > 1 || group == 0) /* (the other members' solves set sc's rows to theirs) */
+            factor_rows(n, npad, f->head, f->n0, f->tail, f->width, sc->zeros, sc->lrow, sc->inv);
         for (long q = 0; q < c; ++q) part[q] = 0.0;
         int alive = 1;
         for (long i0 = 0; i0 < npad && alive; i0 += ROW_CHECK) {
@@ -310,28 +239,43 @@ static int select_rows_pruned(score_scratch *sc, prune_scratch *p, long n, long 
                     sq += x * x;
                 }
                 part[q] = sq;
-                double rho2 = kdiag - sq, t = bound_term(rho2 > 0.0 ? rho2 : 0.0, mu1[cols[q]],
-                                                         div, beta);
+                double rho2 = kdiag - sq;
+                double t = bound_term(rho2 > 0.0 ? rho2 : 0.0, mu1[cols[q]], d0, b0);
                 alive |= t > top || (t == top && cols[q] < bj);
             }
         }
         if (!alive) continue;
-        panel_finish(n, c, w, c, sc->vp, f->z, NULL, gmu, gss);
-        for (long q = 0; q < c; ++q) {
-            long col = cols[q];
-            double rho2 = kdiag - gss[q], t = bound_term(rho2 > 0.0 ? rho2 : 0.0, gmu[q], div, beta);
-            if (t != t) return 1; /* a NaN bound (not expected: every input finite) */
-            if (bj < 0 || t > top || (t == top && col < bj)) {
-                top = t, bj = col;
-                if (pend) {
-                    for (long i = 0; i < n; ++i) pend[i] = sc->vp[i * w + q];
-                    pend[n] = gmu[q];
-                    pend[n + 1] = gss[q];
+        /* member g0's pieces of the group, then the other members' on its columns (kp holds the
+         * group's whole panel now) */
+        double *gv0 = p->gv + g0 * n * c;
+        panel_finish(n, c, w, c, sc->vp, f->z, pend ? gv0 : NULL, p->gm + g0 * c, p->gs + g0 * c);
+        for (long g = 0; g < G; ++g)
+            if (g != g0)
+                ref_solve(sc, n, c, fr + g, pend ? p->gv + g * n * c : NULL, p->gm + g * c,
+                          p->gs + g * c);
+        for (long q = 0; q < c; ++q) { /* each column's bound: ucb_argmax's running minimum */
+            long col = cols[q], ag = 0;
+            double mn = 0.0;
+            for (long g = 0; g < G; ++g) {
+                double rho2 = kdiag - p->gs[g * c + q];
+                double t = bound_term(rho2 > 0.0 ? rho2 : 0.0, p->gm[g * c + q], div[g], beta[g]);
+                if (g == 0) mn = t;
+                else if (takes_min(t, mn)) mn = t, ag = g;
+            }
+            if (mn != mn) return 1; /* a NaN bound (not expected: every input finite) */
+            if (bj < 0 || mn > top || (mn == top && col < bj)) {
+                top = mn, bj = col, bg = ag;
+                for (long g = 0; g < G && pend; ++g) { /* the pieces of the new best */
+                    double *o = pend + g * (n + 2);
+                    for (long i = 0; i < n; ++i) o[i] = p->gv[g * n * c + i * c + q];
+                    o[n] = p->gm[g * c + q];
+                    o[n + 1] = p->gs[g * c + q];
                 }
             }
         }
     }
     *best = bj;
+    *argb = bg;
     return 0;
 }
 

@@ -292,7 +292,7 @@ static long ucb_argmax(long A, long R, const double *mean, const double *var, co
     return best;
 }
 
-/* The pruned select of a minimum over several factors (DMM): select_pruned. */
+/* The pruned select of the closed-form bound (one term or DMM's several): select_pruned. */
 #include "exact_prune.h"
 
 /* Score A candidates at R maintained regularisers.

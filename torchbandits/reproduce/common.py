@@ -43,7 +43,7 @@ def reproduction_parser(name: str, doc: str, *, quick: str, out: str | None = No
     common.add_argument("--batch", default="auto", choices=["auto", "on", "off"],
                         help="run a setting's seeds as one batch where the policy and environment "
                              "can (auto, default: from the policy family's measured crossover, "
-                             "2-12 seeds on the CPU, 2 on CUDA; off: one at a time)")
+                             "2-4 seeds on the CPU, 2 on CUDA; off: one at a time)")
     return p
 
 
