@@ -1,7 +1,7 @@
 """The diagnostic options of the batch benchmarks run at small size on the CPU (no timing
 asserted): ``profile_batch.py --timeline`` (the batched step's time per window of rounds) and
 ``ekucb_ops.py --device-profile`` (wall and kernel time of a window), both written for the GPU
-measurements of docs/batch.md."""
+measurements of docs/batch-performance.md."""
 
 from __future__ import annotations
 

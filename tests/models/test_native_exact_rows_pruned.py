@@ -2,9 +2,9 @@
 ``native/exact_prune.h``: the radius rules — K-UCB, GP-UCB, IGP, AY — and AMM, Flynn & Reeb 2024,
 §5.5), against the full select: the same choice and append pieces, bit for bit, whatever the
 widths (β from 0 to 10³, ties, near-ties, candidates on the stored points), the number of points
-(below, at and above a row check) and of candidates; the full select where the pruning does not
-apply (β < 0, a target that is not finite); and whole runs, single and batched, the same with and
-without it."""
+(at and around the row checks) and of candidates; the full select where the pruning does not
+apply (β < 0, a target that is not finite, fewer points than ``ROWS_MIN_N`` = 160); and whole
+runs, single and batched, the same with and without it."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def _candidates(model: ExactKernelRidge, n_arms: int, gen: torch.Generator) -> t
     return cand
 
 
-@pytest.mark.parametrize("n", [3, 31, 32, 33, 150])
+@pytest.mark.parametrize("n", [160, 161, 191, 192, 250])
 @pytest.mark.parametrize("n_arms", [1, 5, 16, 17, 100, 130])
 def test_the_row_pruned_select_is_the_full_select(n: int, n_arms: int) -> None:
     """Over widths from none to dominating (β ∈ {0, 10⁻³, 0.3, 3, 10³}) and two divisors, the
@@ -76,11 +76,12 @@ def test_the_row_pruned_select_is_the_full_select(n: int, n_arms: int) -> None:
             assert torch.equal(state[key], value), key
 
 
-@pytest.mark.parametrize("case", ["negative beta", "nan target"])
+@pytest.mark.parametrize("case", ["negative beta", "nan target", "few points", "pruned"])
 def test_where_the_pruning_does_not_apply_the_full_select_runs(case: str) -> None:
-    """β < 0 (the bound then falls with the variance: no row bound) and a NaN in the whitened
-    targets: the full select (no pieces kept), with the full select's choice."""
-    model = _model(40, seed=1)
+    """β < 0 (the bound then falls with the variance: no row bound), a NaN in the whitened
+    targets, fewer than 160 points: the full select (no pieces kept), with its choice; else
+    the pruned select (its pieces kept)."""
+    model = _model(159 if case == "few points" else 170, seed=1)
     cand = torch.rand(60, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
     beta = -0.5 if case == "negative beta" else 1.0
     if case == "nan target":
@@ -89,17 +90,18 @@ def test_where_the_pruning_does_not_apply_the_full_select_runs(case: str) -> Non
     with full_select():
         want = model.fused_select(cand, lambda: form)
     assert model.fused_select(cand, lambda: form) == want
-    assert model._fused.hint[1] == 0
+    assert model._fused.hint[1] == (1 if case == "pruned" else 0)
 
 
 @pytest.mark.parametrize("name", ["kucb", "kucb-theory", "gpucb", "igp-ucb", "amm-ucb"])
 def test_runs_are_the_same_pruned_or_not(name: str) -> None:
-    """A run of 150 rounds on fresh candidates (100 a round, d = 3): the same actions, rewards and
-    diagnostics, and the same state bit for bit (the appends read the pruned select's pieces)."""
+    """A run of 230 rounds on fresh candidates (100 a round, d = 3; pruned from round 160): the
+    same actions, rewards and diagnostics, and the same state bit for bit (the appends read the
+    pruned select's pieces)."""
     def run():
         env = make_env("rkhs", dim=3)
         policy = make_policy(name, env)
-        return simulate(policy, env, 150, 2, diagnostics_every=1), policy
+        return simulate(policy, env, 230, 2, diagnostics_every=1), policy
 
     pruned, policy = run()
     assert policy.model._fused is not None                  # (the fused step ran)
@@ -121,7 +123,7 @@ def test_the_batched_select_prunes_each_run_as_the_single_run_select() -> None:
     for _ in range(2):
         model = BatchedExactKernelRidge(make_kernel("matern52", 0.4), LAM, 6)
         gen = torch.Generator().manual_seed(4)
-        for _ in range(40):
+        for _ in range(170):
             model.append(torch.rand(6, 3, dtype=torch.float64, generator=gen),
                          torch.randn(6, dtype=torch.float64, generator=gen))
         models.append(model)
@@ -149,12 +151,12 @@ def test_the_batched_select_prunes_each_run_as_the_single_run_select() -> None:
 
 @pytest.mark.parametrize("name", ["kucb", "amm-ucb"])
 def test_batched_runs_are_the_same_pruned_or_not(name: str) -> None:
-    """``simulate_batch`` of 8 runs (fresh candidates, 120 rounds): the same actions and state with
+    """``simulate_batch`` of 8 runs (fresh candidates, 200 rounds): the same actions and state with
     the pruned select and the full one."""
     def run():
         env = make_env("rkhs", dim=3)
         policy = make_policy(name, env)
-        return simulate_batch(policy, env, 120, list(range(8)), progress=False), policy
+        return simulate_batch(policy, env, 200, list(range(8)), progress=False), policy
 
     pruned, policy = run()
     with full_select():
@@ -164,3 +166,32 @@ def test_batched_runs_are_the_same_pruned_or_not(name: str) -> None:
     for key, value in want.items():
         if isinstance(value, torch.Tensor):
             assert torch.equal(state[key], value), key
+
+
+def test_a_late_winner_a_hair_above_the_first_groups_best_is_found() -> None:
+    """The argmax is ranked outside the first group by its prior bound (16 candidates near the
+    data, whose prior bounds are higher and posterior bounds lower) and its bound lies 10⁻⁴ to
+    10⁻² above the best of that group: the row checks must keep its group to the end. The pruned
+    select chooses it, as the full select does."""
+    model = _model(170, seed=7)
+    beta, div = 3.0, 1.0
+    gen = torch.Generator().manual_seed(8)
+    near = model.x[:120] + 0.02 * torch.randn(120, 3, dtype=torch.float64, generator=gen)
+    pool = torch.cat([near, torch.rand(6000, 3, dtype=torch.float64, generator=gen)])
+    mu, var = model.mean_var(pool, LAM)
+    exact = (var / div).sqrt() * beta + mu
+    key = mu + beta * float(var.max() / div) ** 0.5            # the prior bound, up to rounding
+    first = key.argsort(descending=True)[:16]
+    top0, key0 = float(exact[first].max()), float(key[first].min())
+    late = ((key < key0 - 1e-6) & (exact > top0 + 1e-4) & (exact < top0 + 1e-2)).nonzero()
+    assert len(late) > 0                                      # (else the test would be vacuous)
+    winner = int(late[0])
+    filler = (key < float(key[winner]) - 1e-3).nonzero()[:40, 0]
+    cand = pool[torch.cat([first, filler, torch.tensor([winner])])]
+    cand = cand[torch.randperm(len(cand), generator=gen)]
+    form = UCBForm((LAM,), (beta,), (div,))
+    with full_select():
+        want = model.fused_select(cand, lambda: form)
+    assert torch.equal(cand[want], pool[winner])
+    assert model.fused_select(cand, lambda: form) == want
+    assert model._fused.hint[1] == 1                           # (the pruned select ran)

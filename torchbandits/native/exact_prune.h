@@ -28,8 +28,8 @@
  * choice, its minimising member and its append pieces have the bits of the full select
  * (ucb_argmax over every member's scoring). At the papers' sizes most candidates are dropped
  * before their first row: their prior bound is below the best posterior bound. The pruning needs
- * every member finite, beta_g0 >= 0 and div > 0 (a NaN bound counts as largest): the caller takes
- * the full select otherwise. */
+ * every member finite, beta_g0 >= 0 and div > 0 (a NaN bound counts as largest), and one member
+ * at least ROWS_MIN_N points: the caller takes the full select otherwise. */
 #ifndef TB_EXACT_PRUNE_H
 #define TB_EXACT_PRUNE_H
 
@@ -124,6 +124,12 @@ static void prune_free(prune_scratch *p) {
  * (one panel: at most NR). */
 #define ROW_CHECK 32
 #define ROW_GROUP (PRUNE_W < NR ? PRUNE_W : NR)
+/* A one-term bound is pruned from this many points on: below, the full solve (A n^2 / 2
+ * multiply-adds) costs about what the pruning's own passes cost (alpha, the upper bounds, the
+ * sort, the gathers): at n = 100 a single-run step took 0.084 ms pruned against 0.074 ms, at 130
+ * 0.093 against 0.090, at 160 0.102 against 0.108 (K-UCB and AMM, 100 candidates, d = 3,
+ * benchmarks/bench_vs_reference.py). With several members (DMM) the pruning pays at any n. */
+#define ROWS_MIN_N 160
 /* The multiple of the first-order bound on |z^T l - alpha^T k| that is added to alpha^T k. */
 #define MU_SLACK 8.0
 
@@ -179,7 +185,8 @@ static int select_pruned(score_scratch *sc, prune_scratch *p, long G, long g0, l
     const double u = 0x1p-53;
     const factor_ref *f = fr + g0;
     double b0 = beta[g0], d0 = div[g0];
-    if (!(b0 >= 0.0) || !(kdiag > 0.0) || !isfinite(kdiag)) return 1;
+    if ((G == 1 && n < ROWS_MIN_N) || !(b0 >= 0.0) || !(kdiag > 0.0) || !isfinite(kdiag))
+        return 1;
     for (long g = 0; g < G; ++g)
         if (!member_finite(n, fr + g, beta[g], div[g])) return 1;
     double *alpha = p->gk, *mu1 = p->mu0, *mag = p->ss0, *key = p->term;
