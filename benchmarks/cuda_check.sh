@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CUDA checks of the batched runs, in one call on a GPU machine (docs/batch.md, "Measured on a GPU"):
+# The CUDA checks of the batched runs, in one call on a GPU machine (docs/batch-performance.md, "Measured on a GPU"):
 #   OUT=results/cuda bash benchmarks/cuda_check.sh [quick]
 # 1. the CUDA tests (every test that moves a policy to "cuda"; they skip on a machine without one);
 # 2. benchmarks/bench_batch.py --device cuda: the batches (R = 64, 1024) on the GPU against the CPU
