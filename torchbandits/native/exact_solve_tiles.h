@@ -201,6 +201,59 @@ static inline __attribute__((always_inline)) void solve_tile(const double *const
 #undef LOAD
 #undef PREFETCH_ROWS
 
+/* Rows i0 .. i0 + 7 of a one-vector panel (w = LANES): eight rows' accumulators, where the 4 x 1
+ * tile keeps four, too few to fill the two FMA pipes (half the rate). Each entry by the same
+ * multiply-adds in the same order as in the 4-row tiles: the rows k < i0 (V_k from vp), then the
+ * block's triangle row after row (V_{i0+p} from the registers: the same values), then the
+ * multiplication by 1 / L_ii. pf: prefetch the factor's rows one block ahead (lrow holds PF_ROWS
+ * = 8 addresses past the padded rows). */
+#define ROW8_K(b) (a##b = VFNMADD(VSET1(l##b + k), x, a##b))
+#define TRI8_UPD(b, p) (a##b = VFNMADD(VSET1(l##b + i0 + (p)), a##p, a##b))
+#define TRI8_ROW(b) (a##b = VMUL(a##b, VSET1(inv + i0 + (b))), VSTORE(vp + (i0 + (b)) * LANES, a##b))
+static void solve_tile_8x1(const double *const *lrow, const double *inv, long i0, const double *kp,
+                           double *vp, int pf) {
+    vec a0 = VLOAD(kp + (i0 + 0) * LANES), a1 = VLOAD(kp + (i0 + 1) * LANES);
+    vec a2 = VLOAD(kp + (i0 + 2) * LANES), a3 = VLOAD(kp + (i0 + 3) * LANES);
+    vec a4 = VLOAD(kp + (i0 + 4) * LANES), a5 = VLOAD(kp + (i0 + 5) * LANES);
+    vec a6 = VLOAD(kp + (i0 + 6) * LANES), a7 = VLOAD(kp + (i0 + 7) * LANES);
+    const double *l0 = lrow[0], *l1 = lrow[1], *l2 = lrow[2], *l3 = lrow[3];
+    const double *l4 = lrow[4], *l5 = lrow[5], *l6 = lrow[6], *l7 = lrow[7], *vk = vp;
+    for (long k = 0; k < i0; ++k, vk += LANES) {
+        if (pf && (k & 7) == 0)
+            for (int b = 8; b < 16; ++b) __builtin_prefetch(lrow[b] + k, 0, 3);
+        vec x = VLOAD(vk);
+        __asm__("" : VREG(x)); /* (V_k in a register, as in solve_tile) */
+        ROW8_K(0);
+        ROW8_K(1);
+        ROW8_K(2);
+        ROW8_K(3);
+        ROW8_K(4);
+        ROW8_K(5);
+        ROW8_K(6);
+        ROW8_K(7);
+    }
+    TRI8_ROW(0);
+    TRI8_UPD(1, 0);
+    TRI8_ROW(1);
+    TRI8_UPD(2, 0), TRI8_UPD(2, 1);
+    TRI8_ROW(2);
+    TRI8_UPD(3, 0), TRI8_UPD(3, 1), TRI8_UPD(3, 2);
+    TRI8_ROW(3);
+    TRI8_UPD(4, 0), TRI8_UPD(4, 1), TRI8_UPD(4, 2), TRI8_UPD(4, 3);
+    TRI8_ROW(4);
+    TRI8_UPD(5, 0), TRI8_UPD(5, 1), TRI8_UPD(5, 2), TRI8_UPD(5, 3), TRI8_UPD(5, 4);
+    TRI8_ROW(5);
+    TRI8_UPD(6, 0), TRI8_UPD(6, 1), TRI8_UPD(6, 2), TRI8_UPD(6, 3), TRI8_UPD(6, 4);
+    TRI8_UPD(6, 5);
+    TRI8_ROW(6);
+    TRI8_UPD(7, 0), TRI8_UPD(7, 1), TRI8_UPD(7, 2), TRI8_UPD(7, 3), TRI8_UPD(7, 4);
+    TRI8_UPD(7, 5), TRI8_UPD(7, 6);
+    TRI8_ROW(7);
+}
+#undef ROW8_K
+#undef TRI8_UPD
+#undef TRI8_ROW
+
 /* The sums of a solved panel of w = LANES nv columns (nv = 1, 2, 3, a constant after inlining):
  * mu = sum_i z_i V_i and colsum(V (.) V), accumulated in the order of the rows with a product
  * then a sum (the scalar loop's operations: the build does not contract them), in registers
@@ -288,6 +341,8 @@ static void solve_tile(const double *const *lrow, const double *inv, long i0, co
     }
 }
 #define solve_tile_1(lrow, inv, i0, kp, vp, pf) solve_tile(lrow, inv, i0, kp, vp, 1)
+#define solve_tile_8x1(lrow, inv, i0, kp, vp, pf)                                               \
+    (solve_tile(lrow, inv, i0, kp, vp, 1), solve_tile((lrow) + 4, inv, (i0) + 4, kp, vp, 1))
 #define solve_tile_2(lrow, inv, i0, kp, vp, pf) solve_tile(lrow, inv, i0, kp, vp, 2)
 #define solve_tile_3(lrow, inv, i0, kp, vp, pf) solve_tile(lrow, inv, i0, kp, vp, 3)
 #endif

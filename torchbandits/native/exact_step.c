@@ -160,11 +160,16 @@ static inline const double *factor_row(const double *head, long n0, const double
 static inline void solve_panel_rows(const double *const *lrow, const double *inv, long w,
                                     const double *kpan, double *vp, long i_from, long i_to,
                                     int pf) {
-    for (long i0 = i_from; i0 < i_to; i0 += MR) {
-        if (w == 3 * LANES) solve_tile_3(lrow + i0, inv, i0, kpan, vp, pf);
-        else if (w == 2 * LANES) solve_tile_2(lrow + i0, inv, i0, kpan, vp, pf);
-        else solve_tile_1(lrow + i0, inv, i0, kpan, vp, pf);
-    }
+    if (w == LANES) /* one vector: eight rows a tile (full rate), the last four alone */
+        for (long i0 = i_from; i0 < i_to; i0 += 2 * MR) {
+            if (i0 + 2 * MR <= i_to) solve_tile_8x1(lrow + i0, inv, i0, kpan, vp, pf);
+            else solve_tile_1(lrow + i0, inv, i0, kpan, vp, pf);
+        }
+    else
+        for (long i0 = i_from; i0 < i_to; i0 += MR) {
+            if (w == 3 * LANES) solve_tile_3(lrow + i0, inv, i0, kpan, vp, pf);
+            else solve_tile_2(lrow + i0, inv, i0, kpan, vp, pf);
+        }
 }
 
 /* The sums of a solved panel of w columns, c of them real: mu = z^T V and colsum(V (.) V) of
