@@ -93,7 +93,7 @@ def test_where_the_pruning_does_not_apply_the_full_select_runs(case: str) -> Non
     assert model._fused.hint[1] == (1 if case == "pruned" else 0)
 
 
-@pytest.mark.parametrize("name", ["kucb", "kucb-theory", "gpucb", "igp-ucb", "amm-ucb"])
+@pytest.mark.parametrize("name", ["kucb", "kucb-theory", "gpucb", "igp-ucb", "amm-ucb", "dmm-ucb"])
 def test_runs_are_the_same_pruned_or_not(name: str) -> None:
     """A run of 230 rounds on fresh candidates (100 a round, d = 3; pruned from round 160): the
     same actions, rewards and diagnostics, and the same state bit for bit (the appends read the
@@ -149,7 +149,7 @@ def test_the_batched_select_prunes_each_run_as_the_single_run_select() -> None:
             assert torch.equal(state[key], value), key
 
 
-@pytest.mark.parametrize("name", ["kucb", "amm-ucb"])
+@pytest.mark.parametrize("name", ["kucb", "amm-ucb", "dmm-ucb"])
 def test_batched_runs_are_the_same_pruned_or_not(name: str) -> None:
     """``simulate_batch`` of 8 runs (fresh candidates, 200 rounds): the same actions and state with
     the pruned select and the full one."""
@@ -195,3 +195,42 @@ def test_a_late_winner_a_hair_above_the_first_groups_best_is_found() -> None:
     assert torch.equal(cand[want], pool[winner])
     assert model.fused_select(cand, lambda: form) == want
     assert model._fused.hint[1] == 1                           # (the pruned select ran)
+
+
+def test_dmm_grid_with_its_rows_pruned_is_the_full_select() -> None:
+    """From 160 points DMM's grid (five terms) prunes its first member's rows: from every starting
+    member, random widths (several members minimal somewhere) and a duplicated candidate, the
+    same choice and minimising member as the full select, and the appends of its pieces leave
+    the state equal bit for bit."""
+    regs = (0.01, 0.03, 0.1, 0.3, 1.0)
+    models = []
+    for _ in range(2):
+        model = ExactKernelRidge(make_kernel("matern52", 0.4), regs[2], regs, cache_candidates=False)
+        gen = torch.Generator().manual_seed(11)
+        x = torch.rand(170, 3, generator=gen, dtype=torch.float64)
+        model.extend(x, torch.sin(4.0 * x.sum(1)) + 0.1 * torch.randn(170, generator=gen,
+                                                                      dtype=torch.float64))
+        models.append(model)
+    gen = torch.Generator().manual_seed(12)
+    for trial in range(14):
+        cand = torch.rand(100, 3, dtype=torch.float64, generator=gen)
+        cand[60] = cand[4]
+        betas = tuple((0.05 + 3.0 * torch.rand(5, dtype=torch.float64, generator=gen)).tolist())
+        divs = tuple((0.5 + torch.rand(5, dtype=torch.float64, generator=gen)).tolist())
+        picks = []
+        for model, full in zip(models, (True, False), strict=True):
+            seen: list[torch.Tensor] = []
+            form = UCBForm(regs, betas, divs, done=lambda _u, arg, s=seen: s.append(arg.clone()))
+            if not full and model._fused is not None:
+                model._fused.hint[0] = trial % 7 - 1               # every start, and out of range
+            with full_select() if full else contextlib.nullcontext():
+                best = model.fused_select(cand, lambda f=form: f)
+                assert best is not None
+                assert model._fused.hint[1] == (0 if full else 1)
+                assert model.fused_append(cand[best], 0.3 - best / 100, (cand, best))
+            picks.append((best, int(seen[0][0])))
+        assert picks[0] == picks[1], trial
+    state, want = (m.state_dict() for m in models)
+    for key, value in want.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(state[key], value), key

@@ -28,8 +28,10 @@
  * choice, its minimising member and its append pieces have the bits of the full select
  * (ucb_argmax over every member's scoring). At the papers' sizes most candidates are dropped
  * before their first row: their prior bound is below the best posterior bound. The pruning needs
- * every member finite, beta_g0 >= 0 and div > 0 (a NaN bound counts as largest), and one member
- * at least ROWS_MIN_N points: the caller takes the full select otherwise. */
+ * every member finite, beta_g0 >= 0 and div > 0 (a NaN bound counts as largest), and a one-term
+ * bound at least ROWS_MIN_N points: the caller takes the full select otherwise. Below ROWS_MIN_N
+ * points several members are keyed instead by member g0's exact terms, g0 solved on every
+ * candidate first (no row checks then). */
 #ifndef TB_EXACT_PRUNE_H
 #define TB_EXACT_PRUNE_H
 
@@ -127,11 +129,13 @@ static void prune_free(prune_scratch *p) {
 /* The first group, solved to the end before any bound is known: one vector (the eight-row tile
  * runs it at the full rate, at half the cost of two vectors). */
 #define FIRST_GROUP LANES
-/* A one-term bound is pruned from this many points on: below, the full solve (A n^2 / 2
- * multiply-adds) costs about what the pruning's own passes cost (alpha, the upper bounds, the
- * sort, the gathers): at n = 100 a single-run step took 0.084 ms pruned against 0.074 ms, at 130
- * 0.093 against 0.090, at 160 0.102 against 0.108 (K-UCB and AMM, 100 candidates, d = 3,
- * benchmarks/bench_vs_reference.py). With several members (DMM) the pruning pays at any n. */
+/* The rows are pruned from this many points on. Below, the full solve (A n^2 / 2 multiply-adds)
+ * costs about what the row pruning's own passes cost (alpha, the upper bounds, the sort, the
+ * gathers): a one-term bound takes the full select there (a K-UCB or AMM step at n = 100: 0.084
+ * ms pruned, 0.074 ms in full; at 160: 0.102 against 0.108), DMM solves its member g0 on every
+ * candidate and keys the candidates by its exact terms (at n = 64 / 128 a single-run step 0.088-
+ * 0.091 / 0.128-0.138 ms against 0.092-0.098 / 0.146-0.155 with the rows pruned; level at 160,
+ * where the batch gains 10%; benchmarks/bench_vs_reference.py, 100 candidates, d = 3). */
 #define ROWS_MIN_N 160
 /* The multiple of the first-order bound on |z^T l - alpha^T k| that is added to alpha^T k. */
 #define MU_SLACK 8.0
@@ -191,23 +195,12 @@ static void pack_rows(long n, long A, const double *kq, const long *cols, long c
     }
 }
 
-/* The pruned select over A candidates of the bound min_g (sqrt(rho^2_g / div[g]) beta[g] + mu_g)
- * of the G factors fr [G] (see the top of the file) from their kernel block K_SC [n, A] (kq,
- * row-major; sc's packing is not read, and spent here). g0: the member whose rows are pruned.
- * The first index of the largest bound into *best, the minimising g there into *argb; where
- * pend is not NULL the chosen candidate's append pieces per member g at pend + g (n + 2):
- * l = L_g^{-1} k_S(c) [n], z_g^T l, |l|^2. Returns 0, or 1 (nothing chosen) where the pruning
- * does not apply: the caller then takes the full select. */
-static int select_pruned(score_scratch *sc, prune_scratch *p, long G, long g0, long n, long A,
-                         const factor_ref *fr, const double *beta, const double *div,
-                         double kdiag, const double *kq, long *best, long *argb, double *pend) {
+/* The prior bounds (see the top of the file) of the A candidates into p->term, their upper bounds
+ * on mu_g0 into p->mu0 (for the row checks), from alpha = L^{-T} z (in p->gk); 1 where a bound is
+ * not finite. */
+static int prior_keys(prune_scratch *p, long n, long A, const factor_ref *f, double b0, double d0,
+                      double kdiag, const double *kq) {
     const double u = 0x1p-53;
-    const factor_ref *f = fr + g0;
-    double b0 = beta[g0], d0 = div[g0];
-    if ((G == 1 && n < ROWS_MIN_N) || !(b0 >= 0.0) || !(kdiag > 0.0) || !isfinite(kdiag))
-        return 1;
-    for (long g = 0; g < G; ++g)
-        if (!member_finite(n, fr + g, beta[g], div[g])) return 1;
     double *alpha = p->gk, *mu1 = p->mu0, *mag = p->ss0, *key = p->term;
     back_alpha(n, f, alpha);
     /* |L|_F: every row of L has the squared norm k(x, x) + a = L_00^2 (a stationary kernel's
@@ -232,6 +225,47 @@ static int select_pruned(score_scratch *sc, prune_scratch *p, long G, long g0, l
         key[j] = bound_term(kdiag, hi, d0, b0);
         if (!isfinite(key[j])) return 1;
     }
+    return 0;
+}
+
+/* Member g0's exact terms (its bound's term on every candidate, the full select's operations)
+ * into p->term; 1 where one is NaN. */
+static int exact_keys(score_scratch *sc, prune_scratch *p, long n, long A, const factor_ref *f,
+                      double b0, double d0, double kdiag, const double *kq) {
+    pack_k(n, sc->npad, A, kq, sc->kp);
+    ref_solve(sc, n, A, f, NULL, p->mu0, p->ss0);
+    for (long j = 0; j < A; ++j) {
+        double rho2 = kdiag - p->ss0[j];
+        p->term[j] = bound_term(rho2 > 0.0 ? rho2 : 0.0, p->mu0[j], d0, b0);
+        if (p->term[j] != p->term[j]) return 1;
+    }
+    return 0;
+}
+
+/* The pruned select over A candidates of the bound min_g (sqrt(rho^2_g / div[g]) beta[g] + mu_g)
+ * of the G factors fr [G] (see the top of the file) from their kernel block K_SC [n, A] (kq,
+ * row-major; sc's packing is not read, and spent here). g0: the member whose rows are pruned.
+ * The first index of the largest bound into *best, the minimising g there into *argb; where
+ * pend is not NULL the chosen candidate's append pieces per member g at pend + g (n + 2):
+ * l = L_g^{-1} k_S(c) [n], z_g^T l, |l|^2. Returns 0, or 1 (nothing chosen) where the pruning
+ * does not apply: the caller then takes the full select. */
+static int select_pruned(score_scratch *sc, prune_scratch *p, long G, long g0, long n, long A,
+                         const factor_ref *fr, const double *beta, const double *div,
+                         double kdiag, const double *kq, long *best, long *argb, double *pend) {
+    const factor_ref *f = fr + g0;
+    double b0 = beta[g0], d0 = div[g0];
+    if ((G == 1 && n < ROWS_MIN_N) || (n >= ROWS_MIN_N && !(b0 >= 0.0)) || !(kdiag > 0.0)
+        || !isfinite(kdiag))
+        return 1;
+    for (long g = 0; g < G; ++g)
+        if (!member_finite(n, fr + g, beta[g], div[g])) return 1;
+    double *key = p->term;
+    /* the keys: below ROWS_MIN_N points (several members) member g0's exact terms, g0 solved on
+     * every candidate in one pass; else the prior bounds, the rows pruned as the groups run */
+    int rows = n >= ROWS_MIN_N;
+    if (rows ? prior_keys(p, n, A, f, b0, d0, kdiag, kq)
+             : exact_keys(sc, p, n, A, f, b0, d0, kdiag, kq))
+        return 1;
     for (long j = 0; j < A; ++j) p->order[j] = j;
     sort_desc(A, key, p->order, p->tmp);
     long npad = sc->npad, bj = -1, bg = 0;
@@ -257,7 +291,7 @@ static int select_pruned(score_scratch *sc, prune_scratch *p, long G, long g0, l
             long i1 = i0 + ROW_CHECK < npad ? i0 + ROW_CHECK : npad;
             pack_rows(n, A, kq, cols, c, w, i0, i1, sc->kp); /* (packed as far as solved) */
             solve_panel_rows(sc->lrow, sc->inv, w, sc->kp, sc->vp, i0, i1, group == 0);
-            if (bj < 0 || i1 >= npad) continue;
+            if (!rows || bj < 0 || i1 >= npad) continue;
             alive = 0;
             for (long q = 0; q < c; ++q) { /* the running sums, then each column's bound */
                 double sq = part[q];
@@ -267,7 +301,7 @@ static int select_pruned(score_scratch *sc, prune_scratch *p, long G, long g0, l
                 }
                 part[q] = sq;
                 double rho2 = kdiag - sq;
-                double t = bound_term(rho2 > 0.0 ? rho2 : 0.0, mu1[cols[q]], d0, b0);
+                double t = bound_term(rho2 > 0.0 ? rho2 : 0.0, p->mu0[cols[q]], d0, b0);
                 alive |= t > top || (t == top && cols[q] < bj);
             }
         }
