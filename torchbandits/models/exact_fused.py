@@ -16,12 +16,12 @@ built once and updated by the C code itself (``n``, the rows of each tail) as it
   Flynn & Reeb 2024, Eq. (14) for DMM) over fresh candidates, ``V`` kept only one factor at a
   time in scratch memory, nothing recorded but the candidates and the choice; pruned
   (``exact_prune.h``; the same choice and minimising term, bit for bit; :func:`full_select`
-  turns it off): with one term (the radius rules, AMM) the candidates are solved in order of
-  their prior bound, 16 at a time, and a group is dropped as soon as the partial sums
-  ``Σ_{i<j} l_i²`` of its forward substitution and an upper bound on ``μ`` (from
-  ``α = (K + aI)⁻¹y``, with a margin for rounding) put all its columns below the best bound
-  found; with several terms (DMM) one term on every candidate bounds each bound from above,
-  and the others are solved only on the candidates that can still be chosen;
+  turns it off): from 160 points the candidates are solved in order of their prior bound, a few
+  at a time, and a group is dropped as soon as the partial sums ``Σ_{i<j} l_i²`` of one term's
+  forward substitution and an upper bound on its ``μ`` (from ``α = (K + aI)⁻¹y``, with a margin
+  for rounding) put all its columns below the best bound found; with several terms (DMM) the
+  others are solved only on the groups that survive (below 160 points, the first term solved
+  on every candidate keys them);
 * :meth:`ExactFused.fused_append`: the append of the chosen candidate, its kernel column and new
   factor rows recomputed by the operations of the scoring (the same bits as the scoring's
   column ``V_r[:, j]``, ``μ_r[j]`` and ``colsum(V_r²)_j``: the O(n²) solve of one column costs

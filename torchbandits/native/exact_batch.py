@@ -16,12 +16,12 @@ companion):
   Flynn & Reeb 2024, Eq. (14)), ``[R]``, and the chosen candidate's append pieces (``l``,
   ``zᵀl``, ``‖l‖²`` per member) while the run's factors are in the cache; with a ``hint``,
   pruned (the same choice and the same bits: a column is solved by the same operations whatever
-  the other columns, and whether in one go or in pieces; ``exact_prune.h``): with ``G = 1`` the
-  candidates are solved 16 at a time in order of their prior bound and a group is dropped as
-  soon as its partial sums ``Σ_{i<j} l_i²`` and an upper bound on ``μ`` put every column below
-  the best bound found; with ``G > 1`` one member on every candidate bounds each candidate's
-  bound from above, and the other members are solved only on the candidates that can still be
-  chosen, 16 at a time;
+  the other columns, and whether in one go or in pieces; ``exact_prune.h``): from 160 points
+  the candidates are solved a few at a time in order of their prior bound and a group is
+  dropped as soon as one member's partial sums ``Σ_{i<j} l_i²`` and an upper bound on its
+  ``μ`` put every column below the best bound found (with ``G = 1`` below 160 points: the full
+  select); with ``G > 1`` the other members are solved only on the groups that survive (below
+  160 points one member on every candidate keys them);
 * :func:`append`: per member ``l = L⁻¹k_S(x_r)``, ``d = sqrt(k(x_r, x_r) + λ − ‖l‖²)``,
   ``z[n] = (y_r − zᵀl)/d`` written as row ``n`` of the factor, with the point and reward
   (``l``, ``zᵀl``, ``‖l‖²`` read from :func:`select`'s pieces for the runs whose point holds the
