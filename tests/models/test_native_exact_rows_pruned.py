@@ -234,3 +234,39 @@ def test_dmm_grid_with_its_rows_pruned_is_the_full_select() -> None:
     for key, value in want.items():
         if isinstance(value, torch.Tensor):
             assert torch.equal(state[key], value), key
+
+
+def test_the_alpha_cache_keeps_alpha_and_only_guesses() -> None:
+    """The pruned select keeps ``α = (K + λI)⁻¹y`` for the next select, which guesses its first
+    candidates from it: the cache holds α (to rounding), and any content of it — garbage values, a
+    length past ``n`` or negative — gives the full select's choice, single-run and batched."""
+    model = _model(170, seed=21)
+    form = UCBForm((LAM,), (2.0,), (1.0,))
+    gen = torch.Generator().manual_seed(22)
+    cand = torch.rand(100, 3, dtype=torch.float64, generator=gen)
+    assert model.fused_select(cand, lambda: form) is not None
+    cache = model._fused.acache
+    k = model.kernel(model.x, model.x).to_dense() + LAM * torch.eye(170, dtype=torch.float64)
+    alpha = torch.linalg.solve(k, model.y)
+    assert int(cache[0]) == 170
+    torch.testing.assert_close(cache[1:171], alpha, rtol=1e-9, atol=1e-9)
+    for garbage in (1e9, -5.0, 300.0):
+        cache[0] = garbage if garbage != 300.0 else 120.0
+        cache[1:] = torch.randn(cache.numel() - 1, dtype=torch.float64, generator=gen) * garbage
+        cand = torch.rand(100, 3, dtype=torch.float64, generator=gen)
+        with full_select():
+            want = model.fused_select(cand, lambda: form)
+        assert model.fused_select(cand, lambda: form) == want
+    batched = BatchedExactKernelRidge(make_kernel("matern52", 0.4), LAM, 4)
+    for _ in range(170):
+        batched.append(torch.rand(4, 3, dtype=torch.float64, generator=gen),
+                       torch.randn(4, dtype=torch.float64, generator=gen))
+    beta, div = torch.full((4,), 2.0, dtype=torch.float64), torch.ones(4, dtype=torch.float64)
+    for trial in range(3):
+        cand = torch.rand(4, 100, 3, dtype=torch.float64, generator=gen)
+        with full_select():
+            want = batched.ucb_argmax_native(cand, beta, div)[0]
+        if trial:
+            batched._alpha_cache.normal_(generator=gen)       # garbage guesses
+            batched._alpha_cache[:, 0] = 170.0 if trial == 1 else 1e6
+        assert torch.equal(batched.ucb_argmax_native(cand, beta, div)[0], want)

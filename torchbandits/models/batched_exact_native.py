@@ -232,10 +232,14 @@ class BatchedExactNative:
         if hint is None or hint.shape != (r,):
             hint = torch.full((r,), groups // 2, dtype=torch.int64)
             set_plain(self, "_select_hint", hint)
+        cache = getattr(self, "_alpha_cache", None)   # the pruned select's last α per run
+        if cache is None or cache.shape[0] != r or cache.shape[1] < self._n + 1:
+            cache = torch.zeros(r, 1 + max(2 * self._n, 64), dtype=torch.float64)
+            set_plain(self, "_alpha_cache", cache)
         if not pruning():
             hint = None
         nb.select(lib, groups, self._n, b["_x"], cand, kern, b["_L"], b["_z"], (beta, div), best,
-                  arg, (pieces, points), hint, threads=threads_for(r))
+                  arg, (pieces, points), hint, threads=threads_for(r), alpha_cache=cache)
         set_plain(self, "_pending", (self._pending_key(), pieces, points))
         return best, arg
 

@@ -99,9 +99,12 @@ class FusedTable:
     (``c_longlong * 2``): with several terms, the one the pruned select solves first (the
     minimiser at the last chosen candidate; it changes no choice) and whether ``pend`` (float64,
     ``[terms, n + 2]`` used) holds the chosen candidate's append pieces per term, both carried
-    over to a rebuilt table."""
+    over to a rebuilt table, as is ``acache`` (float64 ``[1 + capacity]``): the pruned select's
+    last ``α`` (its length, then the values), from which the next one guesses the candidates it
+    solves first (any content gives the same choice)."""
 
     __slots__ = (
+        "acache",
         "base",
         "beta_at",
         "chosen",
@@ -201,6 +204,7 @@ class ExactFused:
         ft.prev = None if old is None else old.prev
         ft.hint = (ctypes.c_longlong * 2)(-1, 0) if old is None else old.hint
         ft.pend = torch.empty(0, dtype=_F64) if old is None else old.pend
+        ft.acache = torch.zeros(1, dtype=_F64) if old is None else old.acache
         set_plain(self, "_fused", ft)
         return ft
 
@@ -250,12 +254,16 @@ class ExactFused:
             prune = not _FULL[0]
             if prune and ft.pend.numel() < terms * (n + 2):
                 ft.pend = torch.empty(2 * terms * (n + 2), dtype=_F64)
+            if prune and ft.acache.numel() < n + 1:
+                ft.acache = torch.zeros(1 + 2 * n, dtype=_F64)
             best = lib.tb_exact_fused_select(ft.base, ft.dbase, cand.data_ptr(), a,
                                              None if prev is None else prev.data_ptr(),
                                              0 if prev is None else prev.shape[0],
                                              None if arg is None else arg.data_ptr(),
                                              ctypes.addressof(ft.hint) if prune else None,
-                                             ft.pend.data_ptr() if prune else None)
+                                             ft.pend.data_ptr() if prune else None,
+                                             ft.acache.data_ptr() if prune else None,
+                                             ft.acache.numel() - 1)
             if best != -3 or not retry:
                 break
             # the kernel's values changed since the table: a new plan and table, once

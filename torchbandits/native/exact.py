@@ -56,7 +56,7 @@ _SIGNATURES = {
     "tb_exact_score": ([_L, _L, _L, _L, _P, _P, _P, _L, ctypes.c_int, _D, ctypes.c_int, _D, _P, _P,
                         _P, _P, _P, _P, _P, _P, _P], _L),
     "tb_exact_append": ([_L, _L, _L, _L, _L, _P, _D, _P, _D, _P, _P, _P, _L, _P], ctypes.c_int),
-    "tb_exact_fused_select": ([_P, _P, _P, _L, _P, _L, _P, _P, _P], _L),
+    "tb_exact_fused_select": ([_P, _P, _P, _L, _P, _L, _P, _P, _P, _P, _L], _L),
     "tb_exact_fused_append": ([_P, _P, _P, _D, _P], ctypes.c_int),
 }
 

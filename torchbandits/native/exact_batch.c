@@ -161,13 +161,15 @@ long tb_batch_score(long R, long G, long n, long A, long d, const double *x, lon
  * hint [R] (int64, may be NULL): the pruned select (see the top of the file); with G > 1 each
  * run's member to solve first (out of range: G / 2), set to the minimising g at the chosen
  * candidate (0 with G = 1); NULL: the full select. The choice does not depend on it.
+ * ac [R, acs] (may be NULL): per run the pruned select's cache of alpha (exact_prune.h; its
+ * capacity acs - 1 points), read and written; the choice does not depend on it.
  * Returns 0, or -1 when scratch memory could not be allocated. */
 long tb_batch_select(long R, long G, long n, long A, long d, const double *x, long xs_,
                      const double *cand, long cs, const double *w, long dw, int kind, double outscale,
                      int has_scale, double kdiag, const double *L, long ls, long lc,
                      const double *z, long zs, const double *beta, const double *div,
                      long long *best, long long *arg, double *pend, double *pend_x,
-                     long long *hint) {
+                     long long *hint, double *ac, long acs) {
     kernel_args k = {w, dw, kind, outscale, has_scale, kdiag};
     batch_scratch s;
     prune_scratch ps = {0};
@@ -203,7 +205,7 @@ long tb_batch_select(long R, long G, long n, long A, long d, const double *x, lo
             double *pp = pend ? pend + r * G * (n + 2) : NULL;
             for (long g = 0; g < G; ++g) refs[g] = member_ref(r * G + g, L, ls, lc, z, zs);
             if (!select_pruned(&s.sc, &ps, G, g0, n, A, refs, beta + r * G, div + r * G, kdiag,
-                               s.kq, &bj, &bg, pp)) {
+                               s.kq, ac ? ac + r * acs : NULL, acs - 1, &bj, &bg, pp)) {
                 best[r] = bj;
                 hint[r] = bg;
                 if (arg) arg[r] = bg;

@@ -61,7 +61,7 @@ _SIGNATURES = {
     "tb_batch_score": ([_L, _L, _L, _L, _L, _P, _L, _P, _L, _P, _L, _I, _D, _I, _D, _P, _L, _L, _P,
                         _L, _P, _P, _P, _P], _L),
     "tb_batch_select": ([_L, _L, _L, _L, _L, _P, _L, _P, _L, _P, _L, _I, _D, _I, _D, _P, _L, _L,
-                         _P, _L, _P, _P, _P, _P, _P, _P, _P], _L),
+                         _P, _L, _P, _P, _P, _P, _P, _P, _P, _P, _L], _L),
     "tb_batch_append": ([_L, _L, _L, _L, _P, _P, _P, _L, _P, _L, _P, _L, _I, _D, _I, _D, _P, _L, _L,
                          _P, _L, _P, _P, _P, _P, _P, _L], _L),
 }
@@ -141,7 +141,7 @@ def select(lib: ctypes.CDLL, groups: int, n: int, x: Tensor, cand: Tensor,
            kernel: tuple[Tensor, int, float | None, float], chol: Tensor, z: Tensor,
            bound: tuple[Tensor, Tensor], best: Tensor, arg: Tensor | None = None,
            pending: tuple[Tensor, Tensor] | None = None, hint: Tensor | None = None,
-           threads: int = 1) -> None:
+           threads: int = 1, alpha_cache: Tensor | None = None) -> None:
     """The select of ``R = cand.shape[0]`` runs of ``groups`` members (the arguments up to ``z``
     as :func:`score`'s): one call, or one per slice of the runs on ``threads`` threads (the same
     choices and bits).
@@ -157,6 +157,10 @@ def select(lib: ctypes.CDLL, groups: int, n: int, x: Tensor, cand: Tensor,
             the member each run solves first (any value: the choice is the same), then the
             minimising ``g`` at its chosen candidate (0 with one group); ``None``: every member
             on every candidate, every row.
+        alpha_cache: ``[R, 1 + cap]`` float64 (contiguous rows), read and written if given with
+            ``hint``: per run the pruned select's last ``α`` (its length, then the values; zeros
+            at first), from which the next select guesses its first group (any content gives
+            the same choice; ``exact_prune.h``). Used where ``n <= cap``.
     """
     beta, div = bound
     state = _State(groups, n, x, cand, _kernel(kernel), chol, z)
@@ -167,7 +171,8 @@ def select(lib: ctypes.CDLL, groups: int, n: int, x: Tensor, cand: Tensor,
                                    _row(arg, lo),
                                    *((None, None) if pending is None else
                                      (_row(pending[0], m), _row(pending[1], lo))),
-                                   _row(hint, lo)))
+                                   _row(hint, lo), _row(alpha_cache, lo),
+                                   0 if alpha_cache is None else alpha_cache.stride(0)))
 
     run_sliced(runs, cand.shape[0], threads)
 

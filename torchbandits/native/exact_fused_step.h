@@ -39,7 +39,8 @@ static int params_same(const long long *tab) {
  * chosen candidate's append pieces per term s at pend + s (n + 2) (exact_prune.h). */
 static long pruned_fused(score_scratch *sc, const long long *tab, long S, const long long *sel,
                          long n, long A, const double *zb, const double *beta, double kdiag,
-                         const double *kq, long long *hint, double *pend) {
+                         const double *kq, long long *hint, double *pend, double *ac,
+                         long acap) {
     prune_scratch ps;
     factor_ref *refs = malloc((size_t)S * sizeof(factor_ref));
     if (!refs || prune_alloc(&ps, S, n, A)) {
@@ -53,8 +54,8 @@ static long pruned_fused(score_scratch *sc, const long long *tab, long S, const 
         refs[s] = r;
     }
     long g0 = *hint >= 0 && *hint < S ? (long)*hint : S / 2, best, argb;
-    int rc = select_pruned(sc, &ps, S, g0, n, A, refs, beta, beta + S, kdiag, kq, &best, &argb,
-                           pend);
+    int rc = select_pruned(sc, &ps, S, g0, n, A, refs, beta, beta + S, kdiag, kq, ac, acap, &best,
+                           &argb, pend);
     prune_free(&ps);
     free(refs);
     if (rc) return -2;
@@ -75,13 +76,14 @@ static long pruned_fused(score_scratch *sc, const long long *tab, long S, const 
  * chosen index. NULL: the full select.
  * pend [S, n + 2] (may be NULL): where the pruned select writes the chosen candidate's append
  * pieces per term (l = L^{-1} k_S(c), z^T l, |l|^2 of its factor), hint[1] then set to 1 (else
- * 0): tb_exact_fused_append's input.
+ * 0): tb_exact_fused_append's input. ac [1 + acap] (may be NULL): the pruned select's cache of
+ * alpha (exact_prune.h), read and written; the choice does not depend on it.
  * Returns the index, or -1 (no scratch memory), -3 (a kernel parameter changed: rebuild the
  * table), -4 (cand holds the values of prev: the caller's candidate caches serve it), -5 (a
  * candidate is not finite). */
 long tb_exact_fused_select(const long long *tab, const double *dbl, const double *cand, long A,
                            const double *prev, long prev_a, long long *arg, long long *hint,
-                           double *pend) {
+                           double *pend, double *ac, long acap) {
     long n = (long)tab[FN], d = (long)tab[FD], R = (long)tab[FR], S = (long)tab[FS];
     if (!params_same(tab)) return -3;
     if (prev && prev_a == A && !memcmp(prev, cand, (size_t)(A * d) * sizeof(double))) return -4;
@@ -110,7 +112,8 @@ long tb_exact_fused_select(const long long *tab, const double *dbl, const double
     const double *beta = dbl + 2 + 3 * R;
     if (hint) hint[1] = 0;
     if (hint && S > 0 && n > 0 && A > 0) {
-        long pick = pruned_fused(&sc, tab, S, sel, n, A, zb, beta, dbl[1], kq, hint, pend);
+        long pick =
+            pruned_fused(&sc, tab, S, sel, n, A, zb, beta, dbl[1], kq, hint, pend, ac, acap);
         if (pick >= 0 && arg) arg[pick] = *hint;
         if (pick >= 0 && pend) hint[1] = 1;
         if (pick != -2) {

@@ -242,16 +242,118 @@ static int exact_keys(score_scratch *sc, prune_scratch *p, long n, long A, const
     return 0;
 }
 
+/* The state of one pruned select: its inputs, and the best bound found so far (top at column
+ * bj, minimising member bg; bj = -1: none yet). */
+typedef struct {
+    score_scratch *sc;
+    prune_scratch *p;
+    long G, g0, n, A;
+    const factor_ref *fr;
+    const double *beta, *div, *kq;
+    double kdiag, top;
+    long bj, bg;
+    int rows; /* whether a group's g0 rows are checked against top as they are solved */
+    double *pend;
+} prune_run;
+
+/* Solve the group of c columns cols (member g0 ROW_CHECK rows at a time, dropped as soon as none
+ * of its columns can still be chosen; then the other members) and take its best column into the
+ * run's best. first: the select's first group (no bound known: solved to the end, its factor's
+ * rows prefetched). Returns 0, or 1 for a NaN bound. */
+static int run_group(prune_run *r, const long *cols, long c, int first) {
+    score_scratch *sc = r->sc;
+    prune_scratch *p = r->p;
+    const factor_ref *f = r->fr + r->g0;
+    long n = r->n, G = r->G, g0 = r->g0, npad = sc->npad, w = panel_width(c, 0);
+    double b0 = r->beta[g0], d0 = r->div[g0], kdiag = r->kdiag, part[PRUNE_W];
+    factor_rows(n, npad, f->head, f->n0, f->tail, f->width, sc->zeros, sc->lrow, sc->inv);
+    for (long q = 0; q < c; ++q) part[q] = 0.0;
+    int alive = 1;
+    for (long i0 = 0; i0 < npad && alive; i0 += ROW_CHECK) {
+        long i1 = i0 + ROW_CHECK < npad ? i0 + ROW_CHECK : npad;
+        pack_rows(n, r->A, r->kq, cols, c, w, i0, i1, sc->kp); /* (packed as far as solved) */
+        solve_panel_rows(sc->lrow, sc->inv, w, sc->kp, sc->vp, i0, i1, first);
+        if (!r->rows || r->bj < 0 || i1 >= npad) continue;
+        alive = 0;
+        for (long q = 0; q < c; ++q) { /* the running sums, then each column's bound */
+            double sq = part[q];
+            for (long i = i0; i < i1 && i < n; ++i) {
+                double x = sc->vp[i * w + q];
+                sq += x * x;
+            }
+            part[q] = sq;
+            double rho2 = kdiag - sq;
+            double t = bound_term(rho2 > 0.0 ? rho2 : 0.0, p->mu0[cols[q]], d0, b0);
+            alive |= t > r->top || (t == r->top && cols[q] < r->bj);
+        }
+    }
+    if (!alive) return 0;
+    /* member g0's pieces of the group, then the other members' on its columns (kp holds the
+     * group's whole panel now) */
+    double *gv0 = p->gv + g0 * n * c, *pend = r->pend;
+    panel_finish(n, c, w, c, sc->vp, f->z, pend ? gv0 : NULL, p->gm + g0 * c, p->gs + g0 * c);
+    for (long g = 0; g < G; ++g)
+        if (g != g0)
+            ref_solve(sc, n, c, r->fr + g, pend ? p->gv + g * n * c : NULL, p->gm + g * c,
+                      p->gs + g * c);
+    for (long q = 0; q < c; ++q) { /* each column's bound: ucb_argmax's running minimum */
+        long col = cols[q], ag = 0;
+        double mn = 0.0;
+        for (long g = 0; g < G; ++g) {
+            double rho2 = kdiag - p->gs[g * c + q];
+            double t = bound_term(rho2 > 0.0 ? rho2 : 0.0, p->gm[g * c + q], r->div[g], r->beta[g]);
+            if (g == 0) mn = t;
+            else if (takes_min(t, mn)) mn = t, ag = g;
+        }
+        if (mn != mn) return 1; /* a NaN bound (not expected: every input finite) */
+        if (r->bj < 0 || mn > r->top || (mn == r->top && col < r->bj)) {
+            r->top = mn, r->bj = col, r->bg = ag;
+            for (long g = 0; g < G && pend; ++g) { /* the pieces of the new best */
+                double *o = pend + g * (n + 2);
+                for (long i = 0; i < n; ++i) o[i] = p->gv[g * n * c + i * c + q];
+                o[n] = p->gm[g * c + q];
+                o[n + 1] = p->gs[g * c + q];
+            }
+        }
+    }
+    return 0;
+}
+
+/* The FIRST_GROUP candidates of the largest alpha_prev^T k_S(x) (ties: the smaller index) into
+ * cols, from the m entries of the previous select's alpha (a guess of the first group's order: any
+ * guess gives the same choice). */
+static long guess_first(long n, long A, const double *kq, const double *ac, long m, double *score,
+                        long *cols) {
+    for (long j = 0; j < A; ++j) score[j] = 0.0;
+    for (long i = 0; i < m && i < n; ++i) {
+        double ai = ac[i];
+        for (long j = 0; j < A; ++j) score[j] += ai * kq[i * A + j];
+    }
+    long c = 0;
+    for (long j = 0; j < A; ++j) { /* insertion into the running top FIRST_GROUP */
+        if (c == FIRST_GROUP && !(score[j] > score[cols[c - 1]])) continue;
+        long at = c < FIRST_GROUP ? c++ : c - 1;
+        while (at > 0 && score[j] > score[cols[at - 1]]) cols[at] = cols[at - 1], --at;
+        cols[at] = j;
+    }
+    return c;
+}
+
 /* The pruned select over A candidates of the bound min_g (sqrt(rho^2_g / div[g]) beta[g] + mu_g)
  * of the G factors fr [G] (see the top of the file) from their kernel block K_SC [n, A] (kq,
  * row-major; sc's packing is not read, and spent here). g0: the member whose rows are pruned.
+ * ac [1 + cap] (may be NULL): a cache of member g0's alpha kept by the caller between selects
+ * (ac[0] its length m, then the values; zeros at first; read only where m <= n <= cap): with the
+ * rows pruned, the first group is guessed from it and solved before this select's alpha, whose
+ * back substitution then finds the factor's rows in the cache, and this alpha is written back.
  * The first index of the largest bound into *best, the minimising g there into *argb; where
  * pend is not NULL the chosen candidate's append pieces per member g at pend + g (n + 2):
  * l = L_g^{-1} k_S(c) [n], z_g^T l, |l|^2. Returns 0, or 1 (nothing chosen) where the pruning
  * does not apply: the caller then takes the full select. */
 static int select_pruned(score_scratch *sc, prune_scratch *p, long G, long g0, long n, long A,
                          const factor_ref *fr, const double *beta, const double *div,
-                         double kdiag, const double *kq, long *best, long *argb, double *pend) {
+                         double kdiag, const double *kq, double *ac, long cap, long *best,
+                         long *argb, double *pend) {
     const factor_ref *f = fr + g0;
     double b0 = beta[g0], d0 = div[g0];
     if ((G == 1 && n < ROWS_MIN_N) || (n >= ROWS_MIN_N && !(b0 >= 0.0)) || !(kdiag > 0.0)
@@ -259,84 +361,42 @@ static int select_pruned(score_scratch *sc, prune_scratch *p, long G, long g0, l
         return 1;
     for (long g = 0; g < G; ++g)
         if (!member_finite(n, fr + g, beta[g], div[g])) return 1;
+    prune_run r = {sc, p, G, g0, n, A, fr, beta, div, kq, kdiag, 0.0, -1, 0, n >= ROWS_MIN_N, pend};
     double *key = p->term;
+    long first[FIRST_GROUP], nfirst = 0;
+    if (r.rows && ac && cap >= n) { /* the first group guessed and solved before alpha */
+        long m = (long)ac[0];
+        nfirst = guess_first(n, A, kq, ac + 1, m >= 0 && m <= n ? m : 0, key, first);
+        if (run_group(&r, first, nfirst, 1)) return 1;
+    }
     /* the keys: below ROWS_MIN_N points (several members) member g0's exact terms, g0 solved on
      * every candidate in one pass; else the prior bounds, the rows pruned as the groups run */
-    int rows = n >= ROWS_MIN_N;
-    if (rows ? prior_keys(p, n, A, f, b0, d0, kdiag, kq)
-             : exact_keys(sc, p, n, A, f, b0, d0, kdiag, kq))
+    if (r.rows ? prior_keys(p, n, A, f, b0, d0, kdiag, kq)
+               : exact_keys(sc, p, n, A, f, b0, d0, kdiag, kq))
         return 1;
+    if (r.rows && ac && cap >= n) { /* this alpha for the next select */
+        ac[0] = (double)n;
+        memcpy(ac + 1, p->gk, (size_t)n * sizeof(double));
+    }
+    for (long q = 0; q < nfirst; ++q) key[first[q]] = -INFINITY; /* (solved) */
     for (long j = 0; j < A; ++j) p->order[j] = j;
     sort_desc(A, key, p->order, p->tmp);
-    long npad = sc->npad, bj = -1, bg = 0;
-    double top = 0.0, part[PRUNE_W];
-    for (long pos = 0, group = 0, c = 0; pos < A; pos += c, ++group) {
+    for (long pos = 0, group = nfirst > 0, c = 0; pos < A; pos += c, ++group) {
         const long *cols = p->order + pos;
         long width = group == 0 ? FIRST_GROUP : ROW_GROUP;
         c = A - pos < width ? A - pos : width;
-        if (bj >= 0) { /* the group's columns that can still be chosen: a prefix of the order */
+        if (r.bj >= 0) { /* the group's columns that can still be chosen: a prefix of the order */
             long keep = 0;
-            while (keep < c && (key[cols[keep]] > top || (key[cols[keep]] == top &&
-                                                          cols[keep] < bj)))
+            while (keep < c && (key[cols[keep]] > r.top || (key[cols[keep]] == r.top &&
+                                                            cols[keep] < r.bj)))
                 ++keep;
             if (keep == 0) break;
             c = keep;
         }
-        long w = panel_width(c, 0);
-        if (G > 1 || group == 0) /* (the other members' solves set sc's rows to theirs) */
-            factor_rows(n, npad, f->head, f->n0, f->tail, f->width, sc->zeros, sc->lrow, sc->inv);
-        for (long q = 0; q < c; ++q) part[q] = 0.0;
-        int alive = 1;
-        for (long i0 = 0; i0 < npad && alive; i0 += ROW_CHECK) {
-            long i1 = i0 + ROW_CHECK < npad ? i0 + ROW_CHECK : npad;
-            pack_rows(n, A, kq, cols, c, w, i0, i1, sc->kp); /* (packed as far as solved) */
-            solve_panel_rows(sc->lrow, sc->inv, w, sc->kp, sc->vp, i0, i1, group == 0);
-            if (!rows || bj < 0 || i1 >= npad) continue;
-            alive = 0;
-            for (long q = 0; q < c; ++q) { /* the running sums, then each column's bound */
-                double sq = part[q];
-                for (long i = i0; i < i1 && i < n; ++i) {
-                    double x = sc->vp[i * w + q];
-                    sq += x * x;
-                }
-                part[q] = sq;
-                double rho2 = kdiag - sq;
-                double t = bound_term(rho2 > 0.0 ? rho2 : 0.0, p->mu0[cols[q]], d0, b0);
-                alive |= t > top || (t == top && cols[q] < bj);
-            }
-        }
-        if (!alive) continue;
-        /* member g0's pieces of the group, then the other members' on its columns (kp holds the
-         * group's whole panel now) */
-        double *gv0 = p->gv + g0 * n * c;
-        panel_finish(n, c, w, c, sc->vp, f->z, pend ? gv0 : NULL, p->gm + g0 * c, p->gs + g0 * c);
-        for (long g = 0; g < G; ++g)
-            if (g != g0)
-                ref_solve(sc, n, c, fr + g, pend ? p->gv + g * n * c : NULL, p->gm + g * c,
-                          p->gs + g * c);
-        for (long q = 0; q < c; ++q) { /* each column's bound: ucb_argmax's running minimum */
-            long col = cols[q], ag = 0;
-            double mn = 0.0;
-            for (long g = 0; g < G; ++g) {
-                double rho2 = kdiag - p->gs[g * c + q];
-                double t = bound_term(rho2 > 0.0 ? rho2 : 0.0, p->gm[g * c + q], div[g], beta[g]);
-                if (g == 0) mn = t;
-                else if (takes_min(t, mn)) mn = t, ag = g;
-            }
-            if (mn != mn) return 1; /* a NaN bound (not expected: every input finite) */
-            if (bj < 0 || mn > top || (mn == top && col < bj)) {
-                top = mn, bj = col, bg = ag;
-                for (long g = 0; g < G && pend; ++g) { /* the pieces of the new best */
-                    double *o = pend + g * (n + 2);
-                    for (long i = 0; i < n; ++i) o[i] = p->gv[g * n * c + i * c + q];
-                    o[n] = p->gm[g * c + q];
-                    o[n + 1] = p->gs[g * c + q];
-                }
-            }
-        }
+        if (run_group(&r, cols, c, group == 0)) return 1;
     }
-    *best = bj;
-    *argb = bg;
+    *best = r.bj;
+    *argb = r.bg;
     return 0;
 }
 
