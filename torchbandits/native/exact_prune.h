@@ -2,7 +2,8 @@
  * mu_g over G factors (included by exact_step.c after solve_factor, bound_term and takes_min;
  * used by its fused single-run select and by exact_batch.c's batched select): one term for the
  * radius rules and AMM (Flynn & Reeb 2024, Sec. 5.5), DMM's grid of regularisers for G > 1
- * (Sec. 5.4, Eq. (14)). rho^2_g = max(k(x, x) - |l_g|^2, 0), l_g = L_g^{-1} k_S(x), mu_g = z_g^T l_g.
+ * (Sec. 5.4, Eq. (14)). rho^2_g = max(k(x, x) - |l_g|^2, 0), l_g = L_g^{-1} k_S(x),
+ * mu_g = z_g^T l_g.
  *
  * Any one member's term bounds the minimum from above; the select bounds member g0's term (the
  * caller's hint: the minimiser at the last chosen candidate) before its solve is finished. The
@@ -254,6 +255,7 @@ typedef struct {
     long bj, bg;
     int rows; /* whether a group's g0 rows are checked against top as they are solved */
     double *pend;
+    int g0_rows; /* whether sc's lrow and inv hold member g0's rows */
 } prune_run;
 
 /* Solve the group of c columns cols (member g0 ROW_CHECK rows at a time, dropped as soon as none
@@ -266,7 +268,9 @@ static int run_group(prune_run *r, const long *cols, long c, int first) {
     const factor_ref *f = r->fr + r->g0;
     long n = r->n, G = r->G, g0 = r->g0, npad = sc->npad, w = panel_width(c, 0);
     double b0 = r->beta[g0], d0 = r->div[g0], kdiag = r->kdiag, part[PRUNE_W];
-    factor_rows(n, npad, f->head, f->n0, f->tail, f->width, sc->zeros, sc->lrow, sc->inv);
+    if (!r->g0_rows)
+        factor_rows(n, npad, f->head, f->n0, f->tail, f->width, sc->zeros, sc->lrow, sc->inv);
+    r->g0_rows = G == 1; /* (the other members' solves below set sc's rows to theirs) */
     for (long q = 0; q < c; ++q) part[q] = 0.0;
     int alive = 1;
     for (long i0 = 0; i0 < npad && alive; i0 += ROW_CHECK) {
@@ -361,7 +365,8 @@ static int select_pruned(score_scratch *sc, prune_scratch *p, long G, long g0, l
         return 1;
     for (long g = 0; g < G; ++g)
         if (!member_finite(n, fr + g, beta[g], div[g])) return 1;
-    prune_run r = {sc, p, G, g0, n, A, fr, beta, div, kq, kdiag, 0.0, -1, 0, n >= ROWS_MIN_N, pend};
+    prune_run r = {sc, p, G, g0, n, A, fr, beta, div, kq, kdiag, 0.0, -1, 0, n >= ROWS_MIN_N,
+                   pend, 0};
     double *key = p->term;
     long first[FIRST_GROUP], nfirst = 0;
     if (r.rows && ac && cap >= n) { /* the first group guessed and solved before alpha */

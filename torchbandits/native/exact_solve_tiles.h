@@ -209,7 +209,8 @@ static inline __attribute__((always_inline)) void solve_tile(const double *const
  * = 8 addresses past the padded rows). */
 #define ROW8_K(b) (a##b = VFNMADD(VSET1(l##b + k), x, a##b))
 #define TRI8_UPD(b, p) (a##b = VFNMADD(VSET1(l##b + i0 + (p)), a##p, a##b))
-#define TRI8_ROW(b) (a##b = VMUL(a##b, VSET1(inv + i0 + (b))), VSTORE(vp + (i0 + (b)) * LANES, a##b))
+#define TRI8_ROW(b)                                                                             \
+    (a##b = VMUL(a##b, VSET1(inv + i0 + (b))), VSTORE(vp + (i0 + (b)) * LANES, a##b))
 static void solve_tile_8x1(const double *const *lrow, const double *inv, long i0, const double *kp,
                            double *vp, int pf) {
     vec a0 = VLOAD(kp + (i0 + 0) * LANES), a1 = VLOAD(kp + (i0 + 1) * LANES);
