@@ -87,3 +87,23 @@ def test_run_threads_split_a_batch_and_keep_its_runs(tmp_path, capsys, monkeypat
     finally:
         native.set_threads(None)
         torch.set_num_threads(before)
+
+
+def test_a_reproduction_applies_run_threads(monkeypatch):
+    """A reproduction's ``--run-threads 2`` sets the compiled calls' threads and torch's to one
+    (its default ``--threads 1``), at ``start``, not at import."""
+    import torch
+
+    from torchbandits import native
+    from torchbandits.reproduce.common import reproduction_parser, start
+
+    monkeypatch.delenv("TORCHBANDITS_THREADS", raising=False)
+    before = torch.get_num_threads()
+    args = reproduction_parser("x", "doc", quick="q").parse_args(["--run-threads", "2"])
+    assert native.threads() == 1
+    try:
+        start(args)
+        assert (native.threads(), torch.get_num_threads()) == (2, 1)
+    finally:
+        native.set_threads(None)
+        torch.set_num_threads(before)

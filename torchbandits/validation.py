@@ -17,6 +17,7 @@ __all__ = [
     "as_matrix",
     "as_point",
     "as_scalar_reward",
+    "check_int",
     "check_positive",
     "check_probability",
     "chosen_row",
@@ -68,6 +69,14 @@ def check_positive(name: str, value: Any) -> float:
     if not math.isfinite(v) or v <= 0.0:
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
     return v
+
+
+def check_int(name: str, value: Any, minimum: int) -> int:
+    """Return ``value``, or raise naming ``name`` if it is not an ``int`` (a ``bool`` is not) of at
+    least ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return value
 
 
 def check_probability(name: str, value: Any, *, open_right: bool = True) -> float:

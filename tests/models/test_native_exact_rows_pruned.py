@@ -250,9 +250,9 @@ def test_the_alpha_cache_keeps_alpha_and_only_guesses() -> None:
     alpha = torch.linalg.solve(k, model.y)
     assert int(cache[0]) == 170
     torch.testing.assert_close(cache[1:171], alpha, rtol=1e-9, atol=1e-9)
-    for garbage in (1e9, -5.0, 300.0):
-        cache[0] = garbage if garbage != 300.0 else 120.0
-        cache[1:] = torch.randn(cache.numel() - 1, dtype=torch.float64, generator=gen) * garbage
+    for length, scale in ((1e9, 1.0), (-5.0, 1.0), (120.0, 300.0)):   # past n, negative, garbage
+        cache[0] = length
+        cache[1:] = torch.randn(cache.numel() - 1, dtype=torch.float64, generator=gen) * scale
         cand = torch.rand(100, 3, dtype=torch.float64, generator=gen)
         with full_select():
             want = model.fused_select(cand, lambda: form)

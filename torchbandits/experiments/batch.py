@@ -23,6 +23,7 @@ import torch
 
 from ..batching import check_seeds, deferred_checks
 from ..envs.batched import BatchedEnv, tensor_version, why_not_batchable
+from ..validation import check_int
 from .batch_diagnostics import DiagnosticsLog
 from .results import RunResult, resumable_run
 from .runner import (
@@ -89,10 +90,7 @@ def batch_pays_from(policy: Any, device: str | torch.device | None = None) -> in
     value = getattr(type(policy), "batch_pays_from", None)
     if value is None:
         return DEFAULT_PAYS_FROM
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"batch_pays_from of {type(policy).__name__} must be an int >= 1, "
-                         f"got {value!r}")
-    return value
+    return check_int(f"batch_pays_from of {type(policy).__name__}", value, 1)
 
 
 def auto_batches(policy: Any, n_seeds: int, device: str | torch.device | None = None) -> bool:
@@ -100,9 +98,7 @@ def auto_batches(policy: Any, n_seeds: int, device: str | torch.device | None = 
     ``n_seeds ≥`` :func:`batch_pays_from` (the caller checks :func:`can_batch` first; the runs
     are the same either way, so this decides only the speed). ``ValueError`` naming ``n_seeds``
     for a negative count or a non-integer."""
-    if isinstance(n_seeds, bool) or not isinstance(n_seeds, int) or n_seeds < 0:
-        raise ValueError(f"n_seeds must be an int >= 0, got {n_seeds!r}")
-    return n_seeds >= batch_pays_from(policy, device)
+    return check_int("n_seeds", n_seeds, 0) >= batch_pays_from(policy, device)
 
 
 class _StepClock:

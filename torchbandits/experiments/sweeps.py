@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..validation import check_int
 from .results import RunResult, atomic_write_text
 from .sweep_report import params_text, plot_vs_param, select_best, trial_metrics, write_tables
 from .sweep_spec import RESOURCE_KEYS, SpecError, SweepSpec, load_spec, parse_spec
@@ -311,10 +312,8 @@ def sweep(spec: str | Path | Mapping[str, Any] | SweepSpec, out: str | Path, *, 
             SPEC's ``resources``; ``ValueError`` below 1.
         ray_tmp_dir: Ray's session folder for a local cluster (default Ray's, under /tmp).
     """
-    if run_threads_per_trial is not None and (isinstance(run_threads_per_trial, bool) or not
-                                              isinstance(run_threads_per_trial, int)
-                                              or run_threads_per_trial < 1):
-        raise ValueError(f"run_threads_per_trial must be an int >= 1, got {run_threads_per_trial!r}")
+    if run_threads_per_trial is not None:
+        check_int("run_threads_per_trial", run_threads_per_trial, 1)
     if isinstance(spec, SweepSpec):
         parsed = spec
     elif isinstance(spec, Mapping):

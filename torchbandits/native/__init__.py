@@ -93,9 +93,9 @@ def set_threads(count: int | None) -> None:
     if count is None:
         _THREADS.clear()
         return
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise ValueError(f"count must be an int >= 1 or None, got {count!r}")
-    _THREADS[:] = [count]
+    from ..validation import check_int
+
+    _THREADS[:] = [check_int("count", count, 1)]
 
 
 #: a slice of a compiled call split over threads holds at least this many runs (a slice's
@@ -119,11 +119,12 @@ def use_threads(torch_threads: int = 0, run_threads: int = 0) -> None:
     workers would spin beside the run threads (the combination measured in docs/batch.md).
     0 leaves a setting as it is. ``ValueError`` names a negative or non-int argument, before
     anything is set."""
-    for name, value in (("torch_threads", torch_threads), ("run_threads", run_threads)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name} must be an int >= 0 (0: unchanged), got {value!r}")
     import torch
 
+    from ..validation import check_int
+
+    check_int("torch_threads", torch_threads, 0)
+    check_int("run_threads", run_threads, 0)
     if run_threads:
         set_threads(run_threads)
     if torch_threads or run_threads > 1:

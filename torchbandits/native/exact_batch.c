@@ -43,22 +43,20 @@
 #include "exact_step.c"
 
 /* Per run scratch of the scoring: the scoring's own (exact_step.c's score_scratch: kp, vp, inv,
- * zeros, lrow), then the scaled points xs [n, d], the kernel rows (3 + d) A, K_SC kq [n, A] and
- * V [n, A]. */
+ * zeros, lrow), then the scaled points xs [n, d], the kernel rows (3 + d) A and K_SC kq [n, A]. */
 typedef struct {
     score_scratch sc;
-    double *xs, *rows, *kq, *v;
+    double *xs, *rows, *kq;
 } batch_scratch;
 
 static int scratch_alloc(batch_scratch *s, long n, long A, long d) {
     long a1 = A > 0 ? A : 1, n1 = n > 0 ? n : 1;
     if (score_scratch_alloc(&s->sc, n, A,
-                            (size_t)(n1 * d) + (size_t)((3 + d) * a1) + 2 * (size_t)(n1 * a1)))
+                            (size_t)(n1 * d) + (size_t)((3 + d) * a1) + (size_t)(n1 * a1)))
         return -1;
     s->xs = s->sc.rest;
     s->rows = s->xs + n1 * d;
     s->kq = s->rows + (3 + d) * a1;
-    s->v = s->kq + n1 * a1;
     return 0;
 }
 

@@ -38,8 +38,8 @@ GIL during a call), when the caller asks for more than one
 ``native.set_threads(k)`` or ``$TORCHBANDITS_THREADS``, default 1; at least
 :data:`~torchbandits.native.MIN_RUNS_PER_THREAD` runs a slice). Every run is computed by the same
 code on its own data whatever the slicing, so the numbers do not change. They write only their
-outputs (and the pruning's ``hint``); :func:`append`, which writes the model's state and must
-write nothing when a pivot fails, stays one call.
+outputs (and the pruning's ``hint`` and ``α`` cache, per run); :func:`append`, which writes the
+model's state and must write nothing when a pivot fails, stays one call.
 """
 
 from __future__ import annotations

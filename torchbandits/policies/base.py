@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from ..buffers import ResizableModule
 from ..kernels import check_kernel
-from ..validation import as_matrix, as_point, as_scalar_reward, require_finite, trusted
+from ..validation import as_matrix, as_point, as_scalar_reward, check_int, require_finite, trusted
 
 __all__ = ["IndexPolicy", "Policy", "RuleUCB", "check_model"]
 
@@ -96,9 +96,7 @@ class Policy(ResizableModule):
 
     @warmup_index.setter
     def warmup_index(self, index: int | None) -> None:
-        if index is not None and (isinstance(index, bool) or not isinstance(index, int) or index < 0):
-            raise ValueError(f"warmup_index must be None or an int >= 0, got {index!r}")
-        self._warmup_index = index
+        self._warmup_index = None if index is None else check_int("warmup_index", index, 0)
 
     def warmup_choice(self, cand: Tensor) -> int:
         """The warm-up round's choice among ``cand`` (``warmup_index`` or uniform)."""
