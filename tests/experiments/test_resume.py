@@ -42,6 +42,30 @@ def test_atomic_write_keeps_the_old_file_when_interrupted(tmp_path, monkeypatch)
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]     # no temporary file left
 
 
+def test_a_killed_writes_temporary_is_removed_when_its_run_is_computed_again(tmp_path):
+    """A process killed inside ``atomic_write_text`` (after ``mkstemp``, before the rename) leaves
+    a hidden temporary; the run that computes that file again removes it (and only its own)."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    path = runs / "a.json"
+    own = [runs / ".a.json.k1l2.tmp", runs / ".a.json.x9.tmp"]
+    other = [runs / ".b.json.k1l2.tmp", runs / ".a.jsonx.q.tmp", runs / "a.json.q.tmp"]
+    for p in own + other:
+        p.write_text('{"policy": "random", "env"')         # a write cut short
+
+    def compute():
+        from torchbandits.experiments import simulate
+        return simulate(RandomPolicy(), _env(), 5, 0)
+
+    res, reused = resumable_run(path, compute, horizon=5)
+    assert not reused and res.horizon == 5
+    assert sorted(p.name for p in runs.iterdir()) == sorted(["a.json"] + [p.name for p in other])
+    for p in own:                                      # reading a finished run back removes nothing
+        p.write_text("{")
+    _, reused = resumable_run(path, compute, horizon=5)
+    assert reused and all(p.exists() for p in own)
+
+
 def test_a_partial_file_is_recomputed_never_read(tmp_path):
     path = tmp_path / "runs" / "a.json"
     path.parent.mkdir()

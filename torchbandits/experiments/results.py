@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import tempfile
@@ -12,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["RunResult", "atomic_write_text", "load_results", "resumable_run", "summarize"]
+__all__ = ["RunResult", "atomic_write_text", "discard_partial_writes", "load_results", "resumable_run",
+           "summarize"]
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
@@ -33,6 +35,20 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def discard_partial_writes(path: str | Path) -> int:
+    """Remove the temporaries (``.NAME.*.tmp``) that writes of ``path`` by
+    :func:`atomic_write_text` killed before their rename left in its folder; how many.
+
+    Call it only where this process owns ``path`` (as :func:`resumable_run` does before it
+    computes the run): a temporary of another process writing ``path`` at this moment would go
+    too."""
+    path = Path(path)
+    stale = list(path.parent.glob(f".{glob.escape(path.name)}.*.tmp"))
+    for p in stale:
+        p.unlink(missing_ok=True)
+    return len(stale)
 
 
 def _json_normal(value: Any) -> Any:
@@ -122,12 +138,14 @@ def resumable_run(path: str | Path, compute: Callable[[], RunResult], *, horizon
     """``(result, reused)``: the run saved at ``path`` if ``resume`` and it is finished (``horizon``
     steps) with ``config[k] == v`` for every ``k, v`` in ``match``; otherwise ``compute()``, saved
     atomically to ``path`` before it is returned. Because every save is atomic, a run killed
-    mid-way leaves either nothing or a finished file; a file that does not parse is recomputed."""
+    mid-way leaves either nothing or a finished file (and perhaps a hidden temporary, removed
+    here before the run is computed again); a file that does not parse is recomputed."""
     if resume:
         old = RunResult.try_load(path)
         if old is not None and old.horizon == int(horizon) and all(
                 _json_normal(old.config.get(k)) == _json_normal(v) for k, v in (match or {}).items()):
             return old, True
+    discard_partial_writes(path)
     res = compute()
     res.save(path)
     return res, False
