@@ -161,7 +161,8 @@ long tb_batch_score(long R, long G, long n, long A, long d, const double *x, lon
  * candidate (0 with G = 1); NULL: the full select. The choice does not depend on it.
  * ac [R, acs] (may be NULL): per run the pruned select's cache of alpha (exact_prune.h; its
  * capacity acs - 1 points), read and written; the choice does not depend on it.
- * Returns 0, or -1 when scratch memory could not be allocated. */
+ * Returns 0, or -1 when scratch memory could not be allocated (the runs before the failing one
+ * chosen, the later ones not). */
 long tb_batch_select(long R, long G, long n, long A, long d, const double *x, long xs_,
                      const double *cand, long cs, const double *w, long dw, int kind, double outscale,
                      int has_scale, double kdiag, const double *L, long ls, long lc,
@@ -174,9 +175,9 @@ long tb_batch_select(long R, long G, long n, long A, long d, const double *x, lo
     long a1 = A > 0 ? A : 1, n1 = n > 0 ? n : 1;
     int prune = hint && G > 0 && n > 0 && A > 0;
     /* per member of a run: mu, colsum(V^2), var [G, A], the bound [A], the minimising g [A];
-     * V [G, n, A] if pend */
-    double *mv = malloc(((size_t)((3 * G + 1) * a1) + (pend ? (size_t)(G * n1 * a1) : 0))
-                        * sizeof(double));
+     * V [G, n, A] if pend, made when a run first takes the full select (a pruned one keeps its
+     * own pieces) */
+    double *mv = malloc((size_t)((3 * G + 1) * a1) * sizeof(double));
     long long *argv = malloc((size_t)a1 * sizeof(long long));
     factor_ref *refs = malloc((size_t)(G > 0 ? G : 1) * sizeof(factor_ref));
     int scratch = !mv || !argv || !refs ? -1 : scratch_alloc(&s, n, A, d);
@@ -188,7 +189,8 @@ long tb_batch_select(long R, long G, long n, long A, long d, const double *x, lo
         return -1;
     }
     double *mean = mv, *ss = mv + G * a1, *var = ss + G * a1, *ucb = var + G * a1;
-    double *vs = pend ? ucb + a1 : NULL;
+    double *vs = NULL;
+    long rc = 0;
     for (long r = 0; r < R; ++r) {
         const double *cr = cand + r * cs;
         scale_points(n, d, x + r * G * xs_, w, dw, s.xs);
@@ -211,6 +213,10 @@ long tb_batch_select(long R, long G, long n, long A, long d, const double *x, lo
                 continue;
             }
             pack_k(n, s.sc.npad, A, s.kq, s.sc.kp); /* the full select: K packed again */
+        }
+        if (pend && !vs && !(vs = malloc((size_t)(G * n1 * a1) * sizeof(double)))) {
+            rc = -1;
+            break;
         }
         for (long g = 0; g < G; ++g) {
             long m = r * G + g;
@@ -239,10 +245,11 @@ long tb_batch_select(long R, long G, long n, long A, long d, const double *x, lo
     }
     scratch_free(&s);
     free(mv);
+    free(vs);
     free(argv);
     free(refs);
     if (prune) prune_free(&ps);
-    return 0;
+    return rc;
 }
 
 /* Append one point per run to R runs of G members with n points each (see the top of the file).

@@ -160,6 +160,7 @@ static inline const double *factor_row(const double *head, long n0, const double
 static inline void solve_panel_rows(const double *const *lrow, const double *inv, long w,
                                     const double *kpan, double *vp, long i_from, long i_to,
                                     int pf) {
+    (void)pf; /* read by the vector tiles only */
     if (w == LANES) /* one vector: eight rows a tile (full rate), the last four alone */
         for (long i0 = i_from; i0 < i_to; i0 += 2 * MR) {
             if (i0 + 2 * MR <= i_to) solve_tile_8x1(lrow + i0, inv, i0, kpan, vp, pf);
