@@ -3,8 +3,9 @@
 §5.5), against the full select: the same choice and append pieces, bit for bit, whatever the
 widths (β from 0 to 10³, ties, near-ties, candidates on the stored points), the number of points
 (at and around the row checks) and of candidates; the full select where the pruning does not
-apply (β < 0, a target that is not finite, fewer points than ``ROWS_MIN_N`` = 160); and whole
-runs, single and batched, the same with and without it."""
+apply (β < 0, a target that is not finite, fewer than 160 points, or 80 with 500 candidates or
+more) or where the last two selects pruned too little (then for 16 selects); and whole runs,
+single and batched, the same with and without it."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from torchbandits.experiments.registry import make_env, make_policy
 from torchbandits.kernels import make_kernel
 from torchbandits.models import ExactKernelRidge
 from torchbandits.models.batched_exact import BatchedExactKernelRidge
-from torchbandits.models.exact_fused import full_select
+from torchbandits.models.exact_fused import full_select, pruned_select
 from torchbandits.native import exact as nx
 from torchbandits.native import exact_batch as nb
 
@@ -50,12 +51,13 @@ def _candidates(model: ExactKernelRidge, n_arms: int, gen: torch.Generator) -> t
     return cand
 
 
-@pytest.mark.parametrize("n", [160, 161, 191, 192, 250])
-@pytest.mark.parametrize("n_arms", [1, 5, 16, 17, 100, 130])
+@pytest.mark.parametrize("n", [100, 160, 161, 191, 192, 250])
+@pytest.mark.parametrize("n_arms", [1, 5, 16, 17, 25, 100, 130])
 def test_the_row_pruned_select_is_the_full_select(n: int, n_arms: int) -> None:
     """Over widths from none to dominating (β ∈ {0, 10⁻³, 0.3, 3, 10³}) and two divisors, the
-    pruned select chooses as the full select, and the appends of its choice (from the pieces it
-    kept) leave the model's state equal, bit for bit, to the full select's appends."""
+    pruned select (forced: ``pruned_select``) chooses as the full select, and the appends of its
+    choice (from the pieces it kept) leave the model's state equal, bit for bit, to the full
+    select's appends."""
     models = [_model(n, seed=n_arms), _model(n, seed=n_arms)]
     gen = torch.Generator().manual_seed(500 + n + n_arms)
     for trial, beta in enumerate((0.0, 1e-3, 0.3, 3.0, 1e3, 0.3)):
@@ -63,7 +65,7 @@ def test_the_row_pruned_select_is_the_full_select(n: int, n_arms: int) -> None:
         form = UCBForm((LAM,), (beta,), (1.0 if trial % 2 else LAM,))
         picks = []
         for model, full in zip(models, (True, False), strict=True):
-            with full_select() if full else contextlib.nullcontext():
+            with full_select() if full else pruned_select():
                 best = model.fused_select(cand, lambda f=form: f)
                 assert best is not None
                 assert model._fused.hint[1] == (0 if full else 1)   # the pieces kept or not
@@ -76,21 +78,29 @@ def test_the_row_pruned_select_is_the_full_select(n: int, n_arms: int) -> None:
             assert torch.equal(state[key], value), key
 
 
-@pytest.mark.parametrize("case", ["negative beta", "nan target", "few points", "pruned"])
+@pytest.mark.parametrize("case", ["negative beta", "nan target", "few points", "pruned",
+                                  "many candidates, few points", "many candidates",
+                                  "forced, few points"])
 def test_where_the_pruning_does_not_apply_the_full_select_runs(case: str) -> None:
     """β < 0 (the bound then falls with the variance: no row bound), a NaN in the whitened
-    targets, fewer than 160 points: the full select (no pieces kept), with its choice; else
-    the pruned select (its pieces kept)."""
-    model = _model(159 if case == "few points" else 170, seed=1)
-    cand = torch.rand(60, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    targets, fewer than 160 points (79 with 500 candidates): the full select (no pieces kept),
+    with its choice; else the pruned select (its pieces kept), also under 160 points inside
+    ``pruned_select``."""
+    points = {"few points": 159, "many candidates, few points": 79, "many candidates": 80,
+              "forced, few points": 50}
+    model = _model(points.get(case, 170), seed=1)
+    n_arms = 500 if case.startswith("many") else 60
+    cand = torch.rand(n_arms, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
     beta = -0.5 if case == "negative beta" else 1.0
     if case == "nan target":
         model._buffers["_z"][0, 5] = float("nan")
     form = UCBForm((LAM,), (beta,), (1.0,))
     with full_select():
         want = model.fused_select(cand, lambda: form)
-    assert model.fused_select(cand, lambda: form) == want
-    assert model._fused.hint[1] == (1 if case == "pruned" else 0)
+    with pruned_select() if case.startswith("forced") else contextlib.nullcontext():
+        assert model.fused_select(cand, lambda: form) == want
+    pruned = case in ("pruned", "many candidates", "forced, few points")
+    assert model._fused.hint[1] == (1 if pruned else 0)
 
 
 @pytest.mark.parametrize("name", ["kucb", "kucb-theory", "gpucb", "igp-ucb", "amm-ucb", "dmm-ucb"])
@@ -135,7 +145,7 @@ def test_the_batched_select_prunes_each_run_as_the_single_run_select() -> None:
         cand[:, 50] = cand[:, 7]
         picks = []
         for model, full in zip(models, (True, False), strict=True):
-            with full_select() if full else contextlib.nullcontext():
+            with full_select() if full else pruned_select():
                 got = model.ucb_argmax_native(cand, beta, div)
                 assert got is not None
                 best = got[0]
@@ -223,7 +233,7 @@ def test_dmm_grid_with_its_rows_pruned_is_the_full_select() -> None:
             form = UCBForm(regs, betas, divs, done=lambda _u, arg, s=seen: s.append(arg.clone()))
             if not full and model._fused is not None:
                 model._fused.hint[0] = trial % 7 - 1               # every start, and out of range
-            with full_select() if full else contextlib.nullcontext():
+            with full_select() if full else pruned_select():
                 best = model.fused_select(cand, lambda f=form: f)
                 assert best is not None
                 assert model._fused.hint[1] == (0 if full else 1)
@@ -239,7 +249,8 @@ def test_dmm_grid_with_its_rows_pruned_is_the_full_select() -> None:
 def test_the_alpha_cache_keeps_alpha_and_only_guesses() -> None:
     """The pruned select keeps ``α = (K + λI)⁻¹y`` for the next select, which guesses its first
     candidates from it: the cache holds α (to rounding), and any content of it — garbage values, a
-    length past ``n`` or negative — gives the full select's choice, single-run and batched."""
+    length past ``n`` or negative, any count of full selects left — gives the full select's
+    choice, single-run and batched."""
     model = _model(170, seed=21)
     form = UCBForm((LAM,), (2.0,), (1.0,))
     gen = torch.Generator().manual_seed(22)
@@ -248,11 +259,12 @@ def test_the_alpha_cache_keeps_alpha_and_only_guesses() -> None:
     cache = model._fused.acache
     k = model.kernel(model.x, model.x).to_dense() + LAM * torch.eye(170, dtype=torch.float64)
     alpha = torch.linalg.solve(k, model.y)
-    assert int(cache[0]) == 170
-    torch.testing.assert_close(cache[1:171], alpha, rtol=1e-9, atol=1e-9)
-    for length, scale in ((1e9, 1.0), (-5.0, 1.0), (120.0, 300.0)):   # past n, negative, garbage
-        cache[0] = length
-        cache[1:] = torch.randn(cache.numel() - 1, dtype=torch.float64, generator=gen) * scale
+    assert int(cache[0]) == 170 and float(cache[1]) == 0.0   # (it pruned well)
+    torch.testing.assert_close(cache[2:172], alpha, rtol=1e-9, atol=1e-9)
+    for length, scale, state in ((1e9, 1.0, float("nan")), (-5.0, 1.0, -3.0), (120.0, 300.0, 1e9),
+                                 (170.0, 1.0, 2.5), (170.0, 1.0, 16.0), (170.0, 1.0, -1.0)):
+        cache[0], cache[1] = length, state          # past n, negative, garbage; then states
+        cache[2:] = torch.randn(cache.numel() - 2, dtype=torch.float64, generator=gen) * scale
         cand = torch.rand(100, 3, dtype=torch.float64, generator=gen)
         with full_select():
             want = model.fused_select(cand, lambda: form)
@@ -267,6 +279,47 @@ def test_the_alpha_cache_keeps_alpha_and_only_guesses() -> None:
         with full_select():
             want = batched.ucb_argmax_native(cand, beta, div)[0]
         if trial:
-            batched._alpha_cache.normal_(generator=gen)       # garbage guesses
+            batched._alpha_cache.normal_(generator=gen)       # garbage guesses and timings
             batched._alpha_cache[:, 0] = 170.0 if trial == 1 else 1e6
         assert torch.equal(batched.ucb_argmax_native(cand, beta, div)[0], want)
+
+
+def test_two_selects_that_pruned_too_little_are_followed_by_full_selects() -> None:
+    """Candidates a rounding apart (one point, moved by 10⁻¹²) have bounds no row check can tell
+    apart, so the select solves every row of every candidate: finding its substitutions after the
+    first group above 0.6 of the full select's, it leaves -1 in the cache (one poor select; fresh
+    candidates next would clear it), a second such select 16, the next 16 selects take the full
+    select (no pieces kept; the count falls by one each), and the next one prunes again (poor:
+    -1); fresh candidates prune well and leave 0. Every choice is the full select's. The batched
+    select keeps the same state per run."""
+    model = _model(170, seed=31)
+    gen = torch.Generator().manual_seed(32)
+
+    def huddle(*shape: int) -> torch.Tensor:
+        point = torch.rand(*shape[:-2], 1, shape[-1], dtype=torch.float64, generator=gen)
+        return point + 1e-12 * torch.rand(*shape, dtype=torch.float64, generator=gen)
+
+    form = UCBForm((LAM,), (2.0,), (1.0,))
+
+    def step(cand: torch.Tensor) -> tuple[int, float]:
+        with full_select():
+            want = model.fused_select(cand, lambda: form)
+        assert model.fused_select(cand, lambda: form) == want
+        return model._fused.hint[1], float(model._fused.acache[1])
+
+    ran = [step(huddle(100, 3)) for _ in range(19)]
+    assert [kept for kept, _ in ran] == [1, 1] + [0] * 16 + [1]
+    assert [state for _, state in ran] == [-1.0, 16.0, *range(15, -1, -1), -1.0]
+    assert step(torch.rand(100, 3, dtype=torch.float64, generator=gen)) == (1, 0.0)
+    batched = BatchedExactKernelRidge(make_kernel("matern52", 0.4), LAM, 2)
+    for _ in range(170):
+        batched.append(torch.rand(2, 3, dtype=torch.float64, generator=gen),
+                       torch.randn(2, dtype=torch.float64, generator=gen))
+    beta, div = torch.full((2,), 2.0, dtype=torch.float64), torch.ones(2, dtype=torch.float64)
+    for state in (-1.0, 16.0, 15.0, 14.0):
+        cand = torch.stack([torch.rand(100, 3, dtype=torch.float64, generator=gen),
+                            huddle(100, 3)])
+        with full_select():
+            want = batched.ucb_argmax_native(cand, beta, div)[0]
+        assert torch.equal(batched.ucb_argmax_native(cand, beta, div)[0], want)
+        assert batched._alpha_cache[:, 1].tolist() == [0.0, state]

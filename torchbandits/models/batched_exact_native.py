@@ -60,7 +60,7 @@ from ..native import exact as nx
 from ..native import exact_batch as nb
 from ..native import threads_for
 from .batched_kernel import fast_kernel
-from .exact_fused import pruning
+from .exact_fused import pruning, pruning_forced
 
 __all__ = ["BatchedExactNative"]
 
@@ -233,11 +233,17 @@ class BatchedExactNative:
             hint = torch.full((r,), groups // 2, dtype=torch.int64)
             set_plain(self, "_select_hint", hint)
         cache = getattr(self, "_alpha_cache", None)   # the pruned select's last α per run
-        if cache is None or cache.shape[0] != r or cache.shape[1] < self._n + 1:
-            cache = torch.zeros(r, 1 + max(2 * self._n, 64), dtype=torch.float64)
+        head = nx.PRUNE_HEAD   # (α's length, the poor-pruning state), then α; kept on growth
+        if cache is None or cache.shape[0] != r or cache.shape[1] < self._n + head:
+            fresh = torch.zeros(r, head + max(2 * self._n, 64), dtype=torch.float64)
+            if cache is not None and cache.shape[0] == r:
+                fresh[:, :head] = cache[:, :head]
+            cache = fresh
             set_plain(self, "_alpha_cache", cache)
         if not pruning():
             hint = None
+        elif pruning_forced():
+            cache[:, 1] = nx.PRUNE_FORCED
         nb.select(lib, groups, self._n, b["_x"], cand, kern, b["_L"], b["_z"], (beta, div), best,
                   arg, (pieces, points), hint, threads=threads_for(r), alpha_cache=cache)
         set_plain(self, "_pending", (self._pending_key(), pieces, points))

@@ -16,12 +16,14 @@ built once and updated by the C code itself (``n``, the rows of each tail) as it
   Flynn & Reeb 2024, Eq. (14) for DMM) over fresh candidates, ``V`` kept only one factor at a
   time in scratch memory, nothing recorded but the candidates and the choice; pruned
   (``exact_prune.h``; the same choice and minimising term, bit for bit; :func:`full_select`
-  turns it off): from 160 points the candidates are solved in order of their prior bound, a few
-  at a time, and a group is dropped as soon as the partial sums ``Σ_{i<j} l_i²`` of one term's
-  forward substitution and an upper bound on its ``μ`` (from ``α = (K + aI)⁻¹y``, with a margin
-  for rounding) put all its columns below the best bound found; with several terms (DMM) the
-  others are solved only on the groups that survive (below 160 points, the first term solved
-  on every candidate keys them);
+  turns it off): the candidates are solved in order of their prior bound, a few at a time, and a
+  group is dropped as soon as the partial sums ``Σ_{i<j} l_i²`` of one term's forward
+  substitution and an upper bound on its ``μ`` (from ``α = (K + aI)⁻¹y``, with a margin for
+  rounding) put all its columns below the best bound found — one term from 160 points (80 with
+  500 candidates or more), several from 160 points; with several terms (DMM) the others are
+  solved only on the groups that survive (below 160 points, the first term solved on every
+  candidate keys them); two selects in a row that pruned too little (their substitutions after
+  the first group above 0.6 of the full select's) are followed by 16 full selects;
 * :meth:`ExactFused.fused_append`: the append of the chosen candidate, its kernel column and new
   factor rows recomputed by the operations of the scoring (the same bits as the scoring's
   column ``V_r[:, j]``, ``μ_r[j]`` and ``colsum(V_r²)_j``: the O(n²) solve of one column costs
@@ -58,11 +60,14 @@ from ..validation import as_scalar_reward
 if TYPE_CHECKING:
     from ..confidence.base import UCBForm
 
-__all__ = ["ExactFused", "FusedTable", "full_select", "pruning"]
+__all__ = ["ExactFused", "FusedTable", "full_select", "pruned_select", "pruning",
+           "pruning_forced"]
 
 _F64 = torch.float64
+_HEAD = nx.PRUNE_HEAD   # the pruned select's cache: values before α's
 _T = nx.FUSED
 _FULL = [0]   # open full_select() scopes: the compiled selects prune when none is open
+_PRUNED = [0]   # open pruned_select() scopes: the compiled selects prune without their timings
 
 
 @contextlib.contextmanager
@@ -78,9 +83,28 @@ def full_select() -> Iterator[None]:
         _FULL[0] -= 1
 
 
+@contextlib.contextmanager
+def pruned_select() -> Iterator[None]:
+    """Within it, the compiled selects prune wherever the pruning applies (``exact_prune.h``: a
+    one-term bound's rows at any number of points, not only from ``rows_min_n(A)``; no full
+    selects after poor prunings): the same choices, bit for bit; for tests and benchmarks. Not
+    thread-safe (a process-wide switch). :func:`full_select` wins where both are open."""
+    _PRUNED[0] += 1
+    try:
+        yield
+    finally:
+        _PRUNED[0] -= 1
+
+
 def pruning() -> bool:
     """Whether the compiled selects prune (no :func:`full_select` scope is open)."""
     return not _FULL[0]
+
+
+def pruning_forced() -> bool:
+    """Whether the compiled selects prune without their timings (a :func:`pruned_select` scope
+    is open, and no :func:`full_select` one)."""
+    return bool(_PRUNED[0]) and not _FULL[0]
 
 
 def _ok(t: Tensor) -> bool:
@@ -99,9 +123,11 @@ class FusedTable:
     (``c_longlong * 2``): with several terms, the one the pruned select solves first (the
     minimiser at the last chosen candidate; it changes no choice) and whether ``pend`` (float64,
     ``[terms, n + 2]`` used) holds the chosen candidate's append pieces per term, both carried
-    over to a rebuilt table, as is ``acache`` (float64 ``[1 + capacity]``): the pruned select's
-    last ``α`` (its length, then the values), from which the next one guesses the candidates it
-    solves first (any content gives the same choice)."""
+    over to a rebuilt table, as is ``acache`` (float64 ``[PRUNE_HEAD + capacity]``,
+    :data:`~torchbandits.native.exact.PRUNE_HEAD`): the length of the pruned select's last ``α``,
+    the state of the poor-pruning rule (``exact_prune.h``), then ``α``'s values, from which the
+    next pruned select guesses the candidates it solves first (any content gives the same
+    choice)."""
 
     __slots__ = (
         "acache",
@@ -204,7 +230,7 @@ class ExactFused:
         ft.prev = None if old is None else old.prev
         ft.hint = (ctypes.c_longlong * 2)(-1, 0) if old is None else old.hint
         ft.pend = torch.empty(0, dtype=_F64) if old is None else old.pend
-        ft.acache = torch.zeros(1, dtype=_F64) if old is None else old.acache
+        ft.acache = torch.zeros(_HEAD, dtype=_F64) if old is None else old.acache
         set_plain(self, "_fused", ft)
         return ft
 
@@ -254,8 +280,10 @@ class ExactFused:
             prune = not _FULL[0]
             if prune and ft.pend.numel() < terms * (n + 2):
                 ft.pend = torch.empty(2 * terms * (n + 2), dtype=_F64)
-            if prune and ft.acache.numel() < n + 1:
-                ft.acache = torch.zeros(1 + 2 * n, dtype=_F64)
+            if prune and ft.acache.numel() < n + _HEAD:
+                ft.acache = torch.cat([ft.acache[:_HEAD], torch.zeros(2 * n, dtype=_F64)])
+            if prune and _PRUNED[0]:
+                ft.acache[1] = nx.PRUNE_FORCED
             best = lib.tb_exact_fused_select(ft.base, ft.dbase, cand.data_ptr(), a,
                                              None if prev is None else prev.data_ptr(),
                                              0 if prev is None else prev.shape[0],
@@ -263,7 +291,7 @@ class ExactFused:
                                              ctypes.addressof(ft.hint) if prune else None,
                                              ft.pend.data_ptr() if prune else None,
                                              ft.acache.data_ptr() if prune else None,
-                                             ft.acache.numel() - 1)
+                                             ft.acache.numel() - _HEAD)
             if best != -3 or not retry:
                 break
             # the kernel's values changed since the table: a new plan and table, once

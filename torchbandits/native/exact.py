@@ -28,7 +28,7 @@ from torch import Tensor
 
 from . import signed
 
-__all__ = ["FUSED", "KINDS", "MAX_N", "append", "available", "score"]
+__all__ = ["FUSED", "KINDS", "MAX_N", "PRUNE_FORCED", "PRUNE_HEAD", "append", "available", "score"]
 
 MAX_N = 1500
 """Largest number of stored points scored here; above it the torch path (LAPACK's blocked
@@ -42,6 +42,11 @@ KINDS = {("rbf", float("inf")): 0, ("matern", 0.5): 1, ("matern", 1.5): 2, ("mat
 """The closed forms of ``exact_step.c`` by ``(kind, ν)`` of a
 :class:`~torchbandits.kernel_fast.ScaledStationary`."""
 
+#: Values before ``α``'s in the pruned select's per-run cache (``exact_prune.h``: ``α``'s length,
+#: then the state of the poor-pruning rule, ``PRUNE_FORCED`` = −2 to force the next pruned select).
+PRUNE_HEAD = 2
+#: The cache's value that asks the next select to be pruned wherever the pruning applies.
+PRUNE_FORCED = -2.0
 FUSED = {"n": 0, "d": 1, "factors": 2, "kind": 3, "has_scale": 4, "dw": 5, "cap": 6, "block": 7,
          "scaled": 8, "weight": 9, "x": 10, "y": 11, "z": 12, "zstride": 13, "params": 14,
          "terms": 15, "param0": 16, "max_params": 4, "factor0": 28, "factor_width": 5}

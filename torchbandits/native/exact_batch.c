@@ -159,8 +159,9 @@ long tb_batch_score(long R, long G, long n, long A, long d, const double *x, lon
  * hint [R] (int64, may be NULL): the pruned select (see the top of the file); with G > 1 each
  * run's member to solve first (out of range: G / 2), set to the minimising g at the chosen
  * candidate (0 with G = 1); NULL: the full select. The choice does not depend on it.
- * ac [R, acs] (may be NULL): per run the pruned select's cache of alpha (exact_prune.h; its
- * capacity acs - 1 points), read and written; the choice does not depend on it.
+ * ac [R, acs] (may be NULL): per run the pruned select's cache (exact_prune.h: the poor-pruning
+ * state, then alpha, for acs - PRUNE_HEAD points), read and written; the choice does not
+ * depend on it.
  * Returns 0, or -1 when scratch memory could not be allocated (the runs before the failing one
  * chosen, the later ones not). */
 long tb_batch_select(long R, long G, long n, long A, long d, const double *x, long xs_,
@@ -205,7 +206,8 @@ long tb_batch_select(long R, long G, long n, long A, long d, const double *x, lo
             double *pp = pend ? pend + r * G * (n + 2) : NULL;
             for (long g = 0; g < G; ++g) refs[g] = member_ref(r * G + g, L, ls, lc, z, zs);
             if (!select_pruned(&s.sc, &ps, G, g0, n, A, refs, beta + r * G, div + r * G, kdiag,
-                               s.kq, ac ? ac + r * acs : NULL, acs - 1, &bj, &bg, pp)) {
+                               s.kq, ac ? ac + r * acs : NULL, acs - PRUNE_HEAD, &bj, &bg,
+                               pp)) {
                 best[r] = bj;
                 hint[r] = bg;
                 if (arg) arg[r] = bg;

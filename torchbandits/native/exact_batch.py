@@ -16,12 +16,13 @@ companion):
   Flynn & Reeb 2024, Eq. (14)), ``[R]``, and the chosen candidate's append pieces (``l``,
   ``zᵀl``, ``‖l‖²`` per member) while the run's factors are in the cache; with a ``hint``,
   pruned (the same choice and the same bits: a column is solved by the same operations whatever
-  the other columns, and whether in one go or in pieces; ``exact_prune.h``): from 160 points
-  the candidates are solved a few at a time in order of their prior bound and a group is
-  dropped as soon as one member's partial sums ``Σ_{i<j} l_i²`` and an upper bound on its
-  ``μ`` put every column below the best bound found (with ``G = 1`` below 160 points: the full
-  select); with ``G > 1`` the other members are solved only on the groups that survive (below
-  160 points one member on every candidate keys them);
+  the other columns, and whether in one go or in pieces; ``exact_prune.h``): the candidates are
+  solved a few at a time in order of their prior bound and a group is dropped as soon as one
+  member's partial sums ``Σ_{i<j} l_i²`` and an upper bound on its ``μ`` put every column below
+  the best bound found (with ``G = 1`` from 160 points, 80 with 500 candidates or more, else
+  the full select; with ``G > 1`` from 160 points); with ``G > 1`` the other members are solved
+  only on the groups that survive (below 160 points one member on every candidate keys them); a
+  run whose last two selects pruned too little takes the full select for its next 16;
 * :func:`append`: per member ``l = L⁻¹k_S(x_r)``, ``d = sqrt(k(x_r, x_r) + λ − ‖l‖²)``,
   ``z[n] = (y_r − zᵀl)/d`` written as row ``n`` of the factor, with the point and reward
   (``l``, ``zᵀl``, ``‖l‖²`` read from :func:`select`'s pieces for the runs whose point holds the
@@ -157,10 +158,13 @@ def select(lib: ctypes.CDLL, groups: int, n: int, x: Tensor, cand: Tensor,
             the member each run solves first (any value: the choice is the same), then the
             minimising ``g`` at its chosen candidate (0 with one group); ``None``: every member
             on every candidate, every row.
-        alpha_cache: ``[R, 1 + cap]`` float64 (contiguous rows), read and written if given with
-            ``hint``: per run the pruned select's last ``α`` (its length, then the values; zeros
-            at first), from which the next select guesses its first group (any content gives
-            the same choice; ``exact_prune.h``). Used where ``n <= cap``.
+        alpha_cache: ``[R, PRUNE_HEAD + cap]`` float64 (contiguous rows,
+            :data:`~torchbandits.native.exact.PRUNE_HEAD`), read and written if given with
+            ``hint``: per run the pruned select's cache (zeros at first; any content gives the
+            same choice; ``exact_prune.h``): the length of its last ``α``, the state of the
+            poor-pruning rule (:data:`~torchbandits.native.exact.PRUNE_FORCED` forces the pruned
+            select once), then ``α``'s values, from which the next pruned select guesses its
+            first group (used where ``n <= cap``).
     """
     beta, div = bound
     state = _State(groups, n, x, cand, _kernel(kernel), chol, z)

@@ -76,8 +76,9 @@ static long pruned_fused(score_scratch *sc, const long long *tab, long S, const 
  * chosen index. NULL: the full select.
  * pend [S, n + 2] (may be NULL): where the pruned select writes the chosen candidate's append
  * pieces per term (l = L^{-1} k_S(c), z^T l, |l|^2 of its factor), hint[1] then set to 1 (else
- * 0): tb_exact_fused_append's input. ac [1 + acap] (may be NULL): the pruned select's cache of
- * alpha (exact_prune.h), read and written; the choice does not depend on it.
+ * 0): tb_exact_fused_append's input. ac [PRUNE_HEAD + acap] (may be NULL): the pruned select's
+ * cache (exact_prune.h: the poor-pruning state, then alpha), read and written; the choice does
+ * not depend on it.
  * Returns the index, or -1 (no scratch memory), -3 (a kernel parameter changed: rebuild the
  * table), -4 (cand holds the values of prev: the caller's candidate caches serve it), -5 (a
  * candidate is not finite). */

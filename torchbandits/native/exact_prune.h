@@ -30,9 +30,10 @@
  * (ucb_argmax over every member's scoring). At the papers' sizes most candidates are dropped
  * before their first row: their prior bound is below the best posterior bound. The pruning needs
  * every member finite, beta_g0 >= 0 and div > 0 (a NaN bound counts as largest), and a one-term
- * bound at least ROWS_MIN_N points: the caller takes the full select otherwise. Below ROWS_MIN_N
- * points several members are keyed instead by member g0's exact terms, g0 solved on every
- * candidate first (no row checks then). */
+ * bound at least rows_min_n(A) points: the caller takes the full select otherwise, and for
+ * FULL_AFTER_POOR selects after two in a row that pruned too little (the state in the caller's
+ * cache). Below ROWS_MIN_N points several members are keyed instead by member g0's exact terms,
+ * g0 solved on every candidate first (no row checks then). */
 #ifndef TB_EXACT_PRUNE_H
 #define TB_EXACT_PRUNE_H
 
@@ -130,59 +131,43 @@ static void prune_free(prune_scratch *p) {
 /* The first group, solved to the end before any bound is known: one vector (the eight-row tile
  * runs it at the full rate, at half the cost of two vectors). */
 #define FIRST_GROUP LANES
-/* The rows are pruned from this many points on. Below, the full solve (A n^2 / 2 multiply-adds)
- * costs about what the row pruning's own passes cost (alpha, the upper bounds, the sort, the
- * gathers): a one-term bound takes the full select there (a K-UCB or AMM step at n = 100: 0.084
- * ms pruned, 0.074 ms in full; at 160: 0.102 against 0.108), DMM solves its member g0 on every
- * candidate and keys the candidates by its exact terms (at n = 64 / 128 a single-run step 0.088-
- * 0.091 / 0.128-0.138 ms against 0.092-0.098 / 0.146-0.155 with the rows pruned; level at 160,
- * where the batch gains 10%; benchmarks/bench_vs_reference.py, 100 candidates, d = 3). */
+/* Where the rows are pruned. Below, the full solve (A n^2 / 2 multiply-adds) costs about what
+ * the row pruning's own passes cost (alpha, the upper bounds, the sort, the gathers), so a
+ * one-term bound takes the full select under rows_min_n(A) points; DMM's grid under ROWS_MIN_N
+ * points solves its member g0 on every candidate and keys the candidates by its exact terms.
+ * What the rows save depends on the state: on a K-UCB run's own points (d = 3, a step's select
+ * and append, pruned against full alternated; benchmarks/bench_pruning.py) they paid from
+ * n = 80 at A = 100-1000 and 160-250 at A = 20; on the random points of
+ * benchmarks/bench_vs_reference.py only from 160-250 at A = 100-300 (0.84-0.93x at n = 80-130),
+ * but from 80 at A = 1000 (1.23-1.44x). So: from 160 points, from 80 with at least ROWS_WIDE_A
+ * candidates. */
 #define ROWS_MIN_N 160
+#define ROWS_WIDE_A 500
+static inline long rows_min_n(long A) { return A >= ROWS_WIDE_A ? 80 : ROWS_MIN_N; }
+/* The caller's cache per run: PRUNE_HEAD values (alpha's length, the poor-pruning state), then
+ * alpha (see select_pruned). */
+#define PRUNE_HEAD 2
+/* ac[1] == PRUNE_FORCED: the caller asks for the pruned select wherever it applies (a one-term
+ * bound's rows at any n; no poor-pruning rule; for tests and benchmarks), once. */
+#define PRUNE_FORCED -2.0
+/* A select with its rows pruned whose substitutions after the first group cost more than
+ * POOR_PRUNING times the full select's on the same candidates (its multiply-adds counted as it
+ * runs; at least ROW_GROUP candidates after the first group) pruned too little to pay for its own
+ * passes and its narrower panels. After two such selects in a row (one alone can be DMM's member
+ * g0 chosen badly for once) the next FULL_AFTER_POOR selects of the run take the full select (the
+ * caller's cache holds the state, ac[1]: -1 after one poor select, then the count), then one
+ * prunes again. Measured on AMM-UCB's runs in d = 6 (100 candidates: the variance high
+ * everywhere, hardly a candidate dropped): 0.8-0.85 of the full select's substitutions, the
+ * select 1.2-1.3 times as long as the full one; K-UCB's in d = 2 and 6: 0 - 0.1, a gain. (With
+ * fewer candidates the first group is most of the select, and the pieces the pruned select keeps
+ * for the append pay for the rest: no rule there; DMM's exact keys below ROWS_MIN_N never
+ * measured worse than 0.92x.) */
+#define POOR_PRUNING 0.6
+#define FULL_AFTER_POOR 16
 /* The multiple of the first-order bound on |z^T l - alpha^T k| that is added to alpha^T k. */
 #define MU_SLACK 8.0
 
-/* alpha = L^{-T} z [n]: a column-oriented back substitution on the rows of L, four rows at a
- * time (their 4 x 4 triangle first, then one pass over alpha[0 .. k) for the four: a load and a
- * store of alpha per four multiply-adds). Its rounding only enters the margin (see above). */
-static void back_alpha(long n, const factor_ref *f, double *alpha) {
-    memcpy(alpha, f->z, (size_t)n * sizeof(double));
-    long k = n - 1;
-    for (; k >= 3; k -= 4) {
-        const double *r3 = factor_row(f->head, f->n0, f->tail, f->width, k);
-        const double *r2 = factor_row(f->head, f->n0, f->tail, f->width, k - 1);
-        const double *r1 = factor_row(f->head, f->n0, f->tail, f->width, k - 2);
-        const double *r0 = factor_row(f->head, f->n0, f->tail, f->width, k - 3);
-        double a3 = alpha[k] / r3[k];
-        double a2 = (alpha[k - 1] - r3[k - 1] * a3) / r2[k - 1];
-        double a1 = (alpha[k - 2] - r3[k - 2] * a3 - r2[k - 2] * a2) / r1[k - 2];
-        double a0 = (alpha[k - 3] - r3[k - 3] * a3 - r2[k - 3] * a2 - r1[k - 3] * a1) / r0[k - 3];
-        alpha[k] = a3, alpha[k - 1] = a2, alpha[k - 2] = a1, alpha[k - 3] = a0;
-        /* the next four rows, a line of each per line of these (a batch's factors come from
-         * memory, and the next rows start where the hardware's stream prefetch has none) */
-        const double *p0 = r0, *p1 = r0, *p2 = r0, *p3 = r0;
-        if (k >= 7) {
-            p3 = factor_row(f->head, f->n0, f->tail, f->width, k - 4);
-            p2 = factor_row(f->head, f->n0, f->tail, f->width, k - 5);
-            p1 = factor_row(f->head, f->n0, f->tail, f->width, k - 6);
-            p0 = factor_row(f->head, f->n0, f->tail, f->width, k - 7);
-        }
-        for (long i0 = 0; i0 < k - 3; i0 += 8) {
-            __builtin_prefetch(p3 + i0, 0, 3);
-            __builtin_prefetch(p2 + i0, 0, 3);
-            __builtin_prefetch(p1 + i0, 0, 3);
-            __builtin_prefetch(p0 + i0, 0, 3);
-            long i1 = i0 + 8 < k - 3 ? i0 + 8 : k - 3;
-            for (long i = i0; i < i1; ++i)
-                alpha[i] -= (r3[i] * a3 + r2[i] * a2) + (r1[i] * a1 + r0[i] * a0);
-        }
-    }
-    for (; k >= 0; --k) {
-        const double *row = factor_row(f->head, f->n0, f->tail, f->width, k);
-        double ak = alpha[k] / row[k];
-        alpha[k] = ak;
-        for (long i = 0; i < k; ++i) alpha[i] -= row[i] * ak;
-    }
-}
+#include "exact_prune_keys.h"
 
 /* Rows i0 .. i1 - 1 of the packed panel [npad, w] of the c columns cols of K_SC [n, A] (zero
  * padding: columns c .. w - 1 and rows from n). */
@@ -194,53 +179,6 @@ static void pack_rows(long n, long A, const double *kq, const long *cols, long c
         for (long q = 0; q < c0; ++q) out[q] = kq[i * A + cols[q]];
         for (long q = c0; q < w; ++q) out[q] = 0.0;
     }
-}
-
-/* The prior bounds (see the top of the file) of the A candidates into p->term, their upper bounds
- * on mu_g0 into p->mu0 (for the row checks), from alpha = L^{-T} z (in p->gk); 1 where a bound is
- * not finite. */
-static int prior_keys(prune_scratch *p, long n, long A, const factor_ref *f, double b0, double d0,
-                      double kdiag, const double *kq) {
-    const double u = 0x1p-53;
-    double *alpha = p->gk, *mu1 = p->mu0, *mag = p->ss0, *key = p->term;
-    back_alpha(n, f, alpha);
-    /* |L|_F: every row of L has the squared norm k(x, x) + a = L_00^2 (a stationary kernel's
-     * constant diagonal), so |L|_F = n^(1/2) L_00; twice that covers the factor's rounding */
-    double l00 = factor_row(f->head, f->n0, f->tail, f->width, 0)[0];
-    double lf = 2.0 * sqrt((double)n) * fabs(l00), zn = 0.0, an = 0.0;
-    for (long i = 0; i < n; ++i) zn += f->z[i] * f->z[i], an += alpha[i] * alpha[i];
-    for (long j = 0; j < A; ++j) mu1[j] = mag[j] = 0.0;
-    for (long i = 0; i < n; ++i) {
-        double ai = alpha[i], aa = fabs(ai);
-        const double *ki = kq + i * A;
-        for (long j = 0; j < A; ++j) {
-            mu1[j] += ai * ki[j];
-            mag[j] += aa * fabs(ki[j]);
-        }
-    }
-    double sk = sqrt(kdiag), gam = MU_SLACK * (double)(n + 2) * u;
-    double common = gam * (2.0 * lf * sqrt(an) * sk + sqrt(zn) * sk);
-    for (long j = 0; j < A; ++j) { /* mu1: an upper bound on mu_g0; key: the prior bound */
-        double hi = mu1[j] + (common + gam * mag[j] + gam * fabs(mu1[j]));
-        mu1[j] = hi;
-        key[j] = bound_term(kdiag, hi, d0, b0);
-        if (!isfinite(key[j])) return 1;
-    }
-    return 0;
-}
-
-/* Member g0's exact terms (its bound's term on every candidate, the full select's operations)
- * into p->term; 1 where one is NaN. */
-static int exact_keys(score_scratch *sc, prune_scratch *p, long n, long A, const factor_ref *f,
-                      double b0, double d0, double kdiag, const double *kq) {
-    pack_k(n, sc->npad, A, kq, sc->kp);
-    ref_solve(sc, n, A, f, NULL, p->mu0, p->ss0);
-    for (long j = 0; j < A; ++j) {
-        double rho2 = kdiag - p->ss0[j];
-        p->term[j] = bound_term(rho2 > 0.0 ? rho2 : 0.0, p->mu0[j], d0, b0);
-        if (p->term[j] != p->term[j]) return 1;
-    }
-    return 0;
 }
 
 /* The state of one pruned select: its inputs, and the best bound found so far (top at column
@@ -256,6 +194,8 @@ typedef struct {
     int rows; /* whether a group's g0 rows are checked against top as they are solved */
     double *pend;
     int g0_rows; /* whether sc's lrow and inv hold member g0's rows */
+    double work; /* the substitutions' multiply-adds so far after the first group, in units of
+                  * 1/2 (rows^2 a column) */
 } prune_run;
 
 /* Solve the group of c columns cols (member g0 ROW_CHECK rows at a time, dropped as soon as none
@@ -273,8 +213,9 @@ static int run_group(prune_run *r, const long *cols, long c, int first) {
     r->g0_rows = G == 1; /* (the other members' solves below set sc's rows to theirs) */
     for (long q = 0; q < c; ++q) part[q] = 0.0;
     int alive = 1;
+    long i1 = 0;
     for (long i0 = 0; i0 < npad && alive; i0 += ROW_CHECK) {
-        long i1 = i0 + ROW_CHECK < npad ? i0 + ROW_CHECK : npad;
+        i1 = i0 + ROW_CHECK < npad ? i0 + ROW_CHECK : npad;
         pack_rows(n, r->A, r->kq, cols, c, w, i0, i1, sc->kp); /* (packed as far as solved) */
         solve_panel_rows(sc->lrow, sc->inv, w, sc->kp, sc->vp, i0, i1, first);
         if (!r->rows || r->bj < 0 || i1 >= npad) continue;
@@ -291,7 +232,9 @@ static int run_group(prune_run *r, const long *cols, long c, int first) {
             alive |= t > r->top || (t == r->top && cols[q] < r->bj);
         }
     }
+    if (!first) r->work += (double)c * (double)i1 * (double)i1;
     if (!alive) return 0;
+    if (!first) r->work += (double)((G - 1) * c) * (double)npad * (double)npad;
     /* member g0's pieces of the group, then the other members' on its columns (kp holds the
      * group's whole panel now) */
     double *gv0 = p->gv + g0 * n * c, *pend = r->pend;
@@ -323,33 +266,16 @@ static int run_group(prune_run *r, const long *cols, long c, int first) {
     return 0;
 }
 
-/* The FIRST_GROUP candidates of the largest alpha_prev^T k_S(x) (ties: the smaller index) into
- * cols, from the m entries of the previous select's alpha (a guess of the first group's order: any
- * guess gives the same choice). */
-static long guess_first(long n, long A, const double *kq, const double *ac, long m, double *score,
-                        long *cols) {
-    for (long j = 0; j < A; ++j) score[j] = 0.0;
-    for (long i = 0; i < m && i < n; ++i) {
-        double ai = ac[i];
-        for (long j = 0; j < A; ++j) score[j] += ai * kq[i * A + j];
-    }
-    long c = 0;
-    for (long j = 0; j < A; ++j) { /* insertion into the running top FIRST_GROUP */
-        if (c == FIRST_GROUP && !(score[j] > score[cols[c - 1]])) continue;
-        long at = c < FIRST_GROUP ? c++ : c - 1;
-        while (at > 0 && score[j] > score[cols[at - 1]]) cols[at] = cols[at - 1], --at;
-        cols[at] = j;
-    }
-    return c;
-}
-
 /* The pruned select over A candidates of the bound min_g (sqrt(rho^2_g / div[g]) beta[g] + mu_g)
  * of the G factors fr [G] (see the top of the file) from their kernel block K_SC [n, A] (kq,
  * row-major; sc's packing is not read, and spent here). g0: the member whose rows are pruned.
- * ac [1 + cap] (may be NULL): a cache of member g0's alpha kept by the caller between selects
- * (ac[0] its length m, then the values; zeros at first; read only where m <= n <= cap): with the
- * rows pruned, the first group is guessed from it and solved before this select's alpha, whose
- * back substitution then finds the factor's rows in the cache, and this alpha is written back.
+ * ac [PRUNE_HEAD + cap] (may be NULL): the caller's cache between selects (zeros at first):
+ * ac[1] the state of the poor prunings (see POOR_PRUNING; -1: one, 1 .. FULL_AFTER_POOR: the full
+ * selects left; PRUNE_FORCED: prune this select wherever the pruning applies; anything else:
+ * none), then member g0's alpha, ac[0] its length m and its values from ac + PRUNE_HEAD (read
+ * only where m <= n <= cap): with the rows pruned, the first group is guessed from it and solved
+ * before this select's alpha, whose back substitution then finds the factor's rows in the cache,
+ * and this alpha is written back.
  * The first index of the largest bound into *best, the minimising g there into *argb; where
  * pend is not NULL the chosen candidate's append pieces per member g at pend + g (n + 2):
  * l = L_g^{-1} k_S(c) [n], z_g^T l, |l|^2. Returns 0, or 1 (nothing chosen) where the pruning
@@ -360,18 +286,23 @@ static int select_pruned(score_scratch *sc, prune_scratch *p, long G, long g0, l
                          long *argb, double *pend) {
     const factor_ref *f = fr + g0;
     double b0 = beta[g0], d0 = div[g0];
-    if ((G == 1 && n < ROWS_MIN_N) || (n >= ROWS_MIN_N && !(b0 >= 0.0)) || !(kdiag > 0.0)
-        || !isfinite(kdiag))
+    int forced = ac && ac[1] == PRUNE_FORCED;
+    if (forced) ac[1] = 0.0;
+    int rows = n >= (G > 1 ? ROWS_MIN_N : forced ? 1 : rows_min_n(A));
+    if ((G == 1 && !rows) || (rows && !(b0 >= 0.0)) || !(kdiag > 0.0) || !isfinite(kdiag))
         return 1;
+    if (rows && ac && ac[1] >= 1.0 && ac[1] <= (double)FULL_AFTER_POOR) { /* FULL_AFTER_POOR */
+        ac[1] -= 1.0;
+        return 1;
+    }
     for (long g = 0; g < G; ++g)
         if (!member_finite(n, fr + g, beta[g], div[g])) return 1;
-    prune_run r = {sc, p, G, g0, n, A, fr, beta, div, kq, kdiag, 0.0, -1, 0, n >= ROWS_MIN_N,
-                   pend, 0};
+    prune_run r = {sc, p, G, g0, n, A, fr, beta, div, kq, kdiag, 0.0, -1, 0, rows, pend, 0, 0.0};
     double *key = p->term;
     long first[FIRST_GROUP], nfirst = 0;
     if (r.rows && ac && cap >= n) { /* the first group guessed and solved before alpha */
         long m = (long)ac[0];
-        nfirst = guess_first(n, A, kq, ac + 1, m >= 0 && m <= n ? m : 0, key, first);
+        nfirst = guess_first(n, A, kq, ac + PRUNE_HEAD, m >= 0 && m <= n ? m : 0, key, first);
         if (run_group(&r, first, nfirst, 1)) return 1;
     }
     /* the keys: below ROWS_MIN_N points (several members) member g0's exact terms, g0 solved on
@@ -381,7 +312,7 @@ static int select_pruned(score_scratch *sc, prune_scratch *p, long G, long g0, l
         return 1;
     if (r.rows && ac && cap >= n) { /* this alpha for the next select */
         ac[0] = (double)n;
-        memcpy(ac + 1, p->gk, (size_t)n * sizeof(double));
+        memcpy(ac + PRUNE_HEAD, p->gk, (size_t)n * sizeof(double));
     }
     for (long q = 0; q < nfirst; ++q) key[first[q]] = -INFINITY; /* (solved) */
     for (long j = 0; j < A; ++j) p->order[j] = j;
@@ -402,6 +333,12 @@ static int select_pruned(score_scratch *sc, prune_scratch *p, long G, long g0, l
     }
     *best = r.bj;
     *argb = r.bg;
+    if (rows && ac && !forced) { /* a second poor pruning in a row: the next selects in full */
+        long rest = A - FIRST_GROUP;
+        double npad2 = (double)sc->npad * (double)sc->npad;
+        int poor = rest >= ROW_GROUP && r.work > POOR_PRUNING * (double)(G * rest) * npad2;
+        ac[1] = !poor ? 0.0 : ac[1] == -1.0 ? (double)FULL_AFTER_POOR : -1.0;
+    }
     return 0;
 }
 

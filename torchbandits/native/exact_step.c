@@ -21,8 +21,9 @@
  * d_r = sqrt(k(x_j, x_j) + a_r - colsum(V_r^2)_j), and z_r gains (y - mu_r[j]) / d_r.
  *
  * Included: exact_solve_tiles.h (the solve's packing and tiles), exact_prune.h (the pruned select
- * of a minimum over several factors, DMM) and exact_fused_step.h (the fused single-run step:
- * one call per select and per append on a table of the model's state).
+ * of every closed-form bound, one term or DMM's grid; its keys in exact_prune_keys.h) and
+ * exact_fused_step.h (the fused single-run step: one call per select and per append on a table
+ * of the model's state).
  */
 #include <math.h>
 #include <stddef.h>
