@@ -43,7 +43,7 @@ from torchbandits.models.exact_fused import full_select, pruned_select  # noqa: 
 from torchbandits.native import exact as nx  # noqa: E402
 
 SETTINGS = ("kucb:3:5", "kucb:3:10", "kucb:3:20", "kucb:3:100", "kucb:3:300", "kucb:3:1000",
-            "amm-ucb:6:100", "dmm-ucb:3:100")
+            "amm-ucb:6:100", "amm-ucb:3:100", "dmm-ucb:3:100", "dmm-ucb:3:1000")
 POINTS = (60, 80, 100, 130, 160, 250, 500)
 
 

@@ -80,16 +80,20 @@ def test_the_row_pruned_select_is_the_full_select(n: int, n_arms: int) -> None:
 
 @pytest.mark.parametrize("case", ["negative beta", "nan target", "few points", "pruned",
                                   "many candidates, few points", "many candidates",
+                                  "few candidates, few points", "few candidates", "one candidate",
                                   "forced, few points"])
 def test_where_the_pruning_does_not_apply_the_full_select_runs(case: str) -> None:
     """β < 0 (the bound then falls with the variance: no row bound), a NaN in the whitened
-    targets, fewer than 160 points (79 with 500 candidates): the full select (no pieces kept),
+    targets, fewer than 160 points (80 with 500 candidates, 320 with fewer than two groups' —
+    14 here —, every candidate in the first group: never): the full select (no pieces kept),
     with its choice; else the pruned select (its pieces kept), also under 160 points inside
     ``pruned_select``."""
     points = {"few points": 159, "many candidates, few points": 79, "many candidates": 80,
+              "few candidates, few points": 319, "few candidates": 320, "one candidate": 400,
               "forced, few points": 50}
     model = _model(points.get(case, 170), seed=1)
-    n_arms = 500 if case.startswith("many") else 60
+    n_arms = (500 if case.startswith("many") else 14 if case.startswith("few candidates")
+              else 1 if case == "one candidate" else 60)
     cand = torch.rand(n_arms, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
     beta = -0.5 if case == "negative beta" else 1.0
     if case == "nan target":
@@ -99,7 +103,7 @@ def test_where_the_pruning_does_not_apply_the_full_select_runs(case: str) -> Non
         want = model.fused_select(cand, lambda: form)
     with pruned_select() if case.startswith("forced") else contextlib.nullcontext():
         assert model.fused_select(cand, lambda: form) == want
-    pruned = case in ("pruned", "many candidates", "forced, few points")
+    pruned = case in ("pruned", "many candidates", "few candidates", "forced, few points")
     assert model._fused.hint[1] == (1 if pruned else 0)
 
 

@@ -139,29 +139,32 @@ static void prune_free(prune_scratch *p) {
  * and append, pruned against full alternated; benchmarks/bench_pruning.py) they paid from
  * n = 80 at A = 100-1000 and 160-250 at A = 20; on the random points of
  * benchmarks/bench_vs_reference.py only from 160-250 at A = 100-300 (0.84-0.93x at n = 80-130),
- * but from 80 at A = 1000 (1.23-1.44x). So: from 160 points, from 80 with at least ROWS_WIDE_A
- * candidates. */
+ * but from 80 at A = 1000 (1.23-1.44x); with 10 or 20 candidates from 250-500 (0.85-0.97x
+ * below), with 5 never (0.87-0.95x). So: from 160 points, from 80 with at least ROWS_WIDE_A
+ * candidates, from 320 with fewer than two groups' worth, never with one group's. */
 #define ROWS_MIN_N 160
 #define ROWS_WIDE_A 500
-static inline long rows_min_n(long A) { return A >= ROWS_WIDE_A ? 80 : ROWS_MIN_N; }
+static inline long rows_min_n(long A) {
+    if (A <= FIRST_GROUP) return LONG_MAX; /* (every candidate in the first group: none dropped) */
+    return A < FIRST_GROUP + ROW_GROUP ? 2 * ROWS_MIN_N : A < ROWS_WIDE_A ? ROWS_MIN_N : 80;
+}
 /* The caller's cache per run: PRUNE_HEAD values (alpha's length, the poor-pruning state), then
  * alpha (see select_pruned). */
 #define PRUNE_HEAD 2
 /* ac[1] == PRUNE_FORCED: the caller asks for the pruned select wherever it applies (a one-term
  * bound's rows at any n; no poor-pruning rule; for tests and benchmarks), once. */
 #define PRUNE_FORCED -2.0
-/* A select with its rows pruned whose substitutions after the first group cost more than
- * POOR_PRUNING times the full select's on the same candidates (its multiply-adds counted as it
- * runs; at least ROW_GROUP candidates after the first group) pruned too little to pay for its own
- * passes and its narrower panels. After two such selects in a row (one alone can be DMM's member
- * g0 chosen badly for once) the next FULL_AFTER_POOR selects of the run take the full select (the
- * caller's cache holds the state, ac[1]: -1 after one poor select, then the count), then one
- * prunes again. Measured on AMM-UCB's runs in d = 6 (100 candidates: the variance high
- * everywhere, hardly a candidate dropped): 0.8-0.85 of the full select's substitutions, the
- * select 1.2-1.3 times as long as the full one; K-UCB's in d = 2 and 6: 0 - 0.1, a gain. (With
- * fewer candidates the first group is most of the select, and the pieces the pruned select keeps
- * for the append pay for the rest: no rule there; DMM's exact keys below ROWS_MIN_N never
- * measured worse than 0.92x.) */
+/* A one-term select with its rows pruned whose substitutions after the first group cost more
+ * than POOR_PRUNING times the full select's on the same candidates (its multiply-adds counted as
+ * it runs; at least ROW_GROUP candidates after the first group) pruned too little to pay for its
+ * own passes and its narrower panels. After two such selects in a row the next FULL_AFTER_POOR
+ * selects of the run take the full select (the caller's cache holds the state, ac[1]: -1 after
+ * one poor select, then the count), then one prunes again. Measured on AMM-UCB's runs in d = 6
+ * (100 candidates: the variance high everywhere, hardly a candidate dropped): 0.8-0.85 of the
+ * full select's substitutions, the select 1.2-1.3 times as long as the full one; K-UCB's in
+ * d = 2 and 6: 0 - 0.1, a gain. Not for DMM's grid: a poor select there is its member g0 chosen
+ * badly for a select or two, and its full select costs five factors' solves (with 1000
+ * candidates the rule made a run 30% slower). */
 #define POOR_PRUNING 0.6
 #define FULL_AFTER_POOR 16
 /* The multiple of the first-order bound on |z^T l - alpha^T k| that is added to alpha^T k. */
@@ -333,7 +336,7 @@ static int select_pruned(score_scratch *sc, prune_scratch *p, long G, long g0, l
     }
     *best = r.bj;
     *argb = r.bg;
-    if (rows && ac && !forced) { /* a second poor pruning in a row: the next selects in full */
+    if (G == 1 && rows && ac && !forced) { /* a second poor pruning: the next selects in full */
         long rest = A - FIRST_GROUP;
         double npad2 = (double)sc->npad * (double)sc->npad;
         int poor = rest >= ROW_GROUP && r.work > POOR_PRUNING * (double)(G * rest) * npad2;

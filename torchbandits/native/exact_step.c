@@ -25,6 +25,7 @@
  * exact_fused_step.h (the fused single-run step: one call per select and per append on a table
  * of the model's state).
  */
+#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
