@@ -67,7 +67,7 @@ _F64 = torch.float64
 _HEAD = nx.PRUNE_HEAD   # the pruned select's cache: values before α's
 _T = nx.FUSED
 _FULL = [0]   # open full_select() scopes: the compiled selects prune when none is open
-_PRUNED = [0]   # open pruned_select() scopes: the compiled selects prune without their timings
+_PRUNED = [0]   # open pruned_select() scopes: the compiled selects prune wherever it applies
 
 
 @contextlib.contextmanager
@@ -102,8 +102,8 @@ def pruning() -> bool:
 
 
 def pruning_forced() -> bool:
-    """Whether the compiled selects prune without their timings (a :func:`pruned_select` scope
-    is open, and no :func:`full_select` one)."""
+    """Whether the compiled selects prune wherever the pruning applies (a :func:`pruned_select`
+    scope is open, and no :func:`full_select` one)."""
     return bool(_PRUNED[0]) and not _FULL[0]
 
 
@@ -282,7 +282,7 @@ class ExactFused:
                 ft.pend = torch.empty(2 * terms * (n + 2), dtype=_F64)
             if prune and ft.acache.numel() < n + _HEAD:
                 ft.acache = torch.cat([ft.acache[:_HEAD], torch.zeros(2 * n, dtype=_F64)])
-            if prune and _PRUNED[0]:
+            if pruning_forced():
                 ft.acache[1] = nx.PRUNE_FORCED
             best = lib.tb_exact_fused_select(ft.base, ft.dbase, cand.data_ptr(), a,
                                              None if prev is None else prev.data_ptr(),

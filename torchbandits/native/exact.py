@@ -47,6 +47,7 @@ KINDS = {("rbf", float("inf")): 0, ("matern", 0.5): 1, ("matern", 1.5): 2, ("mat
 PRUNE_HEAD = 2
 #: The cache's value that asks the next select to be pruned wherever the pruning applies.
 PRUNE_FORCED = -2.0
+
 FUSED = {"n": 0, "d": 1, "factors": 2, "kind": 3, "has_scale": 4, "dw": 5, "cap": 6, "block": 7,
          "scaled": 8, "weight": 9, "x": 10, "y": 11, "z": 12, "zstride": 13, "params": 14,
          "terms": 15, "param0": 16, "max_params": 4, "factor0": 28, "factor_width": 5}

@@ -197,8 +197,8 @@ typedef struct {
     int rows; /* whether a group's g0 rows are checked against top as they are solved */
     double *pend;
     int g0_rows; /* whether sc's lrow and inv hold member g0's rows */
-    double work; /* the substitutions' multiply-adds so far after the first group, in units of
-                  * 1/2 (rows^2 a column) */
+    double work; /* member g0's substitutions after the first group so far, in units of half a
+                  * multiply-add (rows^2 a column; the poor-pruning rule's count, one term) */
 } prune_run;
 
 /* Solve the group of c columns cols (member g0 ROW_CHECK rows at a time, dropped as soon as none
@@ -237,7 +237,6 @@ static int run_group(prune_run *r, const long *cols, long c, int first) {
     }
     if (!first) r->work += (double)c * (double)i1 * (double)i1;
     if (!alive) return 0;
-    if (!first) r->work += (double)((G - 1) * c) * (double)npad * (double)npad;
     /* member g0's pieces of the group, then the other members' on its columns (kp holds the
      * group's whole panel now) */
     double *gv0 = p->gv + g0 * n * c, *pend = r->pend;
