@@ -294,8 +294,8 @@ def test_two_selects_that_pruned_too_little_are_followed_by_full_selects() -> No
     first group above 0.6 of the full select's, it leaves -1 in the cache (one poor select; fresh
     candidates next would clear it), a second such select 16, the next 16 selects take the full
     select (no pieces kept; the count falls by one each), and the next one prunes again (poor:
-    -1); fresh candidates prune well and leave 0. Every choice is the full select's. The batched
-    select keeps the same state per run."""
+    -1); fresh candidates prune well and leave 0; DMM's grid keeps pruning (no such rule). Every
+    choice is the full select's. The batched select keeps the same state per run."""
     model = _model(170, seed=31)
     gen = torch.Generator().manual_seed(32)
 
@@ -315,6 +315,16 @@ def test_two_selects_that_pruned_too_little_are_followed_by_full_selects() -> No
     assert [kept for kept, _ in ran] == [1, 1] + [0] * 16 + [1]
     assert [state for _, state in ran] == [-1.0, 16.0, *range(15, -1, -1), -1.0]
     assert step(torch.rand(100, 3, dtype=torch.float64, generator=gen)) == (1, 0.0)
+    grid = ExactKernelRidge(make_kernel("matern52", 0.4), 0.1, (0.01, 0.1, 1.0),
+                            cache_candidates=False)             # (DMM's grid: no such rule)
+    grid.extend(model.x, model.y)
+    three = UCBForm((0.01, 0.1, 1.0), (2.0, 2.0, 2.0), (1.0, 1.0, 1.0))
+    for _ in range(3):
+        cand = huddle(100, 3)
+        with full_select():
+            want = grid.fused_select(cand, lambda: three)
+        assert grid.fused_select(cand, lambda: three) == want
+        assert grid._fused.hint[1] == 1 and float(grid._fused.acache[1]) == 0.0
     batched = BatchedExactKernelRidge(make_kernel("matern52", 0.4), LAM, 2)
     for _ in range(170):
         batched.append(torch.rand(2, 3, dtype=torch.float64, generator=gen),

@@ -338,7 +338,7 @@ static int select_pruned(score_scratch *sc, prune_scratch *p, long G, long g0, l
     if (G == 1 && rows && ac && !forced) { /* a second poor pruning: the next selects in full */
         long rest = A - FIRST_GROUP;
         double npad2 = (double)sc->npad * (double)sc->npad;
-        int poor = rest >= ROW_GROUP && r.work > POOR_PRUNING * (double)(G * rest) * npad2;
+        int poor = rest >= ROW_GROUP && r.work > POOR_PRUNING * (double)rest * npad2;
         ac[1] = !poor ? 0.0 : ac[1] == -1.0 ? (double)FULL_AFTER_POOR : -1.0;
     }
     return 0;
