@@ -60,8 +60,8 @@ def test_reproduce_resolves_names_from_the_reproductions_table(capsys):
 
 def test_run_threads_split_a_batch_and_keep_its_runs(tmp_path, capsys, monkeypatch):
     """``--run-threads 2`` splits a batch of 16 AMM-UCB runs over two threads in the compiled
-    calls (torch on one) and writes the same actions as one thread; a negative count is an
-    argparse error naming the option."""
+    calls (torch on one) and writes the same actions as one thread; a negative count (0 for a
+    sweep's ``--run-threads-per-trial``) is an argparse error naming the option."""
     import torch
 
     from torchbandits import native
@@ -84,6 +84,10 @@ def test_run_threads_split_a_batch_and_keep_its_runs(tmp_path, capsys, monkeypat
         with pytest.raises(SystemExit) as exit_:
             main(["run", "--run-threads", "-1", "--out", str(tmp_path)])
         assert exit_.value.code == 2 and "--run-threads" in capsys.readouterr().err
+        with pytest.raises(SystemExit) as exit_:   # a sweep's needs at least one
+            main(["sweep", "spec.yaml", "--run-threads-per-trial", "0"])
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and "--run-threads-per-trial" in err and ">= 1" in err
     finally:
         native.set_threads(None)
         torch.set_num_threads(before)

@@ -26,14 +26,15 @@ from typing import Any
 __all__ = ["count_arg", "main"]
 
 
-def count_arg(text: str) -> int:
-    """An ``argparse`` type for a thread count: an int >= 0 (0: leave the setting as it is)."""
+def count_arg(text: str, minimum: int = 0) -> int:
+    """An ``argparse`` type for a thread count: an int >= ``minimum`` (0: leave the setting as it
+    is, where 0 is allowed)."""
     try:
         value = int(text)
     except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an int >= 0, got {text!r}")
+        value = minimum - 1
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"expected an int >= {minimum}, got {text!r}")
     return value
 
 
@@ -205,7 +206,7 @@ def _add_sweep_parser(sub: Any) -> None:
     sw.add_argument("--num-cpus", type=int, default=None, help="CPUs of the local Ray cluster")
     sw.add_argument("--cpus-per-trial", type=float, default=None)
     sw.add_argument("--gpus-per-trial", type=float, default=None, help="fractions share a GPU")
-    sw.add_argument("--run-threads-per-trial", type=int, default=None,
+    sw.add_argument("--run-threads-per-trial", type=lambda text: count_arg(text, 1), default=None,
                     help="threads over a batched trial's runs in the compiled CPU calls")
     sw.add_argument("--ray-tmp-dir", default=None, help="Ray's session folder (local cluster)")
 

@@ -294,7 +294,8 @@ def test_two_selects_that_pruned_too_little_are_followed_by_full_selects() -> No
     first group above 0.6 of the full select's, it leaves -1 in the cache (one poor select; fresh
     candidates next would clear it), a second such select 16, the next 16 selects take the full
     select (no pieces kept; the count falls by one each), and the next one prunes again (poor:
-    -1); fresh candidates prune well and leave 0; DMM's grid keeps pruning (no such rule). Every
+    -1); fresh candidates prune well and leave 0; the state outlives the cache's growth; DMM's
+    grid keeps pruning (no such rule). Every
     choice is the full select's. The batched select keeps the same state per run."""
     model = _model(170, seed=31)
     gen = torch.Generator().manual_seed(32)
@@ -315,6 +316,12 @@ def test_two_selects_that_pruned_too_little_are_followed_by_full_selects() -> No
     assert [kept for kept, _ in ran] == [1, 1] + [0] * 16 + [1]
     assert [state for _, state in ran] == [-1.0, 16.0, *range(15, -1, -1), -1.0]
     assert step(torch.rand(100, 3, dtype=torch.float64, generator=gen)) == (1, 0.0)
+    cache = model._fused.acache                             # the state survives the cache's growth
+    cache[1] = 5.0
+    more = torch.rand(cache.numel(), 3, dtype=torch.float64, generator=gen)
+    model.extend(more, torch.sin(4.0 * more.sum(1)))
+    assert step(huddle(100, 3))[0] == 0 and model._fused.acache.numel() > cache.numel()
+    assert float(model._fused.acache[1]) == 4.0
     grid = ExactKernelRidge(make_kernel("matern52", 0.4), 0.1, (0.01, 0.1, 1.0),
                             cache_candidates=False)             # (DMM's grid: no such rule)
     grid.extend(model.x, model.y)

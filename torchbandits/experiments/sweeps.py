@@ -188,7 +188,7 @@ def _tune_trainable(config: dict[str, Any]) -> None:
     # a batched trial's runs over ``run_threads`` compiled threads (torch then on one), else
     # torch's own threads over the trial's CPUs
     run_threads = int(config.get("run_threads", 1))
-    use_threads(1 if run_threads > 1 else int(config["threads"]), run_threads)
+    use_threads(0 if run_threads > 1 else int(config["threads"]), run_threads)
     records = run_group(config["trials"], config["out"])
     tune.report({**records[0]["metrics"], "trial_seconds": sum(r["seconds"] for r in records),
                  "trials": len(records)})

@@ -237,7 +237,7 @@ class BatchedExactNative:
         if cache is None or cache.shape[0] != r or cache.shape[1] < self._n + head:
             fresh = torch.zeros(r, head + max(2 * self._n, 64), dtype=torch.float64)
             if cache is not None and cache.shape[0] == r:
-                fresh[:, :head] = cache[:, :head]
+                fresh[:, :cache.shape[1]] = cache
             cache = fresh
             set_plain(self, "_alpha_cache", cache)
         if not pruning():

@@ -281,7 +281,7 @@ class ExactFused:
             if prune and ft.pend.numel() < terms * (n + 2):
                 ft.pend = torch.empty(2 * terms * (n + 2), dtype=_F64)
             if prune and ft.acache.numel() < n + _HEAD:
-                ft.acache = torch.cat([ft.acache[:_HEAD], torch.zeros(2 * n, dtype=_F64)])
+                ft.acache = torch.cat([ft.acache, torch.zeros(2 * n, dtype=_F64)])  # (kept)
             if pruning_forced():
                 ft.acache[1] = nx.PRUNE_FORCED
             best = lib.tb_exact_fused_select(ft.base, ft.dbase, cand.data_ptr(), a,

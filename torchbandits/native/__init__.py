@@ -249,7 +249,10 @@ def forget(name: str) -> None:
         _LIBS.pop(name, None)
 
 
-def pointer(tensor: Tensor) -> ctypes.c_void_p:
-    """The address of a tensor's first element, for a C argument (the caller checks that it is a
-    contiguous CPU tensor of the dtype the C function expects)."""
-    return ctypes.c_void_p(tensor.data_ptr())
+def pointer(tensor: Tensor, row: int = 0) -> ctypes.c_void_p:
+    """The address of a tensor's first element, or of row ``row`` along its first dimension (a
+    slice's pointer without making a view), for a C argument (the caller checks that it is a CPU
+    tensor of the dtype and layout the C function expects)."""
+    if not row:
+        return ctypes.c_void_p(tensor.data_ptr())
+    return ctypes.c_void_p(tensor.data_ptr() + row * tensor.stride(0) * tensor.element_size())

@@ -183,22 +183,22 @@ def _rounds(rows: Tensor, idx: Tensor, in_dict: Tensor, counts: Tensor, sums: Te
     failed: list[int] = []   # per slice (list.append is atomic across threads)
 
     def runs(lo: int, hi: int) -> None:   # runs lo:hi, one call (a slice on a pool thread)
-        args = (fns, hi - lo, a, width, pointer(rows[lo:hi]), rows.stride(0),
-                pointer(idx[lo:hi]), idx.stride(0), pointer(in_dict[lo:hi]), in_dict.stride(0),
-                pointer(counts[lo:hi]), pointer(sums[lo:hi]), counts.stride(0),
-                pointer(n_distinct[lo:hi]), pointer(lam[lo:hi]), kconst, jitter, pivot_tol,
-                pointer(mean[lo:hi]), pointer(var[lo:hi]), pointer(pvar[lo:hi]),
-                pointer(st[lo:hi]), pointer(codes[lo:hi]))
+        args = (fns, hi - lo, a, width, pointer(rows, lo), rows.stride(0),
+                pointer(idx, lo), idx.stride(0), pointer(in_dict, lo), in_dict.stride(0),
+                pointer(counts, lo), pointer(sums, lo), counts.stride(0),
+                pointer(n_distinct, lo), pointer(lam, lo), kconst, jitter, pivot_tol,
+                pointer(mean, lo), pointer(var, lo), pointer(pvar, lo), pointer(st, lo),
+                pointer(codes, lo))
         prev = one_mkl(1) if one_mkl is not None else None   # this thread's BLAS: one thread
         try:
             if ucb is None:
                 count = lib.bkb_dtc_rounds(*args)
             else:
                 count = lib.bkb_select_rounds(*args, vector_sqrt(), VML_MODE,
-                                              None if beta_in is None else pointer(beta_in[lo:hi]),
-                                              None if c is None else pointer(c[lo:hi]), k1, k2,
-                                              log_delta, scale, pointer(beta[lo:hi]),
-                                              pointer(choice[lo:hi]))
+                                              None if beta_in is None else pointer(beta_in, lo),
+                                              None if c is None else pointer(c, lo), k1, k2,
+                                              log_delta, scale, pointer(beta, lo),
+                                              pointer(choice, lo))
         finally:
             if prev is not None:
                 one_mkl(prev)

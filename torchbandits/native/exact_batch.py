@@ -50,7 +50,7 @@ import ctypes
 from torch import Tensor
 
 from ..run_draw_threads import run_sliced
-from . import signed
+from . import pointer, signed
 
 __all__ = ["append", "available", "score", "select"]
 
@@ -81,10 +81,9 @@ def _kernel(kernel: tuple[Tensor, int, float | None, float]) -> tuple[int, int, 
             kdiag)
 
 
-def _row(t: Tensor | None, i: int) -> int | None:
-    """The address of row ``i`` of ``t`` along its first dimension (``None`` for ``None``): a
-    slice's pointer without making a view."""
-    return None if t is None else t.data_ptr() + i * t.stride(0) * t.element_size()
+def _row(t: Tensor | None, i: int) -> ctypes.c_void_p | None:
+    """:func:`~torchbandits.native.pointer` of row ``i`` of ``t`` (``None`` for ``None``)."""
+    return None if t is None else pointer(t, i)
 
 
 class _State:
